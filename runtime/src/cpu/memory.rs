@@ -1,0 +1,163 @@
+//! The ranks' buffers of the CPU executor, shared by all worker threads through raw
+//! pointers (no per-element locking), plus their initialisation and checking.
+
+use super::element::{combine, Element, ReduceOp};
+use super::plan::{region_chunks, Loc};
+use crate::ir::{Buffer, Program};
+use crate::semantics::{Region, Semantics};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+
+/// A raw view of `len` elements.
+#[derive(Clone, Copy)]
+pub struct Piece<T> {
+    /// First element.
+    pub ptr: *mut T,
+    /// Number of elements.
+    pub len: usize,
+}
+
+impl<T> Piece<T> {
+    /// A shared view.
+    ///
+    /// # Safety
+    /// No thread may write these elements while the view lives.
+    pub unsafe fn into_slice<'a>(self) -> &'a [T] {
+        std::slice::from_raw_parts(self.ptr, self.len)
+    }
+
+    /// An exclusive view.
+    ///
+    /// # Safety
+    /// No other thread may access these elements, and no other view of them may exist,
+    /// while the view lives.
+    pub unsafe fn into_mut_slice<'a>(self) -> &'a mut [T] {
+        std::slice::from_raw_parts_mut(self.ptr, self.len)
+    }
+}
+
+/// One heap region owned through a raw pointer.
+struct RawRegion<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T> RawRegion<T> {
+    fn new(data: Vec<T>) -> RawRegion<T> {
+        let b = data.into_boxed_slice();
+        let len = b.len();
+        RawRegion { ptr: Box::into_raw(b) as *mut T, len }
+    }
+}
+
+impl<T> Drop for RawRegion<T> {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len come from Box::into_raw of a boxed slice of this length.
+        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len))) };
+    }
+}
+
+/// All ranks' regions plus the logical inputs used for the reference.
+pub struct Memory<T> {
+    regions: Vec<[RawRegion<T>; 3]>,
+    inputs: Vec<Vec<T>>,
+    chunk: usize,
+}
+
+// SAFETY: the regions are plain heap memory; concurrent access is coordinated by the
+// executor (race-free programs only, verified before running).
+unsafe impl<T: Send> Send for Memory<T> {}
+// SAFETY: as above.
+unsafe impl<T: Sync> Sync for Memory<T> {}
+
+impl<T: Element> Memory<T> {
+    /// Allocates every region poisoned (NaN) and writes random small-integer inputs.
+    pub fn new(p: &Program, sem: &Semantics, chunk: usize, seed: u64) -> Memory<T> {
+        let in_chunks = sem.extent(Buffer::Input).unwrap_or(0);
+        let inputs: Vec<Vec<T>> = (0..p.ngpus)
+            .into_par_iter()
+            .map(|rank| {
+                let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(rank as u64));
+                (0..in_chunks * chunk).map(|_| T::from_small(rng.gen_range(-32..=32))).collect()
+            })
+            .collect();
+        let regions = (0..p.ngpus)
+            .map(|rank| Region::ALL.map(|r| RawRegion::new(vec![T::poison(); region_chunks(p, sem, rank, r) * chunk])))
+            .collect();
+        let mem = Memory { regions, inputs, chunk };
+        for rank in 0..p.ngpus {
+            for k in 0..in_chunks {
+                let (region, idx) = sem.resolve(rank, Buffer::Input, k).expect("inside extent");
+                let src = &mem.inputs[rank][k * chunk..(k + 1) * chunk];
+                let loc = Loc { region: region.index(), chunk: idx };
+                // SAFETY: no worker threads exist yet.
+                unsafe { mem.piece(rank, loc, idx * chunk, chunk).into_mut_slice() }.copy_from_slice(src);
+            }
+        }
+        mem
+    }
+
+    /// A raw view of `len` elements of a rank's region starting at element `start`.
+    pub fn piece(&self, rank: usize, loc: Loc, start: usize, len: usize) -> Piece<T> {
+        let r = &self.regions[rank][loc.region];
+        assert!(start + len <= r.len, "planned access outside its region");
+        // SAFETY: in bounds (checked above).
+        Piece { ptr: unsafe { r.ptr.add(start) }, len }
+    }
+
+    /// Counts output elements that differ from the collective's reference result.
+    pub fn count_wrong(&self, sem: &Semantics, op: ReduceOp) -> usize {
+        let out_chunks = sem.extent(Buffer::Output).unwrap_or(0);
+        (0..sem.ngpus)
+            .into_par_iter()
+            .map(|rank| (0..out_chunks).map(|k| self.wrong_in_chunk(sem, op, rank, k)).sum::<usize>())
+            .sum()
+    }
+
+    fn wrong_in_chunk(&self, sem: &Semantics, op: ReduceOp, rank: usize, k: usize) -> usize {
+        let Some(expected) = sem.expected_output(rank, k) else { return 0 };
+        let (region, idx) = sem.resolve(rank, Buffer::Output, k).expect("inside extent");
+        let c = self.chunk;
+        let loc = Loc { region: region.index(), chunk: idx };
+        // SAFETY: called between runs, when no worker touches memory.
+        let actual = unsafe { self.piece(rank, loc, idx * c, c).into_slice() };
+        let source = |e: usize| &self.inputs[expected[e].rank][expected[e].chunk * c..(expected[e].chunk + 1) * c];
+        let mut reference = source(0).to_vec();
+        for e in 1..expected.len() {
+            for (a, b) in reference.iter_mut().zip(source(e)) {
+                *a = combine(op, *a, *b);
+            }
+        }
+        actual.iter().zip(&reference).filter(|(a, b)| a != b).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::ring_allgather;
+
+    #[test]
+    fn poisoned_outputs_count_as_wrong_until_written() {
+        let p = ring_allgather(&[0, 1, 2], 1, false);
+        let sem = Semantics::of(&p, false).unwrap();
+        let chunk = 4;
+        let mem = Memory::<f32>::new(&p, &sem, chunk, 7);
+        assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 3 * 3 * chunk);
+        for rank in 0..3 {
+            for k in 0..3 {
+                let loc = Loc { region: Region::Recv.index(), chunk: k };
+                let value = mem.inputs[k][..chunk].to_vec();
+                // SAFETY: single-threaded test.
+                unsafe { mem.piece(rank, loc, k * chunk, chunk).into_mut_slice() }.copy_from_slice(&value);
+            }
+        }
+        assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 0);
+        // One flipped element is one wrong element.
+        let loc = Loc { region: Region::Recv.index(), chunk: 1 };
+        // SAFETY: single-threaded test.
+        unsafe { mem.piece(2, loc, chunk + 1, 1).into_mut_slice() }[0] += 1.0;
+        assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 1);
+    }
+}

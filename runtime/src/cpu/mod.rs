@@ -1,0 +1,298 @@
+//! The CPU executor: runs a [`Program`] on real data with one OS thread per (rank,
+//! threadblock), a bounded FIFO per connection (sender, receiver, channel) and per-threadblock
+//! progress counters for dependencies. Like the MSCCL kernel, every threadblock replays its
+//! whole program once per slice of each chunk (so messages stay small and dependencies are
+//! re-synchronised per slice). Ranks' buffers are shared between threads without locks; the
+//! verifier, which always runs first, guarantees that the program is race-free.
+//!
+//! Results are compared with a reference computed directly from the collective's semantics
+//! ([`crate::semantics`]) using random small-integer inputs (exact in floating point under any
+//! summation order) and NaN-poisoned outputs.
+
+mod element;
+mod memory;
+mod plan;
+mod sweep;
+mod sync;
+
+pub use element::{DataType, Element, ReduceOp};
+pub use sweep::{format_table, parse_dtype, parse_op, parse_sizes, sweep, SweepOptions, SweepRow};
+
+use crate::ir::Program;
+use crate::semantics::Semantics;
+use crate::verify::{verify_with, VerifyOptions, DEFAULT_FIFO_DEPTH};
+use anyhow::{bail, Context, Result};
+use memory::Memory;
+use plan::Plan;
+use serde::{Deserialize, Serialize};
+use std::sync::Barrier;
+use std::time::Instant;
+use sync::{Fifo, Progress};
+
+/// Options of one executor run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOptions {
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator.
+    pub op: ReduceOp,
+    /// Run with aliased send/receive buffers (the program must declare `inplace`).
+    pub inplace: bool,
+    /// Elements of the larger user buffer (count × size multiplier, the runtime's E); must
+    /// be a positive multiple of `nchunksperloop`.
+    pub elements: usize,
+    /// Untimed runs before the timed ones (the first run is always checked).
+    pub warmup: usize,
+    /// Timed runs (at least 1).
+    pub iters: usize,
+    /// Seed of the random inputs.
+    pub seed: u64,
+    /// Bytes of each chunk processed per pass over the program.
+    pub slice_bytes: usize,
+    /// Messages a connection holds (the verifier runs with the same depth).
+    pub fifo_depth: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            dtype: DataType::F32,
+            op: ReduceOp::Sum,
+            inplace: false,
+            elements: 0,
+            warmup: 0,
+            iters: 1,
+            seed: 1,
+            slice_bytes: 1 << 20,
+            fifo_depth: DEFAULT_FIFO_DEPTH,
+        }
+    }
+}
+
+impl RunOptions {
+    /// Options for a message of about `bytes` bytes (nccl-tests' size): the element count is
+    /// rounded down to a multiple of `nchunksperloop` (at least one element per chunk).
+    pub fn for_bytes(p: &Program, bytes: u64, dtype: DataType) -> RunOptions {
+        RunOptions { dtype, elements: elements_for(p, bytes, dtype), ..RunOptions::default() }
+    }
+}
+
+/// Element count of the larger buffer for a message size, rounded to whole chunks.
+pub fn elements_for(p: &Program, bytes: u64, dtype: DataType) -> usize {
+    let n = p.nchunksperloop.max(1);
+    let e = (bytes as usize) / dtype.size();
+    (e / n).max(1) * n
+}
+
+/// Outcome of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Elements of the larger buffer.
+    pub elements: usize,
+    /// Bytes of the larger buffer (nccl-tests' size).
+    pub bytes: u64,
+    /// Element type.
+    pub dtype: DataType,
+    /// Reduction operator.
+    pub op: ReduceOp,
+    /// Whether buffers were aliased.
+    pub inplace: bool,
+    /// Average wall time of one timed run, in microseconds.
+    pub time_us: f64,
+    /// Elements of the checked run that differ from the reference.
+    pub wrong: usize,
+}
+
+/// Verifies the program (with the run's FIFO depth) and runs it.
+pub fn run(p: &Program, opts: &RunOptions) -> Result<RunReport> {
+    verify_with(p, &VerifyOptions { fifo_depth: opts.fifo_depth.max(1) }).context("the program does not verify")?;
+    run_verified(p, opts)
+}
+
+/// Runs a program the caller has verified with `opts.fifo_depth`.
+fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
+    if opts.inplace && !p.inplace {
+        bail!("program {} is not declared valid in place", p.name);
+    }
+    if !opts.inplace && !p.outofplace {
+        bail!("program {} is not declared valid out of place", p.name);
+    }
+    if opts.elements == 0 || !opts.elements.is_multiple_of(p.nchunksperloop) {
+        bail!("elements ({}) must be a positive multiple of nchunksperloop ({})", opts.elements, p.nchunksperloop);
+    }
+    let sem = Semantics::of(p, opts.inplace).map_err(anyhow::Error::msg)?;
+    match opts.dtype {
+        DataType::F32 => run_typed::<f32>(p, sem, opts),
+        DataType::F64 => run_typed::<f64>(p, sem, opts),
+    }
+}
+
+/// Everything the worker threads share.
+struct Shared<'a, T> {
+    plan: &'a Plan,
+    mem: &'a Memory<T>,
+    fifos: Vec<Fifo<T>>,
+    progress: Vec<Progress>,
+    barrier: Barrier,
+    op: ReduceOp,
+    chunk: usize,
+    slice: usize,
+    runs: usize,
+}
+
+fn run_typed<T: Element>(p: &Program, sem: Semantics, opts: &RunOptions) -> Result<RunReport> {
+    let chunk = opts.elements / p.nchunksperloop;
+    let plan = Plan::new(p, &sem)?;
+    let mem = Memory::<T>::new(p, &sem, chunk, opts.seed);
+    let iters = opts.iters.max(1);
+    let runs = opts.warmup + iters;
+    let shared = Shared {
+        plan: &plan,
+        mem: &mem,
+        fifos: (0..plan.connections).map(|_| Fifo::new(opts.fifo_depth)).collect(),
+        progress: (0..plan.tbs.len()).map(|_| Progress::default()).collect(),
+        barrier: Barrier::new(plan.active().count() + 1),
+        op: opts.op,
+        chunk,
+        slice: (opts.slice_bytes / std::mem::size_of::<T>()).clamp(1, chunk),
+        runs,
+    };
+    let mut total = 0.0;
+    let mut wrong = 0;
+    std::thread::scope(|s| {
+        for tb in plan.active() {
+            let shared = &shared;
+            s.spawn(move || worker(shared, tb));
+        }
+        for run in 0..runs {
+            shared.barrier.wait();
+            let start = Instant::now();
+            shared.barrier.wait();
+            let dt = start.elapsed().as_secs_f64() * 1e6;
+            if run == 0 {
+                wrong = shared.mem.count_wrong(&sem, opts.op);
+            }
+            if run >= opts.warmup {
+                total += dt;
+            }
+        }
+    });
+    Ok(RunReport {
+        elements: opts.elements,
+        bytes: (opts.elements * std::mem::size_of::<T>()) as u64,
+        dtype: T::TYPE,
+        op: opts.op,
+        inplace: opts.inplace,
+        time_us: total / iters as f64,
+        wrong,
+    })
+}
+
+/// The loop of one threadblock's thread: for every run, every slice, every step.
+fn worker<T: Element>(sh: &Shared<'_, T>, tbi: usize) {
+    let tb = &sh.plan.tbs[tbi];
+    let slices = sh.chunk.div_ceil(sh.slice);
+    for run in 0..sh.runs {
+        sh.barrier.wait();
+        for slice in 0..slices {
+            let offset = slice * sh.slice;
+            let nelem = sh.slice.min(sh.chunk - offset);
+            let epoch = (run * slices + slice) as u64;
+            for (j, step) in tb.steps.iter().enumerate() {
+                for d in &step.deps {
+                    sh.progress[d.tb].wait_for(epoch * d.nsteps + d.step + 1);
+                }
+                execute(sh, tb, step, offset, nelem);
+                sh.progress[tbi].publish(epoch * tb.steps.len() as u64 + j as u64 + 1);
+            }
+        }
+        sh.barrier.wait();
+    }
+}
+
+/// Performs one step on one slice: elements `[offset, offset + nelem)` of each of its chunks.
+fn execute<T: Element>(sh: &Shared<'_, T>, tb: &plan::TbPlan, st: &plan::StepPlan, offset: usize, nelem: usize) {
+    use crate::ir::Op;
+    let mem = sh.mem;
+    let piece = |loc: plan::Loc, k: usize| mem.piece(tb.rank, loc, (loc.chunk + k) * sh.chunk + offset, nelem);
+    let send = || &sh.fifos[tb.send.expect("planned")];
+    let recv = || &sh.fifos[tb.recv.expect("planned")];
+    let n = st.count;
+    match st.op {
+        Op::Nop => {}
+        Op::Send => {
+            let mut buf = send().buffer(n * nelem);
+            for k in 0..n {
+                // SAFETY: the verifier proved no other threadblock writes this slot now.
+                buf.extend_from_slice(unsafe { piece(st.src(), k).into_slice() });
+            }
+            send().push(buf);
+        }
+        Op::Recv | Op::RecvCopySend => {
+            let buf = recv().pop();
+            for k in 0..n {
+                // SAFETY: as above, this threadblock is the only one touching the slot.
+                unsafe { piece(st.dst(), k).into_mut_slice() }.copy_from_slice(&buf[k * nelem..(k + 1) * nelem]);
+            }
+            if st.op == Op::Recv {
+                recv().recycle(buf);
+            } else {
+                send().push(buf);
+            }
+        }
+        Op::RecvReduceSend | Op::RecvReduceCopySend => {
+            let mut buf = recv().pop();
+            for k in 0..n {
+                let x = &mut buf[k * nelem..(k + 1) * nelem];
+                // SAFETY: race-free by verification.
+                element::reduce_into(sh.op, x, unsafe { piece(st.src(), k).into_slice() });
+                if st.op == Op::RecvReduceCopySend {
+                    // SAFETY: race-free by verification; dst may equal src exactly, which
+                    // is fine because src was read above.
+                    unsafe { piece(st.dst(), k).into_mut_slice() }.copy_from_slice(x);
+                }
+            }
+            send().push(buf);
+        }
+        Op::RecvReduceCopy => {
+            let buf = recv().pop();
+            for k in 0..n {
+                let x = &buf[k * nelem..(k + 1) * nelem];
+                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
+                combine_pieces(sh.op, dst, x, src);
+            }
+            recv().recycle(buf);
+        }
+        Op::Copy => {
+            for k in 0..n {
+                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
+                // SAFETY: race-free by verification; memmove tolerates src == dst.
+                unsafe { std::ptr::copy(src.ptr, dst.ptr, nelem) };
+            }
+        }
+        Op::Reduce => {
+            for k in 0..n {
+                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
+                if src.ptr == dst.ptr {
+                    // SAFETY: race-free by verification; x ⊕ x needs a copy of x.
+                    let snapshot: Vec<T> = unsafe { src.into_slice() }.to_vec();
+                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, &snapshot);
+                } else {
+                    // SAFETY: race-free by verification; the verifier rejects partial overlap.
+                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, unsafe { src.into_slice() });
+                }
+            }
+        }
+    }
+}
+
+/// `dst = x ⊕ src`, where `src` and `dst` are equal or disjoint.
+fn combine_pieces<T: Element>(op: ReduceOp, dst: memory::Piece<T>, x: &[T], src: memory::Piece<T>) {
+    if src.ptr == dst.ptr {
+        // SAFETY: race-free by verification; one mutable view only.
+        element::reduce_into(op, unsafe { dst.into_mut_slice() }, x);
+    } else {
+        // SAFETY: race-free by verification; the verifier rejects partial overlap.
+        element::reduce_to(op, unsafe { dst.into_mut_slice() }, x, unsafe { src.into_slice() });
+    }
+}

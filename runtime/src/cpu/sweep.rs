@@ -1,0 +1,205 @@
+//! Size sweeps of the CPU executor, reported like nccl-tests.
+
+use super::{elements_for, run_verified, DataType, ReduceOp, RunOptions};
+use crate::ir::Program;
+use crate::verify::{verify_with, VerifyOptions};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// What to sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepOptions {
+    /// Message sizes in bytes (nccl-tests' size: the larger buffer).
+    pub sizes: Vec<u64>,
+    /// Run out of place (if the program allows it).
+    pub outofplace: bool,
+    /// Run in place (if the program allows it).
+    pub inplace: bool,
+    /// Everything else (element type, operator, iterations, ...); `elements` and `inplace`
+    /// are set per row.
+    pub run: RunOptions,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions { sizes: vec![1 << 20], outofplace: true, inplace: true, run: RunOptions::default() }
+    }
+}
+
+/// One measured (size, mode) point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    /// Bytes of the larger buffer.
+    pub size: u64,
+    /// Elements of the larger buffer.
+    pub count: usize,
+    /// Element type name.
+    pub dtype: String,
+    /// Reduction operator name ("none" for collectives that do not reduce).
+    pub redop: String,
+    /// Root rank, or -1.
+    pub root: i64,
+    /// In place or out of place.
+    pub inplace: bool,
+    /// Average time of one run, microseconds.
+    pub time_us: f64,
+    /// size / time, GB/s (1e9 bytes).
+    pub algbw: f64,
+    /// algbw × the collective's bus factor, GB/s.
+    pub busbw: f64,
+    /// Elements that differ from the reference.
+    pub wrong: usize,
+}
+
+/// Verifies the program once, then runs it at every size in every requested mode it allows.
+pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
+    verify_with(p, &VerifyOptions { fifo_depth: opts.run.fifo_depth.max(1) }).context("the program does not verify")?;
+    let modes: Vec<bool> = [(false, opts.outofplace && p.outofplace), (true, opts.inplace && p.inplace)]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(m, _)| m)
+        .collect();
+    if modes.is_empty() {
+        bail!("no requested mode is valid for program {}", p.name);
+    }
+    let mut rows = Vec::new();
+    for &size in &opts.sizes {
+        let elements = elements_for(p, size, opts.run.dtype);
+        for &inplace in &modes {
+            let run = RunOptions { elements, inplace, ..opts.run.clone() };
+            let r = run_verified(p, &run)?;
+            let algbw = r.bytes as f64 / (r.time_us * 1e3);
+            rows.push(SweepRow {
+                size: r.bytes,
+                count: r.elements,
+                dtype: r.dtype.name().to_string(),
+                redop: if p.collective.is_reduction() { r.op.name().to_string() } else { "none".to_string() },
+                root: if p.collective.is_rooted() { p.root as i64 } else { -1 },
+                inplace,
+                time_us: r.time_us,
+                algbw,
+                busbw: algbw * p.collective.busbw_factor(p.ngpus),
+                wrong: r.wrong,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// Formats rows as nccl-tests' table: one line per size with out-of-place and in-place
+/// columns (`N/A` where a mode was not run).
+pub fn format_table(rows: &[SweepRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "#{:>64}{:>32}", "out-of-place", "in-place");
+    let _ = writeln!(
+        out,
+        "#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+    );
+    let _ = writeln!(
+        out,
+        "#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+    );
+    let mut i = 0;
+    while i < rows.len() {
+        let first = &rows[i];
+        let group: Vec<&SweepRow> = rows[i..].iter().take_while(|r| r.size == first.size && r.dtype == first.dtype).collect();
+        i += group.len();
+        let cell = |inplace: bool| match group.iter().find(|r| r.inplace == inplace) {
+            Some(r) => format!("{:>9.2} {:>7.2} {:>7.2} {:>6}", r.time_us, r.algbw, r.busbw, r.wrong),
+            None => format!("{:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
+        };
+        let _ = writeln!(
+            out,
+            " {:>11} {:>12} {:>8} {:>6} {:>6} {} {}",
+            first.size,
+            first.count,
+            first.dtype,
+            first.redop,
+            first.root,
+            cell(false),
+            cell(true)
+        );
+    }
+    out
+}
+
+/// Parses one size such as `64M`, `1K`, `4096`, `2GB` (binary multiples).
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
+    let (digits, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: u64 = digits.parse().with_context(|| format!("bad size {s:?}"))?;
+    v.checked_mul(mult).with_context(|| format!("size {s:?} overflows"))
+}
+
+/// Parses `MIN:MAX[:FACTOR]` (sizes multiplied by FACTOR, default 2, from MIN up to MAX) or
+/// a single size such as `64M`.
+pub fn parse_sizes(spec: &str) -> Result<Vec<u64>> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    match parts.as_slice() {
+        [one] => Ok(vec![parse_size(one)?]),
+        [lo, hi] | [lo, hi, _] => {
+            let (lo, hi) = (parse_size(lo)?, parse_size(hi)?);
+            let factor: u64 = match parts.get(2) {
+                Some(f) => f.trim().parse().with_context(|| format!("bad factor in {spec:?}"))?,
+                None => 2,
+            };
+            if lo == 0 || lo > hi || factor < 2 {
+                bail!("size range {spec:?} needs 0 < MIN <= MAX and FACTOR >= 2");
+            }
+            let mut sizes = Vec::new();
+            let mut s = lo;
+            while s <= hi {
+                sizes.push(s);
+                s = match s.checked_mul(factor) {
+                    Some(v) => v,
+                    None => break,
+                };
+            }
+            Ok(sizes)
+        }
+        _ => bail!("bad size spec {spec:?}: use SIZE or MIN:MAX[:FACTOR]"),
+    }
+}
+
+/// The element type and operator names accepted on command lines.
+pub fn parse_dtype(s: &str) -> Option<DataType> {
+    match s {
+        "float" | "f32" => Some(DataType::F32),
+        "double" | "f64" => Some(DataType::F64),
+        _ => None,
+    }
+}
+
+/// Parses a reduction operator name.
+pub fn parse_op(s: &str) -> Option<ReduceOp> {
+    match s {
+        "sum" => Some(ReduceOp::Sum),
+        "min" => Some(ReduceOp::Min),
+        "max" => Some(ReduceOp::Max),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_sizes("64M").unwrap(), vec![64 << 20]);
+        assert_eq!(parse_sizes("1K:8K").unwrap(), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(parse_sizes("1K:1M:32").unwrap(), vec![1024, 32768, 1 << 20]);
+        assert_eq!(parse_sizes("1K:256M").unwrap().len(), 19);
+        assert!(parse_sizes("8K:1K").is_err());
+        assert!(parse_sizes("x").is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! The IR of synth (a [`ir::Program`], MSCCL's algorithm model), its MSCCL XML and JSON forms,
+//! the collectives' buffer semantics, a symbolic verifier, baseline program builders, and a
+//! multi-threaded CPU executor.
+
+pub mod builders;
+pub mod cpu;
+pub mod ir;
+pub mod semantics;
+pub mod verify;
+pub mod xml;

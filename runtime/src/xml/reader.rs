@@ -1,0 +1,505 @@
+//! The XML reader: the runtime's lexical rules (see `lexer`) plus every check its parser
+//! makes and the ones it leaves out (msccl-ir.md §1.12), then the translation to a
+//! [`Program`]: `nop`s fold into the dependencies of the next step and XML step numbers
+//! become in-memory indices.
+
+use super::lexer::{parse_document, Element};
+use super::{XmlError, MAX_REDUCE_FUSION};
+use crate::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use crate::semantics::Semantics;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Channels the executor supports (`MAXCHANNELS`).
+const MAX_CHANNELS: i64 = 32;
+/// Largest threadblock count of any runtime (executor).
+const MAX_TBS: i64 = 1024;
+/// Largest step count per threadblock of any runtime (legacy).
+const MAX_STEPS: usize = 256;
+/// `cnt` must stay below this.
+const MAX_COUNT: i64 = 72;
+/// Offsets are stored as int16.
+const MAX_OFFSET: i64 = 32767;
+/// `depid` is stored as int8.
+const MAX_DEPID: i64 = 127;
+
+/// Reads an MSCCL XML file.
+pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        XmlError::new(0, "", None, format!("Could not open MSCCL XML algorithm file {}: {e}", path.display()))
+    })?;
+    read_str(&text)
+}
+
+/// Reads MSCCL XML text into a [`Program`], rejecting anything a runtime would reject or
+/// mis-execute.
+pub fn read_str(text: &str) -> Result<Program, XmlError> {
+    let top = parse_document(text)?;
+    if top.name != "algo" {
+        return Err(XmlError::new(top.line, &top.name, None, "the top element must be algo"));
+    }
+    let header = read_algo(&top)?;
+    let mut gpus: Vec<Option<Gpu>> = vec![None; header.ngpus];
+    for child in &top.children {
+        expect_name(child, "gpu")?;
+        let gpu = read_gpu(child, &header)?;
+        let rank = gpu.rank;
+        if gpus[rank].replace(gpu).is_some() {
+            return Err(XmlError::new(child.line, "gpu", Some("id"), format!("duplicate gpu id {rank}")));
+        }
+    }
+    let gpus = gpus
+        .into_iter()
+        .enumerate()
+        .map(|(rank, g)| g.unwrap_or_else(|| empty_gpu(rank)))
+        .collect();
+    Ok(Program {
+        name: header.name,
+        collective: header.sem.collective,
+        root: header.sem.root,
+        protocol: header.protocol,
+        ngpus: header.ngpus,
+        nchunksperloop: header.sem.nchunks,
+        inplace: header.inplace,
+        outofplace: header.outofplace,
+        min_bytes: header.min_bytes,
+        max_bytes: header.max_bytes,
+        gpus,
+    })
+}
+
+fn empty_gpu(rank: usize) -> Gpu {
+    Gpu { rank, input_chunks: 0, output_chunks: 0, scratch_chunks: 0, threadblocks: Vec::new() }
+}
+
+fn expect_name(el: &Element, name: &str) -> Result<(), XmlError> {
+    if el.name == name {
+        return Ok(());
+    }
+    Err(XmlError::new(el.line, &el.name, None, format!(
+        "unexpected element {} (expected {name}; the runtime would skip it silently)",
+        el.name
+    )))
+}
+
+// ---------------------------------------------------------------------------------------
+// Attribute access
+
+fn err(el: &Element, attr: &str, msg: impl Into<String>) -> XmlError {
+    XmlError::new(el.line, &el.name, Some(attr), msg)
+}
+
+fn attr<'a>(el: &'a Element, key: &str) -> Result<&'a str, XmlError> {
+    el.attr(key)
+        .ok_or_else(|| err(el, key, format!("Attribute {key} of node {} not found", el.name)))
+}
+
+/// Parses a plain decimal integer; rejects what `strtol(s, NULL, 0)` would read differently.
+fn parse_decimal(s: &str) -> Result<i64, String> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let plain = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && s != "-0";
+    if plain {
+        return s.parse::<i64>().map_err(|_| format!("value \"{s}\" is out of range"));
+    }
+    let lower = digits.to_ascii_lowercase();
+    let hint = if let Some(hex) = lower.strip_prefix("0x") {
+        i64::from_str_radix(hex, 16).ok().map(|v| format!(" (strtol reads it as hexadecimal {v})"))
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        i64::from_str_radix(&digits[1..], 8).ok().map(|v| format!(" (strtol reads a leading 0 as octal: {v})"))
+    } else {
+        None
+    };
+    Err(format!("value \"{s}\" is not a plain decimal integer{}", hint.unwrap_or_default()))
+}
+
+fn int(el: &Element, key: &str) -> Result<i64, XmlError> {
+    parse_decimal(attr(el, key)?).map_err(|m| err(el, key, m))
+}
+
+fn int_in(el: &Element, key: &str, lo: i64, hi: i64) -> Result<i64, XmlError> {
+    let v = int(el, key)?;
+    if v < lo || v > hi {
+        return Err(err(el, key, format!("{key}={v} must be between {lo} and {hi}")));
+    }
+    Ok(v)
+}
+
+fn flag(el: &Element, key: &str) -> Result<bool, XmlError> {
+    Ok(int_in(el, key, 0, 1)? == 1)
+}
+
+/// An optional peer attribute: -1 = none.
+fn peer(el: &Element, key: &str, rank: usize, ngpus: usize) -> Result<Option<usize>, XmlError> {
+    let v = int(el, key)?;
+    if v < -1 {
+        return Err(err(el, key, format!("{key}={v}: a peer must be -1 or a rank")));
+    }
+    if v == rank as i64 {
+        return Err(err(el, key, format!("{key}={v} is the GPU's own rank")));
+    }
+    if v >= ngpus as i64 {
+        return Err(err(el, key, format!("{key}={v} is not a rank (ngpus {ngpus})")));
+    }
+    Ok(usize::try_from(v).ok())
+}
+
+// ---------------------------------------------------------------------------------------
+// <algo>
+
+struct Header {
+    name: String,
+    protocol: Protocol,
+    nchannels: usize,
+    ngpus: usize,
+    inplace: bool,
+    outofplace: bool,
+    min_bytes: u64,
+    max_bytes: u64,
+    sem: Semantics,
+}
+
+fn read_algo(el: &Element) -> Result<Header, XmlError> {
+    let name = attr(el, "name")?.to_string();
+    let proto = attr(el, "proto")?;
+    let protocol = Protocol::from_name(proto)
+        .ok_or_else(|| err(el, "proto", format!("MSCCL: protocol {proto} is not supported.")))?;
+    let nchannels = int_in(el, "nchannels", 1, MAX_CHANNELS)? as usize;
+    let nchunks = int_in(el, "nchunksperloop", 1, i64::from(i32::MAX))? as usize;
+    let ngpus = int_in(el, "ngpus", 1, i64::from(i32::MAX))? as usize;
+    let coll = attr(el, "coll")?;
+    let collective = Collective::from_xml_name(coll)
+        .ok_or_else(|| err(el, "coll", format!("MSCCL: unsupported collective: {coll}")))?;
+    let inplace = flag(el, "inplace")?;
+    let outofplace = flag(el, "outofplace")?;
+    if !inplace && !outofplace {
+        return Err(err(el, "outofplace", "inplace and outofplace are both 0: the algorithm is never selected"));
+    }
+    let min_bytes = int_in(el, "minBytes", 0, i64::MAX)? as u64;
+    let max_bytes = int_in(el, "maxBytes", 0, i64::MAX)? as u64;
+    if max_bytes != 0 && min_bytes > max_bytes {
+        return Err(err(el, "maxBytes", format!("maxBytes {max_bytes} is below minBytes {min_bytes}")));
+    }
+    let root = match el.attr("root") {
+        Some(_) => int_in(el, "root", 0, ngpus as i64 - 1)? as usize,
+        None => 0,
+    };
+    let sem = Semantics::new(collective, ngpus, nchunks, root, false).map_err(|m| err(el, "nchunksperloop", m))?;
+    Ok(Header { name, protocol, nchannels, ngpus, inplace, outofplace, min_bytes, max_bytes, sem })
+}
+
+// ---------------------------------------------------------------------------------------
+// <gpu>
+
+fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
+    let rank = int_in(el, "id", 0, h.ngpus as i64 - 1)? as usize;
+    let input_chunks = int_in(el, "i_chunks", 0, MAX_OFFSET + 1)? as usize;
+    let output_chunks = int_in(el, "o_chunks", 0, MAX_OFFSET + 1)? as usize;
+    let s = int(el, "s_chunks")?;
+    if s < 0 {
+        return Err(err(el, "s_chunks", "MSCCL: nScratchChunks must be not negative."));
+    }
+    let scratch_chunks = s as usize;
+    check_extents(el, h, input_chunks, output_chunks)?;
+    let mut gpu = Gpu { rank, input_chunks, output_chunks, scratch_chunks, threadblocks: Vec::new() };
+    let raws = read_threadblocks(el, h, &gpu)?;
+    check_dependencies(&raws, rank)?;
+    gpu.threadblocks = raws.iter().map(|tb| to_threadblock(tb, &raws)).collect();
+    Ok(gpu)
+}
+
+fn check_extents(el: &Element, h: &Header, i: usize, o: usize) -> Result<(), XmlError> {
+    let full_i = h.sem.extent(Buffer::Input).unwrap_or(0);
+    let full_o = h.sem.extent(Buffer::Output).unwrap_or(0);
+    for (key, v, full) in [("i_chunks", i, full_i), ("o_chunks", o, full_o)] {
+        if v != 0 && v != full {
+            return Err(err(el, key, format!(
+                "Inconsistency between i_chunks/o_chunks ({i}/{o}) and nchunksperloop ({}): {key} must be 0 or {full}",
+                h.sem.nchunks
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// <tb> and <step>, as written
+
+struct RawTb<'a> {
+    el: &'a Element,
+    send: Option<usize>,
+    recv: Option<usize>,
+    chan: usize,
+    steps: Vec<RawStep<'a>>,
+}
+
+struct RawStep<'a> {
+    el: &'a Element,
+    op: Op,
+    src: (Buffer, i64),
+    dst: (Buffer, i64),
+    cnt: usize,
+    dep: Option<(usize, usize)>,
+    hasdep: bool,
+}
+
+fn read_threadblocks<'a>(gpu_el: &'a Element, h: &Header, gpu: &Gpu) -> Result<Vec<RawTb<'a>>, XmlError> {
+    let mut by_id: HashMap<usize, RawTb<'a>> = HashMap::new();
+    let mut links: HashMap<(usize, usize, bool), usize> = HashMap::new();
+    for el in &gpu_el.children {
+        expect_name(el, "tb")?;
+        let id = int(el, "id")?;
+        if id < 0 {
+            return Err(err(el, "id", format!("thread block id {id} is negative")));
+        }
+        if id >= MAX_TBS {
+            return Err(err(el, "id", format!("MSCCL: too many thread blocks are requested ({id} >= {MAX_TBS})")));
+        }
+        let id = id as usize;
+        let tb = read_tb(el, h, gpu)?;
+        for (p, is_send) in [(tb.send, true), (tb.recv, false)] {
+            let Some(p) = p else { continue };
+            if let Some(other) = links.insert((tb.chan, p, is_send), id) {
+                let (key, dir) = if is_send { ("send", "sends to") } else { ("recv", "receives from") };
+                return Err(err(el, key, format!(
+                    "thread block {other} already {dir} rank {p} on channel {}: one tb per (channel, peer, direction)",
+                    tb.chan
+                )));
+            }
+        }
+        if by_id.insert(id, tb).is_some() {
+            return Err(err(el, "id", format!("duplicate thread block id {id}")));
+        }
+    }
+    let n = by_id.len();
+    (0..n)
+        .map(|id| {
+            by_id.remove(&id).ok_or_else(|| {
+                XmlError::new(gpu_el.line, "gpu", Some("id"), format!("MSCCL: thread block {id} is missing (GPU {})", gpu.rank))
+            })
+        })
+        .collect()
+}
+
+fn read_tb<'a>(el: &'a Element, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlError> {
+    let send = peer(el, "send", gpu.rank, h.ngpus)?;
+    let recv = peer(el, "recv", gpu.rank, h.ngpus)?;
+    let chan = int(el, "chan")?;
+    if chan < 0 || chan >= h.nchannels as i64 {
+        return Err(err(el, "chan", format!("chan {chan} is not below nchannels {}", h.nchannels)));
+    }
+    let mut tb = RawTb { el, send, recv, chan: chan as usize, steps: Vec::new() };
+    if el.children.len() > MAX_STEPS {
+        return Err(err(el, "id", format!("{} steps exceed the runtimes' limit of {MAX_STEPS}", el.children.len())));
+    }
+    for (pos, sel) in el.children.iter().enumerate() {
+        expect_name(sel, "step")?;
+        let step = read_step(sel, pos, &tb, gpu)?;
+        tb.steps.push(step);
+    }
+    check_nop_chains(&tb)?;
+    check_reduce_chains(&tb)?;
+    Ok(tb)
+}
+
+fn read_step<'a>(el: &'a Element, pos: usize, tb: &RawTb, gpu: &Gpu) -> Result<RawStep<'a>, XmlError> {
+    let s = int(el, "s")?;
+    if s != pos as i64 {
+        return Err(err(el, "s", format!(
+            "step s=\"{s}\" is out of order: expected {pos} (the kernel numbers steps by position, counting nops)"
+        )));
+    }
+    let code = attr(el, "type")?;
+    let op = Op::from_code(code)
+        .ok_or_else(|| err(el, "type", format!("MSCCL: type of transfer is not supported: {code}")))?;
+    let src = (buffer(el, "srcbuf")?, int_in(el, "srcoff", -1, MAX_OFFSET)?);
+    let dst = (buffer(el, "dstbuf")?, int_in(el, "dstoff", -1, MAX_OFFSET)?);
+    let cnt = int(el, "cnt")?;
+    let min_cnt = if op == Op::Nop { 0 } else { 1 };
+    if cnt < min_cnt || cnt >= MAX_COUNT {
+        return Err(err(el, "cnt", format!("count ({cnt}) must be positive and less than {MAX_COUNT}")));
+    }
+    let dep = read_dep(el)?;
+    let hasdep = int(el, "hasdep")?;
+    if hasdep != 0 && hasdep != 1 {
+        return Err(err(el, "hasdep", "hasDependence needs to be 0 or 1"));
+    }
+    let step = RawStep { el, op, src, dst, cnt: cnt as usize, dep, hasdep: hasdep == 1 };
+    check_step_peers(&step, tb, gpu.rank)?;
+    if op == Op::Nop && dep.is_none() {
+        return Err(err(el, "depid", "nop without a dependency (depid=-1)"));
+    }
+    check_step_bounds(&step, gpu)?;
+    Ok(step)
+}
+
+fn buffer(el: &Element, key: &str) -> Result<Buffer, XmlError> {
+    let v = attr(el, key)?;
+    Buffer::from_letter(v).ok_or_else(|| err(el, key, format!("MSCCL: type of buffer is not supported: {v}")))
+}
+
+fn read_dep(el: &Element) -> Result<Option<(usize, usize)>, XmlError> {
+    let depid = int_in(el, "depid", -1, MAX_DEPID)?;
+    let deps = int_in(el, "deps", -1, MAX_OFFSET)?;
+    match (depid, deps) {
+        (-1, -1) => Ok(None),
+        (-1, _) | (_, -1) => Err(err(el, "deps", format!("depid={depid} and deps={deps}: both must be -1 or both set"))),
+        (b, k) => Ok(Some((b as usize, k as usize))),
+    }
+}
+
+fn check_step_peers(step: &RawStep, tb: &RawTb, rank: usize) -> Result<(), XmlError> {
+    let id = tb.el.attr("id").unwrap_or("?");
+    if step.op.sends() && tb.send.is_none() {
+        return Err(err(step.el, "type", format!("there is a send in thread block {id} on GPU {rank} without a sendPeer.")));
+    }
+    if step.op.receives() && tb.recv.is_none() {
+        return Err(err(step.el, "type", format!("there is a recv in thread block {id} on GPU {rank} without a recvPeer.")));
+    }
+    Ok(())
+}
+
+fn check_step_bounds(step: &RawStep, gpu: &Gpu) -> Result<(), XmlError> {
+    let fields = [
+        (step.op.reads_src(), step.src, "srcoff"),
+        (step.op.writes_dst(), step.dst, "dstoff"),
+    ];
+    for (used, (buf, off), key) in fields {
+        if !used {
+            continue;
+        }
+        let extent = gpu.chunks(buf) as i64;
+        let name = match buf {
+            Buffer::Input => "input",
+            Buffer::Output => "output",
+            Buffer::Scratch => "scratch",
+        };
+        if off < 0 || off >= extent {
+            return Err(err(step.el, key, format!(
+                "Incorrect offset set for {name} buffer: offset: {off} maximum allowed: {extent}"
+            )));
+        }
+        if off + step.cnt as i64 > extent {
+            return Err(err(step.el, "cnt", format!(
+                "offset {off} + cnt {} exceeds the {extent} chunks of the {name} buffer",
+                step.cnt
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A run of nops must be closed by a real step that has its own dependency.
+fn check_nop_chains(tb: &RawTb) -> Result<(), XmlError> {
+    const MSG: &str = "when there is a chain of dependencies, the last reduction must be a part of the first immediate instruction";
+    let mut open = false;
+    for step in &tb.steps {
+        if step.op == Op::Nop {
+            open = true;
+            continue;
+        }
+        if open && step.dep.is_none() {
+            return Err(err(step.el, "depid", format!("{MSG} (nops must be followed by a step with depid >= 0)")));
+        }
+        open = false;
+    }
+    match tb.steps.last() {
+        Some(last) if open => Err(err(last.el, "type", format!("{MSG} (the thread block ends with a nop)"))),
+        _ => Ok(()),
+    }
+}
+
+/// True if the runtime fuses `cur` into the `re` chain that ends with `prev`.
+fn raw_fuses(prev: &RawStep, cur: &RawStep, chain: usize) -> bool {
+    prev.op == Op::Reduce
+        && cur.op == Op::Reduce
+        && prev.dst == cur.dst
+        && prev.src.0 == cur.src.0
+        && cur.dep.is_none()
+        && !prev.hasdep
+        && chain < MAX_REDUCE_FUSION
+}
+
+/// A fused `re` chain runs with its last step's cnt, so all must be equal.
+fn check_reduce_chains(tb: &RawTb) -> Result<(), XmlError> {
+    let mut chain = 1;
+    for w in tb.steps.windows(2) {
+        if !raw_fuses(&w[0], &w[1], chain) {
+            chain = 1;
+            continue;
+        }
+        chain += 1;
+        if w[0].cnt != w[1].cnt {
+            return Err(err(w[1].el, "cnt", format!(
+                "this re fuses with the previous re (cnt {}) but has cnt {}: the runtime uses one cnt for the chain",
+                w[0].cnt, w[1].cnt
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_dependencies(tbs: &[RawTb], rank: usize) -> Result<(), XmlError> {
+    for (id, tb) in tbs.iter().enumerate() {
+        for step in &tb.steps {
+            let Some((b, k)) = step.dep else { continue };
+            let e = |m: String| Err(err(step.el, "depid", m));
+            if b == id {
+                return e(format!("depid {b} names its own thread block"));
+            }
+            let Some(target) = tbs.get(b) else {
+                return e(format!("depid {b} is not a thread block of GPU {rank}"));
+            };
+            let Some(ts) = target.steps.get(k) else {
+                return Err(err(step.el, "deps", format!("deps {k} is beyond the {} steps of thread block {b}", target.steps.len())));
+            };
+            if ts.op == Op::Nop {
+                return Err(err(step.el, "deps", format!("deps {k} of thread block {b} is a nop, which never publishes a flag")));
+            }
+            if !ts.hasdep {
+                return Err(err(step.el, "deps", format!(
+                    "depends on thread block {b} step {k} which does not have hasdep=\"1\" (the waiter would hang)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Translation
+
+/// In-memory index of each XML step (None for nops).
+fn index_map(tb: &RawTb) -> Vec<Option<usize>> {
+    let mut next = 0;
+    tb.steps
+        .iter()
+        .map(|s| {
+            (s.op != Op::Nop).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect()
+}
+
+fn to_threadblock(tb: &RawTb, all: &[RawTb]) -> Threadblock {
+    let maps: Vec<Vec<Option<usize>>> = all.iter().map(index_map).collect();
+    let map_dep = |(b, k): (usize, usize)| Dep { tb: b, step: maps[b][k].expect("checked: not a nop") };
+    let mut steps = Vec::new();
+    let mut pending: Vec<Dep> = Vec::new();
+    for s in &tb.steps {
+        if s.op == Op::Nop {
+            pending.extend(s.dep.map(map_dep));
+            continue;
+        }
+        let mut deps: Vec<Dep> = s.dep.map(map_dep).into_iter().collect();
+        deps.append(&mut pending);
+        let slot = |(b, off): (Buffer, i64)| Slot::new(b, off.max(0) as usize);
+        steps.push(Step { op: s.op, src: slot(s.src), dst: slot(s.dst), count: s.cnt, deps });
+    }
+    Threadblock { send: tb.send, recv: tb.recv, channel: tb.chan, steps }
+}

@@ -1,0 +1,284 @@
+//! The XML writer, following msccl-ir.md §1.1 and §1.13: no declaration, spaces only, one
+//! element per line, two-space indent, msccl-tools' attribute order, tb ids 0..n-1, `s`
+//! numbered 0..k-1 counting nops, first dependency on the step and the others as nops just
+//! before it, `hasdep="1"` exactly on dependency targets, `nchannels` = max chan + 1, and
+//! send/receive pairs carrying identical src/dst fields.
+
+use super::{chain_lengths, dependency_targets};
+use crate::ir::{Collective, Flavor, Op, Program, Step, Threadblock};
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+/// `maxBytes` written for the legacy runtime when the program has no upper limit (0): the
+/// legacy runtime treats 0 as "never selected", so a huge explicit bound (2^62) stands for
+/// "no limit". A program's positive `max_bytes` (inclusive, the executor's reading) is
+/// written as `max_bytes + 1` because the legacy range is exclusive.
+pub const LEGACY_UNLIMITED_MAX_BYTES: u64 = 1 << 62;
+
+/// Why a program cannot be written in a flavour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot write {flavor:?} XML: {message}")]
+pub struct WriteError {
+    /// The flavour asked for.
+    pub flavor: Flavor,
+    /// What prevents it.
+    pub message: String,
+}
+
+/// The limits of one runtime flavour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Threadblocks per rank.
+    pub max_tbs: usize,
+    /// Steps per threadblock, nops included.
+    pub max_steps: usize,
+    /// Channels (exclusive bound on `chan`) in the conservative contract.
+    pub max_channels: usize,
+    /// Whether `rcs`, `rrs`, `rrc`, `rrcs` run.
+    pub fused_ops: bool,
+}
+
+impl Limits {
+    /// The limits of a flavour (msccl-ir.md §1.11).
+    pub fn of(flavor: Flavor) -> Limits {
+        match flavor {
+            Flavor::Nccl => Limits { max_tbs: 1024, max_steps: 64, max_channels: 32, fused_ops: true },
+            Flavor::Rccl => Limits { max_tbs: 64, max_steps: 64, max_channels: 32, fused_ops: false },
+            Flavor::Legacy => Limits { max_tbs: 216, max_steps: 256, max_channels: 32, fused_ops: true },
+        }
+    }
+}
+
+/// Most chunks per step (`cnt < 72`).
+const MAX_COUNT: usize = 71;
+/// Offsets are int16.
+const MAX_OFFSET: usize = 32767;
+/// `depid` is int8.
+const MAX_DEPID: usize = 127;
+/// Legacy copies at most 63 characters of `name`.
+const MAX_NAME: usize = 63;
+
+/// Writes a program as MSCCL XML in a flavour. Nops in the program are folded first.
+pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
+    let fail = |message: String| WriteError { flavor, message };
+    let mut p = program.clone();
+    p.fold_nops().map_err(fail)?;
+    p.normalize_transfer_fields();
+    check(&p, flavor).map_err(fail)?;
+    let coll = p.collective.xml_name(flavor).ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
+    let mut out = String::new();
+    write_algo(&mut out, &p, flavor, coll);
+    for g in &p.gpus {
+        let _ = writeln!(
+            out,
+            "  <gpu id=\"{}\" i_chunks=\"{}\" o_chunks=\"{}\" s_chunks=\"{}\">",
+            g.rank, g.input_chunks, g.output_chunks, g.scratch_chunks
+        );
+        let targets = dependency_targets(&p, g.rank);
+        let numbering: Vec<Vec<usize>> = g.threadblocks.iter().map(xml_numbers).collect();
+        for (tbi, tb) in g.threadblocks.iter().enumerate() {
+            write_tb(&mut out, tbi, tb, &targets, &numbering);
+        }
+        out.push_str("  </gpu>\n");
+    }
+    out.push_str("</algo>\n");
+    Ok(out)
+}
+
+fn write_algo(out: &mut String, p: &Program, flavor: Flavor, coll: &str) {
+    let max_bytes = match (flavor, p.max_bytes) {
+        (Flavor::Legacy, 0) => LEGACY_UNLIMITED_MAX_BYTES,
+        (Flavor::Legacy, m) => m.saturating_add(1),
+        (_, m) => m,
+    };
+    let _ = write!(
+        out,
+        "<algo name=\"{}\" proto=\"{}\" nchannels=\"{}\" nchunksperloop=\"{}\" ngpus=\"{}\" coll=\"{coll}\" inplace=\"{}\" outofplace=\"{}\" minBytes=\"{}\" maxBytes=\"{max_bytes}\"",
+        p.name,
+        p.protocol.name(),
+        p.nchannels(),
+        p.nchunksperloop,
+        p.ngpus,
+        u8::from(p.inplace),
+        u8::from(p.outofplace),
+        p.min_bytes,
+    );
+    if p.collective.is_rooted() {
+        let _ = write!(out, " root=\"{}\"", p.root);
+    }
+    out.push_str(">\n");
+}
+
+/// XML `s` number of each in-memory step: extra dependencies become nops before it.
+fn xml_numbers(tb: &Threadblock) -> Vec<usize> {
+    let mut s = 0;
+    tb.steps
+        .iter()
+        .map(|step| {
+            s += step.deps.len().saturating_sub(1);
+            s += 1;
+            s - 1
+        })
+        .collect()
+}
+
+fn write_tb(out: &mut String, tbi: usize, tb: &Threadblock, targets: &HashSet<(usize, usize)>, numbering: &[Vec<usize>]) {
+    let peer = |p: Option<usize>| p.map_or(-1, |p| p as i64);
+    let _ = writeln!(
+        out,
+        "    <tb id=\"{tbi}\" send=\"{}\" recv=\"{}\" chan=\"{}\">",
+        peer(tb.send),
+        peer(tb.recv),
+        tb.channel
+    );
+    let mut s = 0;
+    for (si, step) in tb.steps.iter().enumerate() {
+        let dep = |i: usize| {
+            let d = step.deps[i];
+            (d.tb as i64, numbering[d.tb][d.step] as i64)
+        };
+        for i in 1..step.deps.len() {
+            write_nop(out, s, dep(i));
+            s += 1;
+        }
+        let first = if step.deps.is_empty() { (-1, -1) } else { dep(0) };
+        write_step(out, s, step, first, targets.contains(&(tbi, si)));
+        s += 1;
+    }
+    out.push_str("    </tb>\n");
+}
+
+fn write_nop(out: &mut String, s: usize, (depid, deps): (i64, i64)) {
+    let _ = writeln!(
+        out,
+        "      <step s=\"{s}\" type=\"nop\" srcbuf=\"i\" srcoff=\"-1\" dstbuf=\"o\" dstoff=\"-1\" cnt=\"0\" depid=\"{depid}\" deps=\"{deps}\" hasdep=\"0\"/>"
+    );
+}
+
+fn write_step(out: &mut String, s: usize, step: &Step, (depid, deps): (i64, i64), hasdep: bool) {
+    let _ = writeln!(
+        out,
+        "      <step s=\"{s}\" type=\"{}\" srcbuf=\"{}\" srcoff=\"{}\" dstbuf=\"{}\" dstoff=\"{}\" cnt=\"{}\" depid=\"{depid}\" deps=\"{deps}\" hasdep=\"{}\"/>",
+        step.op.code(),
+        step.src.buffer.letter(),
+        step.src.offset,
+        step.dst.buffer.letter(),
+        step.dst.offset,
+        step.count,
+        u8::from(hasdep)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Format-level checks (the verifier covers semantics)
+
+fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
+    let lim = Limits::of(flavor);
+    check_header(p, flavor)?;
+    for g in &p.gpus {
+        if g.threadblocks.len() > lim.max_tbs {
+            return Err(format!("rank {} has {} threadblocks (limit {})", g.rank, g.threadblocks.len(), lim.max_tbs));
+        }
+        let mut links = HashSet::new();
+        let targets = dependency_targets(p, g.rank);
+        for (tbi, tb) in g.threadblocks.iter().enumerate() {
+            let at = format!("rank {} tb {tbi}", g.rank);
+            check_tb(p, tb, &lim, &at)?;
+            for (peer, dir) in [(tb.send, "send"), (tb.recv, "recv")] {
+                if let Some(peer) = peer {
+                    if !links.insert((tb.channel, peer, dir)) {
+                        return Err(format!("{at}: a second tb with {dir} peer {peer} on channel {}", tb.channel));
+                    }
+                }
+            }
+            check_reduce_chains(tb, |j| targets.contains(&(tbi, j)), &at)?;
+            for (si, step) in tb.steps.iter().enumerate() {
+                check_step(p, g.rank, tbi, step, &lim, &format!("{at} step {si}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_header(p: &Program, flavor: Flavor) -> Result<(), String> {
+    if p.gpus.len() != p.ngpus || p.gpus.iter().enumerate().any(|(i, g)| g.rank != i) {
+        return Err("gpus must hold one entry per rank, in rank order".into());
+    }
+    if p.nchunksperloop == 0 {
+        return Err("nchunksperloop must be positive".into());
+    }
+    if p.name.len() > MAX_NAME || p.name.chars().any(|c| c == '"' || c == '<' || c == '>' || c == '&' || c.is_control()) {
+        return Err(format!("name {:?} must be at most {MAX_NAME} characters without quotes, <, >, & or control characters", p.name));
+    }
+    if !p.inplace && !p.outofplace {
+        return Err("neither inplace nor outofplace is set".into());
+    }
+    if p.max_bytes != 0 && p.min_bytes > p.max_bytes {
+        return Err(format!("min_bytes {} exceeds max_bytes {}", p.min_bytes, p.max_bytes));
+    }
+    if p.max_bytes > i64::MAX as u64 || p.min_bytes > i64::MAX as u64 {
+        return Err("byte range must fit in int64".into());
+    }
+    if flavor == Flavor::Legacy && matches!(p.collective, Collective::Gather | Collective::Scatter) {
+        return Err(format!("the legacy runtime has no {}", p.collective));
+    }
+    Ok(())
+}
+
+fn check_tb(p: &Program, tb: &Threadblock, lim: &Limits, at: &str) -> Result<(), String> {
+    if tb.channel >= lim.max_channels {
+        return Err(format!("{at}: channel {} is not below {}", tb.channel, lim.max_channels));
+    }
+    let xml_steps: usize = tb.steps.iter().map(|s| s.deps.len().max(1)).sum();
+    if xml_steps > lim.max_steps {
+        return Err(format!("{at}: {xml_steps} steps including nops (limit {})", lim.max_steps));
+    }
+    for peer in [tb.send, tb.recv].into_iter().flatten() {
+        if peer >= p.ngpus {
+            return Err(format!("{at}: peer {peer} is not a rank"));
+        }
+    }
+    Ok(())
+}
+
+fn check_reduce_chains(tb: &Threadblock, targeted: impl Fn(usize) -> bool, at: &str) -> Result<(), String> {
+    let lens = chain_lengths(&tb.steps, targeted);
+    for (i, len) in lens.iter().enumerate().skip(1) {
+        if *len > 1 && tb.steps[i].count != tb.steps[i - 1].count {
+            return Err(format!(
+                "{at} step {i}: re fuses with the previous re but their counts differ ({} vs {})",
+                tb.steps[i - 1].count,
+                tb.steps[i].count
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_step(p: &Program, rank: usize, tbi: usize, step: &Step, lim: &Limits, at: &str) -> Result<(), String> {
+    if !lim.fused_ops && step.op.is_fused() {
+        return Err(format!(
+            "{at}: fused op {} is refused by RCCL's MSCCL kernels (only s, r, cpy, re, nop run); lower without fusion",
+            step.op
+        ));
+    }
+    if step.op == Op::Nop {
+        return Err(format!("{at}: nop left after folding"));
+    }
+    if step.count == 0 || step.count > MAX_COUNT {
+        return Err(format!("{at}: count {} must be between 1 and {MAX_COUNT}", step.count));
+    }
+    if step.src.offset > MAX_OFFSET || step.dst.offset > MAX_OFFSET {
+        return Err(format!("{at}: offsets must be at most {MAX_OFFSET}"));
+    }
+    let tbs = &p.gpus[rank].threadblocks;
+    for d in &step.deps {
+        if d.tb == tbi || d.tb >= tbs.len() || d.step >= tbs[d.tb].steps.len() {
+            return Err(format!("{at}: invalid dependency on tb {} step {}", d.tb, d.step));
+        }
+        if d.tb > MAX_DEPID {
+            return Err(format!("{at}: depid {} does not fit the runtime's int8", d.tb));
+        }
+    }
+    Ok(())
+}

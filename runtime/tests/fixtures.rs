@@ -1,0 +1,181 @@
+//! The three real MSCCL XML fixtures: golden parse values, verification, CPU execution,
+//! and XML round trips.
+
+mod common;
+
+use common::{assert_runs_correctly, fixture};
+use runtime::ir::{Collective, Flavor, Op, Program, Protocol};
+use runtime::{verify, xml};
+
+struct Golden {
+    file: &'static str,
+    collective: Collective,
+    protocol: Protocol,
+    ngpus: usize,
+    nchunks: usize,
+    nchannels: usize,
+    bytes: (u64, u64),
+    modes: (bool, bool),
+    blocks: usize,
+    scratch: usize,
+    transmissions: usize,
+    xml_steps: usize,
+}
+
+const GOLDEN: [Golden; 3] = [
+    Golden {
+        file: "allreduce-1step-3gpu-LL-inplace.xml",
+        collective: Collective::AllReduce,
+        protocol: Protocol::LL,
+        ngpus: 3,
+        nchunks: 3,
+        nchannels: 1,
+        bytes: (0, 0),
+        modes: (true, false),
+        blocks: 3,
+        scratch: 6,
+        transmissions: 7,
+        xml_steps: 39,
+    },
+    Golden {
+        file: "allreduce-ring-4gpu-Simple-inplace.xml",
+        collective: Collective::AllReduce,
+        protocol: Protocol::Simple,
+        ngpus: 4,
+        nchunks: 4,
+        nchannels: 1,
+        bytes: (0, 0),
+        modes: (true, false),
+        blocks: 1,
+        scratch: 0,
+        transmissions: 7,
+        xml_steps: 28,
+    },
+    Golden {
+        file: "alltoall-8n-0-9kb.xml",
+        collective: Collective::AllToAll,
+        protocol: Protocol::LL,
+        ngpus: 8,
+        nchunks: 8,
+        nchannels: 1,
+        bytes: (0, 9216),
+        modes: (false, true),
+        blocks: 15,
+        scratch: 0,
+        transmissions: 15,
+        xml_steps: 120,
+    },
+];
+
+fn load(g: &Golden) -> Option<(String, Program)> {
+    let text = fixture(g.file)?;
+    let p = xml::read_str(&text).unwrap_or_else(|e| panic!("{}: {e}", g.file));
+    Some((text, p))
+}
+
+#[test]
+fn fixtures_parse_with_golden_values() {
+    for g in &GOLDEN {
+        let Some((text, p)) = load(g) else { return };
+        assert_eq!(p.collective, g.collective, "{}", g.file);
+        assert_eq!(p.protocol, g.protocol, "{}", g.file);
+        assert_eq!(p.ngpus, g.ngpus, "{}", g.file);
+        assert_eq!(p.nchunksperloop, g.nchunks, "{}", g.file);
+        assert_eq!(p.nchannels(), g.nchannels, "{}", g.file);
+        assert_eq!((p.min_bytes, p.max_bytes), g.bytes, "{}", g.file);
+        assert_eq!((p.inplace, p.outofplace), g.modes, "{}", g.file);
+        assert_eq!(text.matches("<step ").count(), g.xml_steps, "{}", g.file);
+        for gpu in &p.gpus {
+            assert_eq!(gpu.threadblocks.len(), g.blocks, "{} rank {}", g.file, gpu.rank);
+            assert_eq!(gpu.scratch_chunks, g.scratch, "{} rank {}", g.file, gpu.rank);
+        }
+        assert_eq!(xml::transmissions(&p), vec![g.transmissions; g.ngpus], "{}", g.file);
+        assert!(p.steps().all(|(_, s)| s.op != Op::Nop), "nops fold into deps");
+    }
+}
+
+#[test]
+fn fixture_dependencies_fold_from_nops() {
+    let Some((_, p)) = load(&GOLDEN[0]) else { return };
+    // rank 0 tb 0: nop(2,0), nop(2,1), re dep(1,1), re -> in memory: re with 3 deps, re.
+    let tb0 = &p.gpus[0].threadblocks[0];
+    assert_eq!(tb0.steps.len(), 2);
+    let deps: Vec<(usize, usize)> = tb0.steps[0].deps.iter().map(|d| (d.tb, d.step)).collect();
+    assert_eq!(deps, vec![(1, 1), (2, 0), (2, 1)]);
+    // tb 1: s, r, nop(2,1), re dep(2,0), re -> deps remapped to in-memory indices.
+    let tb1 = &p.gpus[0].threadblocks[1];
+    assert_eq!(tb1.steps.len(), 4);
+    let deps: Vec<(usize, usize)> = tb1.steps[2].deps.iter().map(|d| (d.tb, d.step)).collect();
+    assert_eq!(deps, vec![(2, 0), (2, 1)]);
+}
+
+#[test]
+fn fixtures_verify() {
+    for g in &GOLDEN {
+        let Some((_, p)) = load(g) else { return };
+        verify::verify(&p).unwrap_or_else(|e| panic!("{}: {e}", g.file));
+    }
+}
+
+#[test]
+fn fixtures_run_correctly_on_cpu() {
+    for g in &GOLDEN {
+        let Some((_, p)) = load(g) else { return };
+        assert_runs_correctly(&p);
+    }
+}
+
+#[test]
+fn msccl_tools_fixtures_write_back_byte_for_byte() {
+    for g in &GOLDEN[..2] {
+        let Some((text, p)) = load(g) else { return };
+        let out = xml::write(&p, Flavor::Nccl).unwrap();
+        assert_eq!(out, text, "{}", g.file);
+    }
+}
+
+#[test]
+fn fixtures_round_trip_in_every_legal_flavour() {
+    for g in &GOLDEN {
+        let Some((_, p)) = load(g) else { return };
+        let mut normalized = p.clone();
+        normalized.normalize_transfer_fields();
+        let fused = p.steps().any(|(_, s)| s.op.is_fused());
+        for flavor in Flavor::ALL {
+            let written = xml::write(&p, flavor);
+            if flavor == Flavor::Rccl && fused {
+                let e = written.expect_err("RCCL refuses fused ops");
+                assert!(e.to_string().contains("refused by RCCL"), "{e}");
+                continue;
+            }
+            let text = written.unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", g.file));
+            let back = xml::read_str(&text).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", g.file));
+            let mut expect = normalized.clone();
+            if flavor == Flavor::Legacy {
+                expect.max_bytes = if p.max_bytes == 0 { xml::LEGACY_UNLIMITED_MAX_BYTES } else { p.max_bytes + 1 };
+            }
+            assert_eq!(back, expect, "{} {flavor:?}", g.file);
+        }
+    }
+}
+
+#[test]
+fn rccl_alltoall_receives_are_normalized_to_the_senders_slot() {
+    let Some((_, p)) = load(&GOLDEN[2]) else { return };
+    // The shipped file writes srcoff=0 on every r; the writer names the sender's slot.
+    let text = xml::write(&p, Flavor::Rccl).unwrap();
+    let back = xml::read_str(&text).unwrap();
+    let r = &back.gpus[0].threadblocks[1].steps[0];
+    assert_eq!((r.op, r.src.offset, r.dst.offset), (Op::Recv, 0, 1));
+    let r = &back.gpus[3].threadblocks[1].steps[0];
+    // rank 3 tb 1 receives from rank 0 (which sends its i[3]) into o[0].
+    assert_eq!((r.op, r.src.offset, r.dst.offset), (Op::Recv, 3, 0));
+}
+
+#[test]
+fn json_round_trip() {
+    for g in &GOLDEN {
+        let Some((_, p)) = load(g) else { return };
+        assert_eq!(Program::from_json(&p.to_json()).unwrap(), p);
+    }
+}

@@ -1,0 +1,143 @@
+//! The solver-independent algorithm: the collective, the topology's name, chunks C and a
+//! list of k-synchronous steps, each with its rounds and its sends (DESIGN §2).
+
+use crate::collective::{Chunk, Collective};
+use crate::topology::Topology;
+use anyhow::{Context, Result};
+use num_rational::Ratio;
+use serde::{Deserialize, Serialize};
+
+/// One transfer of an address from `src` to `dst` within a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Send {
+    /// The address (chunk) moved.
+    pub chunk: usize,
+    /// Sending rank.
+    pub src: usize,
+    /// Receiving rank.
+    pub dst: usize,
+}
+
+/// One synchronous step: all its sends read the state before the step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Rounds the step takes (bandwidth budget: a link of capacity b carries b×rounds chunks).
+    pub rounds: u32,
+    /// `true` if the receiver reduces what it receives into its copy, `false` if it stores it.
+    pub reduce: bool,
+    /// The transfers of the step.
+    pub sends: Vec<Send>,
+}
+
+/// A synthesized (or hand-written) algorithm, before lowering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Algorithm {
+    /// Short descriptive name, e.g. `allgather-dgx1-s2-r3-c2`.
+    pub name: String,
+    /// Name of the topology it was made for.
+    pub topology: String,
+    /// The collective (chunks with pre/postconditions) it implements.
+    pub collective: Collective,
+    /// The steps in order.
+    pub steps: Vec<Step>,
+}
+
+impl Algorithm {
+    /// Number of steps S.
+    pub fn num_steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Total rounds R.
+    pub fn rounds(&self) -> u32 {
+        self.steps.iter().map(|s| s.rounds).sum()
+    }
+
+    /// Chunks per original chunk C.
+    pub fn chunks(&self) -> usize {
+        self.collective.chunks_per_rank
+    }
+
+    /// Rounds per chunk R/C, the bandwidth cost.
+    pub fn rounds_per_chunk(&self) -> Ratio<u64> {
+        Ratio::new(self.rounds() as u64, self.chunks() as u64)
+    }
+
+    /// Estimated time in µs for nccl-tests message size `size` bytes:
+    /// `S·alpha + (R/C)·unit·beta`, with `unit` the bytes of one original chunk, alpha the
+    /// largest link latency and beta the time per byte at one capacity unit.
+    pub fn estimated_time_us(&self, topology: &Topology, size: f64) -> f64 {
+        cost_us(topology, self.collective.kind, self.collective.ranks, self.num_steps(), self.rounds_per_chunk(), size)
+    }
+
+    /// The same algorithm with every send reversed and the steps in reverse order; turns a
+    /// non-combining algorithm on the reversed topology into its combining dual.
+    pub fn reversed(&self, collective: Collective, reduce: bool) -> Algorithm {
+        let steps = self
+            .steps
+            .iter()
+            .rev()
+            .map(|s| Step {
+                rounds: s.rounds,
+                reduce,
+                sends: s.sends.iter().map(|x| Send { chunk: x.chunk, src: x.dst, dst: x.src }).collect(),
+            })
+            .collect();
+        Algorithm { name: self.name.clone(), topology: self.topology.clone(), collective, steps }
+    }
+
+    /// The same algorithm at `chunks` = k·C pieces per original chunk: every piece is cut in
+    /// k and every send and round is repeated k times (same steps, same rounds per chunk).
+    /// Addresses follow the `original × C + piece` layout of every collective.
+    pub fn refined(&self, chunks: usize) -> Algorithm {
+        let c = self.chunks();
+        assert!(chunks % c == 0, "refine to a multiple of the chunk count");
+        let k = chunks / c;
+        let map = |a: usize, j: usize| (a / c) * chunks + (a % c) * k + j;
+        let mut collective = self.collective.clone();
+        collective.chunks_per_rank = chunks;
+        collective.chunks = self
+            .collective
+            .chunks
+            .iter()
+            .flat_map(|ch| (0..k).map(move |j| Chunk { address: map(ch.address, j), ..ch.clone() }))
+            .collect();
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| Step {
+                rounds: s.rounds * k as u32,
+                reduce: s.reduce,
+                sends: s
+                    .sends
+                    .iter()
+                    .flat_map(|x| (0..k).map(move |j| Send { chunk: map(x.chunk, j), ..*x }))
+                    .collect(),
+            })
+            .collect();
+        Algorithm { name: self.name.clone(), topology: self.topology.clone(), collective, steps }
+    }
+
+    /// Reads an algorithm from its JSON file.
+    pub fn read(path: &str) -> Result<Algorithm> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()))
+    }
+}
+
+/// The k-synchronous cost model `T = S·alpha + (R/C)·unit·beta` in µs (see
+/// [`Algorithm::estimated_time_us`]).
+pub fn cost_us(
+    topology: &Topology,
+    kind: crate::collective::Kind,
+    ranks: usize,
+    steps: usize,
+    rounds_per_chunk: Ratio<u64>,
+    size: f64,
+) -> f64 {
+    let alpha = topology.links.iter().map(|l| l.alpha).fold(0.0, f64::max);
+    let unit_gbps = topology.capacities().map(|c| c.unit_gbps).unwrap_or(1.0);
+    let unit_bytes = size / kind.units_per_buffer(ranks) as f64;
+    let rpc = *rounds_per_chunk.numer() as f64 / *rounds_per_chunk.denom() as f64;
+    steps as f64 * alpha + rpc * unit_bytes / (unit_gbps * 1e3)
+}

@@ -1,0 +1,143 @@
+//! The independent algorithm checker: re-simulates holdings step by step and recounts
+//! bandwidth per link and per switch constraint, trusting nothing the solver said.
+
+use crate::algorithm::Algorithm;
+use crate::topology::Topology;
+use std::collections::HashMap;
+use thiserror::Error;
+
+/// Why an algorithm is wrong.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CheckError {
+    /// The algorithm was made for another number of ranks.
+    #[error("algorithm has {algorithm} ranks but topology `{topology}` has {ranks}")]
+    RankMismatch { algorithm: usize, topology: String, ranks: usize },
+    /// A step with zero rounds.
+    #[error("step {step} has 0 rounds")]
+    ZeroRounds { step: usize },
+    /// A send over a link the topology does not have.
+    #[error("step {step}: chunk {chunk} sent {src}->{dst}, but there is no such link")]
+    NoLink { step: usize, chunk: usize, src: usize, dst: usize },
+    /// A send of data the sender does not hold.
+    #[error("step {step}: rank {src} sends chunk {chunk} to {dst} but does not hold it")]
+    NotHeld { step: usize, chunk: usize, src: usize, dst: usize },
+    /// A link or switch carries more than its capacity allows in a step.
+    #[error("step {step}: {what} carries {load} chunks but its capacity is {capacity} x {rounds} rounds")]
+    Overloaded { step: usize, what: String, load: usize, capacity: u32, rounds: u32 },
+    /// The postcondition does not hold at the end.
+    #[error("chunk {chunk} on rank {rank}: {problem}")]
+    Postcondition { chunk: usize, rank: usize, problem: String },
+    /// The topology's bandwidths cannot be normalized to integers.
+    #[error("{0}")]
+    Capacities(String),
+}
+
+/// Contributions held for one address on one rank: how many times each contributing
+/// chunk (index into the collective's chunk list) has been summed in.
+type Contents = Vec<u32>;
+
+/// Checks `algorithm` on `topology`: every send uses a link and sends held data, every
+/// link and switch constraint stays within capacity × rounds in every step, and at the end
+/// every rank in a chunk's postcondition holds its address with every contribution exactly once.
+pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckError> {
+    let coll = &algorithm.collective;
+    if coll.ranks != topology.ranks {
+        return Err(CheckError::RankMismatch {
+            algorithm: coll.ranks,
+            topology: topology.name.clone(),
+            ranks: topology.ranks,
+        });
+    }
+    let caps = topology.capacities().map_err(|e| CheckError::Capacities(format!("{e:#}")))?;
+    let link_index: HashMap<(usize, usize), usize> =
+        topology.links.iter().enumerate().map(|(i, l)| ((l.src, l.dst), i)).collect();
+
+    // Which contributor slot each chunk occupies within its address.
+    let by_address = coll.by_address();
+    let mut slot_of = vec![0usize; coll.chunks.len()];
+    for members in by_address.values() {
+        for (slot, &m) in members.iter().enumerate() {
+            slot_of[m] = slot;
+        }
+    }
+    let mut state: HashMap<(usize, usize), Contents> = HashMap::new();
+    for (i, chunk) in coll.chunks.iter().enumerate() {
+        let width = by_address[&chunk.address].len();
+        for &r in &chunk.pre {
+            let entry = state.entry((chunk.address, r)).or_insert_with(|| vec![0; width]);
+            entry[slot_of[i]] = 1;
+        }
+    }
+
+    for (s, step) in algorithm.steps.iter().enumerate() {
+        if step.rounds == 0 {
+            return Err(CheckError::ZeroRounds { step: s });
+        }
+        let mut link_load = vec![0usize; topology.links.len()];
+        let mut switch_load = vec![0usize; topology.switches.len()];
+        let before = state.clone();
+        for send in &step.sends {
+            let Some(&l) = link_index.get(&(send.src, send.dst)) else {
+                return Err(CheckError::NoLink { step: s, chunk: send.chunk, src: send.src, dst: send.dst });
+            };
+            link_load[l] += 1;
+            for (k, sw) in topology.switches.iter().enumerate() {
+                if sw.covers(send.src, send.dst) {
+                    switch_load[k] += 1;
+                }
+            }
+            let Some(data) = before.get(&(send.chunk, send.src)) else {
+                return Err(CheckError::NotHeld { step: s, chunk: send.chunk, src: send.src, dst: send.dst });
+            };
+            let data = data.clone();
+            let target = state.entry((send.chunk, send.dst)).or_insert_with(|| vec![0; data.len()]);
+            if step.reduce {
+                target.iter_mut().zip(&data).for_each(|(t, d)| *t += d);
+            } else {
+                *target = data;
+            }
+        }
+        for (l, &load) in link_load.iter().enumerate() {
+            let link = &topology.links[l];
+            overload(s, format!("link {}->{}", link.src, link.dst), load, caps.links[l], step.rounds)?;
+        }
+        for (k, &load) in switch_load.iter().enumerate() {
+            overload(s, format!("switch constraint `{}`", topology.switches[k].name), load, caps.switches[k], step.rounds)?;
+        }
+    }
+
+    for chunk in &coll.chunks {
+        let width = by_address[&chunk.address].len();
+        for &r in &chunk.post {
+            match state.get(&(chunk.address, r)) {
+                None => {
+                    return Err(CheckError::Postcondition { chunk: chunk.address, rank: r, problem: "never arrives".into() })
+                }
+                Some(c) if c.iter().any(|&x| x == 0) => {
+                    let missing = c.iter().filter(|&&x| x == 0).count();
+                    return Err(CheckError::Postcondition {
+                        chunk: chunk.address,
+                        rank: r,
+                        problem: format!("{missing} of {width} contributions missing"),
+                    });
+                }
+                Some(c) if c.iter().any(|&x| x > 1) => {
+                    return Err(CheckError::Postcondition {
+                        chunk: chunk.address,
+                        rank: r,
+                        problem: "a contribution is counted more than once".into(),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn overload(step: usize, what: String, load: usize, capacity: u32, rounds: u32) -> Result<(), CheckError> {
+    if load > capacity as usize * rounds as usize {
+        return Err(CheckError::Overloaded { step, what, load, capacity, rounds });
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! The `synth` command line: argument definitions and dispatch. Every command takes
+//! `--json` and writes one JSON document to stdout instead of its table.
+
+mod synth_cmd;
+mod topo_cmd;
+
+use clap::{Args, Parser, Subcommand};
+use std::io::Write;
+
+/// Synthesize, verify, lower, simulate and run collective-communication algorithms.
+#[derive(Debug, Parser)]
+#[command(name = "synth", version, about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    synth: synth_cmd::SynthArgs,
+    /// Print one JSON document to stdout instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List, show or draw topologies.
+    Topo(topo_cmd::TopoArgs),
+    /// Print the lower bounds (steps, rounds per chunk) of a collective on a topology.
+    Bounds(BoundsArgs),
+}
+
+/// Arguments of `synth bounds`.
+#[derive(Debug, Args)]
+struct BoundsArgs {
+    /// Topology: a built-in name (e.g. `dgx1`, `ring:8`) or a TOML / nvidia-smi file.
+    #[arg(long)]
+    topo: String,
+    /// Collective name, or a custom collective file (.toml/.json).
+    #[arg(long)]
+    coll: String,
+    /// Root rank of broadcast, reduce, gather and scatter.
+    #[arg(long, default_value_t = 0)]
+    root: usize,
+}
+
+/// Parses `args` (including the program name) and runs the command, writing results to
+/// `out` (progress and errors go to stderr / the returned error).
+pub fn run<I, T>(args: I, out: &mut dyn Write) -> anyhow::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args).map_err(clap_error)?;
+    match cli.command {
+        None => synth_cmd::run(&cli.synth, cli.json, out),
+        Some(Command::Topo(args)) => topo_cmd::run(&args, cli.json, out),
+        Some(Command::Bounds(args)) => synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out),
+    }
+}
+
+/// Clap's help and version are not errors: print them; anything else becomes one line.
+fn clap_error(e: clap::Error) -> anyhow::Error {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        _ => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            anyhow::anyhow!("{first} (see `synth --help`)")
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! The main command: `synth --topo T --coll C [search options]`.
+
+use crate::algorithm::Algorithm;
+use crate::bounds::lower_bounds;
+use crate::collective::{Collective, Kind};
+use crate::progress::Progress;
+use crate::smt::Limits;
+use crate::synthesize::{synthesize, Request, Search};
+use crate::topology::{self, Topology};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::json;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Message sizes (bytes) at which the table estimates the time of each algorithm.
+const TABLE_SIZES: [(f64, &str); 3] = [(1e3, "1KB"), (1e6, "1MB"), (1e9, "1GB")];
+
+/// Arguments of the main synthesis command.
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// Topology: a built-in name (`dgx1`, `ring:8`, `dgx-a100x2`, ...) or a TOML / nvidia-smi file.
+    #[arg(long)]
+    topo: Option<String>,
+    /// Collective (allgather, reducescatter, allreduce, alltoall, broadcast, reduce, gather,
+    /// scatter) or a custom collective file (.toml/.json).
+    #[arg(long)]
+    coll: Option<String>,
+    /// Root rank of broadcast, reduce, gather and scatter.
+    #[arg(long, default_value_t = 0)]
+    root: usize,
+    /// Solve one instance with this many steps (needs --rounds and --chunks).
+    #[arg(long, requires_all = ["rounds"])]
+    steps: Option<usize>,
+    /// Total rounds R (with --steps: one instance; with --least-steps: at most R).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Chunks C each original chunk is split into.
+    #[arg(long)]
+    chunks: Option<usize>,
+    /// Find the least number of steps (then the least rounds for it).
+    #[arg(long, conflicts_with_all = ["steps", "pareto"])]
+    least_steps: bool,
+    /// Find the Pareto frontier over (steps, rounds per chunk) (the default).
+    #[arg(long)]
+    pareto: bool,
+    /// Cap on the number of steps a search tries (per phase for allreduce).
+    #[arg(long, default_value_t = 16)]
+    max_steps: usize,
+    /// Cap on the number of chunks a search tries.
+    #[arg(long, default_value_t = 8)]
+    max_chunks: usize,
+    /// Wall-clock limit for the whole search, in seconds; the frontier found so far is
+    /// printed and marked partial when it is reached.
+    #[arg(long, default_value_t = 300.0)]
+    time_limit: f64,
+    /// Folder the algorithms are written to.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+/// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
+pub fn load_collective(coll: &str, topo: &Topology, root: usize) -> Result<Collective> {
+    let collective = if coll.ends_with(".toml") || coll.ends_with(".json") {
+        Collective::from_file(coll, 1)?
+    } else {
+        Collective::new(coll.parse::<Kind>()?, topo.ranks, root, 1)?
+    };
+    if collective.ranks != topo.ranks {
+        bail!("{coll}: the collective has {} ranks but topology `{}` has {}", collective.ranks, topo.name, topo.ranks);
+    }
+    Ok(collective)
+}
+
+fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
+    value.as_deref().with_context(|| format!("missing {flag} (see `synth --help`)"))
+}
+
+/// Runs the main synthesis command.
+pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let started = Instant::now();
+    let topo = topology::load(required(&args.topo, "--topo")?)?;
+    let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
+    if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
+        bail!("--time-limit must be a positive number of seconds");
+    }
+    if args.max_chunks == 0 {
+        bail!("--max-chunks must be at least 1");
+    }
+    let search = match (args.steps, args.least_steps) {
+        (Some(steps), _) => Search::Instance {
+            steps,
+            rounds: args.rounds.context("--steps needs --rounds")?,
+            chunks: args.chunks.unwrap_or(1),
+        },
+        (None, true) => Search::LeastSteps { chunks: args.chunks.unwrap_or(1), rounds: args.rounds },
+        (None, false) => Search::Pareto,
+    };
+    let limits = Limits {
+        max_steps: args.max_steps,
+        max_chunks: args.max_chunks,
+        deadline: started + Duration::from_secs_f64(args.time_limit),
+    };
+    let progress = Progress::new(true);
+    let result = synthesize(&Request { topology: &topo, collective, search, limits, progress: &progress });
+    progress.finish();
+    let synthesis = result?;
+    if synthesis.algorithms.is_empty() {
+        match search {
+            Search::Instance { steps, rounds, chunks } if synthesis.complete => {
+                bail!("UNSAT: no {} algorithm on `{}` with steps={steps} rounds={rounds} chunks={chunks}", args.coll.as_deref().unwrap_or(""), topo.name)
+            }
+            _ if synthesis.complete => bail!("no algorithm found within the caps (--max-steps, --max-chunks)"),
+            _ => bail!("time limit of {} s reached before any algorithm was found", args.time_limit),
+        }
+    }
+    let files = write_algorithms(&synthesis.algorithms, &args.out)?;
+    let seconds = started.elapsed().as_secs_f64();
+    if json {
+        let algorithms: Vec<_> = synthesis
+            .algorithms
+            .iter()
+            .zip(&files)
+            .map(|(a, f)| json!({"steps": a.num_steps(), "rounds": a.rounds(), "chunks": a.chunks(), "file": f}))
+            .collect();
+        let doc = json!({
+            "topology": topo.name,
+            "collective": synthesis.algorithms[0].collective.kind.name(),
+            "bounds": synthesis.bounds,
+            "algorithms": algorithms,
+            "complete": synthesis.complete,
+            "seconds": seconds,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    let caps = topo.capacities()?;
+    writeln!(out, "topology {} ({} ranks; capacities in units of {} GB/s), collective {}", topo.name, topo.ranks, caps.unit_gbps, synthesis.algorithms[0].collective.kind)?;
+    writeln!(out, "lower bounds: {} steps, {} rounds per chunk", synthesis.bounds.steps, synthesis.bounds.rounds_per_chunk)?;
+    let sizes: Vec<String> = TABLE_SIZES.iter().map(|(_, l)| format!("{:>12}", format!("t@{l} (us)"))).collect();
+    writeln!(out, "{:>5} {:>6} {:>6} {:>9} {} file", "steps", "rounds", "chunks", "R/C", sizes.join(" "))?;
+    for (a, file) in synthesis.algorithms.iter().zip(&files) {
+        let times: Vec<String> = TABLE_SIZES.iter().map(|(s, _)| format!("{:>12.2}", a.estimated_time_us(&topo, *s))).collect();
+        writeln!(out, "{:>5} {:>6} {:>6} {:>9} {} {}", a.num_steps(), a.rounds(), a.chunks(), a.rounds_per_chunk().to_string(), times.join(" "), file)?;
+    }
+    let status = if synthesis.complete { "complete" } else { "PARTIAL (a cap or the time limit stopped the search)" };
+    writeln!(out, "search {status}; {seconds:.2} s")?;
+    Ok(())
+}
+
+/// Writes each algorithm as `DIR/NAME.json`; returns the paths.
+fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+    algorithms
+        .iter()
+        .map(|a| {
+            let path = dir.join(format!("{}.json", a.name));
+            std::fs::write(&path, serde_json::to_string_pretty(a)?).with_context(|| format!("{}: cannot write", path.display()))?;
+            Ok(path.display().to_string())
+        })
+        .collect()
+}
+
+/// `synth bounds`: the lower bounds of a collective on a topology.
+pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Write) -> Result<()> {
+    let topo = topology::load(topo)?;
+    let collective = load_collective(coll, &topo, root)?;
+    let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
+        vec![
+            (Collective::new(Kind::AllGather, topo.ranks, 0, 1)?, topo.reversed()),
+            (Collective::new(Kind::AllGather, topo.ranks, 0, 1)?, topo.clone()),
+        ]
+    } else if let Some(dual) = collective.dual()? {
+        vec![(dual, topo.reversed())]
+    } else {
+        vec![(collective.clone(), topo.clone())]
+    };
+    let mut steps = 0;
+    let mut rpc = num_rational::Ratio::from_integer(0u64);
+    for (c, t) in &parts {
+        let b = lower_bounds(t, c)?;
+        steps += b.steps;
+        rpc += b.rounds_per_chunk;
+    }
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&json!({"topology": topo.name, "collective": collective.kind.name(), "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()}}))?)?;
+    } else {
+        writeln!(out, "{} on {}: at least {steps} steps and {rpc} rounds per chunk", collective.kind, topo.name)?;
+    }
+    Ok(())
+}

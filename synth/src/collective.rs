@@ -1,0 +1,302 @@
+//! Collectives as lists of chunks with pre/postconditions and addresses (DESIGN §2).
+//!
+//! A chunk starts on the ranks of its precondition and must end on the ranks of its
+//! postcondition. Chunks that share an address are reduced together (combining
+//! collectives); such collectives are solved as the non-combining dual on the reversed
+//! topology ([`Collective::dual`]).
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// The collectives synth knows by name, plus user-defined ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Every rank's chunk ends on every rank.
+    AllGather,
+    /// Every rank ends with the sum of its slice of every rank's input.
+    ReduceScatter,
+    /// Every rank ends with the sum of every rank's input.
+    AllReduce,
+    /// Rank r's block for rank d ends on rank d.
+    AllToAll,
+    /// The root's buffer ends on every rank.
+    Broadcast,
+    /// The root ends with the sum of every rank's input.
+    Reduce,
+    /// Every rank's chunk ends on the root.
+    Gather,
+    /// The root's slice for rank r ends on rank r.
+    Scatter,
+    /// Chunks read from a file.
+    Custom,
+}
+
+impl Kind {
+    /// Every named kind with the spelling the CLI accepts.
+    pub const NAMED: [(Kind, &'static str); 8] = [
+        (Kind::AllGather, "allgather"),
+        (Kind::ReduceScatter, "reducescatter"),
+        (Kind::AllReduce, "allreduce"),
+        (Kind::AllToAll, "alltoall"),
+        (Kind::Broadcast, "broadcast"),
+        (Kind::Reduce, "reduce"),
+        (Kind::Gather, "gather"),
+        (Kind::Scatter, "scatter"),
+    ];
+
+    /// The canonical lower-case name (`allgather`, `reducescatter`, ...).
+    pub fn name(self) -> &'static str {
+        Kind::NAMED
+            .iter()
+            .find(|(k, _)| *k == self)
+            .map_or("custom", |(_, n)| n)
+    }
+
+    /// Whether the collective has a root rank.
+    pub fn is_rooted(self) -> bool {
+        matches!(self, Kind::Broadcast | Kind::Reduce | Kind::Gather | Kind::Scatter)
+    }
+
+    /// How many of the collective's original (unsplit) chunks make up one user buffer, so
+    /// that a chunk of an algorithm with C chunks per original chunk has `size / (units × C)`
+    /// bytes, where `size` is the nccl-tests message size.
+    pub fn units_per_buffer(self, ranks: usize) -> usize {
+        match self {
+            Kind::Broadcast | Kind::Reduce | Kind::Custom => 1,
+            _ => ranks,
+        }
+    }
+
+    /// The runtime-IR collective this kind lowers to.
+    pub fn to_ir(self) -> Option<runtime::ir::Collective> {
+        use runtime::ir::Collective as C;
+        Some(match self {
+            Kind::AllGather => C::AllGather,
+            Kind::ReduceScatter => C::ReduceScatter,
+            Kind::AllReduce => C::AllReduce,
+            Kind::AllToAll => C::AllToAll,
+            Kind::Broadcast => C::Broadcast,
+            Kind::Reduce => C::Reduce,
+            Kind::Gather => C::Gather,
+            Kind::Scatter => C::Scatter,
+            Kind::Custom => return None,
+        })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Kind> {
+        let norm: String = s
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Kind::NAMED
+            .iter()
+            .find(|(_, n)| *n == norm)
+            .map(|(k, _)| *k)
+            .with_context(|| {
+                let names: Vec<_> = Kind::NAMED.iter().map(|(_, n)| *n).collect();
+                format!(
+                    "unknown collective `{s}` (known: {}; or a custom collective file .toml/.json)",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// One chunk of a collective.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// Ranks holding the chunk at the start.
+    pub pre: Vec<usize>,
+    /// Ranks that must hold it (fully reduced, for combining chunks) at the end.
+    pub post: Vec<usize>,
+    /// Buffer address; chunks sharing one are reduced together.
+    pub address: usize,
+}
+
+/// A collective over `ranks` ranks, already split into `chunks_per_rank` pieces (C).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Collective {
+    /// Which collective this is.
+    pub kind: Kind,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Root rank for rooted collectives (0 otherwise).
+    pub root: usize,
+    /// C: how many pieces every original chunk was split into.
+    pub chunks_per_rank: usize,
+    /// The chunks; for non-combining collectives address `i` belongs to chunk `i`.
+    pub chunks: Vec<Chunk>,
+}
+
+impl Collective {
+    /// The named collective `kind` on `ranks` ranks, each original chunk split in `c` pieces.
+    pub fn new(kind: Kind, ranks: usize, root: usize, c: usize) -> Result<Collective> {
+        if ranks < 2 {
+            bail!("a collective needs at least 2 ranks (got {ranks})");
+        }
+        if c == 0 {
+            bail!("chunks must be at least 1");
+        }
+        if kind.is_rooted() && root >= ranks {
+            bail!("--root {root} is out of range: the topology has ranks 0..{}", ranks - 1);
+        }
+        let all: Vec<usize> = (0..ranks).collect();
+        let mut chunks = Vec::new();
+        let mut push = |pre: Vec<usize>, post: Vec<usize>, address: usize| {
+            chunks.push(Chunk { pre, post, address })
+        };
+        match kind {
+            Kind::AllGather | Kind::Gather => {
+                for r in 0..ranks {
+                    for k in 0..c {
+                        let post = if kind == Kind::Gather { vec![root] } else { all.clone() };
+                        push(vec![r], post, r * c + k);
+                    }
+                }
+            }
+            Kind::Broadcast => (0..c).for_each(|k| push(vec![root], all.clone(), k)),
+            Kind::Scatter => {
+                for r in 0..ranks {
+                    (0..c).for_each(|k| push(vec![root], vec![r], r * c + k));
+                }
+            }
+            Kind::AllToAll => {
+                for dst in 0..ranks {
+                    for src in 0..ranks {
+                        (0..c).for_each(|k| push(vec![src], vec![dst], (dst * ranks + src) * c + k));
+                    }
+                }
+            }
+            Kind::ReduceScatter | Kind::AllReduce => {
+                for owner in 0..ranks {
+                    for k in 0..c {
+                        let post = if kind == Kind::AllReduce { all.clone() } else { vec![owner] };
+                        for contributor in 0..ranks {
+                            push(vec![contributor], post.clone(), owner * c + k);
+                        }
+                    }
+                }
+            }
+            Kind::Reduce => {
+                for k in 0..c {
+                    for contributor in 0..ranks {
+                        push(vec![contributor], vec![root], k);
+                    }
+                }
+            }
+            Kind::Custom => bail!("custom collectives are read with Collective::from_file"),
+        }
+        Ok(Collective { kind, ranks, root, chunks_per_rank: c, chunks })
+    }
+
+    /// A custom collective from a TOML or JSON file (`ranks = N` and `[[chunk]]` entries
+    /// with `pre`, `post` and optional `address`), each chunk split in `c` pieces.
+    pub fn from_file(path: &str, c: usize) -> Result<Collective> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileChunk {
+            pre: Vec<usize>,
+            post: Vec<usize>,
+            address: Option<usize>,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct File {
+            ranks: usize,
+            #[serde(rename = "chunk")]
+            chunks: Vec<FileChunk>,
+        }
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        let file: File = if path.ends_with(".json") {
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()))?
+        } else {
+            toml::from_str(&text).map_err(|e| crate::util::toml_error(path, &text, &e))?
+        };
+        if c == 0 {
+            bail!("chunks must be at least 1");
+        }
+        let mut chunks = Vec::new();
+        for (i, fc) in file.chunks.iter().enumerate() {
+            for (field, list) in [("pre", &fc.pre), ("post", &fc.post)] {
+                if let Some(r) = list.iter().find(|&&r| r >= file.ranks) {
+                    bail!("{path}: chunk[{i}].{field}: rank {r} out of range (ranks = {})", file.ranks);
+                }
+            }
+            if fc.pre.is_empty() {
+                bail!("{path}: chunk[{i}].pre: a chunk must start on at least one rank");
+            }
+            let address = fc.address.unwrap_or(i);
+            for k in 0..c {
+                chunks.push(Chunk { pre: fc.pre.clone(), post: fc.post.clone(), address: address * c + k });
+            }
+        }
+        if chunks.is_empty() {
+            bail!("{path}: no [[chunk]] entries");
+        }
+        let collective = Collective { kind: Kind::Custom, ranks: file.ranks, root: 0, chunks_per_rank: c, chunks };
+        collective.dual().with_context(|| format!("{path}: unsupported combining chunks"))?;
+        Ok(collective)
+    }
+
+    /// Number of distinct addresses.
+    pub fn addresses(&self) -> usize {
+        self.chunks.iter().map(|c| c.address + 1).max().unwrap_or(0)
+    }
+
+    /// Whether some address is shared by several chunks (so they must be reduced).
+    pub fn is_combining(&self) -> bool {
+        self.by_address().values().any(|v| v.len() > 1)
+    }
+
+    /// Chunk indices grouped by address.
+    pub fn by_address(&self) -> BTreeMap<usize, Vec<usize>> {
+        let mut map: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, c) in self.chunks.iter().enumerate() {
+            map.entry(c.address).or_default().push(i);
+        }
+        map
+    }
+
+    /// For a combining collective whose addresses each end on one rank (reduce-scatter,
+    /// reduce, gather-like custom ones): the non-combining dual, where each address
+    /// starts on that rank and must reach every contributor. Solving the dual on the
+    /// reversed topology and reversing the result gives the combining algorithm.
+    /// Returns `Ok(None)` for non-combining collectives.
+    pub fn dual(&self) -> Result<Option<Collective>> {
+        if !self.is_combining() {
+            return Ok(None);
+        }
+        let mut chunks = Vec::new();
+        for (address, members) in self.by_address() {
+            let post = &self.chunks[members[0]].post;
+            if post.len() != 1 || members.iter().any(|&m| &self.chunks[m].post != post) {
+                bail!("address {address} is reduced onto several ranks; only single-destination reductions (and allreduce) are supported");
+            }
+            let mut contributors: Vec<usize> =
+                members.iter().flat_map(|&m| self.chunks[m].pre.clone()).collect();
+            contributors.sort_unstable();
+            contributors.dedup();
+            chunks.push(Chunk { pre: post.clone(), post: contributors, address });
+        }
+        let kind = match self.kind {
+            Kind::ReduceScatter => Kind::AllGather,
+            Kind::Reduce => Kind::Broadcast,
+            other => other,
+        };
+        Ok(Some(Collective { kind, ranks: self.ranks, root: self.root, chunks_per_rank: self.chunks_per_rank, chunks }))
+    }
+}

@@ -1,0 +1,14 @@
+//! synth: synthesizes collective-communication algorithms for GPU fabrics, proves them
+//! correct, lowers them to the MSCCL IR and runs them (see `../shared/DESIGN.md`).
+
+pub mod algorithm;
+pub mod bounds;
+pub mod check;
+pub mod cli;
+pub mod collective;
+pub mod lower;
+pub mod progress;
+pub mod smt;
+pub mod synthesize;
+pub mod topology;
+pub mod util;

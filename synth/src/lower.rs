@@ -1,0 +1,296 @@
+//! Lowering: a checked [`Algorithm`] becomes a runtime [`Program`] (the MSCCL IR).
+//!
+//! Buffers: each address has an input slot on the ranks that start with it and an output
+//! slot on the ranks that must end with it (layouts of `runtime::semantics`, in place or out
+//! of place); data that only passes through a rank lands in scratch. Partial sums of
+//! combining steps accumulate in the output slot (or, where the user's buffers must not be
+//! touched, in scratch). Threadblocks: one per (peer, direction, channel) plus one for local
+//! copies. Instances: the algorithm is refined N× and piece j runs on channel j.
+//! Dependencies: from per-slot read/write sets in algorithm order (read-after-write,
+//! write-after-read, write-after-write), keeping the latest step per producer threadblock.
+
+use crate::algorithm::Algorithm;
+use crate::collective::Kind;
+use anyhow::{bail, Context, Result};
+use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use std::collections::HashMap;
+
+/// How to lower.
+#[derive(Debug, Clone)]
+pub struct LowerOptions {
+    /// XML dialect; `Rccl` forbids fused instructions.
+    pub flavor: Flavor,
+    /// Lower for aliased send/receive buffers.
+    pub inplace: bool,
+    /// Replicate over this many channels, each piece of every chunk on its own channel.
+    pub instances: usize,
+    /// NCCL protocol written in the program.
+    pub protocol: Protocol,
+    /// Smallest message size (bytes) the program is selected for.
+    pub min_bytes: u64,
+    /// Largest message size (bytes, inclusive; 0 = no limit).
+    pub max_bytes: u64,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions { flavor: Flavor::Nccl, inplace: false, instances: 1, protocol: Protocol::Simple, min_bytes: 0, max_bytes: 0 }
+    }
+}
+
+/// Which threadblock an instruction runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum TbKey {
+    Local,
+    Send { peer: usize, channel: usize },
+    Recv { peer: usize, channel: usize },
+}
+
+/// One rank's instructions in algorithm order, before threadblock ids are fixed.
+#[derive(Default)]
+struct RankCode {
+    ops: Vec<(TbKey, Step)>,
+    scratch: usize,
+}
+
+impl RankCode {
+    fn scratch_slot(&mut self) -> Slot {
+        self.scratch += 1;
+        Slot::new(Buffer::Scratch, self.scratch - 1)
+    }
+}
+
+/// The buffer layout of a collective: where each address starts and must end on a rank.
+struct Layout {
+    kind: Kind,
+    ranks: usize,
+    c: usize,
+    inplace: bool,
+}
+
+impl Layout {
+    /// The canonical buffer of in-place programs (the one msccl-tools addresses).
+    fn aliased(&self) -> Buffer {
+        match self.kind {
+            Kind::AllGather | Kind::Gather => Buffer::Output,
+            _ => Buffer::Input,
+        }
+    }
+
+    fn slot(&self, buffer: Buffer, offset: usize) -> Slot {
+        Slot::new(if self.inplace { self.aliased() } else { buffer }, offset)
+    }
+
+    /// Where `rank`'s own data for `address` starts.
+    fn input(&self, address: usize) -> Slot {
+        let (n, c) = (self.ranks, self.c);
+        match self.kind {
+            Kind::AllGather | Kind::Gather if self.inplace => Slot::new(Buffer::Output, address),
+            Kind::AllGather | Kind::Gather => Slot::new(Buffer::Input, address % c),
+            Kind::AllToAll => {
+                let (dst, piece) = (address / (n * c), address % c);
+                Slot::new(Buffer::Input, dst * c + piece)
+            }
+            _ => Slot::new(Buffer::Input, address),
+        }
+    }
+
+    /// Where `address` must end on a rank of its postcondition.
+    fn output(&self, address: usize) -> Slot {
+        let (n, c) = (self.ranks, self.c);
+        match self.kind {
+            Kind::AllToAll => {
+                let src = (address / c) % n;
+                self.slot(Buffer::Output, src * c + address % c)
+            }
+            Kind::ReduceScatter | Kind::Scatter if self.inplace => Slot::new(Buffer::Input, address),
+            Kind::ReduceScatter | Kind::Scatter => Slot::new(Buffer::Output, address % c),
+            _ => self.slot(Buffer::Output, address),
+        }
+    }
+
+    /// Full extents of (input, output) in chunks.
+    fn extents(&self) -> (usize, usize) {
+        let total = self.kind.units_per_buffer(self.ranks) * self.c;
+        match self.kind {
+            Kind::AllGather | Kind::Gather => (self.c, total),
+            Kind::ReduceScatter | Kind::Scatter => (total, self.c),
+            _ => (total, total),
+        }
+    }
+}
+
+/// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
+pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    let kind = algorithm.collective.kind;
+    let collective = kind.to_ir().context("custom collectives have no MSCCL collective name and cannot be lowered")?;
+    if options.instances == 0 {
+        bail!("--instances must be at least 1");
+    }
+    let instances = options.instances;
+    let algorithm = if instances > 1 { algorithm.refined(algorithm.chunks() * instances) } else { algorithm.clone() };
+    let coll = &algorithm.collective;
+    let n = coll.ranks;
+    let layout = Layout { kind, ranks: n, c: coll.chunks_per_rank, inplace: options.inplace };
+    let fused = options.flavor != Flavor::Rccl;
+    let channel_of = |address: usize| address % instances;
+
+    let mut code: Vec<RankCode> = (0..n).map(|_| RankCode::default()).collect();
+    // Where each (rank, address) value currently lives.
+    let mut location: HashMap<(usize, usize), Slot> = HashMap::new();
+    let by_address = coll.by_address();
+    for (&address, members) in &by_address {
+        let post = &coll.chunks[members[0]].post;
+        for &m in members {
+            for &r in &coll.chunks[m].pre {
+                let input = layout.input(address);
+                location.insert((r, address), input);
+                let output = layout.output(address);
+                let combining = members.len() > 1;
+                if !combining && post.contains(&r) && input != output {
+                    code[r].ops.push((TbKey::Local, Step::new(Op::Copy, input, output, 1)));
+                }
+            }
+        }
+    }
+
+    for step in &algorithm.steps {
+        let mut sends = step.sends.clone();
+        sends.sort_by_key(|s| (s.src, s.dst, s.chunk));
+        // All sends read the state before the step.
+        let sources: Vec<Slot> = sends
+            .iter()
+            .map(|s| location.get(&(s.src, s.chunk)).copied().with_context(|| format!("internal error: rank {} sends chunk {} it does not hold", s.src, s.chunk)))
+            .collect::<Result<_>>()?;
+        for (send, src_slot) in sends.iter().zip(sources) {
+            let (u, v, a) = (send.src, send.dst, send.chunk);
+            let channel = channel_of(a);
+            let post = coll.chunks[by_address[&a][0]].post.contains(&v);
+            let recv_key = TbKey::Recv { peer: u, channel };
+            let landing = if step.reduce {
+                let current = location.get(&(v, a)).copied();
+                let acc = accumulator(&layout, &mut code[v], current, a, post);
+                match current {
+                    Some(cur) if fused => {
+                        code[v].ops.push((recv_key, Step::new(Op::RecvReduceCopy, cur, acc, 1)));
+                        acc
+                    }
+                    Some(cur) => {
+                        let tmp = code[v].scratch_slot();
+                        code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, tmp, 1)));
+                        if cur != acc {
+                            code[v].ops.push((recv_key, Step::new(Op::Copy, cur, acc, 1)));
+                        }
+                        code[v].ops.push((recv_key, Step::new(Op::Reduce, tmp, acc, 1)));
+                        acc
+                    }
+                    None => {
+                        code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, acc, 1)));
+                        acc
+                    }
+                }
+            } else {
+                let dst = if post { layout.output(a) } else { location.get(&(v, a)).copied().unwrap_or_else(|| code[v].scratch_slot()) };
+                code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, dst, 1)));
+                dst
+            };
+            code[u].ops.push((TbKey::Send { peer: v, channel }, Step::new(Op::Send, src_slot, landing, 1)));
+            location.insert((v, a), landing);
+        }
+    }
+    let (input_extent, output_extent) = layout.extents();
+    let gpus = code.into_iter().enumerate().map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent)).collect();
+    Ok(Program {
+        name: algorithm.name.clone(),
+        collective,
+        root: coll.root,
+        protocol: options.protocol,
+        ngpus: n,
+        nchunksperloop: kind.units_per_buffer(n) * coll.chunks_per_rank,
+        inplace: options.inplace,
+        outofplace: !options.inplace,
+        min_bytes: options.min_bytes,
+        max_bytes: options.max_bytes,
+        gpus,
+    })
+}
+
+/// Where a rank accumulates partial sums of `address`: its output slot if it must end with
+/// the result, the address's own slot in place (the user's buffer is ours to use), else
+/// scratch (out of place, the input must stay intact).
+fn accumulator(layout: &Layout, rc: &mut RankCode, current: Option<Slot>, address: usize, post: bool) -> Slot {
+    if post || layout.kind == Kind::AllReduce {
+        return layout.output(address);
+    }
+    match current {
+        Some(slot) if slot.buffer == Buffer::Scratch || layout.inplace => slot,
+        _ => rc.scratch_slot(),
+    }
+}
+
+/// Assigns threadblock ids, computes dependencies and extents for one rank.
+fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usize) -> Gpu {
+    let mut keys: Vec<TbKey> = rc.ops.iter().map(|(k, _)| *k).collect();
+    keys.sort();
+    keys.dedup();
+    let tb_of: HashMap<TbKey, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+    let mut threadblocks: Vec<Threadblock> = keys
+        .iter()
+        .map(|k| match *k {
+            TbKey::Local => Threadblock { send: None, recv: None, channel: 0, steps: vec![] },
+            TbKey::Send { peer, channel } => Threadblock { send: Some(peer), recv: None, channel, steps: vec![] },
+            TbKey::Recv { peer, channel } => Threadblock { send: None, recv: Some(peer), channel, steps: vec![] },
+        })
+        .collect();
+    let mut last_writer: HashMap<Slot, Dep> = HashMap::new();
+    let mut readers: HashMap<Slot, Vec<Dep>> = HashMap::new();
+    let (mut uses_input, mut uses_output) = (false, false);
+    for (key, mut step) in rc.ops {
+        let tb = tb_of[&key];
+        let here = Dep { tb, step: threadblocks[tb].steps.len() };
+        let reads: Vec<Slot> = match step.op {
+            Op::Send | Op::Copy => vec![step.src],
+            Op::RecvReduceCopy => vec![step.src],
+            Op::Reduce => vec![step.src, step.dst],
+            _ => vec![],
+        };
+        let writes: Vec<Slot> = match step.op {
+            Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => vec![step.dst],
+            _ => vec![],
+        };
+        for slot in reads.iter().chain(&writes) {
+            uses_input |= slot.buffer == Buffer::Input;
+            uses_output |= slot.buffer == Buffer::Output;
+        }
+        let mut deps: Vec<Dep> = Vec::new();
+        for slot in reads.iter().chain(&writes) {
+            deps.extend(last_writer.get(slot));
+        }
+        for slot in &writes {
+            deps.extend(readers.get(slot).into_iter().flatten());
+        }
+        let mut latest: HashMap<usize, usize> = HashMap::new();
+        for d in deps.into_iter().filter(|d| d.tb != tb) {
+            let e = latest.entry(d.tb).or_insert(d.step);
+            *e = (*e).max(d.step);
+        }
+        let mut deps: Vec<Dep> = latest.into_iter().map(|(tb, step)| Dep { tb, step }).collect();
+        deps.sort_by_key(|d| (d.tb, d.step));
+        step.deps = deps;
+        for slot in &reads {
+            readers.entry(*slot).or_default().push(here);
+        }
+        for slot in &writes {
+            last_writer.insert(*slot, here);
+            readers.remove(slot);
+        }
+        threadblocks[tb].steps.push(step);
+    }
+    Gpu {
+        rank,
+        input_chunks: if uses_input { input_extent } else { 0 },
+        output_chunks: if uses_output { output_extent } else { 0 },
+        scratch_chunks: rc.scratch,
+        threadblocks,
+    }
+}

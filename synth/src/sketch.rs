@@ -1,0 +1,679 @@
+//! Communication sketches (TACCL-style): a small TOML file that restricts what the MILP
+//! encoding ([`crate::milp`]) may do, so that it scales to multi-node fabrics.
+//!
+//! A sketch says which links may carry data inside a node and across nodes, which ranks may
+//! forward a chunk, which rotations of the fabric the algorithm must be invariant under, how
+//! finely chunks are split and the solver's hyperparameters. Every field is optional; an
+//! empty sketch allows every link and has no symmetry.
+//!
+//! ```toml
+//! description = "DGX-A100 nodes: NVSwitch inside, each GPU relays over its own NIC"
+//!
+//! # Links that may carry data inside a node:
+//! #   "switch" every link inside a node (NVSwitch); implies forward = "entry"
+//! #   "all"    every link inside a node
+//! #   "ring"   local GPU i to i+1 and i-1 (mod GPUs per node); the links must exist
+//! #   "none"   no intra-node link
+//! #   [[0, 1], [1, 0], ...] explicit pairs of local GPU indices, in every node
+//! intranode = "switch"
+//!
+//! # Links that may carry data across nodes: "all" (default), "none", or a table:
+//! #   strategy = "relay": GPU i of one node talks only to GPU i of other nodes
+//! #              (map = "same-local-index", the only map), restricted to the local GPU
+//! #              indices in `gpus` (default: every GPU with an inter-node link)
+//! #   pairs = [[0, 8], [8, 0]]: explicit (src, dst) rank pairs instead of a strategy
+//! internode = { strategy = "relay", map = "same-local-index" }
+//!
+//! # Which ranks may forward a chunk: "any" (default unless intranode = "switch") or
+//! # "entry": only the chunk's source and the ranks that received it across nodes send it
+//! # on (no multi-hop forwarding inside a node).
+//! forward = "entry"
+//!
+//! # Rotational symmetry: rank r maps to (r / group) * group + (r % group + offset) % group
+//! # (group defaults to every rank). The algorithm sends rot(c) over rot(u)->rot(v) in step s
+//! # whenever it sends c over u->v in step s. Each rotation must map the fabric (links,
+//! # bandwidths, latencies, switch constraints, nodes) and the sketch's links to themselves.
+//! symmetry = [{ offset = 8 }, { offset = 1, group = 8 }]
+//!
+//! # Hyperparameters: pieces each chunk is split into (one model per value), the range of
+//! # step counts (a model for C pieces has min(max, max(min, hops + C - 1)) steps, where hops
+//! # is the least number of hops under the sketch; unused steps cost nothing), the target
+//! # sizes in bytes (numbers or "1KB", "1MB", "1GB"; nccl-tests sizes), the solver's time
+//! # limit per model in seconds and its relative MIP gap.
+//! chunks = [1, 6]
+//! steps = [2, 8]
+//! sizes = ["1KB", "1MB", "1GB"]
+//! time_limit = 20.0
+//! gap = 0.01
+//! ```
+//!
+//! Errors are one line: the file, the field and the reason; those that need the fabric
+//! (unknown ranks, relays without an inter-node link, symmetries that do not map the fabric to
+//! itself, sketches that make the collective impossible) come from [`Sketch::routing`] and
+//! [`Routing::check_collective`].
+
+use crate::collective::Collective;
+use crate::topology::Topology;
+use anyhow::{bail, Result};
+use std::collections::{HashMap, VecDeque};
+use toml::Value;
+
+/// Which intra-node links may carry data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intranode {
+    /// Every intra-node link, forwarding only from entry ranks by default.
+    Switch,
+    /// Every intra-node link.
+    All,
+    /// Local GPU i to i±1 (mod GPUs per node).
+    Ring,
+    /// No intra-node link.
+    None,
+    /// Explicit (src, dst) pairs of local GPU indices, applied in every node.
+    Pairs(Vec<(usize, usize)>),
+}
+
+/// Which inter-node links may carry data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Internode {
+    /// Every inter-node link.
+    All,
+    /// No inter-node link.
+    None,
+    /// GPU i talks only to GPU i of other nodes; `gpus` restricts the local indices.
+    Relay { gpus: Option<Vec<usize>> },
+    /// Explicit (src, dst) rank pairs.
+    Pairs(Vec<(usize, usize)>),
+}
+
+/// Which ranks may forward a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// Any rank holding it.
+    Any,
+    /// Only its source and the ranks that received it across nodes.
+    Entry,
+}
+
+/// One rotation: `r -> (r / group) * group + (r % group + offset) % group`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// How far ranks move within their group.
+    pub offset: usize,
+    /// Size of the blocks of ranks that rotate (`None`: all ranks).
+    pub group: Option<usize>,
+}
+
+impl Rotation {
+    /// The rank permutation on `ranks` ranks.
+    pub fn permutation(&self, ranks: usize) -> Vec<usize> {
+        let g = self.group.unwrap_or(ranks);
+        (0..ranks).map(|r| (r / g) * g + (r % g + self.offset) % g).collect()
+    }
+}
+
+/// A parsed sketch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sketch {
+    /// Where it came from (file name), used in every error.
+    pub label: String,
+    /// Intra-node links allowed.
+    pub intranode: Intranode,
+    /// Inter-node links allowed.
+    pub internode: Internode,
+    /// Forwarding rule (`None`: the default for `intranode`).
+    pub forward: Option<Forward>,
+    /// Rotational symmetries.
+    pub symmetry: Vec<Rotation>,
+    /// Piece counts C to try.
+    pub chunks: Vec<usize>,
+    /// Range of step counts (`None`: no bound).
+    pub steps: (usize, Option<usize>),
+    /// Target sizes in bytes (nccl-tests sizes).
+    pub sizes: Vec<f64>,
+    /// Time limit per model in seconds.
+    pub time_limit: f64,
+    /// Relative MIP gap.
+    pub gap: f64,
+}
+
+/// Default target sizes: 1 KB, 1 MB, 1 GB.
+pub const DEFAULT_SIZES: [f64; 3] = [1e3, 1e6, 1e9];
+
+impl Default for Sketch {
+    fn default() -> Sketch {
+        Sketch {
+            label: "(no sketch)".into(),
+            intranode: Intranode::All,
+            internode: Internode::All,
+            forward: None,
+            symmetry: Vec::new(),
+            chunks: vec![1, 2, 3],
+            steps: (1, None),
+            sizes: DEFAULT_SIZES.to_vec(),
+            time_limit: 20.0,
+            gap: 0.01,
+        }
+    }
+}
+
+const FIELDS: [&str; 10] =
+    ["description", "intranode", "internode", "forward", "symmetry", "chunks", "steps", "sizes", "time_limit", "gap"];
+
+impl Sketch {
+    /// Reads a sketch file.
+    pub fn load(path: &str) -> Result<Sketch> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
+        Sketch::parse(path, &text)
+    }
+
+    /// Parses sketch TOML `text`; `label` names it in errors.
+    pub fn parse(label: &str, text: &str) -> Result<Sketch> {
+        let table: toml::Table = toml::from_str(text).map_err(|e| crate::util::toml_error(label, text, &e))?;
+        let err = |field: &str, reason: String| anyhow::anyhow!("{label}: {field}: {reason}");
+        let mut sketch = Sketch { label: label.to_string(), ..Sketch::default() };
+        for (key, value) in &table {
+            match key.as_str() {
+                "description" => {
+                    if !value.is_str() {
+                        return Err(err(key, "expected a string".into()));
+                    }
+                }
+                "intranode" => sketch.intranode = parse_intranode(value).map_err(|r| err(key, r))?,
+                "internode" => sketch.internode = parse_internode(value).map_err(|r| err(key, r))?,
+                "forward" => {
+                    sketch.forward = Some(match value.as_str() {
+                        Some("any") => Forward::Any,
+                        Some("entry") => Forward::Entry,
+                        _ => return Err(err(key, format!("expected \"any\" or \"entry\", got {value}"))),
+                    })
+                }
+                "symmetry" => sketch.symmetry = parse_symmetry(value).map_err(|r| err(key, r))?,
+                "chunks" => {
+                    let list = match value {
+                        Value::Array(_) => uints(value),
+                        _ => uint(value).map(|c| vec![c]),
+                    }
+                    .map_err(|r| err(key, r))?;
+                    if list.is_empty() || list.contains(&0) {
+                        return Err(err(key, "expected one or more chunk counts >= 1".into()));
+                    }
+                    sketch.chunks = list;
+                }
+                "steps" => {
+                    sketch.steps = match value {
+                        Value::Array(_) => match uints(value).map_err(|r| err(key, r))?.as_slice() {
+                            [lo, hi] if lo <= hi && *lo >= 1 => (*lo, Some(*hi)),
+                            _ => return Err(err(key, "expected [min, max] with 1 <= min <= max".into())),
+                        },
+                        _ => {
+                            let s = uint(value).map_err(|r| err(key, r))?;
+                            if s == 0 {
+                                return Err(err(key, "steps must be at least 1".into()));
+                            }
+                            (s, Some(s))
+                        }
+                    }
+                }
+                "sizes" => {
+                    let Value::Array(items) = value else { return Err(err(key, "expected a list of sizes".into())) };
+                    let sizes = items.iter().map(parse_size).collect::<Result<Vec<_>, _>>().map_err(|r| err(key, r))?;
+                    if sizes.is_empty() {
+                        return Err(err(key, "expected at least one size".into()));
+                    }
+                    sketch.sizes = sizes;
+                }
+                "time_limit" | "gap" => {
+                    let v = number(value).map_err(|r| err(key, r))?;
+                    if !(v.is_finite() && v > 0.0) || (key == "gap" && v >= 1.0) {
+                        return Err(err(key, format!("{v} is out of range")));
+                    }
+                    if key == "gap" {
+                        sketch.gap = v;
+                    } else {
+                        sketch.time_limit = v;
+                    }
+                }
+                other => return Err(err(other, format!("unknown field (known: {})", FIELDS.join(", ")))),
+            }
+        }
+        Ok(sketch)
+    }
+
+    /// The forwarding rule in force.
+    pub fn forward_rule(&self) -> Forward {
+        self.forward.unwrap_or(if self.intranode == Intranode::Switch { Forward::Entry } else { Forward::Any })
+    }
+
+    /// The same sketch for the reversed fabric (combining collectives are solved as their
+    /// dual there): explicit link pairs are flipped.
+    pub fn reversed(&self) -> Sketch {
+        let flip = |v: &Vec<(usize, usize)>| v.iter().map(|&(a, b)| (b, a)).collect();
+        let mut s = self.clone();
+        if let Intranode::Pairs(p) = &self.intranode {
+            s.intranode = Intranode::Pairs(flip(p));
+        }
+        if let Internode::Pairs(p) = &self.internode {
+            s.internode = Internode::Pairs(flip(p));
+        }
+        s
+    }
+
+    /// Resolves the sketch on `topology`: which links may carry data, and the rank
+    /// permutations of its symmetries. Fails, naming the field, on unknown ranks, relays
+    /// without an inter-node link and symmetries that do not map the fabric to itself.
+    pub fn routing(&self, topology: &Topology) -> Result<Routing> {
+        let label = &self.label;
+        let n = topology.ranks;
+        let local = local_indices(topology);
+        let node_size = |r: usize| topology.node_of.iter().filter(|&&k| k == topology.node_of[r]).count();
+        let link_index: HashMap<(usize, usize), usize> =
+            topology.links.iter().enumerate().map(|(i, l)| ((l.src, l.dst), i)).collect();
+        let mut allowed = vec![false; topology.links.len()];
+        let max_local = (0..n).map(node_size).max().unwrap_or(0);
+        // Intra-node links.
+        let rank_of = |node: usize, i: usize| (0..n).find(|&r| topology.node_of[r] == node && local[r] == i);
+        match &self.intranode {
+            Intranode::Switch | Intranode::All => {
+                for (i, l) in topology.links.iter().enumerate() {
+                    allowed[i] |= topology.node_of[l.src] == topology.node_of[l.dst];
+                }
+            }
+            Intranode::None => {}
+            Intranode::Ring | Intranode::Pairs(_) => {
+                let mut pairs = Vec::new();
+                if let Intranode::Pairs(p) = &self.intranode {
+                    for (k, &(a, b)) in p.iter().enumerate() {
+                        if a.max(b) >= max_local {
+                            bail!("{label}: intranode[{k}]: unknown rank: local GPU {} (nodes have {max_local} GPUs)", a.max(b));
+                        }
+                        pairs.push((a, b));
+                    }
+                }
+                for node in 0..topology.nodes() {
+                    let members: Vec<usize> = (0..n).filter(|&r| topology.node_of[r] == node).collect();
+                    let g = members.len();
+                    let node_pairs: Vec<(usize, usize)> = if self.intranode == Intranode::Ring {
+                        if g < 2 {
+                            continue;
+                        }
+                        (0..g).flat_map(|i| [(i, (i + 1) % g), ((i + 1) % g, i)]).collect()
+                    } else {
+                        pairs.clone()
+                    };
+                    for (a, b) in node_pairs {
+                        let (Some(u), Some(v)) = (rank_of(node, a), rank_of(node, b)) else {
+                            bail!("{label}: intranode: node {node} has no local GPU {}", a.max(b));
+                        };
+                        match link_index.get(&(u, v)) {
+                            Some(&i) => allowed[i] = true,
+                            None => bail!("{label}: intranode: node {node} has no link {u}->{v} (local GPUs {a}->{b})"),
+                        }
+                    }
+                }
+            }
+        }
+        // Inter-node links.
+        let crosses = |i: usize| {
+            let l = &topology.links[i];
+            topology.node_of[l.src] != topology.node_of[l.dst]
+        };
+        match &self.internode {
+            Internode::All => (0..allowed.len()).filter(|&i| crosses(i)).for_each(|i| allowed[i] = true),
+            Internode::None => {}
+            Internode::Pairs(pairs) => {
+                for (k, &(u, v)) in pairs.iter().enumerate() {
+                    if u.max(v) >= n {
+                        bail!("{label}: internode.pairs[{k}]: unknown rank {} (topology `{}` has ranks 0..{})", u.max(v), topology.name, n - 1);
+                    }
+                    if topology.node_of[u] == topology.node_of[v] {
+                        bail!("{label}: internode.pairs[{k}]: ranks {u} and {v} are on the same node");
+                    }
+                    match link_index.get(&(u, v)) {
+                        Some(&i) => allowed[i] = true,
+                        None => bail!("{label}: internode.pairs[{k}]: rank {u} has no inter-node link to rank {v} (no NIC path)"),
+                    }
+                }
+            }
+            Internode::Relay { gpus } => {
+                if let Some(list) = gpus {
+                    if let Some(&i) = list.iter().find(|&&i| i >= max_local) {
+                        bail!("{label}: internode.gpus: unknown rank: local GPU {i} (nodes have {max_local} GPUs)");
+                    }
+                }
+                let relays = |r: usize| gpus.as_ref().is_none_or(|list| list.contains(&local[r]));
+                for u in (0..n).filter(|&u| relays(u)) {
+                    let peers: Vec<usize> =
+                        (0..n).filter(|&v| topology.node_of[v] != topology.node_of[u] && local[v] == local[u]).collect();
+                    let has_nic = peers.iter().any(|&v| link_index.contains_key(&(u, v)));
+                    if gpus.is_some() {
+                        if let Some(&v) = peers.iter().find(|&&v| !link_index.contains_key(&(u, v))) {
+                            bail!(
+                                "{label}: internode.gpus: relay rank {u} (node {}, GPU {}) has no inter-node link to rank {v}: no NIC there",
+                                topology.node_of[u],
+                                local[u]
+                            );
+                        }
+                    }
+                    if has_nic {
+                        for v in peers {
+                            if let Some(&i) = link_index.get(&(u, v)) {
+                                allowed[i] = true;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Symmetries.
+        let mut generators = Vec::new();
+        for (k, rot) in self.symmetry.iter().enumerate() {
+            let what = format!("{label}: symmetry[{k}] (offset {}, group {})", rot.offset, rot.group.unwrap_or(n));
+            let g = rot.group.unwrap_or(n);
+            if g == 0 || n % g != 0 {
+                bail!("{what}: the group size must divide the {n} ranks");
+            }
+            if rot.offset >= g {
+                bail!("{what}: unknown rank: offset must be below the group size");
+            }
+            let p = rot.permutation(n);
+            check_automorphism(topology, &p, &allowed, &link_index).map_err(|reason| {
+                anyhow::anyhow!("{what} does not map topology `{}` to itself: {reason}", topology.name)
+            })?;
+            generators.push(p);
+        }
+        Ok(Routing { allowed, forward: self.forward_rule(), generators, label: label.clone() })
+    }
+}
+
+/// The resolved sketch on one fabric.
+#[derive(Debug, Clone)]
+pub struct Routing {
+    /// Whether each topology link (by index) may carry data.
+    pub allowed: Vec<bool>,
+    /// The forwarding rule.
+    pub forward: Forward,
+    /// Rank permutations generating the symmetry group.
+    pub generators: Vec<Vec<usize>>,
+    label: String,
+}
+
+impl Routing {
+    /// Allows every link, no symmetry (for unsketched problems).
+    pub fn everything(topology: &Topology) -> Routing {
+        Routing { allowed: vec![true; topology.links.len()], forward: Forward::Any, generators: Vec::new(), label: "(no sketch)".into() }
+    }
+
+    /// The links (indices) chunk `chunk` of `coll` may use: the allowed ones, and under
+    /// the `entry` rule only those leaving its source or a rank it can reach across nodes.
+    pub fn chunk_links(&self, topology: &Topology, coll: &Collective, chunk: usize) -> Vec<usize> {
+        let usable = (0..topology.links.len()).filter(|&i| self.allowed[i]);
+        match self.forward {
+            Forward::Any => usable.collect(),
+            Forward::Entry => {
+                let mut entry = vec![false; topology.ranks];
+                let mut queue: VecDeque<usize> = coll.chunks[chunk].pre.iter().copied().collect();
+                queue.iter().for_each(|&r| entry[r] = true);
+                while let Some(u) = queue.pop_front() {
+                    for (i, l) in topology.links.iter().enumerate() {
+                        if l.src == u && self.allowed[i] && topology.node_of[l.dst] != topology.node_of[u] && !entry[l.dst] {
+                            entry[l.dst] = true;
+                            queue.push_back(l.dst);
+                        }
+                    }
+                }
+                usable.filter(|&i| entry[topology.links[i].src]).collect()
+            }
+        }
+    }
+
+    /// Fewest hops from chunk `chunk`'s sources to each rank over `links` (`None`: never).
+    pub fn hops(topology: &Topology, coll: &Collective, chunk: usize, links: &[usize]) -> Vec<Option<usize>> {
+        let mut dist = vec![None; topology.ranks];
+        let mut queue = VecDeque::new();
+        for &r in &coll.chunks[chunk].pre {
+            dist[r] = Some(0);
+            queue.push_back(r);
+        }
+        while let Some(u) = queue.pop_front() {
+            let du = dist[u].unwrap_or(0);
+            for &i in links {
+                let l = &topology.links[i];
+                if l.src == u && dist[l.dst].is_none() {
+                    dist[l.dst] = Some(du + 1);
+                    queue.push_back(l.dst);
+                }
+            }
+        }
+        dist
+    }
+
+    /// The least number of steps any algorithm needs under the sketch; fails, naming the
+    /// chunk and the rank, when the sketch makes the collective impossible.
+    pub fn check_collective(&self, topology: &Topology, coll: &Collective) -> Result<usize> {
+        let mut most = 0;
+        for c in 0..coll.chunks.len() {
+            let links = self.chunk_links(topology, coll, c);
+            let dist = Routing::hops(topology, coll, c, &links);
+            for &r in &coll.chunks[c].post {
+                match dist[r] {
+                    Some(d) => most = most.max(d),
+                    None => bail!(
+                        "{}: the sketch makes {} impossible on `{}`: chunk {} (starting on rank {}) cannot reach rank {r}",
+                        self.label,
+                        coll.kind,
+                        topology.name,
+                        coll.chunks[c].address,
+                        coll.chunks[c].pre[0]
+                    ),
+                }
+            }
+        }
+        Ok(most)
+    }
+}
+
+/// Position of each rank among the ranks of its node.
+pub fn local_indices(topology: &Topology) -> Vec<usize> {
+    let mut seen: HashMap<usize, usize> = HashMap::new();
+    topology
+        .node_of
+        .iter()
+        .map(|&k| {
+            let e = seen.entry(k).or_insert(0);
+            *e += 1;
+            *e - 1
+        })
+        .collect()
+}
+
+fn check_automorphism(
+    topology: &Topology,
+    p: &[usize],
+    allowed: &[bool],
+    link_index: &HashMap<(usize, usize), usize>,
+) -> std::result::Result<(), String> {
+    let n = topology.ranks;
+    for a in 0..n {
+        for b in 0..n {
+            let same = topology.node_of[a] == topology.node_of[b];
+            if same != (topology.node_of[p[a]] == topology.node_of[p[b]]) {
+                return Err(format!("ranks {a} and {b} become {} and {}, which splits or merges nodes", p[a], p[b]));
+            }
+        }
+    }
+    for (i, l) in topology.links.iter().enumerate() {
+        let Some(&j) = link_index.get(&(p[l.src], p[l.dst])) else {
+            return Err(format!("link {}->{} becomes {}->{}, which does not exist", l.src, l.dst, p[l.src], p[l.dst]));
+        };
+        let m = &topology.links[j];
+        if (m.bandwidth - l.bandwidth).abs() > 1e-9 || (m.alpha - l.alpha).abs() > 1e-9 {
+            return Err(format!(
+                "link {}->{} ({} GB/s, {} us) becomes {}->{} ({} GB/s, {} us)",
+                l.src, l.dst, l.bandwidth, l.alpha, m.src, m.dst, m.bandwidth, m.alpha
+            ));
+        }
+        if allowed[i] != allowed[j] {
+            return Err(format!(
+                "the sketch allows link {}->{} but not its image {}->{} (or the reverse)",
+                l.src, l.dst, m.src, m.dst
+            ));
+        }
+    }
+    let key = |srcs: &mut Vec<usize>, dsts: &mut Vec<usize>, bw: f64| {
+        srcs.sort_unstable();
+        dsts.sort_unstable();
+        (srcs.clone(), dsts.clone(), (bw * 1e6).round() as i64)
+    };
+    let switches: std::collections::HashSet<_> =
+        topology.switches.iter().map(|s| key(&mut s.srcs.clone(), &mut s.dsts.clone(), s.bandwidth)).collect();
+    for s in &topology.switches {
+        let mut srcs: Vec<usize> = s.srcs.iter().map(|&r| p[r]).collect();
+        let mut dsts: Vec<usize> = s.dsts.iter().map(|&r| p[r]).collect();
+        if !switches.contains(&key(&mut srcs, &mut dsts, s.bandwidth)) {
+            return Err(format!("switch constraint `{}` has no image of the same bandwidth", s.name));
+        }
+    }
+    Ok(())
+}
+
+fn uint(v: &Value) -> std::result::Result<usize, String> {
+    match v.as_integer() {
+        Some(i) if i >= 0 => Ok(i as usize),
+        _ => Err(format!("expected a non-negative integer, got {v}")),
+    }
+}
+
+fn uints(v: &Value) -> std::result::Result<Vec<usize>, String> {
+    match v {
+        Value::Array(items) => items.iter().map(uint).collect(),
+        _ => Err(format!("expected a list of integers, got {v}")),
+    }
+}
+
+fn number(v: &Value) -> std::result::Result<f64, String> {
+    match v {
+        Value::Integer(i) => Ok(*i as f64),
+        Value::Float(f) => Ok(*f),
+        _ => Err(format!("expected a number, got {v}")),
+    }
+}
+
+fn pairs(v: &Value) -> std::result::Result<Vec<(usize, usize)>, String> {
+    let Value::Array(items) = v else { return Err(format!("expected a list of [src, dst] pairs, got {v}")) };
+    items
+        .iter()
+        .map(|p| match uints(p)?.as_slice() {
+            [a, b] => Ok((*a, *b)),
+            _ => Err(format!("expected a [src, dst] pair, got {p}")),
+        })
+        .collect()
+}
+
+fn parse_intranode(v: &Value) -> std::result::Result<Intranode, String> {
+    match v {
+        Value::String(s) => match s.as_str() {
+            "switch" => Ok(Intranode::Switch),
+            "all" => Ok(Intranode::All),
+            "ring" => Ok(Intranode::Ring),
+            "none" => Ok(Intranode::None),
+            other => Err(format!("unknown pattern \"{other}\" (expected \"switch\", \"all\", \"ring\", \"none\" or a list of local [src, dst] pairs)")),
+        },
+        Value::Array(_) => pairs(v).map(Intranode::Pairs),
+        _ => Err(format!("expected a string or a list of pairs, got {v}")),
+    }
+}
+
+fn parse_internode(v: &Value) -> std::result::Result<Internode, String> {
+    match v {
+        Value::String(s) => match s.as_str() {
+            "all" => Ok(Internode::All),
+            "none" => Ok(Internode::None),
+            "relay" => Ok(Internode::Relay { gpus: None }),
+            other => Err(format!("unknown strategy \"{other}\" (expected \"all\", \"none\", \"relay\" or a table)")),
+        },
+        Value::Table(t) => {
+            for key in t.keys() {
+                if !["strategy", "map", "gpus", "pairs"].contains(&key.as_str()) {
+                    return Err(format!("unknown key `{key}` (known: strategy, map, gpus, pairs)"));
+                }
+            }
+            if let Some(p) = t.get("pairs") {
+                if t.get("strategy").is_some_and(|s| s.as_str() != Some("relay")) || t.contains_key("map") || t.contains_key("gpus") {
+                    return Err("`pairs` replaces strategy, map and gpus".into());
+                }
+                return pairs(p).map(Internode::Pairs);
+            }
+            let strategy = match t.get("strategy") {
+                None => "relay",
+                Some(Value::String(s)) => s.as_str(),
+                Some(other) => return Err(format!("strategy: expected a string, got {other}")),
+            };
+            match strategy {
+                "all" | "none" if t.len() > 1 => Err(format!("strategy \"{strategy}\" takes no other keys")),
+                "all" => Ok(Internode::All),
+                "none" => Ok(Internode::None),
+                "relay" => {
+                    match t.get("map").map(|m| m.as_str()) {
+                        None | Some(Some("same-local-index")) => {}
+                        Some(_) => return Err(format!("map: unknown map {} (expected \"same-local-index\")", t["map"])),
+                    }
+                    let gpus = t.get("gpus").map(uints).transpose().map_err(|e| format!("gpus: {e}"))?;
+                    Ok(Internode::Relay { gpus })
+                }
+                other => Err(format!("unknown strategy \"{other}\" (expected \"relay\", \"all\" or \"none\")")),
+            }
+        }
+        _ => Err(format!("expected a string or a table, got {v}")),
+    }
+}
+
+fn parse_symmetry(v: &Value) -> std::result::Result<Vec<Rotation>, String> {
+    let items: Vec<&Value> = match v {
+        Value::Array(a) => a.iter().collect(),
+        Value::Table(_) => vec![v],
+        _ => return Err(format!("expected a table or a list of tables, got {v}")),
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Table(t) = item else { return Err(format!("expected {{ offset = K, group = G }}, got {item}")) };
+            if let Some(key) = t.keys().find(|k| !["offset", "group"].contains(&k.as_str())) {
+                return Err(format!("unknown key `{key}` (known: offset, group)"));
+            }
+            let offset = t.get("offset").ok_or("missing `offset`").map_err(str::to_string).and_then(uint)?;
+            let group = t.get("group").map(uint).transpose()?;
+            Ok(Rotation { offset, group })
+        })
+        .collect()
+}
+
+/// Parses a size: a number of bytes or a string like `"64KB"`, `"1MB"`, `"1GB"` (powers of
+/// 1000; `KiB`, `MiB`, `GiB` are powers of 1024).
+pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
+    let bytes = match v {
+        Value::String(s) => {
+            let t = s.trim();
+            let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+            let (num, unit) = t.split_at(split);
+            let num: f64 = num.parse().map_err(|_| format!("bad size \"{s}\""))?;
+            let mult = match unit.trim().to_ascii_uppercase().as_str() {
+                "" | "B" => 1.0,
+                "K" | "KB" => 1e3,
+                "M" | "MB" => 1e6,
+                "G" | "GB" => 1e9,
+                "KIB" => 1024.0,
+                "MIB" => 1024.0 * 1024.0,
+                "GIB" => 1024.0 * 1024.0 * 1024.0,
+                _ => return Err(format!("bad size \"{s}\" (units: B, KB, MB, GB, KiB, MiB, GiB)")),
+            };
+            num * mult
+        }
+        other => number(other)?,
+    };
+    if bytes.is_finite() && bytes > 0.0 {
+        Ok(bytes)
+    } else {
+        Err(format!("size {v} must be positive"))
+    }
+}

@@ -1,0 +1,276 @@
+//! The k-synchronous SMT encoding of DESIGN §3 for one instance (steps S, rounds R, chunks C).
+//!
+//! DESIGN §3 states it with integer arrival times `t[c,r]`; here `t` is order-encoded
+//! (`at[c,r,s]` ⇔ `t[c,r] ≤ s`) and the send of chunk c over u→v that arrives in step s is
+//! one Boolean `x[c,u,v,s]` (⇔ `snd[c,u,v] ∧ t[c,v] = s`). The constraints are §3's:
+//! 1. pre ⇒ `t = 0`; post ⇒ `t ≤ S`;
+//! 2. a rank outside pre that gets the chunk gets it from exactly one sender, once;
+//! 3. a send leaves a rank that held the chunk before the step;
+//! 4. per step and per link or switch constraint of capacity b: sends ≤ b · r_s, with
+//!    `r_s ≥ 1` rounds per step (order-encoded) and Σ r_s ≤ R.
+//!
+//! Everything is Boolean plus pseudo-Boolean, so z3's SAT core (logic QF_FD) solves it
+//! with native cardinality reasoning. Only provably sound reductions are applied: a chunk
+//! cannot be at a rank before its hop distance allows, a send whose receiver is too far
+//! from every rank that still needs the chunk is useless (removing it and everything it
+//! feeds keeps a solution valid), and interchangeable pieces of one chunk are ordered by
+//! their arrival at one rank (any solution can be permuted into that order).
+
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::Collective;
+use crate::topology::{Capacities, Topology};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use z3::ast::Bool;
+use z3::{Params, SatResult, Solver};
+
+/// The result of solving one instance.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// An algorithm with at most the instance's steps and rounds (not yet checked).
+    Sat(Algorithm),
+    /// Proven impossible.
+    Unsat,
+    /// The deadline passed (or the solver gave up) before an answer.
+    Unknown,
+}
+
+/// One instance: a non-combining collective (already split into C pieces) with S steps
+/// and R rounds on a topology.
+pub struct Instance<'a> {
+    /// The fabric.
+    pub topology: &'a Topology,
+    /// Its integer capacities.
+    pub capacities: &'a Capacities,
+    /// Hop distances (`None` = unreachable).
+    pub distances: &'a [Vec<Option<usize>>],
+    /// The collective (must be non-combining).
+    pub collective: &'a Collective,
+    /// Steps S.
+    pub steps: usize,
+    /// Total rounds R (≥ S).
+    pub rounds: usize,
+}
+
+impl Instance<'_> {
+    /// Builds the encoding, solves it with z3 until `deadline`, and decodes the model.
+    pub fn solve(&self, deadline: Instant) -> Outcome {
+        if self.rounds < self.steps {
+            return Outcome::Unsat;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Outcome::Unknown;
+        }
+        let solver = Solver::new_for_logic("QF_FD").unwrap_or_else(Solver::new);
+        let mut params = Params::new();
+        params.set_u32("timeout", remaining.as_millis().clamp(1, u32::MAX as u128) as u32);
+        solver.set_params(&params);
+        let model = Encoding::build(self, &solver);
+        match solver.check() {
+            SatResult::Sat => match solver.get_model() {
+                Some(m) => Outcome::Sat(model.decode(self, &m)),
+                None => Outcome::Unknown,
+            },
+            SatResult::Unsat => Outcome::Unsat,
+            SatResult::Unknown => Outcome::Unknown,
+        }
+    }
+}
+
+/// The variables of one encoding, kept for decoding.
+struct Encoding {
+    /// Sends: (chunk index, link index, step 1..=S) → variable.
+    sends: Vec<(usize, usize, usize, Bool)>,
+    /// `extra[s][k]` ⇔ step s has at least k+2 rounds.
+    extra: Vec<Vec<Bool>>,
+}
+
+impl Encoding {
+    fn build(inst: &Instance, solver: &Solver) -> Encoding {
+        let topo = inst.topology;
+        let coll = inst.collective;
+        let (n, steps) = (topo.ranks, inst.steps);
+        let ff = Bool::from_bool(false);
+        let tt = Bool::from_bool(true);
+
+        // at[c][r][s] ⇔ chunk c is on rank r after step s.
+        let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            let mut per_rank = Vec::with_capacity(n);
+            for r in 0..n {
+                let first = nearest(inst.distances, &chunk.pre, r);
+                let row: Vec<Bool> = (0..=steps)
+                    .map(|s| {
+                        if chunk.pre.contains(&r) {
+                            tt.clone()
+                        } else if first.is_none_or(|d| s < d) || s == 0 {
+                            ff.clone()
+                        } else {
+                            Bool::new_const(format!("at_{c}_{r}_{s}"))
+                        }
+                    })
+                    .collect();
+                for s in 1..=steps {
+                    solver.assert(row[s - 1].implies(&row[s]));
+                }
+                if chunk.post.contains(&r) {
+                    solver.assert(&row[steps]);
+                }
+                per_rank.push(row);
+            }
+            at.push(per_rank);
+        }
+
+        // Sends, with the sound reachability pruning.
+        let mut sends = Vec::new();
+        let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            let needers: Vec<usize> = chunk.post.iter().copied().filter(|r| !chunk.pre.contains(r)).collect();
+            for (l, link) in topo.links.iter().enumerate() {
+                let (u, v) = (link.src, link.dst);
+                if chunk.pre.contains(&v) {
+                    continue;
+                }
+                for s in 1..=steps {
+                    let sender_can = nearest(inst.distances, &chunk.pre, u).is_some_and(|d| d < s);
+                    let useful = needers.iter().any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
+                    if sender_can && useful {
+                        incoming.entry((c, v, s)).or_default().push(sends.len());
+                        sends.push((c, l, s, Bool::new_const(format!("x_{c}_{u}_{v}_{s}"))));
+                    }
+                }
+            }
+        }
+        for &(c, l, s, ref x) in &sends {
+            let link = &topo.links[l];
+            solver.assert(x.implies(&at[c][link.src][s - 1]));
+            solver.assert(x.implies(&at[c][link.dst][s]));
+            solver.assert(x.implies(&at[c][link.dst][s - 1].not()));
+        }
+        // Arrival needs exactly one sender in that step.
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            for v in (0..n).filter(|v| !chunk.pre.contains(v)) {
+                for s in 1..=steps {
+                    let arrives = Bool::and(&[&at[c][v][s], &at[c][v][s - 1].not()]);
+                    match incoming.get(&(c, v, s)) {
+                        None => solver.assert(arrives.not()),
+                        Some(ids) => {
+                            let xs: Vec<&Bool> = ids.iter().map(|&i| &sends[i].3).collect();
+                            solver.assert(arrives.implies(Bool::or(&xs)));
+                            if xs.len() > 1 {
+                                let weighted: Vec<(&Bool, i32)> = xs.iter().map(|x| (*x, 1)).collect();
+                                solver.assert(Bool::pb_le(&weighted, 1));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        // Rounds per step, order-encoded: extra[s][k] ⇔ r_s ≥ k + 2.
+        let slack = inst.rounds - steps;
+        let extra: Vec<Vec<Bool>> = (0..steps)
+            .map(|s| (0..slack).map(|k| Bool::new_const(format!("extra_{s}_{k}"))).collect())
+            .collect();
+        for row in &extra {
+            for k in 1..row.len() {
+                solver.assert(row[k].implies(&row[k - 1]));
+            }
+        }
+        if slack > 0 {
+            let all: Vec<(&Bool, i32)> = extra.iter().flatten().map(|b| (b, 1)).collect();
+            solver.assert(Bool::pb_le(&all, slack as i32));
+        }
+
+        // Bandwidth: per step, per link and per switch constraint.
+        let mut groups: Vec<(u32, Vec<usize>)> =
+            inst.capacities.links.iter().map(|&cap| (cap, Vec::new())).collect();
+        let switch_base = groups.len();
+        groups.extend(inst.capacities.switches.iter().map(|&cap| (cap, Vec::new())));
+        let mut link_switches: Vec<Vec<usize>> = vec![Vec::new(); topo.links.len()];
+        for (k, sw) in topo.switches.iter().enumerate() {
+            for (l, link) in topo.links.iter().enumerate() {
+                if sw.covers(link.src, link.dst) {
+                    link_switches[l].push(switch_base + k);
+                }
+            }
+        }
+        for s in 1..=steps {
+            let mut per_group: Vec<Vec<&Bool>> = vec![Vec::new(); groups.len()];
+            for (c_l_s, x) in sends.iter().map(|(c, l, st, x)| ((*c, *l, *st), x)) {
+                let (_, l, st) = c_l_s;
+                if st != s {
+                    continue;
+                }
+                per_group[l].push(x);
+                for &g in &link_switches[l] {
+                    per_group[g].push(x);
+                }
+            }
+            for (g, xs) in per_group.iter().enumerate() {
+                let cap = groups[g].0 as i32;
+                let max_rounds = slack as i32 + 1;
+                if xs.len() as i32 <= cap {
+                    continue;
+                }
+                let not_extra: Vec<Bool> = extra[s - 1].iter().map(|b| b.not()).collect();
+                let mut terms: Vec<(&Bool, i32)> = xs.iter().map(|x| (*x, 1)).collect();
+                terms.extend(not_extra.iter().map(|b| (b, cap)));
+                solver.assert(Bool::pb_le(&terms, cap * max_rounds));
+            }
+        }
+
+        // Symmetry: interchangeable pieces (same pre and post) arrive in order at one rank.
+        let mut classes: BTreeMap<(Vec<usize>, Vec<usize>), Vec<usize>> = BTreeMap::new();
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            classes.entry((chunk.pre.clone(), chunk.post.clone())).or_default().push(c);
+        }
+        for ((pre, post), members) in &classes {
+            let Some(&pivot) = post.iter().find(|r| !pre.contains(r)) else { continue };
+            for pair in members.windows(2) {
+                for s in 1..=steps {
+                    solver.assert(at[pair[1]][pivot][s].implies(&at[pair[0]][pivot][s]));
+                }
+            }
+        }
+        Encoding { sends, extra }
+    }
+
+    fn decode(&self, inst: &Instance, model: &z3::Model) -> Algorithm {
+        let truth = |b: &Bool| model.eval(b, true).and_then(|v| v.as_bool()).unwrap_or(false);
+        let mut steps: Vec<Step> = self
+            .extra
+            .iter()
+            .map(|row| Step { rounds: 1 + row.iter().filter(|b| truth(b)).count() as u32, reduce: false, sends: Vec::new() })
+            .collect();
+        for (c, l, s, x) in &self.sends {
+            if truth(x) {
+                let link = &inst.topology.links[*l];
+                steps[s - 1].sends.push(Send { chunk: inst.collective.chunks[*c].address, src: link.src, dst: link.dst });
+            }
+        }
+        for step in &mut steps {
+            step.sends.sort();
+        }
+        let coll = inst.collective;
+        Algorithm {
+            name: format!(
+                "{}-{}-s{}-r{}-c{}",
+                coll.kind,
+                inst.topology.name.replace([':', '/'], "_"),
+                inst.steps,
+                steps.iter().map(|s| s.rounds).sum::<u32>(),
+                coll.chunks_per_rank
+            ),
+            topology: inst.topology.name.clone(),
+            collective: coll.clone(),
+            steps,
+        }
+    }
+}
+
+/// Hop distance from the nearest of `sources` to `r`.
+fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Option<usize> {
+    sources.iter().filter_map(|&p| distances[p][r]).min()
+}

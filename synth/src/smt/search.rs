@@ -1,0 +1,236 @@
+//! Searches over SMT instances: one instance, least steps, and the Pareto frontier in
+//! (steps, rounds per chunk). Every loop is capped (`max_steps`, `max_chunks`) and bounded by
+//! a wall-clock deadline; every SAT answer goes through the independent checker.
+
+use super::encoding::{Instance, Outcome};
+use crate::algorithm::Algorithm;
+use crate::bounds::Bounds;
+use crate::check::check;
+use crate::collective::Collective;
+use crate::progress::Progress;
+use crate::topology::{Capacities, Topology};
+use anyhow::{bail, Result};
+use num_rational::Ratio;
+use rayon::prelude::*;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Builds the (non-combining) collective split into C pieces.
+pub type MakeCollective<'a> = dyn Fn(usize) -> Result<Collective> + Sync + 'a;
+
+/// Limits of a search.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest step count tried.
+    pub max_steps: usize,
+    /// Largest chunk count C tried.
+    pub max_chunks: usize,
+    /// Wall-clock deadline for the whole search.
+    pub deadline: Instant,
+}
+
+/// The answer of a search: the algorithms found and whether the search finished.
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// Checked algorithms (for Pareto: the frontier, by increasing steps).
+    pub algorithms: Vec<Algorithm>,
+    /// False when a cap or the deadline stopped the search early, or a solve was undecided.
+    pub complete: bool,
+}
+
+/// The shared, read-only context of every solve in one search.
+pub struct Searcher<'a> {
+    topology: &'a Topology,
+    capacities: Capacities,
+    distances: Vec<Vec<Option<usize>>>,
+    make: &'a MakeCollective<'a>,
+    progress: &'a Progress,
+}
+
+/// What a solve says about (S, R, C), once checked.
+enum Verdict {
+    Found(Box<Algorithm>),
+    Impossible,
+    Undecided,
+}
+
+impl<'a> Searcher<'a> {
+    /// A searcher for the collective built by `make` on `topology`.
+    pub fn new(topology: &'a Topology, make: &'a MakeCollective<'a>, progress: &'a Progress) -> Result<Self> {
+        Ok(Searcher { topology, capacities: topology.capacities()?, distances: topology.distances(), make, progress })
+    }
+
+    fn solve(&self, steps: usize, rounds: usize, chunks: usize, deadline: Instant) -> Result<Verdict> {
+        self.progress.message(&format!("solving steps={steps} rounds={rounds} chunks={chunks}"));
+        let collective = (self.make)(chunks)?;
+        let instance = Instance {
+            topology: self.topology,
+            capacities: &self.capacities,
+            distances: &self.distances,
+            collective: &collective,
+            steps,
+            rounds,
+        };
+        Ok(match instance.solve(deadline) {
+            Outcome::Sat(algorithm) => {
+                if let Err(e) = check(&algorithm, self.topology) {
+                    bail!("internal error: the solver's algorithm for (S={steps}, R={rounds}, C={chunks}) fails the checker: {e}");
+                }
+                Verdict::Found(Box::new(algorithm))
+            }
+            Outcome::Unsat => Verdict::Impossible,
+            Outcome::Unknown => Verdict::Undecided,
+        })
+    }
+
+    /// Solves one instance (S, R, C). `Ok(None)` means UNSAT; an error means undecided.
+    pub fn instance(&self, steps: usize, rounds: usize, chunks: usize, deadline: Instant) -> Result<Option<Algorithm>> {
+        match self.solve(steps, rounds, chunks, deadline)? {
+            Verdict::Found(a) => Ok(Some(*a)),
+            Verdict::Impossible => Ok(None),
+            Verdict::Undecided => bail!("time limit reached before (steps={steps}, rounds={rounds}, chunks={chunks}) was decided"),
+        }
+    }
+
+    /// The least R in `lo..=hi` for which (S, R, C) is SAT, by binary search (SAT is
+    /// monotone in R: a spare round never hurts). `hi = None` searches upward by doubling
+    /// up to `cap`. Returns the algorithm and whether every solve was decided.
+    fn least_rounds(&self, steps: usize, chunks: usize, lo: usize, hi: Option<usize>, cap: usize, deadline: Instant) -> Result<(Option<Algorithm>, bool)> {
+        let mut lo = lo.max(steps);
+        let (mut hi, mut best) = match hi {
+            Some(hi) if hi < lo => return Ok((None, true)),
+            Some(hi) => match self.solve(steps, hi, chunks, deadline)? {
+                Verdict::Found(a) => (hi, *a),
+                Verdict::Impossible => return Ok((None, true)),
+                Verdict::Undecided => return Ok((None, false)),
+            },
+            None => {
+                let mut r = lo;
+                loop {
+                    match self.solve(steps, r, chunks, deadline)? {
+                        Verdict::Found(a) => break (r, *a),
+                        Verdict::Impossible if r >= cap => return Ok((None, true)),
+                        Verdict::Impossible => {
+                            lo = r + 1;
+                            r = (r * 2).min(cap);
+                        }
+                        Verdict::Undecided => return Ok((None, false)),
+                    }
+                }
+            }
+        };
+        hi = hi.min(best.rounds() as usize);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.solve(steps, mid, chunks, deadline)? {
+                Verdict::Found(a) => {
+                    hi = mid.min(a.rounds() as usize);
+                    best = *a;
+                }
+                Verdict::Impossible => lo = mid + 1,
+                Verdict::Undecided => return Ok((Some(best), false)),
+            }
+        }
+        Ok((Some(best), true))
+    }
+
+    /// The algorithm with the least steps (from the hop-distance bound up), and for that
+    /// step count the least rounds, at C = `chunks`; with `rounds` given, only R ≤ rounds.
+    pub fn least_steps(&self, bounds: &Bounds, chunks: usize, rounds: Option<usize>, limits: &Limits) -> Result<Found> {
+        let cap = self.round_cap(chunks)?;
+        for steps in bounds.steps.max(1)..=limits.max_steps {
+            let lo = rounds_floor(bounds.rounds_per_chunk, chunks);
+            let (found, decided) = self.least_rounds(steps, chunks, lo, rounds, cap.max(steps), limits.deadline)?;
+            if let Some(a) = found {
+                return Ok(Found { algorithms: vec![a], complete: decided });
+            }
+            if !decided {
+                return Ok(Found { algorithms: vec![], complete: false });
+            }
+        }
+        Ok(Found { algorithms: vec![], complete: false })
+    }
+
+    /// The Pareto frontier over (steps, rounds per chunk): for each step count from the
+    /// lower bound up, the least R/C over C ≤ max_chunks that beats every frontier point with
+    /// fewer steps; stops when R/C reaches the bandwidth lower bound.
+    pub fn pareto(&self, bounds: &Bounds, limits: &Limits) -> Result<Found> {
+        let mut frontier: Vec<Algorithm> = Vec::new();
+        let mut complete = true;
+        let mut reached_bound = false;
+        for steps in bounds.steps.max(1)..=limits.max_steps {
+            if Instant::now() >= limits.deadline {
+                complete = false;
+                break;
+            }
+            let previous = frontier.last().map(|a| a.rounds_per_chunk());
+            let (best, decided) = self.best_ratio_at(steps, previous, bounds, limits)?;
+            complete &= decided;
+            if let Some(a) = best {
+                let ratio = a.rounds_per_chunk();
+                frontier.push(a);
+                if ratio <= bounds.rounds_per_chunk {
+                    reached_bound = true;
+                    break;
+                }
+            }
+        }
+        Ok(Found { algorithms: frontier, complete: complete && reached_bound })
+    }
+
+    /// The least R/C at `steps` strictly below `previous`, over C = 1..=max_chunks.
+    fn best_ratio_at(&self, steps: usize, previous: Option<Ratio<u64>>, bounds: &Bounds, limits: &Limits) -> Result<(Option<Algorithm>, bool)> {
+        let best: Mutex<Option<Algorithm>> = Mutex::new(None);
+        let decided = Mutex::new(true);
+        let search_chunks = |chunks: usize| -> Result<()> {
+            let ceiling = {
+                let guard = best.lock().unwrap();
+                guard.as_ref().map(|a| a.rounds_per_chunk()).or(previous)
+            };
+            let lo = rounds_floor(bounds.rounds_per_chunk, chunks).max(steps);
+            // Largest R with R/C strictly below the ceiling.
+            let hi = ceiling.map(|r| {
+                let scaled = r * Ratio::from_integer(chunks as u64);
+                (scaled.ceil().to_integer() as usize).saturating_sub(1)
+            });
+            if hi.is_some_and(|h| h < lo) {
+                return Ok(());
+            }
+            let cap = self.round_cap(chunks)?.max(steps);
+            let (found, ok) = self.least_rounds(steps, chunks, lo, hi, cap, limits.deadline)?;
+            if !ok {
+                *decided.lock().unwrap() = false;
+            }
+            if let Some(a) = found {
+                let mut guard = best.lock().unwrap();
+                let better = match guard.as_ref() {
+                    None => true,
+                    Some(b) => {
+                        let (ra, rb) = (a.rounds_per_chunk(), b.rounds_per_chunk());
+                        ra < rb || (ra == rb && a.chunks() < b.chunks())
+                    }
+                };
+                if better {
+                    *guard = Some(a);
+                }
+            }
+            Ok(())
+        };
+        // C = 1 first, sequentially: it sets the ceiling that prunes the others.
+        search_chunks(1)?;
+        (2..=limits.max_chunks).into_par_iter().try_for_each(search_chunks)?;
+        let best = best.into_inner().unwrap();
+        Ok((best, decided.into_inner().unwrap()))
+    }
+
+    /// Rounds beyond which bandwidth cannot bind: every address over every link in every step.
+    fn round_cap(&self, chunks: usize) -> Result<usize> {
+        let addresses = (self.make)(chunks)?.chunks.len();
+        Ok(addresses.max(1) * 2)
+    }
+}
+
+/// The least integer R with R/C ≥ the bound.
+fn rounds_floor(bound: Ratio<u64>, chunks: usize) -> usize {
+    (bound * Ratio::from_integer(chunks as u64)).ceil().to_integer() as usize
+}

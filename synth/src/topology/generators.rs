@@ -1,0 +1,172 @@
+//! Parametric fabric families: ring, line, fully-connected, star, hub-and-spoke and 2-D torus.
+//!
+//! Every generator builds bidirectional links of one bandwidth and alpha. A generator is named
+//! in a TOML file with `generator = "ring"` and `size = 8` (`size = "4x4"` for the torus), or on
+//! the command line as `ring:8` / `torus-2d:4x4`.
+
+use super::model::{Link, SwitchConstraint, Topology};
+use anyhow::{bail, Result};
+
+/// The families [`generate`] knows, with their default size and a one-line description.
+pub const GENERATORS: &[(&str, &str, &str)] = &[
+    ("ring", "8", "bidirectional ring 0-1-...-(n-1)-0"),
+    ("line", "8", "bidirectional path 0-1-...-(n-1)"),
+    ("fully-connected", "8", "a direct link between every pair of ranks"),
+    ("star", "8", "rank 0 linked to every other rank"),
+    (
+        "hub-and-spoke",
+        "8",
+        "every pair linked through one shared hub: all traffic together <= one link bandwidth",
+    ),
+    (
+        "torus-2d",
+        "4x4",
+        "RxC grid with wrap-around links in both dimensions (size \"RxC\")",
+    ),
+];
+
+/// The size of a generated fabric: a rank count, or rows x columns for `torus-2d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenSize {
+    /// `n` ranks.
+    Ranks(usize),
+    /// A `rows x cols` grid.
+    Grid(usize, usize),
+}
+
+impl std::fmt::Display for GenSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GenSize::Ranks(n) => write!(f, "{n}"),
+            GenSize::Grid(r, c) => write!(f, "{r}x{c}"),
+        }
+    }
+}
+
+/// Parses a size as written after `name:` (`8`, `4x4`).
+pub fn parse_size(text: &str) -> Result<GenSize> {
+    let t = text.trim();
+    if let Some((r, c)) = t.split_once(['x', 'X']) {
+        let r: usize = r
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("size '{t}' is not ROWSxCOLS"))?;
+        let c: usize = c
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("size '{t}' is not ROWSxCOLS"))?;
+        return Ok(GenSize::Grid(r, c));
+    }
+    t.parse()
+        .map(GenSize::Ranks)
+        .map_err(|_| anyhow::anyhow!("size '{t}' is not a number of ranks"))
+}
+
+/// Whether `name` is a generator family.
+pub fn is_generator(name: &str) -> bool {
+    GENERATORS.iter().any(|g| g.0 == name)
+}
+
+/// The default size of generator `name`.
+pub fn default_size(name: &str) -> Option<GenSize> {
+    GENERATORS
+        .iter()
+        .find(|g| g.0 == name)
+        .map(|g| parse_size(g.1).expect("built-in default sizes parse"))
+}
+
+/// Builds generator `name` at `size` with every link of `bandwidth` GB/s and `alpha` µs.
+/// The topology is named `name:size`. Errors name the reason (unknown family, bad size).
+pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result<Topology> {
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let mut switches = Vec::new();
+    let n = match (name, size) {
+        ("torus-2d", GenSize::Grid(r, c)) => {
+            if r == 0 || c == 0 || r * c < 2 {
+                bail!("torus-2d needs at least 2 ranks, got {r}x{c}");
+            }
+            for i in 0..r {
+                for j in 0..c {
+                    let me = i * c + j;
+                    if c > 1 {
+                        pairs.push((me, i * c + (j + 1) % c));
+                    }
+                    if r > 1 {
+                        pairs.push((me, ((i + 1) % r) * c + j));
+                    }
+                }
+            }
+            r * c
+        }
+        ("torus-2d", GenSize::Ranks(_)) => bail!("torus-2d takes a size ROWSxCOLS, e.g. 4x4"),
+        (_, GenSize::Grid(..)) if is_generator(name) => {
+            bail!("{name} takes a number of ranks, not a grid size")
+        }
+        (_, GenSize::Ranks(n)) => {
+            if n < 2 {
+                bail!("{name} needs at least 2 ranks, got {n}");
+            }
+            match name {
+                "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),
+                "line" => pairs.extend((0..n - 1).map(|i| (i, i + 1))),
+                "fully-connected" | "hub-and-spoke" => {
+                    for i in 0..n {
+                        pairs.extend((i + 1..n).map(|j| (i, j)));
+                    }
+                    if name == "hub-and-spoke" {
+                        switches.push(SwitchConstraint {
+                            name: "hub".into(),
+                            srcs: (0..n).collect(),
+                            dsts: (0..n).collect(),
+                            bandwidth,
+                        });
+                    }
+                }
+                "star" => pairs.extend((1..n).map(|i| (0, i))),
+                _ => bail!("unknown generator '{name}'"),
+            }
+            n
+        }
+        _ => bail!("unknown generator '{name}'"),
+    };
+    let mut links: Vec<Link> = Vec::new();
+    for (a, b) in pairs {
+        for (src, dst) in [(a, b), (b, a)] {
+            if src != dst && !links.iter().any(|l| l.src == src && l.dst == dst) {
+                links.push(Link { src, dst, bandwidth, alpha });
+            }
+        }
+    }
+    Ok(Topology {
+        name: format!("{name}:{size}"),
+        ranks: n,
+        node_of: vec![0; n],
+        links,
+        switches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        let ring = generate("ring", GenSize::Ranks(8), 1.0, 0.0).unwrap();
+        assert_eq!(ring.links.len(), 16);
+        let two = generate("ring", GenSize::Ranks(2), 1.0, 0.0).unwrap();
+        assert_eq!(two.links.len(), 2);
+        let torus = generate("torus-2d", GenSize::Grid(4, 4), 1.0, 0.0).unwrap();
+        assert_eq!(torus.ranks, 16);
+        assert_eq!(torus.links.len(), 64);
+        let t2 = generate("torus-2d", GenSize::Grid(2, 3), 1.0, 0.0).unwrap();
+        assert_eq!(t2.out_neighbors(0).len(), 3);
+        assert_eq!(generate("line", GenSize::Ranks(4), 1.0, 0.0).unwrap().links.len(), 6);
+        assert_eq!(generate("star", GenSize::Ranks(5), 1.0, 0.0).unwrap().links.len(), 8);
+        let hub = generate("hub-and-spoke", GenSize::Ranks(4), 1.0, 0.0).unwrap();
+        assert_eq!((hub.links.len(), hub.switches.len()), (12, 1));
+        assert_eq!(parse_size("4x4").unwrap(), GenSize::Grid(4, 4));
+        assert!(generate("ring", GenSize::Ranks(1), 1.0, 0.0).is_err());
+        assert!(generate("torus-2d", GenSize::Ranks(4), 1.0, 0.0).is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! GPU fabrics (DESIGN §2): the model, where topologies come from (built-ins, hand-written
+//! TOML, `nvidia-smi topo -m` output) and their analysis (distances, symmetry, bandwidth,
+//! integer capacities, Graphviz).
+//!
+//! [`load`] is the one entry point: `load("dgx1")`, `load("ring:12")`, `load("dgx-a100x4")`,
+//! `load("my-fabric.toml")`, `load("nvsmi:topo.txt")`.
+
+pub mod analysis;
+pub mod automorphism;
+pub mod builtin;
+pub mod capacities;
+pub mod dot;
+pub mod generators;
+pub mod model;
+pub mod multinode;
+pub mod nvsmi;
+pub mod summary;
+pub mod toml_format;
+
+pub use capacities::Capacities;
+pub use model::{Link, SwitchConstraint, Topology};
+pub use multinode::{NicFacts, NicPlacement, Network};
+pub use nvsmi::{parse_nvsmi, NvsmiOptions};
+pub use summary::Summary;
+
+use anyhow::{anyhow, bail, Result};
+use std::path::{Path, PathBuf};
+
+/// How deep multi-node files may include other files (guards against cycles).
+const MAX_DEPTH: usize = 8;
+
+/// A loaded topology with the NIC facts of its file (used when it becomes a node).
+pub(crate) struct Loaded {
+    pub topology: Topology,
+    pub nic: Option<NicFacts>,
+}
+
+/// Loads a topology: a built-in name (`dgx1`, `ring:12`, `torus-2d:4x4`, `dgx-a100x4`,
+/// `dgx-a100x4:rail`), `nvsmi:PATH` or `nvsmi:GBPS:PATH` (nvidia-smi `topo -m` text, with
+/// the per-NVLink bandwidth, default 25 GB/s), or a file path (TOML, or nvidia-smi text,
+/// recognised by its `GPU0` header row). Errors are one line naming the file, line, field and
+/// reason.
+pub fn load(spec: &str) -> Result<Topology> {
+    resolve(spec, None, 0).map(|l| l.topology)
+}
+
+/// Every built-in name with a one-line description (single nodes, then multi-node examples;
+/// any `<node>x<K>` of a node with NIC facts works).
+pub fn builtin_names() -> Vec<(&'static str, &'static str)> {
+    builtin::names()
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
+}
+
+/// Resolves `spec` as in [`load`]; relative paths are taken from `base` when given.
+pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<Loaded> {
+    if depth > MAX_DEPTH {
+        bail!("'{spec}': files nested deeper than {MAX_DEPTH} levels (does a file include itself?)");
+    }
+    let spec = spec.trim();
+    let join = |p: &str| base.map_or_else(|| PathBuf::from(p), |b| b.join(p));
+    if let Some(rest) = spec.strip_prefix("nvsmi:") {
+        let mut opts = NvsmiOptions::default();
+        let mut path = rest;
+        if let Some((bw, p)) = rest.split_once(':') {
+            if let Ok(bw) = bw.parse::<f64>() {
+                opts.link_bandwidth = bw;
+                path = p;
+            }
+        }
+        let path = join(path);
+        let text = read(&path)?;
+        return load_nvsmi(&path, &text, &opts).map(|topology| Loaded { topology, nic: None });
+    }
+    if let Some(l) = builtin::lookup(spec, depth)? {
+        return Ok(l);
+    }
+    let path = join(spec);
+    if path.is_file() {
+        let text = read(&path)?;
+        if nvsmi::looks_like_nvsmi(&text) {
+            let topology = load_nvsmi(&path, &text, &NvsmiOptions::default())?;
+            return Ok(Loaded { topology, nic: None });
+        }
+        let src = toml_format::Source {
+            label: path.display().to_string(),
+            text: &text,
+            dir: path.parent().map(Path::to_path_buf),
+            stem: stem(&path),
+        };
+        return toml_format::parse(&src, None, depth);
+    }
+    let names: Vec<&str> = builtin::names().iter().map(|n| n.0).collect();
+    if spec.contains('/') || spec.contains('\\') || spec.ends_with(".toml") || spec.ends_with(".txt") {
+        bail!("{}: no such file", path.display());
+    }
+    bail!(
+        "unknown topology '{spec}': not a built-in and no such file (built-ins: {}, \
+         <node>x<K>; or a .toml file, or nvsmi:PATH)",
+        names.join(", ")
+    )
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| anyhow!("{}: cannot read: {e}", path.display()))
+}
+
+fn load_nvsmi(path: &Path, text: &str, opts: &NvsmiOptions) -> Result<Topology> {
+    parse_nvsmi(text, &stem(path), opts).map_err(|e| anyhow!("{}: nvidia-smi topo -m: {e}", path.display()))
+}

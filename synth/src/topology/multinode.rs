@@ -1,0 +1,186 @@
+//! Multi-node composition: K copies of a node joined by NICs through a fat-tree or rail network.
+//!
+//! Every inter-node GPU pair the network connects becomes a direct link (bandwidth: what one
+//! NIC gives one GPU, alpha: the NIC alpha), and every NIC becomes two switch constraints
+//! (`n<k>-nic<j>-out`: the sends of the GPUs it serves to other nodes; `n<k>-nic<j>-in`: their
+//! receives from other nodes) of the NIC's bandwidth, so the GPUs sharing a NIC share it.
+
+use super::model::{Link, SwitchConstraint, Topology};
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+/// The InfiniBand latency used when none is given (µs).
+pub const DEFAULT_NIC_ALPHA: f64 = 2.6;
+
+/// How NICs are attached to the GPUs of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NicPlacement {
+    /// `k` NICs per GPU (each GPU gets `k` times the NIC bandwidth to itself).
+    PerGpu(usize),
+    /// `k` NICs per node, each shared by a contiguous block of `gpus / k` GPUs.
+    PerNode(usize),
+}
+
+/// The NIC facts of a node type (the `[nic]` table of a node TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NicFacts {
+    /// Bandwidth of one NIC in GB/s per direction.
+    pub bandwidth: f64,
+    /// Latency of a transfer through the network in µs.
+    pub alpha: f64,
+    /// How the NICs are attached.
+    pub placement: NicPlacement,
+}
+
+/// Which GPU pairs of different nodes the network connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Network {
+    /// Full bisection: every GPU reaches every GPU of every other node.
+    FatTree,
+    /// Rail-optimized: a GPU reaches only the GPUs with the same local index in other nodes.
+    Rail,
+}
+
+impl Network {
+    /// Parses `fat-tree` or `rail`.
+    pub fn parse(text: &str) -> Result<Network> {
+        match text {
+            "fat-tree" | "fattree" => Ok(Network::FatTree),
+            "rail" => Ok(Network::Rail),
+            _ => bail!("unknown network '{text}' (expected \"fat-tree\" or \"rail\")"),
+        }
+    }
+
+    /// The name as written in TOML.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Network::FatTree => "fat-tree",
+            Network::Rail => "rail",
+        }
+    }
+}
+
+/// Builds `nodes` copies of `node` (rank `k * node.ranks + i` is local rank `i` of copy `k`)
+/// joined by `nic` through `network`, named `name`.
+pub fn compose(
+    node: &Topology,
+    nodes: usize,
+    nic: &NicFacts,
+    network: Network,
+    name: &str,
+) -> Result<Topology> {
+    let g = node.ranks;
+    if nodes < 1 {
+        bail!("nodes must be at least 1");
+    }
+    if g == 0 {
+        bail!("node '{}' has no ranks", node.name);
+    }
+    if !(nic.bandwidth.is_finite() && nic.bandwidth > 0.0) {
+        bail!("NIC bandwidth must be positive, got {}", nic.bandwidth);
+    }
+    if !(nic.alpha.is_finite() && nic.alpha >= 0.0) {
+        bail!("NIC alpha must be non-negative, got {}", nic.alpha);
+    }
+    // NIC j of a node serves local GPUs `serves[j]`; `per_gpu_bw` is what one GPU can push.
+    let (serves, nic_bw): (Vec<Vec<usize>>, f64) = match nic.placement {
+        NicPlacement::PerGpu(k) => {
+            if k == 0 {
+                bail!("nics_per_gpu must be at least 1");
+            }
+            ((0..g).map(|i| vec![i]).collect(), nic.bandwidth * k as f64)
+        }
+        NicPlacement::PerNode(k) => {
+            if k == 0 || g % k != 0 {
+                bail!("nics_per_node = {k} must divide the {g} GPUs of node '{}'", node.name);
+            }
+            let block = g / k;
+            (
+                (0..k).map(|j| (j * block..(j + 1) * block).collect()).collect(),
+                nic.bandwidth,
+            )
+        }
+    };
+    let node_count = node.nodes().max(1);
+    let mut topo = Topology {
+        name: name.to_string(),
+        ranks: g * nodes,
+        node_of: Vec::with_capacity(g * nodes),
+        links: Vec::new(),
+        switches: Vec::new(),
+    };
+    for k in 0..nodes {
+        let off = k * g;
+        topo.node_of
+            .extend(node.node_of.iter().map(|&n| k * node_count + n));
+        topo.links.extend(node.links.iter().map(|l| Link {
+            src: l.src + off,
+            dst: l.dst + off,
+            ..l.clone()
+        }));
+        topo.switches
+            .extend(node.switches.iter().map(|s| SwitchConstraint {
+                name: format!("n{k}-{}", s.name),
+                srcs: s.srcs.iter().map(|r| r + off).collect(),
+                dsts: s.dsts.iter().map(|r| r + off).collect(),
+                bandwidth: s.bandwidth,
+            }));
+    }
+    let connected = |a: usize, b: usize| match network {
+        Network::FatTree => true,
+        Network::Rail => a % g == b % g,
+    };
+    for a in 0..g * nodes {
+        for b in 0..g * nodes {
+            if a / g != b / g && connected(a, b) {
+                topo.links.push(Link { src: a, dst: b, bandwidth: nic_bw, alpha: nic.alpha });
+            }
+        }
+    }
+    for k in 0..nodes {
+        for (j, local) in serves.iter().enumerate() {
+            let mine: Vec<usize> = local.iter().map(|i| k * g + i).collect();
+            let peers = |r: usize| (0..g * nodes).filter(move |&b| b / g != k && connected(r, b));
+            let mut remote: Vec<usize> = mine.iter().flat_map(|&r| peers(r)).collect();
+            remote.sort_unstable();
+            remote.dedup();
+            if remote.is_empty() {
+                continue;
+            }
+            topo.switches.push(SwitchConstraint {
+                name: format!("n{k}-nic{j}-out"),
+                srcs: mine.clone(),
+                dsts: remote.clone(),
+                bandwidth: nic_bw,
+            });
+            topo.switches.push(SwitchConstraint {
+                name: format!("n{k}-nic{j}-in"),
+                srcs: remote,
+                dsts: mine,
+                bandwidth: nic_bw,
+            });
+        }
+    }
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::generators::{generate, GenSize};
+
+    #[test]
+    fn rail_and_fat_tree() {
+        let ring = generate("ring", GenSize::Ranks(4), 25.0, 0.7).unwrap();
+        let nic = NicFacts { bandwidth: 25.0, alpha: 2.6, placement: NicPlacement::PerGpu(1) };
+        let ft = compose(&ring, 2, &nic, Network::FatTree, "x").unwrap();
+        assert_eq!(ft.ranks, 8);
+        assert_eq!(ft.links.len(), 16 + 32);
+        assert_eq!(ft.switches.len(), 16);
+        let rail = compose(&ring, 3, &nic, Network::Rail, "x").unwrap();
+        assert_eq!(rail.links.len(), 24 + 3 * 4 * 2);
+        assert_eq!(rail.nodes(), 3);
+        let shared = NicFacts { placement: NicPlacement::PerNode(3), ..nic };
+        assert!(compose(&ring, 2, &shared, Network::FatTree, "x").is_err());
+    }
+}

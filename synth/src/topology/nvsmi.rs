@@ -1,0 +1,206 @@
+//! Import of `nvidia-smi topo -m` output.
+//!
+//! The matrix has a header row `GPU0 GPU1 ...` (followed by NIC and affinity columns) and one
+//! row per GPU and per NIC. A cell `NV#` means `#` bonded NVLinks between the two GPUs; `X`,
+//! `SYS`, `NODE`, `PHB`, `PXB`, `PIX` and the like mean no NVLink. NIC rows and columns, the
+//! CPU/NUMA affinity columns and the legend are ignored.
+//!
+//! On NVSwitch systems nvidia-smi reports every pair as `NV#` with the GPU's full link count
+//! (e.g. `NV12` on a DGX-A100). When a GPU's `NV` counts add up to more than
+//! [`MAX_DIRECT_NVLINKS`], no GPU could have that many direct links, so the GPUs are taken to
+//! sit on an NVSwitch: each pair gets a link of the GPU's port bandwidth plus the per-GPU
+//! "out" and "in" switch constraints.
+
+use super::model::{Link, SwitchConstraint, Topology};
+use anyhow::{anyhow, bail, Result};
+
+/// The most NVLinks any GPU generation has (H100: 18); more in one row means an NVSwitch.
+pub const MAX_DIRECT_NVLINKS: u32 = 18;
+
+/// Parameters of the import.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NvsmiOptions {
+    /// Bandwidth of one NVLink in GB/s per direction (25 for NVLink2/V100).
+    pub link_bandwidth: f64,
+    /// Alpha of every link in µs.
+    pub alpha: f64,
+}
+
+impl Default for NvsmiOptions {
+    fn default() -> Self {
+        NvsmiOptions { link_bandwidth: 25.0, alpha: 0.7 }
+    }
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for d in chars.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn gpu_index(token: &str) -> Option<usize> {
+    token.strip_prefix("GPU")?.parse().ok()
+}
+
+/// The line index (0-based) of the header row `GPU0 GPU1 ...`, if `text` has one.
+fn header_line(lines: &[String]) -> Option<usize> {
+    lines.iter().position(|l| {
+        let mut t = l.split_whitespace();
+        t.next() == Some("GPU0") && t.next() != Some("X")
+    })
+}
+
+/// Whether `text` looks like `nvidia-smi topo -m` output (it has a `GPU0 ...` header row).
+pub fn looks_like_nvsmi(text: &str) -> bool {
+    let lines: Vec<String> = text.lines().take(200).map(strip_ansi).collect();
+    header_line(&lines).is_some()
+        && lines.iter().any(|l| {
+            let mut t = l.split_whitespace();
+            t.next() == Some("GPU0") && t.next() == Some("X")
+        })
+}
+
+/// Parses `nvidia-smi topo -m` text into a topology named `name`. Errors say `line N: reason`.
+pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topology> {
+    if !(opts.link_bandwidth.is_finite() && opts.link_bandwidth > 0.0) {
+        bail!("non-positive NVLink bandwidth {}", opts.link_bandwidth);
+    }
+    let lines: Vec<String> = text.lines().map(strip_ansi).collect();
+    let h = header_line(&lines).ok_or_else(|| anyhow!("no header row starting with GPU0"))?;
+    let header: Vec<&str> = lines[h].split_whitespace().collect();
+    let n = header.iter().take_while(|t| gpu_index(t).is_some()).count();
+    for (i, t) in header.iter().take(n).enumerate() {
+        if gpu_index(t) != Some(i) {
+            bail!("line {}: header column {} is '{t}', expected GPU{i}", h + 1, i + 1);
+        }
+    }
+    let mut counts: Vec<Option<Vec<u32>>> = vec![None; n];
+    for (no, line) in lines.iter().enumerate().skip(h + 1) {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let Some(first) = tokens.first() else { continue };
+        if first.starts_with("Legend") {
+            break;
+        }
+        let Some(i) = gpu_index(first) else { continue };
+        if i >= n {
+            bail!("line {}: row {first} but the header has {n} GPUs", no + 1);
+        }
+        if counts[i].is_some() {
+            bail!("line {}: second row for {first}", no + 1);
+        }
+        if tokens.len() < n + 1 {
+            bail!("line {}: row {first} has {} cells, expected at least {n}", no + 1, tokens.len() - 1);
+        }
+        let mut row = Vec::with_capacity(n);
+        for (j, cell) in tokens[1..=n].iter().enumerate() {
+            let k = if let Some(num) = cell.strip_prefix("NV") {
+                num.parse::<u32>()
+                    .map_err(|_| anyhow!("line {}: {first} column GPU{j}: bad cell '{cell}'", no + 1))?
+            } else if cell.chars().all(|c| c.is_ascii_alphabetic()) {
+                0
+            } else {
+                bail!("line {}: {first} column GPU{j}: unknown cell '{cell}'", no + 1);
+            };
+            if i == j && k != 0 {
+                bail!("line {}: {first} has NVLinks to itself", no + 1);
+            }
+            row.push(k);
+        }
+        counts[i] = Some(row);
+    }
+    let counts: Vec<Vec<u32>> = counts
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.ok_or_else(|| anyhow!("no row for GPU{i}")))
+        .collect::<Result<_>>()?;
+    for i in 0..n {
+        for j in 0..n {
+            if counts[i][j] != counts[j][i] {
+                bail!(
+                    "matrix not symmetric: GPU{i}-GPU{j} has NV{} but GPU{j}-GPU{i} has NV{}",
+                    counts[i][j],
+                    counts[j][i]
+                );
+            }
+        }
+    }
+    let bw = opts.link_bandwidth;
+    let switched = counts.iter().any(|r| r.iter().sum::<u32>() > MAX_DIRECT_NVLINKS);
+    let mut links = Vec::new();
+    let mut switches = Vec::new();
+    for (i, row) in counts.iter().enumerate() {
+        for (j, &k) in row.iter().enumerate() {
+            if k > 0 {
+                links.push(Link { src: i, dst: j, bandwidth: bw * k as f64, alpha: opts.alpha });
+            }
+        }
+    }
+    if links.is_empty() {
+        bail!("no NVLinks between the {n} GPUs (PCIe-only machines are not modelled)");
+    }
+    if switched {
+        for (g, row) in counts.iter().enumerate() {
+            let port = bw * *row.iter().max().unwrap_or(&0) as f64;
+            let peers: Vec<usize> = (0..n).filter(|&h| row[h] > 0).collect();
+            if peers.is_empty() {
+                continue;
+            }
+            switches.push(SwitchConstraint {
+                name: format!("nvswitch-out-{g}"),
+                srcs: vec![g],
+                dsts: peers.clone(),
+                bandwidth: port,
+            });
+            switches.push(SwitchConstraint {
+                name: format!("nvswitch-in-{g}"),
+                srcs: peers,
+                dsts: vec![g],
+                bandwidth: port,
+            });
+        }
+    }
+    let topo = Topology { name: name.to_string(), ranks: n, node_of: vec![0; n], links, switches };
+    topo.validate()?;
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvswitch_box() {
+        let mut text = String::from("\t\x1b[4mGPU0\tGPU1\tGPU2\tNIC0\tCPU Affinity\x1b[0m\n");
+        text += "GPU0\t X \tNV12\tNV12\tSYS\t0-63\n";
+        text += "GPU1\tNV12\t X \tNV12\tSYS\t0-63\n";
+        text += "GPU2\tNV12\tNV12\t X \tPXB\t0-63\n";
+        text += "NIC0\tSYS\tSYS\tPXB\t X\n\nLegend:\n\n  X    = Self\n";
+        assert!(looks_like_nvsmi(&text));
+        let t = parse_nvsmi(&text, "a100", &NvsmiOptions::default()).unwrap();
+        assert_eq!(t.ranks, 3);
+        assert_eq!(t.links.len(), 6);
+        assert_eq!(t.switches.len(), 6);
+        assert_eq!(t.link(0, 1).unwrap().bandwidth, 300.0);
+    }
+
+    #[test]
+    fn asymmetric_is_an_error() {
+        let text = "  GPU0 GPU1\nGPU0 X NV1\nGPU1 NV2 X\n";
+        let e = parse_nvsmi(text, "x", &NvsmiOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("not symmetric"), "{e}");
+    }
+}

@@ -1,0 +1,599 @@
+//! The hand-written TOML topology format.
+//!
+//! A topology file describes ranks (GPUs), directed links and shared-bandwidth constraints.
+//! Units: bandwidth in GB/s (1e9 bytes/s) per direction, latency (alpha) in µs. Every part
+//! below is optional and the parts combine: a generator or a multi-node composition gives the
+//! starting fabric, then `matrix`, `nvswitch`, `[[link]]` and `[[switch]]` add to it. Defining
+//! the same directed link twice is an error, and so is any field not listed here.
+//!
+//! ```toml
+//! name = "my-box"          # default: the file name (generators: "ring:8")
+//! description = "free text, ignored"
+//! ranks = 8                # needed unless a generator, matrix or [multinode] implies it
+//! bandwidth = 25.0         # default GB/s of one link (default 25 = one NVLink2)
+//! alpha = 0.7              # default latency of a link in µs (default 0.7)
+//! node_of = [0, 0, 0, 0, 1, 1, 1, 1]   # node of each rank (default: all on node 0)
+//!
+//! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke"
+//! # (size = ranks) or "torus-2d" (size = "ROWSxCOLS"). Links use `bandwidth` and `alpha`.
+//! # generator = "ring"
+//! # size = 8
+//!
+//! # Link multiplicity (DGX-1 style): entry k in row i, column j means k links of
+//! # `bandwidth` from i to j, folded into one link of k x bandwidth. Write it symmetric for
+//! # bidirectional cables.
+//! matrix = [
+//!   [0, 2, 1, 1, 2, 0, 0, 0],
+//!   [2, 0, 1, 2, 0, 1, 0, 0],
+//!   [1, 1, 0, 2, 0, 0, 2, 0],
+//!   [1, 2, 2, 0, 0, 0, 0, 1],
+//!   [2, 0, 0, 0, 0, 2, 1, 1],
+//!   [0, 1, 0, 0, 2, 0, 1, 2],
+//!   [0, 0, 2, 0, 1, 1, 0, 2],
+//!   [0, 0, 0, 1, 1, 2, 2, 0],
+//! ]
+//!
+//! # An NVSwitch: a link between every pair of `ranks` (default: all) of `bandwidth`, plus
+//! # per GPU one "out" constraint (its sends together <= bandwidth) and one "in" constraint.
+//! # nvswitch = { bandwidth = 300, alpha = 0.7, ranks = [0, 1, 2, 3] }
+//!
+//! # Explicit links; bandwidth and alpha default to the top-level values,
+//! # bidirectional (default true) also adds dst -> src.
+//! [[link]]
+//! src = 0
+//! dst = 7
+//! bandwidth = 12.5
+//! alpha = 1.0
+//! bidirectional = false
+//!
+//! # A shared-bandwidth constraint: all links from a rank in srcs to a rank in dsts
+//! # together carry at most `bandwidth` (a PCIe switch, a NIC, a switch port).
+//! [[switch]]
+//! name = "pcie-0"
+//! srcs = [0, 1]
+//! dsts = [2, 3]
+//! bandwidth = 16
+//!
+//! # NIC facts of this box, used when it is a node of a multi-node fabric:
+//! # `per_gpu = k` (k NICs per GPU) or `per_node = k` (k NICs, each shared by gpus/k GPUs).
+//! [nic]
+//! bandwidth = 25           # GB/s per NIC per direction
+//! alpha = 2.6              # µs (default 2.6, InfiniBand)
+//! per_gpu = 1
+//! ```
+//!
+//! Multi-node composition (`ranks`, `matrix`, ... may still add links and constraints on
+//! top, numbered globally: rank `k * gpus_per_node + i` is GPU `i` of node `k`):
+//!
+//! ```toml
+//! name = "two-a100s"
+//! [multinode]
+//! node = "dgx-a100"        # a built-in name, or a TOML path relative to this file
+//! nodes = 2
+//! nic_bandwidth = 25       # GB/s per NIC (default: the node's [nic] facts)
+//! nic_alpha = 2.6          # µs (default: the node's, else 2.6)
+//! nics_per_gpu = 1         # or nics_per_node = 1 (one NIC shared by the node, NDv2 style)
+//! network = "fat-tree"     # every GPU to every GPU of other nodes; "rail": same local index
+//! ```
+//!
+//! Inter-node GPU pairs become links of one NIC's bandwidth per GPU and alpha `nic_alpha`;
+//! every NIC adds an "out" and an "in" constraint of its bandwidth over the GPUs it serves.
+
+use super::generators::{self, parse_size, GenSize};
+use super::model::{Link, SwitchConstraint, Topology};
+use super::multinode::{self, NicFacts, NicPlacement, DEFAULT_NIC_ALPHA};
+use super::Loaded;
+use anyhow::{anyhow, Result};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use toml::Spanned;
+
+/// Link bandwidth when a file gives none (GB/s: one NVLink2).
+pub const DEFAULT_BANDWIDTH: f64 = 25.0;
+/// Link latency when a file gives none (µs).
+pub const DEFAULT_ALPHA: f64 = 0.7;
+
+/// The text of a topology file and where it came from, for error messages.
+pub(crate) struct Source<'a> {
+    /// What errors call the file (its path, or `built-in dgx1`).
+    pub label: String,
+    /// The file's text.
+    pub text: &'a str,
+    /// The directory relative paths (a multi-node `node`) are resolved against.
+    pub dir: Option<PathBuf>,
+    /// The file stem, the default topology name.
+    pub stem: String,
+}
+
+impl Source<'_> {
+    fn line(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    /// One-line error `FILE:LINE: FIELD: REASON`.
+    fn err(&self, span: Option<Range<usize>>, field: &str, reason: impl std::fmt::Display) -> anyhow::Error {
+        match span {
+            Some(s) => anyhow!("{}:{}: {}: {}", self.label, self.line(s.start), field, reason),
+            None => anyhow!("{}: {}: {}", self.label, field, reason),
+        }
+    }
+
+    /// Turns a TOML syntax or schema error into one line, naming the key on the offending line.
+    fn toml_err(&self, e: &toml::de::Error) -> anyhow::Error {
+        let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+        let Some(span) = e.span() else {
+            return anyhow!("{}: malformed TOML: {msg}", self.label);
+        };
+        let line_no = self.line(span.start);
+        let line = self.text.lines().nth(line_no - 1).unwrap_or("").trim();
+        let field = if let Some(f) = msg
+            .strip_prefix("unknown field `")
+            .and_then(|m| m.split('`').next())
+        {
+            f.to_string()
+        } else if line.starts_with('[') {
+            line.trim_matches(|c| c == '[' || c == ']').trim().to_string()
+        } else if let Some((k, _)) = line.split_once('=') {
+            k.trim().to_string()
+        } else {
+            String::new()
+        };
+        if field.is_empty() {
+            anyhow!("{}:{}: malformed TOML: {msg}", self.label, line_no)
+        } else {
+            anyhow!("{}:{}: {}: {msg}", self.label, line_no, field)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyFile {
+    name: Option<String>,
+    #[allow(dead_code)]
+    description: Option<String>,
+    ranks: Option<Spanned<usize>>,
+    bandwidth: Option<Spanned<f64>>,
+    alpha: Option<Spanned<f64>>,
+    node_of: Option<Spanned<Vec<usize>>>,
+    generator: Option<Spanned<String>>,
+    size: Option<Spanned<toml::Value>>,
+    matrix: Option<Spanned<Vec<Spanned<Vec<u32>>>>>,
+    nvswitch: Option<Spanned<NvSwitchToml>>,
+    #[serde(default)]
+    link: Vec<Spanned<LinkToml>>,
+    #[serde(default)]
+    switch: Vec<Spanned<SwitchToml>>,
+    nic: Option<Spanned<NicToml>>,
+    multinode: Option<Spanned<MultinodeToml>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NvSwitchToml {
+    bandwidth: Spanned<f64>,
+    alpha: Option<Spanned<f64>>,
+    ranks: Option<Spanned<Vec<usize>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkToml {
+    src: Spanned<usize>,
+    dst: Spanned<usize>,
+    bandwidth: Option<Spanned<f64>>,
+    alpha: Option<Spanned<f64>>,
+    bidirectional: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchToml {
+    name: Option<String>,
+    srcs: Spanned<Vec<usize>>,
+    dsts: Spanned<Vec<usize>>,
+    bandwidth: Spanned<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NicToml {
+    bandwidth: Spanned<f64>,
+    alpha: Option<Spanned<f64>>,
+    per_gpu: Option<Spanned<usize>>,
+    per_node: Option<Spanned<usize>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MultinodeToml {
+    node: Spanned<String>,
+    nodes: Spanned<usize>,
+    nic_bandwidth: Option<Spanned<f64>>,
+    nic_alpha: Option<Spanned<f64>>,
+    nics_per_gpu: Option<Spanned<usize>>,
+    nics_per_node: Option<Spanned<usize>>,
+    network: Option<Spanned<String>>,
+}
+
+fn sp<T>(s: &Spanned<T>) -> Option<Range<usize>> {
+    Some(s.span())
+}
+
+/// Collects links, remembering where each came from to report duplicates.
+struct Builder<'s, 'a> {
+    src: &'s Source<'a>,
+    ranks: usize,
+    links: Vec<Link>,
+    from: Vec<String>,
+    index: HashMap<(usize, usize), usize>,
+    switches: Vec<SwitchConstraint>,
+}
+
+impl Builder<'_, '_> {
+    fn check_rank(&self, r: &Spanned<usize>, field: &str) -> Result<usize> {
+        let v = *r.get_ref();
+        if v >= self.ranks {
+            return Err(self.src.err(
+                sp(r),
+                field,
+                format!("rank {v} out of range (ranks = {}, valid 0..{})", self.ranks, self.ranks),
+            ));
+        }
+        Ok(v)
+    }
+
+    fn add(&mut self, l: Link, span: Option<Range<usize>>, field: &str) -> Result<()> {
+        if l.src == l.dst {
+            return Err(self.src.err(span, field, format!("self link {} -> {}", l.src, l.dst)));
+        }
+        if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
+            return Err(self.src.err(span, field, format!("non-positive bandwidth {}", l.bandwidth)));
+        }
+        if let Some(&i) = self.index.get(&(l.src, l.dst)) {
+            return Err(self.src.err(
+                span,
+                field,
+                format!("duplicate link {} -> {} (already defined by {})", l.src, l.dst, self.from[i]),
+            ));
+        }
+        self.index.insert((l.src, l.dst), self.links.len());
+        self.links.push(l);
+        self.from.push(field.to_string());
+        Ok(())
+    }
+}
+
+fn positive(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
+    let x = *v.get_ref();
+    if !(x.is_finite() && x > 0.0) {
+        return Err(src.err(sp(v), field, format!("non-positive bandwidth {x}")));
+    }
+    Ok(x)
+}
+
+fn non_negative(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
+    let x = *v.get_ref();
+    if !(x.is_finite() && x >= 0.0) {
+        return Err(src.err(sp(v), field, format!("negative or non-finite alpha {x}")));
+    }
+    Ok(x)
+}
+
+/// Parses a topology TOML. `size` overrides the generator size (`ring:12`); `depth` bounds
+/// multi-node nesting.
+pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result<Loaded> {
+    let file: TopologyFile = toml::from_str(src.text).map_err(|e| src.toml_err(&e))?;
+    let bw = match &file.bandwidth {
+        Some(b) => positive(src, b, "bandwidth")?,
+        None => DEFAULT_BANDWIDTH,
+    };
+    let alpha = match &file.alpha {
+        Some(a) => non_negative(src, a, "alpha")?,
+        None => DEFAULT_ALPHA,
+    };
+
+    // The starting fabric: a generator or a multi-node composition.
+    let mut base: Option<(Topology, &'static str)> = None;
+    if let (Some(_), Some(m)) = (&file.generator, &file.multinode) {
+        return Err(src.err(sp(m), "multinode", "cannot be combined with generator"));
+    }
+    if let Some(g) = &file.generator {
+        let name = g.get_ref().as_str();
+        if !generators::is_generator(name) {
+            let known: Vec<&str> = generators::GENERATORS.iter().map(|g| g.0).collect();
+            return Err(src.err(
+                sp(g),
+                "generator",
+                format!("unknown generator '{name}' (known: {})", known.join(", ")),
+            ));
+        }
+        let (gsize, span) = match (size, &file.size) {
+            (Some(s), _) => (s, None),
+            (None, Some(s)) => {
+                let parsed = match s.get_ref() {
+                    toml::Value::Integer(n) if *n >= 0 => Ok(GenSize::Ranks(*n as usize)),
+                    toml::Value::String(t) => parse_size(t),
+                    other => Err(anyhow!("expected a rank count or \"ROWSxCOLS\", got {other}")),
+                };
+                (parsed.map_err(|e| src.err(sp(s), "size", e))?, sp(s))
+            }
+            (None, None) => (generators::default_size(name).expect("known generator"), sp(g)),
+        };
+        let t = generators::generate(name, gsize, bw, alpha)
+            .map_err(|e| src.err(span.clone(), "size", e))?;
+        base = Some((t, "generator"));
+    } else if let Some(s) = size {
+        return Err(src.err(None, "size", format!("'{}' is not a generator and takes no size '{s}'", src.stem)));
+    } else if let Some(s) = &file.size {
+        return Err(src.err(sp(s), "size", "size needs a generator"));
+    }
+    if let Some(m) = &file.multinode {
+        base = Some((compose(src, m.get_ref(), file.name.as_deref(), depth)?, "multinode"));
+    }
+
+    // The rank count, checked for agreement between everything that implies one.
+    let matrix_rows = file.matrix.as_ref().map(|m| m.get_ref().len());
+    let ranks = match (&base, &file.ranks, matrix_rows) {
+        (Some((t, what)), Some(r), _) if t.ranks != *r.get_ref() => {
+            return Err(src.err(
+                sp(r),
+                "ranks",
+                format!("ranks = {} but the {what} has {} ranks", r.get_ref(), t.ranks),
+            ))
+        }
+        (Some((t, _)), _, _) => t.ranks,
+        (None, Some(r), _) => *r.get_ref(),
+        (None, None, Some(m)) => m,
+        (None, None, None) => {
+            return Err(src.err(None, "ranks", "missing: give ranks, a matrix, a generator or [multinode]"))
+        }
+    };
+    if ranks == 0 {
+        let span = file.ranks.as_ref().and_then(sp);
+        return Err(src.err(span, "ranks", "must be at least 1"));
+    }
+
+    let mut b = Builder {
+        src,
+        ranks,
+        links: Vec::new(),
+        from: Vec::new(),
+        index: HashMap::new(),
+        switches: Vec::new(),
+    };
+    let mut node_of = vec![0; ranks];
+    let mut name = file.name.clone().unwrap_or_else(|| src.stem.clone());
+    if let Some((t, what)) = base {
+        for l in t.links {
+            b.add(l, None, what)?;
+        }
+        b.switches = t.switches;
+        node_of = t.node_of;
+        if file.name.is_none() {
+            name = t.name;
+        }
+    }
+
+    if let Some(m) = &file.matrix {
+        let rows = m.get_ref();
+        if rows.len() != ranks {
+            return Err(src.err(sp(m), "matrix", format!("has {} rows but ranks = {ranks}", rows.len())));
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let field = format!("matrix[{i}]");
+            if row.get_ref().len() != ranks {
+                return Err(src.err(
+                    sp(row),
+                    &field,
+                    format!("has {} entries but ranks = {ranks}", row.get_ref().len()),
+                ));
+            }
+            for (j, &k) in row.get_ref().iter().enumerate() {
+                if k == 0 {
+                    continue;
+                }
+                if i == j {
+                    return Err(src.err(sp(row), &field, format!("self link {i} -> {i} (diagonal must be 0)")));
+                }
+                let l = Link { src: i, dst: j, bandwidth: bw * k as f64, alpha };
+                b.add(l, sp(row), &field)?;
+            }
+        }
+    }
+
+    if let Some(nv) = &file.nvswitch {
+        let nv_ref = nv.get_ref();
+        let port = positive(src, &nv_ref.bandwidth, "nvswitch.bandwidth")?;
+        let nv_alpha = match &nv_ref.alpha {
+            Some(a) => non_negative(src, a, "nvswitch.alpha")?,
+            None => alpha,
+        };
+        let members: Vec<usize> = match &nv_ref.ranks {
+            Some(rs) => {
+                let mut v = Vec::new();
+                for &r in rs.get_ref() {
+                    let s = Spanned::new(rs.span(), r);
+                    v.push(b.check_rank(&s, "nvswitch.ranks")?);
+                }
+                v
+            }
+            None => (0..ranks).collect(),
+        };
+        for &g in &members {
+            for &h in &members {
+                if g != h {
+                    let l = Link { src: g, dst: h, bandwidth: port, alpha: nv_alpha };
+                    b.add(l, sp(nv), "nvswitch")?;
+                }
+            }
+        }
+        for &g in &members {
+            let others: Vec<usize> = members.iter().copied().filter(|&h| h != g).collect();
+            b.switches.push(SwitchConstraint {
+                name: format!("nvswitch-out-{g}"),
+                srcs: vec![g],
+                dsts: others.clone(),
+                bandwidth: port,
+            });
+            b.switches.push(SwitchConstraint {
+                name: format!("nvswitch-in-{g}"),
+                srcs: others,
+                dsts: vec![g],
+                bandwidth: port,
+            });
+        }
+    }
+
+    for (i, entry) in file.link.iter().enumerate() {
+        let l = entry.get_ref();
+        let field = format!("link[{i}]");
+        let s = b.check_rank(&l.src, &format!("{field}.src"))?;
+        let d = b.check_rank(&l.dst, &format!("{field}.dst"))?;
+        if s == d {
+            return Err(src.err(sp(&l.dst), &format!("{field}.dst"), format!("self link {s} -> {d}")));
+        }
+        let lbw = match &l.bandwidth {
+            Some(x) => positive(src, x, &format!("{field}.bandwidth"))?,
+            None => bw,
+        };
+        let la = match &l.alpha {
+            Some(x) => non_negative(src, x, &format!("{field}.alpha"))?,
+            None => alpha,
+        };
+        b.add(Link { src: s, dst: d, bandwidth: lbw, alpha: la }, sp(&l.src), &field)?;
+        if l.bidirectional.unwrap_or(true) {
+            b.add(Link { src: d, dst: s, bandwidth: lbw, alpha: la }, sp(&l.src), &field)?;
+        }
+    }
+
+    for (i, entry) in file.switch.iter().enumerate() {
+        let sw = entry.get_ref();
+        let field = format!("switch[{i}]");
+        let mut lists = Vec::new();
+        for (what, list) in [("srcs", &sw.srcs), ("dsts", &sw.dsts)] {
+            let f = format!("{field}.{what}");
+            if list.get_ref().is_empty() {
+                return Err(src.err(sp(list), &f, "is empty"));
+            }
+            let mut v = Vec::new();
+            for &r in list.get_ref() {
+                v.push(b.check_rank(&Spanned::new(list.span(), r), &f)?);
+            }
+            v.sort_unstable();
+            v.dedup();
+            lists.push(v);
+        }
+        let sbw = positive(src, &sw.bandwidth, &format!("{field}.bandwidth"))?;
+        let dsts = lists.pop().expect("two lists");
+        let srcs = lists.pop().expect("two lists");
+        let c = SwitchConstraint {
+            name: sw.name.clone().unwrap_or_else(|| format!("switch-{i}")),
+            srcs,
+            dsts,
+            bandwidth: sbw,
+        };
+        if !b.links.iter().any(|l| c.covers(l.src, l.dst)) {
+            return Err(src.err(sp(entry), &field, "covers no link (no link from srcs to dsts)"));
+        }
+        b.switches.push(c);
+    }
+
+    if let Some(n) = &file.node_of {
+        if n.get_ref().len() != ranks {
+            return Err(src.err(
+                sp(n),
+                "node_of",
+                format!("has {} entries but ranks = {ranks}", n.get_ref().len()),
+            ));
+        }
+        node_of = n.get_ref().clone();
+    }
+
+    let nic = match &file.nic {
+        Some(n) => Some(nic_facts(src, n.get_ref())?),
+        None => None,
+    };
+
+    let topology = Topology { name, ranks, node_of, links: b.links, switches: b.switches };
+    topology
+        .validate()
+        .map_err(|e| anyhow!("{}: {e}", src.label))?;
+    Ok(Loaded { topology, nic })
+}
+
+fn placement(
+    src: &Source,
+    per_gpu: &Option<Spanned<usize>>,
+    per_node: &Option<Spanned<usize>>,
+    prefix: &str,
+) -> Result<Option<NicPlacement>> {
+    match (per_gpu, per_node) {
+        (Some(_), Some(n)) => Err(src.err(
+            sp(n),
+            &format!("{prefix}per_node"),
+            format!("give either {prefix}per_gpu or {prefix}per_node, not both"),
+        )),
+        (Some(g), None) if *g.get_ref() == 0 => Err(src.err(sp(g), &format!("{prefix}per_gpu"), "must be at least 1")),
+        (None, Some(n)) if *n.get_ref() == 0 => Err(src.err(sp(n), &format!("{prefix}per_node"), "must be at least 1")),
+        (Some(g), None) => Ok(Some(NicPlacement::PerGpu(*g.get_ref()))),
+        (None, Some(n)) => Ok(Some(NicPlacement::PerNode(*n.get_ref()))),
+        (None, None) => Ok(None),
+    }
+}
+
+fn nic_facts(src: &Source, n: &NicToml) -> Result<NicFacts> {
+    Ok(NicFacts {
+        bandwidth: positive(src, &n.bandwidth, "nic.bandwidth")?,
+        alpha: match &n.alpha {
+            Some(a) => non_negative(src, a, "nic.alpha")?,
+            None => DEFAULT_NIC_ALPHA,
+        },
+        placement: placement(src, &n.per_gpu, &n.per_node, "nic.")?
+            .unwrap_or(NicPlacement::PerGpu(1)),
+    })
+}
+
+fn compose(src: &Source, m: &MultinodeToml, name: Option<&str>, depth: usize) -> Result<Topology> {
+    let node_spec = m.node.get_ref();
+    let node = super::resolve(node_spec, src.dir.as_deref(), depth + 1)
+        .map_err(|e| src.err(sp(&m.node), "multinode.node", e))?;
+    let nodes = *m.nodes.get_ref();
+    if nodes == 0 {
+        return Err(src.err(sp(&m.nodes), "multinode.nodes", "must be at least 1"));
+    }
+    let facts = node.nic.as_ref();
+    let bandwidth = match (&m.nic_bandwidth, facts) {
+        (Some(b), _) => positive(src, b, "multinode.nic_bandwidth")?,
+        (None, Some(f)) => f.bandwidth,
+        (None, None) => {
+            return Err(src.err(
+                sp(&m.node),
+                "multinode.nic_bandwidth",
+                format!("missing: node '{node_spec}' has no [nic] facts"),
+            ))
+        }
+    };
+    let alpha = match (&m.nic_alpha, facts) {
+        (Some(a), _) => non_negative(src, a, "multinode.nic_alpha")?,
+        (None, Some(f)) => f.alpha,
+        (None, None) => DEFAULT_NIC_ALPHA,
+    };
+    let placement = placement(src, &m.nics_per_gpu, &m.nics_per_node, "multinode.nics_")?
+        .or(facts.map(|f| f.placement))
+        .unwrap_or(NicPlacement::PerGpu(1));
+    let network = match &m.network {
+        Some(n) => multinode::Network::parse(n.get_ref())
+            .map_err(|e| src.err(sp(n), "multinode.network", e))?,
+        None => multinode::Network::FatTree,
+    };
+    let default_name = match network {
+        multinode::Network::FatTree => format!("{}x{nodes}", node.topology.name),
+        multinode::Network::Rail => format!("{}x{nodes}:rail", node.topology.name),
+    };
+    let nic = NicFacts { bandwidth, alpha, placement };
+    multinode::compose(&node.topology, nodes, &nic, network, name.unwrap_or(&default_name))
+        .map_err(|e| src.err(sp(&m.nodes), "multinode", e))
+}

@@ -1,0 +1,13 @@
+//! Small helpers shared by the file readers: one-line error messages with file and line.
+
+/// Turns a TOML parse error into one line: `FILE:LINE: MESSAGE` (the field is in the message).
+pub fn toml_error(path: &str, text: &str, err: &toml::de::Error) -> anyhow::Error {
+    let line = err
+        .span()
+        .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let message = err.message().replace('\n', " ");
+    match line {
+        Some(line) => anyhow::anyhow!("{path}:{line}: {message}"),
+        None => anyhow::anyhow!("{path}: {message}"),
+    }
+}

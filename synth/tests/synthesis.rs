@@ -1,0 +1,144 @@
+//! Acceptance tests of the core issue: bounds, instances and Pareto frontiers against
+//! SCCL's published answers, allreduce on rings, and the checker.
+
+use num_rational::Ratio;
+use std::time::{Duration, Instant};
+use synth::algorithm::Algorithm;
+use synth::check::check;
+use synth::collective::{Collective, Kind};
+use synth::progress::Progress;
+use synth::smt::Limits;
+use synth::synthesize::{synthesize, Request, Search, Synthesis};
+use synth::topology;
+
+fn run(topo: &str, kind: Kind, search: Search) -> Synthesis {
+    let topology = topology::load(topo).unwrap();
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: &topology,
+        collective: Collective::new(kind, topology.ranks, 0, 1).unwrap(),
+        search,
+        limits: Limits { max_steps: 16, max_chunks: 8, deadline: Instant::now() + Duration::from_secs(600) },
+        progress: &progress,
+    };
+    synthesize(&request).unwrap()
+}
+
+fn instance(topo: &str, kind: Kind, steps: usize, rounds: usize, chunks: usize) -> Option<Algorithm> {
+    run(topo, kind, Search::Instance { steps, rounds, chunks }).algorithms.into_iter().next()
+}
+
+fn frontier(s: &Synthesis) -> Vec<(usize, Ratio<u64>)> {
+    s.algorithms.iter().map(|a| (a.num_steps(), a.rounds_per_chunk())).collect()
+}
+
+#[test]
+fn dgx1_allgather_bounds() {
+    let s = run("dgx1", Kind::AllGather, Search::Instance { steps: 2, rounds: 2, chunks: 1 });
+    assert_eq!(s.bounds.steps, 2);
+    assert_eq!(s.bounds.rounds_per_chunk, "7/6");
+}
+
+#[test]
+fn dgx1_allgather_instances() {
+    assert!(instance("dgx1", Kind::AllGather, 1, 1, 1).is_none());
+    let a = instance("dgx1", Kind::AllGather, 2, 2, 1).expect("(2,2,1) is SAT");
+    check(&a, &topology::load("dgx1").unwrap()).unwrap();
+    assert!(instance("dgx1", Kind::AllGather, 2, 4, 3).is_none());
+}
+
+#[test]
+fn dgx1_allgather_pareto() {
+    let s = run("dgx1", Kind::AllGather, Search::Pareto);
+    assert!(s.complete);
+    assert_eq!(frontier(&s), vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]);
+}
+
+#[test]
+fn dgx1_reducescatter_pareto() {
+    let s = run("dgx1", Kind::ReduceScatter, Search::Pareto);
+    assert!(s.complete);
+    assert_eq!(frontier(&s), vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]);
+    let topo = topology::load("dgx1").unwrap();
+    for a in &s.algorithms {
+        assert_eq!(a.collective.kind, Kind::ReduceScatter);
+        check(a, &topo).unwrap();
+    }
+}
+
+#[test]
+fn fully_connected_2_allgather() {
+    assert!(instance("fully-connected:2", Kind::AllGather, 1, 1, 2).is_none());
+    assert!(instance("fully-connected:2", Kind::AllGather, 2, 2, 2).is_some());
+}
+
+#[test]
+fn ring_allreduce_is_verified() {
+    for ring in ["ring:5", "ring:8"] {
+        let topo = topology::load(ring).unwrap();
+        let s = run(ring, Kind::AllReduce, Search::LeastSteps { chunks: 1, rounds: None });
+        assert!(!s.algorithms.is_empty(), "{ring}: no allreduce");
+        for a in &s.algorithms {
+            assert_eq!(a.collective.kind, Kind::AllReduce);
+            check(a, &topo).unwrap();
+        }
+    }
+}
+
+#[test]
+fn ring5_allreduce_pareto_terminates() {
+    let s = run("ring:5", Kind::AllReduce, Search::Pareto);
+    assert!(!s.algorithms.is_empty());
+    let topo = topology::load("ring:5").unwrap();
+    s.algorithms.iter().for_each(|a| check(a, &topo).unwrap());
+}
+
+#[test]
+fn dgx1_alltoall_3_3_1() {
+    let a = instance("dgx1", Kind::AllToAll, 3, 3, 1).expect("(3,3,1) is SAT");
+    check(&a, &topology::load("dgx1").unwrap()).unwrap();
+}
+
+#[test]
+fn rooted_collectives_on_dgx1() {
+    let topo = topology::load("dgx1").unwrap();
+    for kind in [Kind::Broadcast, Kind::Reduce, Kind::Gather, Kind::Scatter] {
+        let s = run("dgx1", kind, Search::LeastSteps { chunks: 1, rounds: None });
+        let a = s.algorithms.first().unwrap_or_else(|| panic!("{kind}: nothing found"));
+        assert_eq!(a.num_steps(), 2, "{kind}");
+        check(a, &topo).unwrap();
+    }
+}
+
+#[test]
+fn checker_rejects_corruptions() {
+    let topo = topology::load("dgx1").unwrap();
+    let good = instance("dgx1", Kind::AllGather, 2, 3, 2).unwrap();
+    check(&good, &topo).unwrap();
+
+    let mut dropped = good.clone();
+    dropped.steps[1].sends.pop();
+    assert!(check(&dropped, &topo).unwrap_err().to_string().contains("never arrives"));
+
+    let mut overloaded = good.clone();
+    overloaded.steps[0].rounds = 1;
+    overloaded.steps[1].rounds = 1;
+    assert!(check(&overloaded, &topo).unwrap_err().to_string().contains("capacity"));
+
+    let mut early = good.clone();
+    let moved = early.steps[1].sends.remove(0);
+    early.steps[0].sends.push(moved);
+    assert!(check(&early, &topo).is_err());
+
+    let mut bad_link = good.clone();
+    bad_link.steps[0].sends[0].dst = 7;
+    bad_link.steps[0].sends[0].src = 0;
+    assert!(check(&bad_link, &topo).unwrap_err().to_string().contains("no such link"));
+
+    let rs = run("dgx1", Kind::ReduceScatter, Search::Instance { steps: 2, rounds: 2, chunks: 1 });
+    let mut double = rs.algorithms[0].clone();
+    let dup = double.steps[1].sends[0];
+    double.steps[1].sends.push(dup);
+    double.steps[1].rounds = 4;
+    assert!(check(&double, &topo).unwrap_err().to_string().contains("more than once"));
+}

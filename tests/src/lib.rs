@@ -1,0 +1,1 @@
+//! End-to-end and conformance tests live in `tests/tests/`.

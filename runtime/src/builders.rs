@@ -41,7 +41,14 @@ fn ring(order: &[usize]) -> Vec<(usize, usize, usize)> {
     out
 }
 
-fn program(name: String, collective: Collective, n: usize, nchunks: usize, inplace: bool, gpus: Vec<Gpu>) -> Program {
+fn program(
+    name: String,
+    collective: Collective,
+    n: usize,
+    nchunks: usize,
+    inplace: bool,
+    gpus: Vec<Gpu>,
+) -> Program {
     Program {
         name,
         collective,
@@ -58,7 +65,12 @@ fn program(name: String, collective: Collective, n: usize, nchunks: usize, inpla
 }
 
 fn ring_tb(next: usize, prev: usize, channel: usize, steps: Vec<Step>) -> Threadblock {
-    Threadblock { send: Some(next), recv: Some(prev), channel, steps }
+    Threadblock {
+        send: Some(next),
+        recv: Some(prev),
+        channel,
+        steps,
+    }
 }
 
 /// Ring allgather: rank q's chunk c (of `channels`) travels the ring on channel c.
@@ -74,14 +86,22 @@ pub fn ring_allgather(order: &[usize], channels: usize, inplace: bool) -> Progra
                 .map(|c| {
                     let out = |q: usize| slot(Buffer::Output, q * channels + c);
                     let mut steps = Vec::new();
-                    let own = if inplace { out(r) } else { slot(Buffer::Input, c) };
+                    let own = if inplace {
+                        out(r)
+                    } else {
+                        slot(Buffer::Input, c)
+                    };
                     if !inplace {
                         steps.push(Step::new(Op::Copy, own, out(r), 1));
                     }
                     steps.push(send(own, out(r)));
                     for j in 1..n {
                         let q = order[(pos + n - j) % n];
-                        let sent_from = if j == 1 && !inplace { slot(Buffer::Input, c) } else { out(q) };
+                        let sent_from = if j == 1 && !inplace {
+                            slot(Buffer::Input, c)
+                        } else {
+                            out(q)
+                        };
                         steps.push(recv(sent_from, out(q)));
                         if j < n - 1 {
                             steps.push(send(out(q), out(q)));
@@ -99,14 +119,23 @@ pub fn ring_allgather(order: &[usize], channels: usize, inplace: bool) -> Progra
             }
         })
         .collect();
-    let name = format!("ring_allgather_{n}r_{channels}c{}", if inplace { "_ip" } else { "" });
+    let name = format!(
+        "ring_allgather_{n}r_{channels}c{}",
+        if inplace { "_ip" } else { "" }
+    );
     program(name, Collective::AllGather, n, n * channels, inplace, gpus)
 }
 
 /// Steps of the reduce-scatter phase on one rank and channel: partial sums travel the ring
 /// through scratch chunk `c`; returns the steps and leaves the fully reduced chunk of the
 /// rank's own block in scratch chunk `c` (out of place) or in `own_slot` (in place).
-fn reduce_scatter_steps(order: &[usize], r: usize, c: usize, input: impl Fn(usize) -> Slot, own_slot: Option<Slot>) -> Vec<Step> {
+fn reduce_scatter_steps(
+    order: &[usize],
+    r: usize,
+    c: usize,
+    input: impl Fn(usize) -> Slot,
+    own_slot: Option<Slot>,
+) -> Vec<Step> {
     let n = order.len();
     let pos = ring(order)[r].2;
     let scratch = slot(Buffer::Scratch, c);
@@ -143,7 +172,12 @@ pub fn ring_reduce_scatter(order: &[usize], channels: usize, inplace: bool) -> P
                     let own = inplace.then(|| slot(Buffer::Output, c));
                     let mut steps = reduce_scatter_steps(order, r, c, input, own);
                     if !inplace {
-                        steps.push(Step::new(Op::Copy, slot(Buffer::Scratch, c), slot(Buffer::Output, c), 1));
+                        steps.push(Step::new(
+                            Op::Copy,
+                            slot(Buffer::Scratch, c),
+                            slot(Buffer::Output, c),
+                            1,
+                        ));
                     }
                     ring_tb(next, prev, c, steps)
                 })
@@ -157,8 +191,18 @@ pub fn ring_reduce_scatter(order: &[usize], channels: usize, inplace: bool) -> P
             }
         })
         .collect();
-    let name = format!("ring_reduce_scatter_{n}r_{channels}c{}", if inplace { "_ip" } else { "" });
-    program(name, Collective::ReduceScatter, n, n * channels, inplace, gpus)
+    let name = format!(
+        "ring_reduce_scatter_{n}r_{channels}c{}",
+        if inplace { "_ip" } else { "" }
+    );
+    program(
+        name,
+        Collective::ReduceScatter,
+        n,
+        n * channels,
+        inplace,
+        gpus,
+    )
 }
 
 /// Ring allreduce: a ring reduce-scatter followed by a ring allgather of the reduced chunks,
@@ -167,7 +211,11 @@ pub fn ring_allreduce(order: &[usize], channels: usize, inplace: bool) -> Progra
     check_order(order, channels);
     let n = order.len();
     let nb = ring(order);
-    let data = if inplace { Buffer::Input } else { Buffer::Output };
+    let data = if inplace {
+        Buffer::Input
+    } else {
+        Buffer::Output
+    };
     let gpus = (0..n)
         .map(|r| {
             let (next, prev, pos) = nb[r];
@@ -200,19 +248,36 @@ pub fn ring_allreduce(order: &[usize], channels: usize, inplace: bool) -> Progra
             }
         })
         .collect();
-    let name = format!("ring_allreduce_{n}r_{channels}c{}", if inplace { "_ip" } else { "" });
+    let name = format!(
+        "ring_allreduce_{n}r_{channels}c{}",
+        if inplace { "_ip" } else { "" }
+    );
     program(name, Collective::AllReduce, n, n * channels, inplace, gpus)
 }
 
 /// Per-peer threadblocks on channel 0 (send and receive with one peer each) plus one local
 /// threadblock: the direct pattern shared by all-to-all and allgather.
-fn direct(n: usize, local: impl Fn(usize) -> Step, exchange: impl Fn(usize, usize) -> (Step, Step)) -> Vec<Vec<Threadblock>> {
+fn direct(
+    n: usize,
+    local: impl Fn(usize) -> Step,
+    exchange: impl Fn(usize, usize) -> (Step, Step),
+) -> Vec<Vec<Threadblock>> {
     (0..n)
         .map(|r| {
-            let mut tbs = vec![Threadblock { send: None, recv: None, channel: 0, steps: vec![local(r)] }];
+            let mut tbs = vec![Threadblock {
+                send: None,
+                recv: None,
+                channel: 0,
+                steps: vec![local(r)],
+            }];
             for peer in (0..n).filter(|&p| p != r) {
                 let (s, rc) = exchange(r, peer);
-                tbs.push(Threadblock { send: Some(peer), recv: Some(peer), channel: 0, steps: vec![s, rc] });
+                tbs.push(Threadblock {
+                    send: Some(peer),
+                    recv: Some(peer),
+                    channel: 0,
+                    steps: vec![s, rc],
+                });
             }
             tbs
         })
@@ -225,14 +290,30 @@ pub fn direct_alltoall(n: usize) -> Program {
     assert!(n >= 2, "at least 2 ranks");
     let local = |r| Step::new(Op::Copy, slot(Buffer::Input, r), slot(Buffer::Output, r), 1);
     let tbs = direct(n, local, |r, p| {
-        (send(slot(Buffer::Input, p), slot(Buffer::Output, r)), recv(slot(Buffer::Input, r), slot(Buffer::Output, p)))
+        (
+            send(slot(Buffer::Input, p), slot(Buffer::Output, r)),
+            recv(slot(Buffer::Input, r), slot(Buffer::Output, p)),
+        )
     });
     let gpus = tbs
         .into_iter()
         .enumerate()
-        .map(|(r, t)| Gpu { rank: r, input_chunks: n, output_chunks: n, scratch_chunks: 0, threadblocks: t })
+        .map(|(r, t)| Gpu {
+            rank: r,
+            input_chunks: n,
+            output_chunks: n,
+            scratch_chunks: 0,
+            threadblocks: t,
+        })
         .collect();
-    program(format!("direct_alltoall_{n}r"), Collective::AllToAll, n, n, false, gpus)
+    program(
+        format!("direct_alltoall_{n}r"),
+        Collective::AllToAll,
+        n,
+        n,
+        false,
+        gpus,
+    )
 }
 
 /// Direct allgather (out of place): every rank sends its input chunk to every peer.
@@ -240,12 +321,28 @@ pub fn direct_allgather(n: usize) -> Program {
     assert!(n >= 2, "at least 2 ranks");
     let local = |r| Step::new(Op::Copy, slot(Buffer::Input, 0), slot(Buffer::Output, r), 1);
     let tbs = direct(n, local, |r, p| {
-        (send(slot(Buffer::Input, 0), slot(Buffer::Output, r)), recv(slot(Buffer::Input, 0), slot(Buffer::Output, p)))
+        (
+            send(slot(Buffer::Input, 0), slot(Buffer::Output, r)),
+            recv(slot(Buffer::Input, 0), slot(Buffer::Output, p)),
+        )
     });
     let gpus = tbs
         .into_iter()
         .enumerate()
-        .map(|(r, t)| Gpu { rank: r, input_chunks: 1, output_chunks: n, scratch_chunks: 0, threadblocks: t })
+        .map(|(r, t)| Gpu {
+            rank: r,
+            input_chunks: 1,
+            output_chunks: n,
+            scratch_chunks: 0,
+            threadblocks: t,
+        })
         .collect();
-    program(format!("direct_allgather_{n}r"), Collective::AllGather, n, n, false, gpus)
+    program(
+        format!("direct_allgather_{n}r"),
+        Collective::AllGather,
+        n,
+        n,
+        false,
+        gpus,
+    )
 }

@@ -132,7 +132,12 @@ impl Op {
     pub fn writes_dst(self) -> bool {
         matches!(
             self,
-            Op::Recv | Op::RecvCopySend | Op::RecvReduceCopy | Op::RecvReduceCopySend | Op::Copy | Op::Reduce
+            Op::Recv
+                | Op::RecvCopySend
+                | Op::RecvReduceCopy
+                | Op::RecvReduceCopySend
+                | Op::Copy
+                | Op::Reduce
         )
     }
 
@@ -210,7 +215,13 @@ pub struct Step {
 impl Step {
     /// A step with no dependencies.
     pub fn new(op: Op, src: Slot, dst: Slot, count: usize) -> Step {
-        Step { op, src, dst, count, deps: Vec::new() }
+        Step {
+            op,
+            src,
+            dst,
+            count,
+            deps: Vec::new(),
+        }
     }
 
     /// The same step with one more dependency.
@@ -448,7 +459,11 @@ pub struct Connection {
 
 impl fmt::Display for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}->{} channel {}", self.sender, self.receiver, self.channel)
+        write!(
+            f,
+            "{}->{} channel {}",
+            self.sender, self.receiver, self.channel
+        )
     }
 }
 
@@ -502,10 +517,16 @@ impl Program {
     /// Every step as (position, step).
     pub fn steps(&self) -> impl Iterator<Item = (StepRef, &Step)> {
         self.threadblocks().flat_map(|(rank, tbi, tb)| {
-            tb.steps
-                .iter()
-                .enumerate()
-                .map(move |(step, s)| (StepRef { rank, tb: tbi, step }, s))
+            tb.steps.iter().enumerate().map(move |(step, s)| {
+                (
+                    StepRef {
+                        rank,
+                        tb: tbi,
+                        step,
+                    },
+                    s,
+                )
+            })
         })
     }
 
@@ -538,12 +559,20 @@ impl Program {
 
     /// The threadblock of `rank` that sends to `peer` on `channel` (first one if several).
     pub fn sender_tb(&self, rank: usize, peer: usize, channel: usize) -> Option<usize> {
-        self.gpus.get(rank)?.threadblocks.iter().position(|tb| tb.send == Some(peer) && tb.channel == channel)
+        self.gpus
+            .get(rank)?
+            .threadblocks
+            .iter()
+            .position(|tb| tb.send == Some(peer) && tb.channel == channel)
     }
 
     /// The threadblock of `rank` that receives from `peer` on `channel` (first one if several).
     pub fn receiver_tb(&self, rank: usize, peer: usize, channel: usize) -> Option<usize> {
-        self.gpus.get(rank)?.threadblocks.iter().position(|tb| tb.recv == Some(peer) && tb.channel == channel)
+        self.gpus
+            .get(rank)?
+            .threadblocks
+            .iter()
+            .position(|tb| tb.recv == Some(peer) && tb.channel == channel)
     }
 
     /// The static send/receive pairing: for every connection, the k-th sending step of the
@@ -553,7 +582,9 @@ impl Program {
         let mut pairs = Vec::new();
         for (rank, tbi, tb) in self.threadblocks() {
             let Some(peer) = tb.send else { continue };
-            let Some(rtb) = self.receiver_tb(peer, rank, tb.channel) else { continue };
+            let Some(rtb) = self.receiver_tb(peer, rank, tb.channel) else {
+                continue;
+            };
             let sends = sending_steps(tb, rank, tbi);
             let recvs = receiving_steps(&self.gpus[peer].threadblocks[rtb], peer, rtb);
             pairs.extend(sends.into_iter().zip(recvs));
@@ -566,7 +597,9 @@ impl Program {
     pub fn normalize_transfer_fields(&mut self) {
         for (s, r) in self.transfer_pairs() {
             let (sstep, rstep) = (self.step(s).cloned(), self.step(r).cloned());
-            let (Some(sstep), Some(rstep)) = (sstep, rstep) else { continue };
+            let (Some(sstep), Some(rstep)) = (sstep, rstep) else {
+                continue;
+            };
             if sstep.op != Op::Send || rstep.op != Op::Recv {
                 continue;
             }
@@ -582,7 +615,11 @@ impl Program {
         for g in &mut self.gpus {
             // new index of each old step (None for nops): a dep on a nop becomes a dep on
             // the last real step before it.
-            let maps: Vec<Vec<Option<usize>>> = g.threadblocks.iter().map(|tb| nop_free_index(&tb.steps)).collect();
+            let maps: Vec<Vec<Option<usize>>> = g
+                .threadblocks
+                .iter()
+                .map(|tb| nop_free_index(&tb.steps))
+                .collect();
             for (tbi, tb) in g.threadblocks.iter_mut().enumerate() {
                 let mut pending: Vec<Dep> = Vec::new();
                 let mut kept = Vec::new();
@@ -596,7 +633,10 @@ impl Program {
                     kept.push(step);
                 }
                 if !pending.is_empty() {
-                    return Err(format!("rank {} tb {tbi}: ends with a nop that carries dependencies", g.rank));
+                    return Err(format!(
+                        "rank {} tb {tbi}: ends with a nop that carries dependencies",
+                        g.rank
+                    ));
                 }
                 tb.steps = kept;
             }
@@ -609,7 +649,10 @@ impl Program {
                             continue;
                         };
                         match map.get(d.step) {
-                            Some(Some(new)) => step.deps.push(Dep { tb: d.tb, step: *new }),
+                            Some(Some(new)) => step.deps.push(Dep {
+                                tb: d.tb,
+                                step: *new,
+                            }),
                             Some(None) => {}
                             None => step.deps.push(d),
                         }
@@ -663,6 +706,107 @@ fn step_refs(tb: &Threadblock, rank: usize, tbi: usize, pred: fn(Op) -> bool) ->
         .iter()
         .enumerate()
         .filter(|(_, s)| pred(s.op))
-        .map(|(step, _)| StepRef { rank, tb: tbi, step })
+        .map(|(step, _)| StepRef {
+            rank,
+            tb: tbi,
+            step,
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(op: Op) -> Step {
+        Step::new(
+            op,
+            Slot::new(Buffer::Input, 0),
+            Slot::new(Buffer::Output, 0),
+            1,
+        )
+    }
+
+    fn tb(steps: Vec<Step>) -> Threadblock {
+        Threadblock {
+            send: None,
+            recv: None,
+            channel: 0,
+            steps,
+        }
+    }
+
+    fn program(tbs: Vec<Threadblock>) -> Program {
+        Program {
+            name: "t".into(),
+            collective: Collective::AllReduce,
+            root: 0,
+            protocol: Protocol::Simple,
+            ngpus: 1,
+            nchunksperloop: 1,
+            inplace: false,
+            outofplace: true,
+            min_bytes: 0,
+            max_bytes: 0,
+            gpus: vec![Gpu {
+                rank: 0,
+                input_chunks: 1,
+                output_chunks: 1,
+                scratch_chunks: 0,
+                threadblocks: tbs,
+            }],
+        }
+    }
+
+    #[test]
+    fn fold_nops_moves_and_remaps_dependencies() {
+        // tb 0: cpy, nop(dep tb1 s0), cpy ; tb 1: cpy (dep on tb0's nop = index 1), cpy (dep tb0 s2)
+        let mut p = program(vec![
+            tb(vec![
+                step(Op::Copy),
+                step(Op::Nop).after(1, 0),
+                step(Op::Copy),
+            ]),
+            tb(vec![step(Op::Copy).after(0, 1), step(Op::Copy).after(0, 2)]),
+        ]);
+        p.fold_nops().unwrap();
+        let t0 = &p.gpus[0].threadblocks[0].steps;
+        assert_eq!(t0.len(), 2);
+        assert_eq!(t0[1].deps, vec![Dep { tb: 1, step: 0 }]);
+        let t1 = &p.gpus[0].threadblocks[1].steps;
+        assert_eq!(
+            t1[0].deps,
+            vec![Dep { tb: 0, step: 0 }],
+            "a dep on a nop moves to the step before it"
+        );
+        assert_eq!(
+            t1[1].deps,
+            vec![Dep { tb: 0, step: 1 }],
+            "indices shift past the removed nop"
+        );
+    }
+
+    #[test]
+    fn trailing_nop_with_dependencies_cannot_fold() {
+        let mut p = program(vec![
+            tb(vec![step(Op::Copy), step(Op::Nop).after(1, 0)]),
+            tb(vec![step(Op::Copy)]),
+        ]);
+        assert!(p.fold_nops().unwrap_err().contains("ends with a nop"));
+    }
+
+    #[test]
+    fn op_codes_round_trip() {
+        for op in Op::ALL {
+            assert_eq!(Op::from_code(op.code()), Some(op));
+        }
+        for c in Collective::ALL {
+            for f in Flavor::ALL {
+                if let Some(name) = c.xml_name(f) {
+                    assert_eq!(Collective::from_xml_name(name), Some(c));
+                }
+            }
+        }
+        assert_eq!(Program::nchannels(&program(vec![])), 1);
+    }
 }

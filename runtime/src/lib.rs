@@ -2,6 +2,8 @@
 //! the collectives' buffer semantics, a symbolic verifier, baseline program builders, and a
 //! multi-threaded CPU executor.
 
+#![warn(missing_docs)]
+
 pub mod builders;
 pub mod cpu;
 pub mod ir;

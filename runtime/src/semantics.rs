@@ -103,7 +103,13 @@ impl Semantics {
         if root >= ngpus {
             return Err(format!("root {root} is not a rank (ngpus {ngpus})"));
         }
-        let sem = Semantics { collective, ngpus, nchunks, root, inplace };
+        let sem = Semantics {
+            collective,
+            ngpus,
+            nchunks,
+            root,
+            inplace,
+        };
         if sem.uses_slices() && !nchunks.is_multiple_of(ngpus) {
             return Err(format!(
                 "{collective} needs nchunksperloop ({nchunks}) to be a multiple of ngpus ({ngpus})"
@@ -200,7 +206,9 @@ impl Semantics {
     pub fn expected_output(&self, rank: usize, chunk: usize) -> Option<Vec<Contribution>> {
         let f = self.per_rank();
         let all = |c: usize| -> Vec<Contribution> {
-            (0..self.ngpus).map(|j| Contribution { rank: j, chunk: c }).collect()
+            (0..self.ngpus)
+                .map(|j| Contribution { rank: j, chunk: c })
+                .collect()
         };
         let one = |r: usize, c: usize| vec![Contribution { rank: r, chunk: c }];
         if chunk >= self.extent(Buffer::Output)? {

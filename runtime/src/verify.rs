@@ -111,7 +111,9 @@ pub enum VerifyError {
         waits: Vec<String>,
     },
     /// Sends that no step ever receives.
-    #[error("{mode}: unmatched send: {count} message(s) from {first} on {conn} are never received")]
+    #[error(
+        "{mode}: unmatched send: {count} message(s) from {first} on {conn} are never received"
+    )]
     UnmatchedSend {
         /// Mode.
         mode: Mode,
@@ -188,7 +190,9 @@ pub struct VerifyOptions {
 
 impl Default for VerifyOptions {
     fn default() -> Self {
-        VerifyOptions { fifo_depth: DEFAULT_FIFO_DEPTH }
+        VerifyOptions {
+            fifo_depth: DEFAULT_FIFO_DEPTH,
+        }
     }
 }
 
@@ -202,8 +206,11 @@ pub fn verify_with(p: &Program, opts: &VerifyOptions) -> Result<(), VerifyError>
     check_structure(p)?;
     for inplace in p.modes() {
         let sem = Semantics::of(p, inplace).map_err(VerifyError::Malformed)?;
-        let exec = Execution::run(p, sem, opts.fifo_depth.max(1))?;
+        let mut exec = Execution::run(p, sem, opts.fifo_depth.max(1))?;
         exec.check_races()?;
+        if let Some(e) = exec.deferred.take() {
+            return Err(e);
+        }
         exec.check_postcondition()?;
     }
     Ok(())
@@ -219,7 +226,11 @@ fn check_structure(p: &Program) -> Result<(), VerifyError> {
         for (tbi, tb) in g.threadblocks.iter().enumerate() {
             check_threadblock(p, g.rank, tbi, tb)?;
             for (si, step) in tb.steps.iter().enumerate() {
-                let at = StepRef { rank: g.rank, tb: tbi, step: si };
+                let at = StepRef {
+                    rank: g.rank,
+                    tb: tbi,
+                    step: si,
+                };
                 check_step(p, at, tb, step)?;
             }
         }
@@ -230,7 +241,11 @@ fn check_structure(p: &Program) -> Result<(), VerifyError> {
 fn check_program_fields(p: &Program) -> Result<(), VerifyError> {
     let bad = |s: String| Err(VerifyError::Malformed(s));
     if p.gpus.len() != p.ngpus {
-        return bad(format!("{} gpu entries for ngpus {}", p.gpus.len(), p.ngpus));
+        return bad(format!(
+            "{} gpu entries for ngpus {}",
+            p.gpus.len(),
+            p.ngpus
+        ));
     }
     if let Some((i, g)) = p.gpus.iter().enumerate().find(|(i, g)| g.rank != *i) {
         return bad(format!("gpu entry {i} has rank {}", g.rank));
@@ -240,7 +255,10 @@ fn check_program_fields(p: &Program) -> Result<(), VerifyError> {
     }
     let sem = Semantics::of(p, false).map_err(VerifyError::Malformed)?;
     for g in &p.gpus {
-        for (buffer, declared) in [(Buffer::Input, g.input_chunks), (Buffer::Output, g.output_chunks)] {
+        for (buffer, declared) in [
+            (Buffer::Input, g.input_chunks),
+            (Buffer::Output, g.output_chunks),
+        ] {
             let full = sem.extent(buffer).unwrap_or(0);
             if declared != 0 && declared != full {
                 return bad(format!(
@@ -278,7 +296,12 @@ fn check_peer_uniqueness(p: &Program, rank: usize, tbs: &[Threadblock]) -> Resul
     Ok(())
 }
 
-fn check_threadblock(p: &Program, rank: usize, tbi: usize, tb: &Threadblock) -> Result<(), VerifyError> {
+fn check_threadblock(
+    p: &Program,
+    rank: usize,
+    tbi: usize,
+    tb: &Threadblock,
+) -> Result<(), VerifyError> {
     for (peer, name) in [(tb.send, "send"), (tb.recv, "recv")] {
         let Some(peer) = peer else { continue };
         let what = if peer == rank {
@@ -288,7 +311,11 @@ fn check_threadblock(p: &Program, rank: usize, tbi: usize, tb: &Threadblock) -> 
         } else {
             continue;
         };
-        return Err(VerifyError::Threadblock { rank, tb: tbi, what });
+        return Err(VerifyError::Threadblock {
+            rank,
+            tb: tbi,
+            what,
+        });
     }
     Ok(())
 }
@@ -299,7 +326,10 @@ fn check_step(p: &Program, at: StepRef, tb: &Threadblock, step: &Step) -> Result
         return fail(format!("{} in a threadblock without a send peer", step.op));
     }
     if step.op.receives() && tb.recv.is_none() {
-        return fail(format!("{} in a threadblock without a receive peer", step.op));
+        return fail(format!(
+            "{} in a threadblock without a receive peer",
+            step.op
+        ));
     }
     if step.op != Op::Nop && step.count == 0 {
         return fail(format!("{} with count 0", step.op));
@@ -326,7 +356,10 @@ fn check_step(p: &Program, at: StepRef, tb: &Threadblock, step: &Step) -> Result
 
 fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError> {
     let g = &p.gpus[at.rank];
-    for (used, slot) in [(step.op.reads_src(), step.src), (step.op.writes_dst(), step.dst)] {
+    for (used, slot) in [
+        (step.op.reads_src(), step.src),
+        (step.op.writes_dst(), step.dst),
+    ] {
         let extent = g.chunks(slot.buffer);
         if used && slot.offset + step.count > extent {
             return Err(VerifyError::OutOfBounds {
@@ -386,6 +419,9 @@ struct Execution<'a> {
     fifos: BTreeMap<Connection, VecDeque<Message>>,
     /// Accesses per rank, region, chunk.
     accesses: Vec<[Vec<Vec<Access>>; 3]>,
+    /// First data error (undefined read, double count), reported after the race check
+    /// because a race can be its cause.
+    deferred: Option<VerifyError>,
 }
 
 impl<'a> Execution<'a> {
@@ -416,17 +452,31 @@ impl<'a> Execution<'a> {
             sem,
             mode: Mode::from_inplace(sem.inplace),
             depth,
-            pc: p.gpus.iter().map(|g| vec![0; g.threadblocks.len()]).collect(),
-            clock: p.gpus.iter().map(|g| vec![vec![0; total]; g.threadblocks.len()]).collect(),
+            pc: p
+                .gpus
+                .iter()
+                .map(|g| vec![0; g.threadblocks.len()])
+                .collect(),
+            clock: p
+                .gpus
+                .iter()
+                .map(|g| vec![vec![0; total]; g.threadblocks.len()])
+                .collect(),
             step_clock: p
                 .gpus
                 .iter()
-                .map(|g| g.threadblocks.iter().map(|tb| Vec::with_capacity(tb.steps.len())).collect())
+                .map(|g| {
+                    g.threadblocks
+                        .iter()
+                        .map(|tb| Vec::with_capacity(tb.steps.len()))
+                        .collect()
+                })
                 .collect(),
             tb_index,
             mem: Vec::new(),
             fifos: BTreeMap::new(),
             accesses: Vec::new(),
+            deferred: None,
         };
         for g in &p.gpus {
             let size = |r: Region| sem.region_chunks(r).unwrap_or(g.scratch_chunks);
@@ -436,7 +486,9 @@ impl<'a> Execution<'a> {
             ex.accesses.push(acc);
             let input = sem.extent(Buffer::Input).unwrap_or(0);
             for k in 0..input {
-                let (region, idx) = sem.resolve(g.rank, Buffer::Input, k).expect("inside extent");
+                let (region, idx) = sem
+                    .resolve(g.rank, Buffer::Input, k)
+                    .expect("inside extent");
                 ex.mem[g.rank][region.index()][idx] = Some(vec![sem.initial_input(g.rank, k)]);
             }
         }
@@ -448,14 +500,25 @@ impl<'a> Execution<'a> {
     /// not partially overlap.
     fn check_resolution(&self) -> Result<(), VerifyError> {
         for (at, step) in self.p.steps() {
-            let src = if step.op.reads_src() { Some(self.range(at, step.src, step.count)?) } else { None };
-            let dst = if step.op.writes_dst() { Some(self.range(at, step.dst, step.count)?) } else { None };
+            let src = if step.op.reads_src() {
+                Some(self.range(at, step.src, step.count)?)
+            } else {
+                None
+            };
+            let dst = if step.op.writes_dst() {
+                Some(self.range(at, step.dst, step.count)?)
+            } else {
+                None
+            };
             if let (Some(a), Some(b)) = (src, dst) {
                 let overlap = a.0 == b.0 && a.1 < b.1 + step.count && b.1 < a.1 + step.count;
                 if overlap && a.1 != b.1 {
                     return Err(VerifyError::Step {
                         at,
-                        what: format!("source {} and destination {} partially overlap", step.src, step.dst),
+                        what: format!(
+                            "source {} and destination {} partially overlap",
+                            step.src, step.dst
+                        ),
                     });
                 }
             }
@@ -472,11 +535,17 @@ impl<'a> Execution<'a> {
             buffer: slot.buffer.letter(),
             extent,
         };
-        let extent = self.sem.extent(slot.buffer).unwrap_or(self.p.gpus[at.rank].scratch_chunks);
+        let extent = self
+            .sem
+            .extent(slot.buffer)
+            .unwrap_or(self.p.gpus[at.rank].scratch_chunks);
         if slot.offset + count > extent {
             return Err(oob(extent));
         }
-        let (region, start) = self.sem.resolve(at.rank, slot.buffer, slot.offset).ok_or_else(|| oob(extent))?;
+        let (region, start) = self
+            .sem
+            .resolve(at.rank, slot.buffer, slot.offset)
+            .ok_or_else(|| oob(extent))?;
         Ok((region, start))
     }
 
@@ -499,7 +568,10 @@ impl<'a> Execution<'a> {
         if waits.is_empty() {
             Ok(())
         } else {
-            Err(VerifyError::Deadlock { mode: self.mode, waits })
+            Err(VerifyError::Deadlock {
+                mode: self.mode,
+                waits,
+            })
         }
     }
 
@@ -508,11 +580,19 @@ impl<'a> Execution<'a> {
     }
 
     fn send_conn(&self, rank: usize, tb: &Threadblock) -> Option<Connection> {
-        tb.send.map(|peer| Connection { sender: rank, receiver: peer, channel: tb.channel })
+        tb.send.map(|peer| Connection {
+            sender: rank,
+            receiver: peer,
+            channel: tb.channel,
+        })
     }
 
     fn recv_conn(&self, rank: usize, tb: &Threadblock) -> Option<Connection> {
-        tb.recv.map(|peer| Connection { sender: peer, receiver: rank, channel: tb.channel })
+        tb.recv.map(|peer| Connection {
+            sender: peer,
+            receiver: rank,
+            channel: tb.channel,
+        })
     }
 
     /// Why the next step of a threadblock cannot run now (None if it can, or it is done).
@@ -541,13 +621,21 @@ impl<'a> Execution<'a> {
         let mut waits = Vec::new();
         for rank in 0..self.p.ngpus {
             for tb in 0..self.pc[rank].len() {
-                let Some(b) = self.blocker(rank, tb) else { continue };
+                let Some(b) = self.blocker(rank, tb) else {
+                    continue;
+                };
                 let step = self.pc[rank][tb];
                 let op = self.p.gpus[rank].threadblocks[tb].steps[step].op;
                 let what = match b {
                     Blocked::Dep(t, s) => format!("waits for tb {t} step {s}"),
-                    Blocked::Empty(c) => format!("waits to receive from rank {} on channel {}", c.sender, c.channel),
-                    Blocked::Full(c) => format!("waits for room to send to rank {} on channel {}", c.receiver, c.channel),
+                    Blocked::Empty(c) => format!(
+                        "waits to receive from rank {} on channel {}",
+                        c.sender, c.channel
+                    ),
+                    Blocked::Full(c) => format!(
+                        "waits for room to send to rank {} on channel {}",
+                        c.receiver, c.channel
+                    ),
                 };
                 waits.push(format!("rank {rank} tb {tb} step {step} ({op}) {what}"));
             }
@@ -561,14 +649,22 @@ impl<'a> Execution<'a> {
         let tb = &p.gpus[rank].threadblocks[tbi];
         let si = self.pc[rank][tbi];
         let step = &tb.steps[si];
-        let at = StepRef { rank, tb: tbi, step: si };
+        let at = StepRef {
+            rank,
+            tb: tbi,
+            step: si,
+        };
         let mut clock = self.clock[rank][tbi].clone();
         for d in &step.deps {
             join(&mut clock, &self.step_clock[rank][d.tb][d.step]);
         }
         let received = if step.op.receives() {
             let conn = self.recv_conn(rank, tb).expect("checked");
-            let msg = self.fifos.get_mut(&conn).and_then(|q| q.pop_front()).expect("runnable");
+            let msg = self
+                .fifos
+                .get_mut(&conn)
+                .and_then(|q| q.pop_front())
+                .expect("runnable");
             if msg.count != step.count {
                 return Err(VerifyError::CountMismatch {
                     mode: self.mode,
@@ -588,7 +684,12 @@ impl<'a> Execution<'a> {
         let outgoing = self.apply(at, step, received)?;
         if let Some(data) = outgoing {
             let conn = self.send_conn(rank, tb).expect("checked");
-            let msg = Message { from: at, count: step.count, data, clock: clock.clone() };
+            let msg = Message {
+                from: at,
+                count: step.count,
+                data,
+                clock: clock.clone(),
+            };
             self.fifos.entry(conn).or_default().push_back(msg);
         }
         self.step_clock[rank][tbi].push(clock.clone());
@@ -604,15 +705,21 @@ impl<'a> Execution<'a> {
         step: &Step,
         received: Option<Vec<Vec<Contribution>>>,
     ) -> Result<Option<Vec<Vec<Contribution>>>, VerifyError> {
-        let src = if step.op.reads_src() { Some(self.read(at, step.src, step.count)?) } else { None };
+        let src = if step.op.reads_src() {
+            Some(self.read(at, step.src, step.count)?)
+        } else {
+            None
+        };
         let combined = match (step.op, received, src) {
             (Op::Nop, _, _) => return Ok(None),
             (Op::Send, _, Some(src)) => return Ok(Some(src)),
             (Op::Recv | Op::RecvCopySend, Some(x), _) => x,
             (Op::Copy, _, Some(src)) => src,
-            (Op::RecvReduceSend | Op::RecvReduceCopy | Op::RecvReduceCopySend, Some(x), Some(src)) => {
-                self.reduce(at, step.dst, x, src)?
-            }
+            (
+                Op::RecvReduceSend | Op::RecvReduceCopy | Op::RecvReduceCopySend,
+                Some(x),
+                Some(src),
+            ) => self.reduce(at, step.dst, x, src)?,
             (Op::Reduce, _, Some(src)) => {
                 let old = self.read(at, step.dst, step.count)?;
                 self.reduce(at, step.dst, old, src)?
@@ -625,8 +732,10 @@ impl<'a> Execution<'a> {
         Ok(step.op.sends().then_some(combined))
     }
 
+    /// Combines two runs of contents; a contribution counted twice is recorded (first one
+    /// only) and kept once so that contents stay small.
     fn reduce(
-        &self,
+        &mut self,
         at: StepRef,
         slot: Slot,
         a: Vec<Vec<Contribution>>,
@@ -637,32 +746,45 @@ impl<'a> Execution<'a> {
             x.extend(y);
             x.sort_unstable();
             if let Some(w) = x.windows(2).find(|w| w[0] == w[1]) {
-                return Err(VerifyError::DoubleCounted {
+                let e = VerifyError::DoubleCounted {
                     mode: self.mode,
                     at,
                     slot: Slot::new(slot.buffer, slot.offset + k),
                     contribution: w[0],
-                });
+                };
+                self.deferred.get_or_insert(e);
+                x.dedup();
             }
             out.push(x);
         }
         Ok(out)
     }
 
-    fn read(&mut self, at: StepRef, slot: Slot, count: usize) -> Result<Vec<Vec<Contribution>>, VerifyError> {
+    fn read(
+        &mut self,
+        at: StepRef,
+        slot: Slot,
+        count: usize,
+    ) -> Result<Vec<Vec<Contribution>>, VerifyError> {
         let (region, start) = self.range(at, slot, count)?;
         let mut out = Vec::with_capacity(count);
         for k in 0..count {
             let idx = start + k;
-            self.accesses[at.rank][region.index()][idx].push(Access { tb: at.tb, step: at.step, write: false });
+            self.accesses[at.rank][region.index()][idx].push(Access {
+                tb: at.tb,
+                step: at.step,
+                write: false,
+            });
             match &self.mem[at.rank][region.index()][idx] {
                 Some(c) => out.push(c.clone()),
                 None => {
-                    return Err(VerifyError::Undefined {
+                    let e = VerifyError::Undefined {
                         mode: self.mode,
                         at,
                         slot: Slot::new(slot.buffer, slot.offset + k),
-                    })
+                    };
+                    self.deferred.get_or_insert(e);
+                    out.push(Vec::new());
                 }
             }
         }
@@ -670,10 +792,16 @@ impl<'a> Execution<'a> {
     }
 
     fn write(&mut self, at: StepRef, slot: Slot, data: &[Vec<Contribution>]) {
-        let (region, start) = self.range(at, slot, data.len()).expect("checked in check_resolution");
+        let (region, start) = self
+            .range(at, slot, data.len())
+            .expect("checked in check_resolution");
         for (k, c) in data.iter().enumerate() {
             let idx = start + k;
-            self.accesses[at.rank][region.index()][idx].push(Access { tb: at.tb, step: at.step, write: true });
+            self.accesses[at.rank][region.index()][idx].push(Access {
+                tb: at.tb,
+                step: at.step,
+                write: true,
+            });
             self.mem[at.rank][region.index()][idx] = Some(c.clone());
         }
     }
@@ -681,7 +809,12 @@ impl<'a> Execution<'a> {
     fn check_leftovers(&self) -> Result<(), VerifyError> {
         for (conn, q) in &self.fifos {
             if let Some(first) = q.front() {
-                return Err(VerifyError::UnmatchedSend { mode: self.mode, conn: *conn, first: first.from, count: q.len() });
+                return Err(VerifyError::UnmatchedSend {
+                    mode: self.mode,
+                    conn: *conn,
+                    first: first.from,
+                    count: q.len(),
+                });
             }
         }
         Ok(())
@@ -707,7 +840,13 @@ impl<'a> Execution<'a> {
         Ok(())
     }
 
-    fn check_slot(&self, rank: usize, region: Region, chunk: usize, list: &[Access]) -> Result<(), VerifyError> {
+    fn check_slot(
+        &self,
+        rank: usize,
+        region: Region,
+        chunk: usize,
+        list: &[Access],
+    ) -> Result<(), VerifyError> {
         for (i, &a) in list.iter().enumerate() {
             for &b in &list[i + 1..] {
                 if a.tb == b.tb || !(a.write || b.write) {
@@ -722,9 +861,17 @@ impl<'a> Execution<'a> {
                     rank,
                     region,
                     chunk,
-                    first: StepRef { rank, tb: a.tb, step: a.step },
+                    first: StepRef {
+                        rank,
+                        tb: a.tb,
+                        step: a.step,
+                    },
                     first_access: name(a),
-                    second: StepRef { rank, tb: b.tb, step: b.step },
+                    second: StepRef {
+                        rank,
+                        tb: b.tb,
+                        step: b.step,
+                    },
                     second_access: name(b),
                 });
             }
@@ -736,11 +883,21 @@ impl<'a> Execution<'a> {
         let outputs = self.sem.extent(Buffer::Output).unwrap_or(0);
         for rank in 0..self.p.ngpus {
             for chunk in 0..outputs {
-                let Some(expected) = self.sem.expected_output(rank, chunk) else { continue };
-                let (region, idx) = self.sem.resolve(rank, Buffer::Output, chunk).expect("inside extent");
+                let Some(expected) = self.sem.expected_output(rank, chunk) else {
+                    continue;
+                };
+                let (region, idx) = self
+                    .sem
+                    .resolve(rank, Buffer::Output, chunk)
+                    .expect("inside extent");
                 let actual = &self.mem[rank][region.index()][idx];
                 if let Some(problem) = compare(actual.as_deref(), &expected) {
-                    return Err(VerifyError::Postcondition { mode: self.mode, rank, chunk, problem });
+                    return Err(VerifyError::Postcondition {
+                        mode: self.mode,
+                        rank,
+                        chunk,
+                        problem,
+                    });
                 }
             }
         }
@@ -755,7 +912,10 @@ fn join(into: &mut [u32], other: &[u32]) {
 }
 
 fn describe(c: &[Contribution]) -> String {
-    let items: Vec<String> = c.iter().map(|x| format!("{}:{}", x.rank, x.chunk)).collect();
+    let items: Vec<String> = c
+        .iter()
+        .map(|x| format!("{}:{}", x.rank, x.chunk))
+        .collect();
     format!("{{{}}}", items.join(" "))
 }
 
@@ -769,11 +929,23 @@ fn compare(actual: Option<&[Contribution]>, expected: &[Contribution]) -> Option
     }
     let count = |set: &[Contribution], c: &Contribution| set.iter().filter(|x| *x == c).count();
     if let Some(c) = actual.iter().find(|c| count(actual, c) > 1) {
-        return Some(format!("double-counted contribution {c} (has {})", describe(actual)));
+        return Some(format!(
+            "double-counted contribution {c} (has {})",
+            describe(actual)
+        ));
     }
     if let Some(c) = expected.iter().find(|c| count(actual, c) == 0) {
-        return Some(format!("missing contribution {c} (has {})", describe(actual)));
+        return Some(format!(
+            "missing contribution {c} (has {})",
+            describe(actual)
+        ));
     }
-    let extra = actual.iter().find(|c| count(expected, c) == 0).expect("differs");
-    Some(format!("unexpected contribution {extra} (has {})", describe(actual)))
+    let extra = actual
+        .iter()
+        .find(|c| count(expected, c) == 0)
+        .expect("differs");
+    Some(format!(
+        "unexpected contribution {extra} (has {})",
+        describe(actual)
+    ))
 }

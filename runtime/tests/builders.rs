@@ -4,20 +4,30 @@
 mod common;
 
 use common::{assert_runs_correctly, run_wrong};
-use runtime::builders::{direct_allgather, direct_alltoall, ring_allgather, ring_allreduce, ring_reduce_scatter};
+use runtime::builders::{
+    direct_allgather, direct_alltoall, ring_allgather, ring_allreduce, ring_reduce_scatter,
+};
 use runtime::cpu::{DataType, ReduceOp};
 use runtime::ir::{Flavor, Program};
 use runtime::{verify, xml};
 
 fn orders() -> Vec<Vec<usize>> {
-    vec![vec![0, 1], vec![0, 1, 2], vec![2, 0, 1], vec![0, 1, 2, 3], vec![3, 1, 0, 2], (0..8).collect()]
+    vec![
+        vec![0, 1],
+        vec![0, 1, 2],
+        vec![2, 0, 1],
+        vec![0, 1, 2, 3],
+        vec![3, 1, 0, 2],
+        (0..8).collect(),
+    ]
 }
 
 fn check(p: &Program) {
     verify::verify(p).unwrap_or_else(|e| panic!("{}: {e}", p.name));
     for flavor in Flavor::ALL {
         let text = xml::write(p, flavor).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", p.name));
-        let mut back = xml::read_str(&text).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", p.name));
+        let mut back =
+            xml::read_str(&text).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", p.name));
         if flavor == Flavor::Legacy {
             back.max_bytes = p.max_bytes;
         }
@@ -86,7 +96,11 @@ fn builders_are_rccl_legal_and_use_expected_shapes() {
     let p = ring_allgather(&[0, 1, 2, 3], 2, true);
     assert_eq!((p.gpus[0].input_chunks, p.gpus[0].output_chunks), (0, 8));
     assert_eq!(p.nchannels(), 2);
-    assert_eq!(xml::transmissions(&p), vec![6 * 2; 4], "s, 3 r, 2 s per channel");
+    assert_eq!(
+        xml::transmissions(&p),
+        vec![6 * 2; 4],
+        "s, 3 r, 2 s per channel"
+    );
 }
 
 #[test]
@@ -95,9 +109,19 @@ fn executor_refuses_undeclared_modes_and_bad_sizes() {
     // valid out of place reports 0, and the executor refuses a mode the program lacks.
     let p = ring_allgather(&[0, 1, 2], 1, false);
     assert_eq!(run_wrong(&p, false, 5, DataType::F32, ReduceOp::Sum), 0);
-    let opts = runtime::cpu::RunOptions { inplace: true, elements: 15, ..Default::default() };
+    let opts = runtime::cpu::RunOptions {
+        inplace: true,
+        elements: 15,
+        ..Default::default()
+    };
     let e = runtime::cpu::run(&p, &opts).unwrap_err();
     assert!(e.to_string().contains("not declared valid in place"), "{e}");
-    let opts = runtime::cpu::RunOptions { elements: 16, ..Default::default() };
-    assert!(runtime::cpu::run(&p, &opts).is_err(), "16 is not a multiple of 3 chunks");
+    let opts = runtime::cpu::RunOptions {
+        elements: 16,
+        ..Default::default()
+    };
+    assert!(
+        runtime::cpu::run(&p, &opts).is_err(),
+        "16 is not a multiple of 3 chunks"
+    );
 }

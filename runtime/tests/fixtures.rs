@@ -86,17 +86,37 @@ fn fixtures_parse_with_golden_values() {
         assert_eq!((p.inplace, p.outofplace), g.modes, "{}", g.file);
         assert_eq!(text.matches("<step ").count(), g.xml_steps, "{}", g.file);
         for gpu in &p.gpus {
-            assert_eq!(gpu.threadblocks.len(), g.blocks, "{} rank {}", g.file, gpu.rank);
-            assert_eq!(gpu.scratch_chunks, g.scratch, "{} rank {}", g.file, gpu.rank);
+            assert_eq!(
+                gpu.threadblocks.len(),
+                g.blocks,
+                "{} rank {}",
+                g.file,
+                gpu.rank
+            );
+            assert_eq!(
+                gpu.scratch_chunks, g.scratch,
+                "{} rank {}",
+                g.file, gpu.rank
+            );
         }
-        assert_eq!(xml::transmissions(&p), vec![g.transmissions; g.ngpus], "{}", g.file);
-        assert!(p.steps().all(|(_, s)| s.op != Op::Nop), "nops fold into deps");
+        assert_eq!(
+            xml::transmissions(&p),
+            vec![g.transmissions; g.ngpus],
+            "{}",
+            g.file
+        );
+        assert!(
+            p.steps().all(|(_, s)| s.op != Op::Nop),
+            "nops fold into deps"
+        );
     }
 }
 
 #[test]
 fn fixture_dependencies_fold_from_nops() {
-    let Some((_, p)) = load(&GOLDEN[0]) else { return };
+    let Some((_, p)) = load(&GOLDEN[0]) else {
+        return;
+    };
     // rank 0 tb 0: nop(2,0), nop(2,1), re dep(1,1), re -> in memory: re with 3 deps, re.
     let tb0 = &p.gpus[0].threadblocks[0];
     assert_eq!(tb0.steps.len(), 2);
@@ -149,10 +169,15 @@ fn fixtures_round_trip_in_every_legal_flavour() {
                 continue;
             }
             let text = written.unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", g.file));
-            let back = xml::read_str(&text).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", g.file));
+            let back =
+                xml::read_str(&text).unwrap_or_else(|e| panic!("{} {flavor:?}: {e}", g.file));
             let mut expect = normalized.clone();
             if flavor == Flavor::Legacy {
-                expect.max_bytes = if p.max_bytes == 0 { xml::LEGACY_UNLIMITED_MAX_BYTES } else { p.max_bytes + 1 };
+                expect.max_bytes = if p.max_bytes == 0 {
+                    xml::LEGACY_UNLIMITED_MAX_BYTES
+                } else {
+                    p.max_bytes + 1
+                };
             }
             assert_eq!(back, expect, "{} {flavor:?}", g.file);
         }
@@ -161,7 +186,9 @@ fn fixtures_round_trip_in_every_legal_flavour() {
 
 #[test]
 fn rccl_alltoall_receives_are_normalized_to_the_senders_slot() {
-    let Some((_, p)) = load(&GOLDEN[2]) else { return };
+    let Some((_, p)) = load(&GOLDEN[2]) else {
+        return;
+    };
     // The shipped file writes srcoff=0 on every r; the writer names the sender's slot.
     let text = xml::write(&p, Flavor::Rccl).unwrap();
     let back = xml::read_str(&text).unwrap();

@@ -60,10 +60,14 @@ fn deadlock_reports_a_full_fifo() {
         merged.steps.clear();
         // all sends of all channels first, then all receives, on channel 0
         for tb in &tbs {
-            merged.steps.extend(tb.steps.iter().filter(|s| s.op != Op::Recv).cloned());
+            merged
+                .steps
+                .extend(tb.steps.iter().filter(|s| s.op != Op::Recv).cloned());
         }
         for tb in &tbs {
-            merged.steps.extend(tb.steps.iter().filter(|s| s.op == Op::Recv).cloned());
+            merged
+                .steps
+                .extend(tb.steps.iter().filter(|s| s.op == Op::Recv).cloned());
         }
         g.threadblocks.push(merged);
     }
@@ -78,13 +82,17 @@ fn race_between_unordered_writes() {
     p.gpus[0].threadblocks[0].steps[0].dst.offset = 1;
     assert_message(&p, "out-of-place: race on rank 0 Recv[1]: rank 0 tb 0 step 0 (write) and rank 0 tb 1 step 1 (write) are unordered");
     // A dependency orders them: no race any more, but the postcondition fails.
-    p.gpus[0].threadblocks[0].steps[0].deps.push(Dep { tb: 1, step: 1 });
+    p.gpus[0].threadblocks[0].steps[0]
+        .deps
+        .push(Dep { tb: 1, step: 1 });
     assert_message(&p, "out-of-place: rank 0 output chunk 0: never written");
 }
 
 #[test]
 fn race_found_in_fixture_without_its_write_after_read_dependency() {
-    let Some(text) = common::fixture("allreduce-1step-3gpu-LL-inplace.xml") else { return };
+    let Some(text) = common::fixture("allreduce-1step-3gpu-LL-inplace.xml") else {
+        return;
+    };
     let mut p = xml::read_str(&text).unwrap();
     // rank 0 tb 0's first re (writes i[0]) must wait for tb 2's send of i[0..3). Its
     // dependency on tb 2 step 0 alone is redundant (tb 2 step 1 comes later and is also
@@ -145,26 +153,42 @@ fn undefined_data_is_reported() {
     let mut p = direct_allgather(2);
     // Send the output slot that nothing has written yet.
     p.gpus[0].threadblocks[1].steps[0].src = Slot::new(Buffer::Output, 1);
-    assert_message(&p, "out-of-place: rank 0 tb 1 step 0 reads undefined data in o[1]");
+    assert_message(
+        &p,
+        "out-of-place: rank 0 tb 1 step 0 reads undefined data in o[1]",
+    );
 }
 
 #[test]
 fn out_of_bounds_and_structure() {
     let mut p = direct_allgather(2);
     p.gpus[0].threadblocks[0].steps[0].dst.offset = 2;
-    assert_message(&p, "rank 0 tb 0 step 0: o[2] with count 1 is out of bounds (o has 2 chunks)");
+    assert_message(
+        &p,
+        "rank 0 tb 0 step 0: o[2] with count 1 is out of bounds (o has 2 chunks)",
+    );
 
     let mut p = direct_allgather(2);
     p.gpus[0].threadblocks[0].send = Some(1);
     assert_message(&p, "rank 0 tb 1: tb 0 already sends to rank 1 on channel 0");
 
     let mut p = direct_allgather(2);
-    p.gpus[0].threadblocks[0].steps[0].deps.push(Dep { tb: 0, step: 0 });
+    p.gpus[0].threadblocks[0].steps[0]
+        .deps
+        .push(Dep { tb: 0, step: 0 });
     assert_message(&p, "rank 0 tb 0 step 0: depends on its own threadblock");
 
     let mut p = direct_allgather(2);
-    p.gpus[0].threadblocks[0].steps.push(Step::new(Op::Send, Slot::new(Buffer::Input, 0), Slot::new(Buffer::Output, 0), 1));
-    assert_message(&p, "rank 0 tb 0 step 1: s in a threadblock without a send peer");
+    p.gpus[0].threadblocks[0].steps.push(Step::new(
+        Op::Send,
+        Slot::new(Buffer::Input, 0),
+        Slot::new(Buffer::Output, 0),
+        1,
+    ));
+    assert_message(
+        &p,
+        "rank 0 tb 0 step 1: s in a threadblock without a send peer",
+    );
 
     let mut p = direct_allgather(2);
     p.gpus[1].input_chunks = 2;
@@ -184,5 +208,8 @@ fn each_declared_mode_is_checked() {
     assert!(verify(&p).is_ok());
     p.outofplace = true;
     p.gpus.iter_mut().for_each(|g| g.input_chunks = 0);
-    assert_message(&p, "out-of-place: rank 0 tb 0 step 0 reads undefined data in o[0]");
+    assert_message(
+        &p,
+        "out-of-place: rank 0 tb 0 step 0 reads undefined data in o[0]",
+    );
 }

@@ -23,7 +23,11 @@ fn error(text: &str) -> XmlError {
 }
 
 fn assert_error(e: &XmlError, line: usize, element: &str, attribute: Option<&str>, message: &str) {
-    assert!(e.message.contains(message), "message {:?} lacks {message:?}", e.message);
+    assert!(
+        e.message.contains(message),
+        "message {:?} lacks {message:?}",
+        e.message
+    );
     assert_eq!(e.line, line, "{e}");
     assert_eq!(e.element, element, "{e}");
     assert_eq!(e.attribute.as_deref(), attribute, "{e}");
@@ -45,14 +49,34 @@ fn xml_declaration_is_rejected() {
 #[test]
 fn tab_indent_is_rejected() {
     let e = error(&replace_first(&base(), "    <tb", "\t<tb"));
-    assert_error(&e, 3, "", None, "XML Parse error : expecting '<', got '\\t'");
+    assert_error(
+        &e,
+        3,
+        "",
+        None,
+        "XML Parse error : expecting '<', got '\\t'",
+    );
 }
 
 #[test]
 fn octal_and_hex_numbers_are_rejected() {
-    let e = error(&replace_first(&base(), "nchunksperloop=\"2\"", "nchunksperloop=\"02\""));
-    assert_error(&e, 1, "algo", Some("nchunksperloop"), "not a plain decimal integer (strtol reads a leading 0 as octal: 2)");
-    let e = error(&replace_first(&base(), "s_chunks=\"0\"", "s_chunks=\"010\""));
+    let e = error(&replace_first(
+        &base(),
+        "nchunksperloop=\"2\"",
+        "nchunksperloop=\"02\"",
+    ));
+    assert_error(
+        &e,
+        1,
+        "algo",
+        Some("nchunksperloop"),
+        "not a plain decimal integer (strtol reads a leading 0 as octal: 2)",
+    );
+    let e = error(&replace_first(
+        &base(),
+        "s_chunks=\"0\"",
+        "s_chunks=\"010\"",
+    ));
     assert_error(&e, 2, "gpu", Some("s_chunks"), "octal: 8");
     let e = error(&replace_first(&base(), "ngpus=\"2\"", "ngpus=\"0x2\""));
     assert_error(&e, 1, "algo", Some("ngpus"), "hexadecimal 2");
@@ -63,9 +87,21 @@ fn octal_and_hex_numbers_are_rejected() {
 #[test]
 fn missing_attribute_is_rejected() {
     let e = error(&replace_first(&base(), " hasdep=\"0\"", ""));
-    assert_error(&e, 4, "step", Some("hasdep"), "Attribute hasdep of node step not found");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("hasdep"),
+        "Attribute hasdep of node step not found",
+    );
     let e = error(&replace_first(&base(), " outofplace=\"1\"", ""));
-    assert_error(&e, 1, "algo", Some("outofplace"), "Attribute outofplace of node algo not found");
+    assert_error(
+        &e,
+        1,
+        "algo",
+        Some("outofplace"),
+        "Attribute outofplace of node algo not found",
+    );
 }
 
 #[test]
@@ -85,7 +121,13 @@ fn gap_in_threadblock_ids_is_rejected() {
 #[test]
 fn steps_out_of_order_are_rejected() {
     let e = error(&replace_first(&base(), "<step s=\"1\"", "<step s=\"2\""));
-    assert_error(&e, 8, "step", Some("s"), "step s=\"2\" is out of order: expected 1");
+    assert_error(
+        &e,
+        8,
+        "step",
+        Some("s"),
+        "step s=\"2\" is out of order: expected 1",
+    );
 }
 
 #[test]
@@ -95,7 +137,13 @@ fn dependency_on_step_without_hasdep_is_rejected() {
     let dep = "type=\"cpy\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"1\" deps=\"0\"";
     let text = replace_first(&base(), cpy, dep);
     let e = error(&text);
-    assert_error(&e, 4, "step", Some("deps"), "depends on thread block 1 step 0 which does not have hasdep=\"1\"");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("deps"),
+        "depends on thread block 1 step 0 which does not have hasdep=\"1\"",
+    );
     // With hasdep on the target it reads, and the dependency is kept.
     let send = "type=\"s\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"";
     let fixed = replace_first(&text, send, &send.replace("hasdep=\"0\"", "hasdep=\"1\""));
@@ -105,16 +153,27 @@ fn dependency_on_step_without_hasdep_is_rejected() {
 
 #[test]
 fn lexical_traps_are_rejected() {
-    let e = error(&replace_first(&base(), "proto=\"Simple\"", "proto='Simple'"));
+    let e = error(&replace_first(
+        &base(),
+        "proto=\"Simple\"",
+        "proto='Simple'",
+    ));
     assert!(e.message.contains("XML Parse : expected >, got"), "{e}");
     let e = error(&replace_first(&base(), " proto=", "\nproto="));
     assert_error(&e, 2, "algo", None, "XML Parse : expected >, got '\\n'");
     let e = error(&replace_first(&base(), "</tb>", "</gpu>"));
     assert!(e.message.contains("XML Mismatch : tb / gpu"), "{e}");
     let e = error(&replace_first(&base(), "proto=\"Simple\"", "proto=Simple"));
-    assert!(e.message.contains("XML Parse : Expected (double) quote."), "{e}");
+    assert!(
+        e.message.contains("XML Parse : Expected (double) quote."),
+        "{e}"
+    );
     let extra: String = (0..7).map(|i| format!(" x{i}=\"0\"")).collect();
-    let e = error(&replace_first(&base(), " maxBytes=\"0\"", &format!(" maxBytes=\"0\"{extra}")));
+    let e = error(&replace_first(
+        &base(),
+        " maxBytes=\"0\"",
+        &format!(" maxBytes=\"0\"{extra}"),
+    ));
     assert_error(&e, 1, "algo", Some("x6"), "more than 16 attributes");
     let e = error(&base()[..200]);
     assert!(e.message.contains("XML Parse : Unexpected EOF"), "{e}");
@@ -123,57 +182,186 @@ fn lexical_traps_are_rejected() {
 #[test]
 fn comments_are_skipped() {
     let text = format!("<!-- a -->\n<!-- b\n c -->\n{}<!-- end -->\n", base());
-    assert_eq!(xml::read_str(&text).unwrap(), xml::read_str(&base()).unwrap());
+    assert_eq!(
+        xml::read_str(&text).unwrap(),
+        xml::read_str(&base()).unwrap()
+    );
 }
 
 #[test]
 fn runtime_step_checks() {
     let b = base();
     let e = error(&replace_first(&b, "type=\"cpy\"", "type=\"copy\""));
-    assert_error(&e, 4, "step", Some("type"), "MSCCL: type of transfer is not supported: copy");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("type"),
+        "MSCCL: type of transfer is not supported: copy",
+    );
     let e = error(&replace_first(&b, "srcbuf=\"i\"", "srcbuf=\"x\""));
-    assert_error(&e, 4, "step", Some("srcbuf"), "MSCCL: type of buffer is not supported: x");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("srcbuf"),
+        "MSCCL: type of buffer is not supported: x",
+    );
     let e = error(&replace_first(&b, "cnt=\"1\"", "cnt=\"72\""));
-    assert_error(&e, 4, "step", Some("cnt"), "count (72) must be positive and less than 72");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("cnt"),
+        "count (72) must be positive and less than 72",
+    );
     let e = error(&replace_first(&b, "hasdep=\"0\"", "hasdep=\"2\""));
-    assert_error(&e, 4, "step", Some("hasdep"), "hasDependence needs to be 0 or 1");
-    let e = error(&replace_first(&b, "<tb id=\"1\" send=\"1\"", "<tb id=\"1\" send=\"-1\""));
-    assert_error(&e, 7, "step", Some("type"), "there is a send in thread block 1 on GPU 0 without a sendPeer.");
-    let e = error(&replace_first(&b, "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\"", "srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\""));
-    assert_error(&e, 4, "step", Some("srcoff"), "Incorrect offset set for input buffer: offset: 1 maximum allowed: 1");
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("hasdep"),
+        "hasDependence needs to be 0 or 1",
+    );
+    let e = error(&replace_first(
+        &b,
+        "<tb id=\"1\" send=\"1\"",
+        "<tb id=\"1\" send=\"-1\"",
+    ));
+    assert_error(
+        &e,
+        7,
+        "step",
+        Some("type"),
+        "there is a send in thread block 1 on GPU 0 without a sendPeer.",
+    );
+    let e = error(&replace_first(
+        &b,
+        "srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\"",
+        "srcoff=\"1\" dstbuf=\"o\" dstoff=\"0\"",
+    ));
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("srcoff"),
+        "Incorrect offset set for input buffer: offset: 1 maximum allowed: 1",
+    );
     let e = error(&replace_first(&b, "proto=\"Simple\"", "proto=\"simple\""));
-    assert_error(&e, 1, "algo", Some("proto"), "MSCCL: protocol simple is not supported.");
+    assert_error(
+        &e,
+        1,
+        "algo",
+        Some("proto"),
+        "MSCCL: protocol simple is not supported.",
+    );
     let e = error(&replace_first(&b, "coll=\"allgather\"", "coll=\"custom\""));
-    assert_error(&e, 1, "algo", Some("coll"), "MSCCL: unsupported collective: custom");
+    assert_error(
+        &e,
+        1,
+        "algo",
+        Some("coll"),
+        "MSCCL: unsupported collective: custom",
+    );
     let e = error(&replace_first(&b, "s_chunks=\"0\"", "s_chunks=\"-1\""));
-    assert_error(&e, 2, "gpu", Some("s_chunks"), "MSCCL: nScratchChunks must be not negative.");
+    assert_error(
+        &e,
+        2,
+        "gpu",
+        Some("s_chunks"),
+        "MSCCL: nScratchChunks must be not negative.",
+    );
 }
 
 #[test]
 fn checks_the_runtime_leaves_out() {
     let b = base();
     // peer == own rank, peer >= ngpus
-    let e = error(&replace_first(&b, "<tb id=\"1\" send=\"1\"", "<tb id=\"1\" send=\"0\""));
+    let e = error(&replace_first(
+        &b,
+        "<tb id=\"1\" send=\"1\"",
+        "<tb id=\"1\" send=\"0\"",
+    ));
     assert_error(&e, 6, "tb", Some("send"), "send=0 is the GPU's own rank");
-    let e = error(&replace_first(&b, "<tb id=\"1\" send=\"1\"", "<tb id=\"1\" send=\"5\""));
+    let e = error(&replace_first(
+        &b,
+        "<tb id=\"1\" send=\"1\"",
+        "<tb id=\"1\" send=\"5\"",
+    ));
     assert_error(&e, 6, "tb", Some("send"), "send=5 is not a rank (ngpus 2)");
     // i_chunks vs nchunksperloop
     let e = error(&replace_first(&b, "i_chunks=\"1\"", "i_chunks=\"2\""));
-    assert_error(&e, 2, "gpu", Some("i_chunks"), "Inconsistency between i_chunks/o_chunks (2/2) and nchunksperloop (2)");
+    assert_error(
+        &e,
+        2,
+        "gpu",
+        Some("i_chunks"),
+        "Inconsistency between i_chunks/o_chunks (2/2) and nchunksperloop (2)",
+    );
     // off + cnt beyond the extent
-    let e = error(&replace_first(&b, "dstoff=\"0\" cnt=\"1\"", "dstoff=\"0\" cnt=\"3\""));
-    assert_error(&e, 4, "step", Some("cnt"), "offset 0 + cnt 3 exceeds the 1 chunks of the input buffer");
+    let e = error(&replace_first(
+        &b,
+        "dstoff=\"0\" cnt=\"1\"",
+        "dstoff=\"0\" cnt=\"3\"",
+    ));
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("cnt"),
+        "offset 0 + cnt 3 exceeds the 1 chunks of the input buffer",
+    );
     // two tbs on one (channel, peer, direction)
-    let e = error(&replace_first(&b, "<tb id=\"0\" send=\"-1\" recv=\"-1\"", "<tb id=\"0\" send=\"1\" recv=\"-1\""));
-    assert_error(&e, 6, "tb", Some("send"), "thread block 0 already sends to rank 1 on channel 0");
+    let e = error(&replace_first(
+        &b,
+        "<tb id=\"0\" send=\"-1\" recv=\"-1\"",
+        "<tb id=\"0\" send=\"1\" recv=\"-1\"",
+    ));
+    assert_error(
+        &e,
+        6,
+        "tb",
+        Some("send"),
+        "thread block 0 already sends to rank 1 on channel 0",
+    );
     // depid names its own tb / a missing tb
     let cpy = "dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\"";
-    let e = error(&replace_first(&b, cpy, "dstoff=\"0\" cnt=\"1\" depid=\"0\" deps=\"0\""));
-    assert_error(&e, 4, "step", Some("depid"), "depid 0 names its own thread block");
-    let e = error(&replace_first(&b, cpy, "dstoff=\"0\" cnt=\"1\" depid=\"7\" deps=\"0\""));
-    assert_error(&e, 4, "step", Some("depid"), "depid 7 is not a thread block of GPU 0");
-    let e = error(&replace_first(&b, cpy, "dstoff=\"0\" cnt=\"1\" depid=\"1\" deps=\"5\""));
-    assert_error(&e, 4, "step", Some("deps"), "deps 5 is beyond the 2 steps of thread block 1");
+    let e = error(&replace_first(
+        &b,
+        cpy,
+        "dstoff=\"0\" cnt=\"1\" depid=\"0\" deps=\"0\"",
+    ));
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("depid"),
+        "depid 0 names its own thread block",
+    );
+    let e = error(&replace_first(
+        &b,
+        cpy,
+        "dstoff=\"0\" cnt=\"1\" depid=\"7\" deps=\"0\"",
+    ));
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("depid"),
+        "depid 7 is not a thread block of GPU 0",
+    );
+    let e = error(&replace_first(
+        &b,
+        cpy,
+        "dstoff=\"0\" cnt=\"1\" depid=\"1\" deps=\"5\"",
+    ));
+    assert_error(
+        &e,
+        4,
+        "step",
+        Some("deps"),
+        "deps 5 is beyond the 2 steps of thread block 1",
+    );
 }
 
 #[test]
@@ -182,7 +370,11 @@ fn nop_chain_must_end_in_a_dependent_step() {
     let b = base();
     let cpy_line = b.lines().nth(3).unwrap().to_string();
     let renumbered = cpy_line.replace("s=\"0\"", "s=\"1\"");
-    let text = replace_first(&b, &format!("{cpy_line}\n"), &format!("{nop}{renumbered}\n"));
+    let text = replace_first(
+        &b,
+        &format!("{cpy_line}\n"),
+        &format!("{nop}{renumbered}\n"),
+    );
     let e = error(&text);
     assert_error(&e, 5, "step", Some("depid"), "when there is a chain of dependencies, the last reduction must be a part of the first immediate instruction");
 }
@@ -194,23 +386,46 @@ fn reduce_chain_counts_must_match() {
     p.gpus[0].scratch_chunks = 2;
     // Two fusable re steps (same dst, same src buffer) with different counts.
     let tb = &mut p.gpus[0].threadblocks[0];
-    let re = |off, count| Step::new(Op::Reduce, Slot::new(Buffer::Input, off), Slot::new(Buffer::Scratch, 0), count);
+    let re = |off, count| {
+        Step::new(
+            Op::Reduce,
+            Slot::new(Buffer::Input, off),
+            Slot::new(Buffer::Scratch, 0),
+            count,
+        )
+    };
     tb.steps.push(re(0, 1));
     tb.steps.push(re(0, 2));
     let e = xml::write(&p, Flavor::Nccl).unwrap_err();
-    assert!(e.to_string().contains("re fuses with the previous re but their counts differ"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("re fuses with the previous re but their counts differ"),
+        "{e}"
+    );
     // The reader applies the same rule to files.
     p.gpus[0].threadblocks[0].steps.last_mut().unwrap().count = 1;
     let text = xml::write(&p, Flavor::Nccl).unwrap();
     let needle = "type=\"re\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"s\" dstoff=\"0\" cnt=\"1\"";
     let last = text.rfind(needle).unwrap();
-    let mutated = format!("{}{}", &text[..last], text[last..].replacen("cnt=\"1\"", "cnt=\"2\"", 1));
+    let mutated = format!(
+        "{}{}",
+        &text[..last],
+        text[last..].replacen("cnt=\"1\"", "cnt=\"2\"", 1)
+    );
     let e = error(&mutated);
-    assert!(e.message.contains("fuses with the previous re (cnt 1) but has cnt 2"), "{e}");
+    assert!(
+        e.message
+            .contains("fuses with the previous re (cnt 1) but has cnt 2"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unreadable_file_names_the_runtime_message() {
     let e = xml::read_file("/nonexistent/algo.xml").unwrap_err();
-    assert!(e.message.contains("Could not open MSCCL XML algorithm file"), "{e}");
+    assert!(
+        e.message
+            .contains("Could not open MSCCL XML algorithm file"),
+        "{e}"
+    );
 }

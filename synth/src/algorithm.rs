@@ -67,7 +67,14 @@ impl Algorithm {
     /// `S·alpha + (R/C)·unit·beta`, with `unit` the bytes of one original chunk, alpha the
     /// largest link latency and beta the time per byte at one capacity unit.
     pub fn estimated_time_us(&self, topology: &Topology, size: f64) -> f64 {
-        cost_us(topology, self.collective.kind, self.collective.ranks, self.num_steps(), self.rounds_per_chunk(), size)
+        cost_us(
+            topology,
+            self.collective.kind,
+            self.collective.ranks,
+            self.num_steps(),
+            self.rounds_per_chunk(),
+            size,
+        )
     }
 
     /// The same algorithm with every send reversed and the steps in reverse order; turns a
@@ -80,10 +87,23 @@ impl Algorithm {
             .map(|s| Step {
                 rounds: s.rounds,
                 reduce,
-                sends: s.sends.iter().map(|x| Send { chunk: x.chunk, src: x.dst, dst: x.src }).collect(),
+                sends: s
+                    .sends
+                    .iter()
+                    .map(|x| Send {
+                        chunk: x.chunk,
+                        src: x.dst,
+                        dst: x.src,
+                    })
+                    .collect(),
             })
             .collect();
-        Algorithm { name: self.name.clone(), topology: self.topology.clone(), collective, steps }
+        Algorithm {
+            name: self.name.clone(),
+            topology: self.topology.clone(),
+            collective,
+            steps,
+        }
     }
 
     /// The same algorithm at `chunks` = k·C pieces per original chunk: every piece is cut in
@@ -91,7 +111,10 @@ impl Algorithm {
     /// Addresses follow the `original × C + piece` layout of every collective.
     pub fn refined(&self, chunks: usize) -> Algorithm {
         let c = self.chunks();
-        assert!(chunks % c == 0, "refine to a multiple of the chunk count");
+        assert!(
+            chunks.is_multiple_of(c),
+            "refine to a multiple of the chunk count"
+        );
         let k = chunks / c;
         let map = |a: usize, j: usize| (a / c) * chunks + (a % c) * k + j;
         let mut collective = self.collective.clone();
@@ -100,7 +123,12 @@ impl Algorithm {
             .collective
             .chunks
             .iter()
-            .flat_map(|ch| (0..k).map(move |j| Chunk { address: map(ch.address, j), ..ch.clone() }))
+            .flat_map(|ch| {
+                (0..k).map(move |j| Chunk {
+                    address: map(ch.address, j),
+                    ..ch.clone()
+                })
+            })
             .collect();
         let steps = self
             .steps
@@ -111,11 +139,21 @@ impl Algorithm {
                 sends: s
                     .sends
                     .iter()
-                    .flat_map(|x| (0..k).map(move |j| Send { chunk: map(x.chunk, j), ..*x }))
+                    .flat_map(|x| {
+                        (0..k).map(move |j| Send {
+                            chunk: map(x.chunk, j),
+                            ..*x
+                        })
+                    })
                     .collect(),
             })
             .collect();
-        Algorithm { name: self.name.clone(), topology: self.topology.clone(), collective, steps }
+        Algorithm {
+            name: self.name.clone(),
+            topology: self.topology.clone(),
+            collective,
+            steps,
+        }
     }
 
     /// Reads an algorithm from its JSON file.

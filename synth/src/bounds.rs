@@ -5,7 +5,9 @@
 use crate::collective::Collective;
 use crate::topology::{Capacities, Topology};
 use anyhow::{bail, Result};
-use good_lp::{constraint, highs, variable, Expression, ProblemVariables, Solution, SolverModel, Variable};
+use good_lp::{
+    constraint, highs, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
+};
 use num_rational::Ratio;
 use serde::Serialize;
 
@@ -50,14 +52,22 @@ pub fn lower_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
     let steps = steps_lower_bound(topology, coll)?;
     let caps = topology.capacities()?;
     let cut = cut_bound(topology, &caps, coll);
-    let demands: usize = coll.chunks.iter().map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count()).sum();
+    let demands: usize = coll
+        .chunks
+        .iter()
+        .map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count())
+        .sum();
     let (lp, from_lp) = if demands * topology.links.len() <= MAX_LP_VARIABLES {
         (flow_lp_bound(topology, &caps, coll)?, true)
     } else {
         (0.0, false)
     };
     let value = cut.max(lp);
-    Ok(Bounds { steps, rounds_per_chunk: to_ratio_floor(value), from_lp })
+    Ok(Bounds {
+        steps,
+        rounds_per_chunk: to_ratio_floor(value),
+        from_lp,
+    })
 }
 
 /// Per-rank cut bounds: a rank must receive every chunk it needs and lacks through its
@@ -66,7 +76,11 @@ pub fn lower_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
 fn cut_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> f64 {
     let mut bound: f64 = 0.0;
     for r in 0..topology.ranks {
-        let needed = coll.chunks.iter().filter(|c| c.post.contains(&r) && !c.pre.contains(&r)).count();
+        let needed = coll
+            .chunks
+            .iter()
+            .filter(|c| c.post.contains(&r) && !c.pre.contains(&r))
+            .count();
         let unique = coll
             .chunks
             .iter()
@@ -88,14 +102,24 @@ fn cut_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> f64 {
 /// switch constraint that covers all those links if that is tighter.
 fn rank_capacity(topology: &Topology, caps: &Capacities, r: usize, incoming: bool) -> u64 {
     let links: Vec<usize> = (0..topology.links.len())
-        .filter(|&i| if incoming { topology.links[i].dst == r } else { topology.links[i].src == r })
+        .filter(|&i| {
+            if incoming {
+                topology.links[i].dst == r
+            } else {
+                topology.links[i].src == r
+            }
+        })
         .collect();
     let sum: u64 = links.iter().map(|&i| caps.links[i] as u64).sum();
     let switch_min = topology
         .switches
         .iter()
         .zip(&caps.switches)
-        .filter(|(sw, _)| links.iter().all(|&i| sw.covers(topology.links[i].src, topology.links[i].dst)))
+        .filter(|(sw, _)| {
+            links
+                .iter()
+                .all(|&i| sw.covers(topology.links[i].src, topology.links[i].dst))
+        })
         .map(|(_, &c)| c as u64)
         .min();
     switch_min.map_or(sum, |m| m.min(sum))
@@ -112,7 +136,9 @@ fn flow_lp_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> R
     let mut constraints = Vec::new();
     let mut link_use: Vec<Expression> = vec![Expression::from(0.0); nlinks];
     for chunk in &coll.chunks {
-        let uses: Vec<Variable> = (0..nlinks).map(|_| vars.add(variable().min(0.0).max(1.0))).collect();
+        let uses: Vec<Variable> = (0..nlinks)
+            .map(|_| vars.add(variable().min(0.0).max(1.0)))
+            .collect();
         for (l, u) in uses.iter().enumerate() {
             link_use[l] += *u;
         }

@@ -11,22 +11,46 @@ use thiserror::Error;
 pub enum CheckError {
     /// The algorithm was made for another number of ranks.
     #[error("algorithm has {algorithm} ranks but topology `{topology}` has {ranks}")]
-    RankMismatch { algorithm: usize, topology: String, ranks: usize },
+    RankMismatch {
+        algorithm: usize,
+        topology: String,
+        ranks: usize,
+    },
     /// A step with zero rounds.
     #[error("step {step} has 0 rounds")]
     ZeroRounds { step: usize },
     /// A send over a link the topology does not have.
     #[error("step {step}: chunk {chunk} sent {src}->{dst}, but there is no such link")]
-    NoLink { step: usize, chunk: usize, src: usize, dst: usize },
+    NoLink {
+        step: usize,
+        chunk: usize,
+        src: usize,
+        dst: usize,
+    },
     /// A send of data the sender does not hold.
     #[error("step {step}: rank {src} sends chunk {chunk} to {dst} but does not hold it")]
-    NotHeld { step: usize, chunk: usize, src: usize, dst: usize },
+    NotHeld {
+        step: usize,
+        chunk: usize,
+        src: usize,
+        dst: usize,
+    },
     /// A link or switch carries more than its capacity allows in a step.
     #[error("step {step}: {what} carries {load} chunks but its capacity is {capacity} x {rounds} rounds")]
-    Overloaded { step: usize, what: String, load: usize, capacity: u32, rounds: u32 },
+    Overloaded {
+        step: usize,
+        what: String,
+        load: usize,
+        capacity: u32,
+        rounds: u32,
+    },
     /// The postcondition does not hold at the end.
     #[error("chunk {chunk} on rank {rank}: {problem}")]
-    Postcondition { chunk: usize, rank: usize, problem: String },
+    Postcondition {
+        chunk: usize,
+        rank: usize,
+        problem: String,
+    },
     /// The topology's bandwidths cannot be normalized to integers.
     #[error("{0}")]
     Capacities(String),
@@ -48,9 +72,15 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
             ranks: topology.ranks,
         });
     }
-    let caps = topology.capacities().map_err(|e| CheckError::Capacities(format!("{e:#}")))?;
-    let link_index: HashMap<(usize, usize), usize> =
-        topology.links.iter().enumerate().map(|(i, l)| ((l.src, l.dst), i)).collect();
+    let caps = topology
+        .capacities()
+        .map_err(|e| CheckError::Capacities(format!("{e:#}")))?;
+    let link_index: HashMap<(usize, usize), usize> = topology
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((l.src, l.dst), i))
+        .collect();
 
     // Which contributor slot each chunk occupies within its address.
     let by_address = coll.by_address();
@@ -64,7 +94,9 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
     for (i, chunk) in coll.chunks.iter().enumerate() {
         let width = by_address[&chunk.address].len();
         for &r in &chunk.pre {
-            let entry = state.entry((chunk.address, r)).or_insert_with(|| vec![0; width]);
+            let entry = state
+                .entry((chunk.address, r))
+                .or_insert_with(|| vec![0; width]);
             entry[slot_of[i]] = 1;
         }
     }
@@ -78,7 +110,12 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         let before = state.clone();
         for send in &step.sends {
             let Some(&l) = link_index.get(&(send.src, send.dst)) else {
-                return Err(CheckError::NoLink { step: s, chunk: send.chunk, src: send.src, dst: send.dst });
+                return Err(CheckError::NoLink {
+                    step: s,
+                    chunk: send.chunk,
+                    src: send.src,
+                    dst: send.dst,
+                });
             };
             link_load[l] += 1;
             for (k, sw) in topology.switches.iter().enumerate() {
@@ -87,10 +124,17 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
                 }
             }
             let Some(data) = before.get(&(send.chunk, send.src)) else {
-                return Err(CheckError::NotHeld { step: s, chunk: send.chunk, src: send.src, dst: send.dst });
+                return Err(CheckError::NotHeld {
+                    step: s,
+                    chunk: send.chunk,
+                    src: send.src,
+                    dst: send.dst,
+                });
             };
             let data = data.clone();
-            let target = state.entry((send.chunk, send.dst)).or_insert_with(|| vec![0; data.len()]);
+            let target = state
+                .entry((send.chunk, send.dst))
+                .or_insert_with(|| vec![0; data.len()]);
             if step.reduce {
                 target.iter_mut().zip(&data).for_each(|(t, d)| *t += d);
             } else {
@@ -99,10 +143,22 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         }
         for (l, &load) in link_load.iter().enumerate() {
             let link = &topology.links[l];
-            overload(s, format!("link {}->{}", link.src, link.dst), load, caps.links[l], step.rounds)?;
+            overload(
+                s,
+                format!("link {}->{}", link.src, link.dst),
+                load,
+                caps.links[l],
+                step.rounds,
+            )?;
         }
         for (k, &load) in switch_load.iter().enumerate() {
-            overload(s, format!("switch constraint `{}`", topology.switches[k].name), load, caps.switches[k], step.rounds)?;
+            overload(
+                s,
+                format!("switch constraint `{}`", topology.switches[k].name),
+                load,
+                caps.switches[k],
+                step.rounds,
+            )?;
         }
     }
 
@@ -111,9 +167,13 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         for &r in &chunk.post {
             match state.get(&(chunk.address, r)) {
                 None => {
-                    return Err(CheckError::Postcondition { chunk: chunk.address, rank: r, problem: "never arrives".into() })
+                    return Err(CheckError::Postcondition {
+                        chunk: chunk.address,
+                        rank: r,
+                        problem: "never arrives".into(),
+                    })
                 }
-                Some(c) if c.iter().any(|&x| x == 0) => {
+                Some(c) if c.contains(&0) => {
                     let missing = c.iter().filter(|&&x| x == 0).count();
                     return Err(CheckError::Postcondition {
                         chunk: chunk.address,
@@ -135,9 +195,21 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
     Ok(())
 }
 
-fn overload(step: usize, what: String, load: usize, capacity: u32, rounds: u32) -> Result<(), CheckError> {
+fn overload(
+    step: usize,
+    what: String,
+    load: usize,
+    capacity: u32,
+    rounds: u32,
+) -> Result<(), CheckError> {
     if load > capacity as usize * rounds as usize {
-        return Err(CheckError::Overloaded { step, what, load, capacity, rounds });
+        return Err(CheckError::Overloaded {
+            step,
+            what,
+            load,
+            capacity,
+            rounds,
+        });
     }
     Ok(())
 }

@@ -58,7 +58,10 @@ impl Kind {
 
     /// Whether the collective has a root rank.
     pub fn is_rooted(self) -> bool {
-        matches!(self, Kind::Broadcast | Kind::Reduce | Kind::Gather | Kind::Scatter)
+        matches!(
+            self,
+            Kind::Broadcast | Kind::Reduce | Kind::Gather | Kind::Scatter
+        )
     }
 
     /// How many of the collective's original (unsplit) chunks make up one user buffer, so
@@ -152,7 +155,10 @@ impl Collective {
             bail!("chunks must be at least 1");
         }
         if kind.is_rooted() && root >= ranks {
-            bail!("--root {root} is out of range: the topology has ranks 0..{}", ranks - 1);
+            bail!(
+                "--root {root} is out of range: the topology has ranks 0..{}",
+                ranks - 1
+            );
         }
         let all: Vec<usize> = (0..ranks).collect();
         let mut chunks = Vec::new();
@@ -163,7 +169,11 @@ impl Collective {
             Kind::AllGather | Kind::Gather => {
                 for r in 0..ranks {
                     for k in 0..c {
-                        let post = if kind == Kind::Gather { vec![root] } else { all.clone() };
+                        let post = if kind == Kind::Gather {
+                            vec![root]
+                        } else {
+                            all.clone()
+                        };
                         push(vec![r], post, r * c + k);
                     }
                 }
@@ -177,14 +187,19 @@ impl Collective {
             Kind::AllToAll => {
                 for dst in 0..ranks {
                     for src in 0..ranks {
-                        (0..c).for_each(|k| push(vec![src], vec![dst], (dst * ranks + src) * c + k));
+                        (0..c)
+                            .for_each(|k| push(vec![src], vec![dst], (dst * ranks + src) * c + k));
                     }
                 }
             }
             Kind::ReduceScatter | Kind::AllReduce => {
                 for owner in 0..ranks {
                     for k in 0..c {
-                        let post = if kind == Kind::AllReduce { all.clone() } else { vec![owner] };
+                        let post = if kind == Kind::AllReduce {
+                            all.clone()
+                        } else {
+                            vec![owner]
+                        };
                         for contributor in 0..ranks {
                             push(vec![contributor], post.clone(), owner * c + k);
                         }
@@ -200,7 +215,13 @@ impl Collective {
             }
             Kind::Custom => bail!("custom collectives are read with Collective::from_file"),
         }
-        Ok(Collective { kind, ranks, root, chunks_per_rank: c, chunks })
+        Ok(Collective {
+            kind,
+            ranks,
+            root,
+            chunks_per_rank: c,
+            chunks,
+        })
     }
 
     /// A custom collective from a TOML or JSON file (`ranks = N` and `[[chunk]]` entries
@@ -233,7 +254,10 @@ impl Collective {
         for (i, fc) in file.chunks.iter().enumerate() {
             for (field, list) in [("pre", &fc.pre), ("post", &fc.post)] {
                 if let Some(r) = list.iter().find(|&&r| r >= file.ranks) {
-                    bail!("{path}: chunk[{i}].{field}: rank {r} out of range (ranks = {})", file.ranks);
+                    bail!(
+                        "{path}: chunk[{i}].{field}: rank {r} out of range (ranks = {})",
+                        file.ranks
+                    );
                 }
             }
             if fc.pre.is_empty() {
@@ -241,14 +265,26 @@ impl Collective {
             }
             let address = fc.address.unwrap_or(i);
             for k in 0..c {
-                chunks.push(Chunk { pre: fc.pre.clone(), post: fc.post.clone(), address: address * c + k });
+                chunks.push(Chunk {
+                    pre: fc.pre.clone(),
+                    post: fc.post.clone(),
+                    address: address * c + k,
+                });
             }
         }
         if chunks.is_empty() {
             bail!("{path}: no [[chunk]] entries");
         }
-        let collective = Collective { kind: Kind::Custom, ranks: file.ranks, root: 0, chunks_per_rank: c, chunks };
-        collective.dual().with_context(|| format!("{path}: unsupported combining chunks"))?;
+        let collective = Collective {
+            kind: Kind::Custom,
+            ranks: file.ranks,
+            root: 0,
+            chunks_per_rank: c,
+            chunks,
+        };
+        collective
+            .dual()
+            .with_context(|| format!("{path}: unsupported combining chunks"))?;
         Ok(collective)
     }
 
@@ -286,17 +322,29 @@ impl Collective {
             if post.len() != 1 || members.iter().any(|&m| &self.chunks[m].post != post) {
                 bail!("address {address} is reduced onto several ranks; only single-destination reductions (and allreduce) are supported");
             }
-            let mut contributors: Vec<usize> =
-                members.iter().flat_map(|&m| self.chunks[m].pre.clone()).collect();
+            let mut contributors: Vec<usize> = members
+                .iter()
+                .flat_map(|&m| self.chunks[m].pre.clone())
+                .collect();
             contributors.sort_unstable();
             contributors.dedup();
-            chunks.push(Chunk { pre: post.clone(), post: contributors, address });
+            chunks.push(Chunk {
+                pre: post.clone(),
+                post: contributors,
+                address,
+            });
         }
         let kind = match self.kind {
             Kind::ReduceScatter => Kind::AllGather,
             Kind::Reduce => Kind::Broadcast,
             other => other,
         };
-        Ok(Some(Collective { kind, ranks: self.ranks, root: self.root, chunks_per_rank: self.chunks_per_rank, chunks }))
+        Ok(Some(Collective {
+            kind,
+            ranks: self.ranks,
+            root: self.root,
+            chunks_per_rank: self.chunks_per_rank,
+            chunks,
+        }))
     }
 }

@@ -2,12 +2,17 @@
 //! correct, lowers them to the MSCCL IR and runs them (see `../shared/DESIGN.md`).
 
 pub mod algorithm;
+pub mod baseline;
 pub mod bounds;
 pub mod check;
 pub mod cli;
 pub mod collective;
+pub mod cutbound;
 pub mod lower;
+pub mod milp;
 pub mod progress;
+pub mod simulate;
+pub mod sketch;
 pub mod smt;
 pub mod synthesize;
 pub mod topology;

@@ -34,7 +34,14 @@ pub struct LowerOptions {
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { flavor: Flavor::Nccl, inplace: false, instances: 1, protocol: Protocol::Simple, min_bytes: 0, max_bytes: 0 }
+        LowerOptions {
+            flavor: Flavor::Nccl,
+            inplace: false,
+            instances: 1,
+            protocol: Protocol::Simple,
+            min_bytes: 0,
+            max_bytes: 0,
+        }
     }
 }
 
@@ -103,7 +110,9 @@ impl Layout {
                 let src = (address / c) % n;
                 self.slot(Buffer::Output, src * c + address % c)
             }
-            Kind::ReduceScatter | Kind::Scatter if self.inplace => Slot::new(Buffer::Input, address),
+            Kind::ReduceScatter | Kind::Scatter if self.inplace => {
+                Slot::new(Buffer::Input, address)
+            }
             Kind::ReduceScatter | Kind::Scatter => Slot::new(Buffer::Output, address % c),
             _ => self.slot(Buffer::Output, address),
         }
@@ -123,15 +132,26 @@ impl Layout {
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let kind = algorithm.collective.kind;
-    let collective = kind.to_ir().context("custom collectives have no MSCCL collective name and cannot be lowered")?;
+    let collective = kind
+        .to_ir()
+        .context("custom collectives have no MSCCL collective name and cannot be lowered")?;
     if options.instances == 0 {
         bail!("--instances must be at least 1");
     }
     let instances = options.instances;
-    let algorithm = if instances > 1 { algorithm.refined(algorithm.chunks() * instances) } else { algorithm.clone() };
+    let algorithm = if instances > 1 {
+        algorithm.refined(algorithm.chunks() * instances)
+    } else {
+        algorithm.clone()
+    };
     let coll = &algorithm.collective;
     let n = coll.ranks;
-    let layout = Layout { kind, ranks: n, c: coll.chunks_per_rank, inplace: options.inplace };
+    let layout = Layout {
+        kind,
+        ranks: n,
+        c: coll.chunks_per_rank,
+        inplace: options.inplace,
+    };
     let fused = options.flavor != Flavor::Rccl;
     let channel_of = |address: usize| address % instances;
 
@@ -148,7 +168,9 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
                 let output = layout.output(address);
                 let combining = members.len() > 1;
                 if !combining && post.contains(&r) && input != output {
-                    code[r].ops.push((TbKey::Local, Step::new(Op::Copy, input, output, 1)));
+                    code[r]
+                        .ops
+                        .push((TbKey::Local, Step::new(Op::Copy, input, output, 1)));
                 }
             }
         }
@@ -160,7 +182,14 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         // All sends read the state before the step.
         let sources: Vec<Slot> = sends
             .iter()
-            .map(|s| location.get(&(s.src, s.chunk)).copied().with_context(|| format!("internal error: rank {} sends chunk {} it does not hold", s.src, s.chunk)))
+            .map(|s| {
+                location.get(&(s.src, s.chunk)).copied().with_context(|| {
+                    format!(
+                        "internal error: rank {} sends chunk {} it does not hold",
+                        s.src, s.chunk
+                    )
+                })
+            })
             .collect::<Result<_>>()?;
         for (send, src_slot) in sends.iter().zip(sources) {
             let (u, v, a) = (send.src, send.dst, send.chunk);
@@ -172,34 +201,60 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
                 let acc = accumulator(&layout, &mut code[v], current, a, post);
                 match current {
                     Some(cur) if fused => {
-                        code[v].ops.push((recv_key, Step::new(Op::RecvReduceCopy, cur, acc, 1)));
+                        code[v]
+                            .ops
+                            .push((recv_key, Step::new(Op::RecvReduceCopy, cur, acc, 1)));
                         acc
                     }
                     Some(cur) => {
                         let tmp = code[v].scratch_slot();
-                        code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, tmp, 1)));
+                        code[v]
+                            .ops
+                            .push((recv_key, Step::new(Op::Recv, src_slot, tmp, 1)));
                         if cur != acc {
-                            code[v].ops.push((recv_key, Step::new(Op::Copy, cur, acc, 1)));
+                            code[v]
+                                .ops
+                                .push((recv_key, Step::new(Op::Copy, cur, acc, 1)));
                         }
-                        code[v].ops.push((recv_key, Step::new(Op::Reduce, tmp, acc, 1)));
+                        code[v]
+                            .ops
+                            .push((recv_key, Step::new(Op::Reduce, tmp, acc, 1)));
                         acc
                     }
                     None => {
-                        code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, acc, 1)));
+                        code[v]
+                            .ops
+                            .push((recv_key, Step::new(Op::Recv, src_slot, acc, 1)));
                         acc
                     }
                 }
             } else {
-                let dst = if post { layout.output(a) } else { location.get(&(v, a)).copied().unwrap_or_else(|| code[v].scratch_slot()) };
-                code[v].ops.push((recv_key, Step::new(Op::Recv, src_slot, dst, 1)));
+                let dst = if post {
+                    layout.output(a)
+                } else {
+                    location
+                        .get(&(v, a))
+                        .copied()
+                        .unwrap_or_else(|| code[v].scratch_slot())
+                };
+                code[v]
+                    .ops
+                    .push((recv_key, Step::new(Op::Recv, src_slot, dst, 1)));
                 dst
             };
-            code[u].ops.push((TbKey::Send { peer: v, channel }, Step::new(Op::Send, src_slot, landing, 1)));
+            code[u].ops.push((
+                TbKey::Send { peer: v, channel },
+                Step::new(Op::Send, src_slot, landing, 1),
+            ));
             location.insert((v, a), landing);
         }
     }
     let (input_extent, output_extent) = layout.extents();
-    let gpus = code.into_iter().enumerate().map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent)).collect();
+    let gpus = code
+        .into_iter()
+        .enumerate()
+        .map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent))
+        .collect();
     Ok(Program {
         name: algorithm.name.clone(),
         collective,
@@ -218,7 +273,13 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
 /// Where a rank accumulates partial sums of `address`: its output slot if it must end with
 /// the result, the address's own slot in place (the user's buffer is ours to use), else
 /// scratch (out of place, the input must stay intact).
-fn accumulator(layout: &Layout, rc: &mut RankCode, current: Option<Slot>, address: usize, post: bool) -> Slot {
+fn accumulator(
+    layout: &Layout,
+    rc: &mut RankCode,
+    current: Option<Slot>,
+    address: usize,
+    post: bool,
+) -> Slot {
     if post || layout.kind == Kind::AllReduce {
         return layout.output(address);
     }
@@ -237,9 +298,24 @@ fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usiz
     let mut threadblocks: Vec<Threadblock> = keys
         .iter()
         .map(|k| match *k {
-            TbKey::Local => Threadblock { send: None, recv: None, channel: 0, steps: vec![] },
-            TbKey::Send { peer, channel } => Threadblock { send: Some(peer), recv: None, channel, steps: vec![] },
-            TbKey::Recv { peer, channel } => Threadblock { send: None, recv: Some(peer), channel, steps: vec![] },
+            TbKey::Local => Threadblock {
+                send: None,
+                recv: None,
+                channel: 0,
+                steps: vec![],
+            },
+            TbKey::Send { peer, channel } => Threadblock {
+                send: Some(peer),
+                recv: None,
+                channel,
+                steps: vec![],
+            },
+            TbKey::Recv { peer, channel } => Threadblock {
+                send: None,
+                recv: Some(peer),
+                channel,
+                steps: vec![],
+            },
         })
         .collect();
     let mut last_writer: HashMap<Slot, Dep> = HashMap::new();
@@ -247,7 +323,10 @@ fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usiz
     let (mut uses_input, mut uses_output) = (false, false);
     for (key, mut step) in rc.ops {
         let tb = tb_of[&key];
-        let here = Dep { tb, step: threadblocks[tb].steps.len() };
+        let here = Dep {
+            tb,
+            step: threadblocks[tb].steps.len(),
+        };
         let reads: Vec<Slot> = match step.op {
             Op::Send | Op::Copy => vec![step.src],
             Op::RecvReduceCopy => vec![step.src],
@@ -274,7 +353,10 @@ fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usiz
             let e = latest.entry(d.tb).or_insert(d.step);
             *e = (*e).max(d.step);
         }
-        let mut deps: Vec<Dep> = latest.into_iter().map(|(tb, step)| Dep { tb, step }).collect();
+        let mut deps: Vec<Dep> = latest
+            .into_iter()
+            .map(|(tb, step)| Dep { tb, step })
+            .collect();
         deps.sort_by_key(|d| (d.tb, d.step));
         step.deps = deps;
         for slot in &reads {

@@ -16,10 +16,17 @@ impl Progress {
     pub fn new(enabled: bool) -> Progress {
         let bar = enabled.then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-            bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed}] {msg}").expect("valid template"));
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
+                    .expect("valid template"),
+            );
             bar
         });
-        Progress { bar, start: Instant::now(), shown: Mutex::new(false) }
+        Progress {
+            bar,
+            start: Instant::now(),
+            shown: Mutex::new(false),
+        }
     }
 
     /// A spinner that never shows.

@@ -108,7 +108,9 @@ impl Rotation {
     /// The rank permutation on `ranks` ranks.
     pub fn permutation(&self, ranks: usize) -> Vec<usize> {
         let g = self.group.unwrap_or(ranks);
-        (0..ranks).map(|r| (r / g) * g + (r % g + self.offset) % g).collect()
+        (0..ranks)
+            .map(|r| (r / g) * g + (r % g + self.offset) % g)
+            .collect()
     }
 }
 
@@ -157,21 +159,36 @@ impl Default for Sketch {
     }
 }
 
-const FIELDS: [&str; 10] =
-    ["description", "intranode", "internode", "forward", "symmetry", "chunks", "steps", "sizes", "time_limit", "gap"];
+const FIELDS: [&str; 10] = [
+    "description",
+    "intranode",
+    "internode",
+    "forward",
+    "symmetry",
+    "chunks",
+    "steps",
+    "sizes",
+    "time_limit",
+    "gap",
+];
 
 impl Sketch {
     /// Reads a sketch file.
     pub fn load(path: &str) -> Result<Sketch> {
-        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
         Sketch::parse(path, &text)
     }
 
     /// Parses sketch TOML `text`; `label` names it in errors.
     pub fn parse(label: &str, text: &str) -> Result<Sketch> {
-        let table: toml::Table = toml::from_str(text).map_err(|e| crate::util::toml_error(label, text, &e))?;
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| crate::util::toml_error(label, text, &e))?;
         let err = |field: &str, reason: String| anyhow::anyhow!("{label}: {field}: {reason}");
-        let mut sketch = Sketch { label: label.to_string(), ..Sketch::default() };
+        let mut sketch = Sketch {
+            label: label.to_string(),
+            ..Sketch::default()
+        };
         for (key, value) in &table {
             match key.as_str() {
                 "description" => {
@@ -179,13 +196,22 @@ impl Sketch {
                         return Err(err(key, "expected a string".into()));
                     }
                 }
-                "intranode" => sketch.intranode = parse_intranode(value).map_err(|r| err(key, r))?,
-                "internode" => sketch.internode = parse_internode(value).map_err(|r| err(key, r))?,
+                "intranode" => {
+                    sketch.intranode = parse_intranode(value).map_err(|r| err(key, r))?
+                }
+                "internode" => {
+                    sketch.internode = parse_internode(value).map_err(|r| err(key, r))?
+                }
                 "forward" => {
                     sketch.forward = Some(match value.as_str() {
                         Some("any") => Forward::Any,
                         Some("entry") => Forward::Entry,
-                        _ => return Err(err(key, format!("expected \"any\" or \"entry\", got {value}"))),
+                        _ => {
+                            return Err(err(
+                                key,
+                                format!("expected \"any\" or \"entry\", got {value}"),
+                            ))
+                        }
                     })
                 }
                 "symmetry" => sketch.symmetry = parse_symmetry(value).map_err(|r| err(key, r))?,
@@ -202,10 +228,17 @@ impl Sketch {
                 }
                 "steps" => {
                     sketch.steps = match value {
-                        Value::Array(_) => match uints(value).map_err(|r| err(key, r))?.as_slice() {
-                            [lo, hi] if lo <= hi && *lo >= 1 => (*lo, Some(*hi)),
-                            _ => return Err(err(key, "expected [min, max] with 1 <= min <= max".into())),
-                        },
+                        Value::Array(_) => {
+                            match uints(value).map_err(|r| err(key, r))?.as_slice() {
+                                [lo, hi] if lo <= hi && *lo >= 1 => (*lo, Some(*hi)),
+                                _ => {
+                                    return Err(err(
+                                        key,
+                                        "expected [min, max] with 1 <= min <= max".into(),
+                                    ))
+                                }
+                            }
+                        }
                         _ => {
                             let s = uint(value).map_err(|r| err(key, r))?;
                             if s == 0 {
@@ -216,8 +249,14 @@ impl Sketch {
                     }
                 }
                 "sizes" => {
-                    let Value::Array(items) = value else { return Err(err(key, "expected a list of sizes".into())) };
-                    let sizes = items.iter().map(parse_size).collect::<Result<Vec<_>, _>>().map_err(|r| err(key, r))?;
+                    let Value::Array(items) = value else {
+                        return Err(err(key, "expected a list of sizes".into()));
+                    };
+                    let sizes = items
+                        .iter()
+                        .map(parse_size)
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|r| err(key, r))?;
                     if sizes.is_empty() {
                         return Err(err(key, "expected at least one size".into()));
                     }
@@ -234,7 +273,12 @@ impl Sketch {
                         sketch.time_limit = v;
                     }
                 }
-                other => return Err(err(other, format!("unknown field (known: {})", FIELDS.join(", ")))),
+                other => {
+                    return Err(err(
+                        other,
+                        format!("unknown field (known: {})", FIELDS.join(", ")),
+                    ))
+                }
             }
         }
         Ok(sketch)
@@ -242,7 +286,12 @@ impl Sketch {
 
     /// The forwarding rule in force.
     pub fn forward_rule(&self) -> Forward {
-        self.forward.unwrap_or(if self.intranode == Intranode::Switch { Forward::Entry } else { Forward::Any })
+        self.forward
+            .unwrap_or(if self.intranode == Intranode::Switch {
+                Forward::Entry
+            } else {
+                Forward::Any
+            })
     }
 
     /// The same sketch for the reversed fabric (combining collectives are solved as their
@@ -266,13 +315,24 @@ impl Sketch {
         let label = &self.label;
         let n = topology.ranks;
         let local = local_indices(topology);
-        let node_size = |r: usize| topology.node_of.iter().filter(|&&k| k == topology.node_of[r]).count();
-        let link_index: HashMap<(usize, usize), usize> =
-            topology.links.iter().enumerate().map(|(i, l)| ((l.src, l.dst), i)).collect();
+        let node_size = |r: usize| {
+            topology
+                .node_of
+                .iter()
+                .filter(|&&k| k == topology.node_of[r])
+                .count()
+        };
+        let link_index: HashMap<(usize, usize), usize> = topology
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((l.src, l.dst), i))
+            .collect();
         let mut allowed = vec![false; topology.links.len()];
         let max_local = (0..n).map(node_size).max().unwrap_or(0);
         // Intra-node links.
-        let rank_of = |node: usize, i: usize| (0..n).find(|&r| topology.node_of[r] == node && local[r] == i);
+        let rank_of =
+            |node: usize, i: usize| (0..n).find(|&r| topology.node_of[r] == node && local[r] == i);
         match &self.intranode {
             Intranode::Switch | Intranode::All => {
                 for (i, l) in topology.links.iter().enumerate() {
@@ -291,19 +351,25 @@ impl Sketch {
                     }
                 }
                 for node in 0..topology.nodes() {
-                    let members: Vec<usize> = (0..n).filter(|&r| topology.node_of[r] == node).collect();
+                    let members: Vec<usize> =
+                        (0..n).filter(|&r| topology.node_of[r] == node).collect();
                     let g = members.len();
                     let node_pairs: Vec<(usize, usize)> = if self.intranode == Intranode::Ring {
                         if g < 2 {
                             continue;
                         }
-                        (0..g).flat_map(|i| [(i, (i + 1) % g), ((i + 1) % g, i)]).collect()
+                        (0..g)
+                            .flat_map(|i| [(i, (i + 1) % g), ((i + 1) % g, i)])
+                            .collect()
                     } else {
                         pairs.clone()
                     };
                     for (a, b) in node_pairs {
                         let (Some(u), Some(v)) = (rank_of(node, a), rank_of(node, b)) else {
-                            bail!("{label}: intranode: node {node} has no local GPU {}", a.max(b));
+                            bail!(
+                                "{label}: intranode: node {node} has no local GPU {}",
+                                a.max(b)
+                            );
                         };
                         match link_index.get(&(u, v)) {
                             Some(&i) => allowed[i] = true,
@@ -319,7 +385,9 @@ impl Sketch {
             topology.node_of[l.src] != topology.node_of[l.dst]
         };
         match &self.internode {
-            Internode::All => (0..allowed.len()).filter(|&i| crosses(i)).for_each(|i| allowed[i] = true),
+            Internode::All => (0..allowed.len())
+                .filter(|&i| crosses(i))
+                .for_each(|i| allowed[i] = true),
             Internode::None => {}
             Internode::Pairs(pairs) => {
                 for (k, &(u, v)) in pairs.iter().enumerate() {
@@ -327,7 +395,9 @@ impl Sketch {
                         bail!("{label}: internode.pairs[{k}]: unknown rank {} (topology `{}` has ranks 0..{})", u.max(v), topology.name, n - 1);
                     }
                     if topology.node_of[u] == topology.node_of[v] {
-                        bail!("{label}: internode.pairs[{k}]: ranks {u} and {v} are on the same node");
+                        bail!(
+                            "{label}: internode.pairs[{k}]: ranks {u} and {v} are on the same node"
+                        );
                     }
                     match link_index.get(&(u, v)) {
                         Some(&i) => allowed[i] = true,
@@ -343,11 +413,15 @@ impl Sketch {
                 }
                 let relays = |r: usize| gpus.as_ref().is_none_or(|list| list.contains(&local[r]));
                 for u in (0..n).filter(|&u| relays(u)) {
-                    let peers: Vec<usize> =
-                        (0..n).filter(|&v| topology.node_of[v] != topology.node_of[u] && local[v] == local[u]).collect();
+                    let peers: Vec<usize> = (0..n)
+                        .filter(|&v| {
+                            topology.node_of[v] != topology.node_of[u] && local[v] == local[u]
+                        })
+                        .collect();
                     let has_nic = peers.iter().any(|&v| link_index.contains_key(&(u, v)));
                     if gpus.is_some() {
-                        if let Some(&v) = peers.iter().find(|&&v| !link_index.contains_key(&(u, v))) {
+                        if let Some(&v) = peers.iter().find(|&&v| !link_index.contains_key(&(u, v)))
+                        {
                             bail!(
                                 "{label}: internode.gpus: relay rank {u} (node {}, GPU {}) has no inter-node link to rank {v}: no NIC there",
                                 topology.node_of[u],
@@ -368,9 +442,13 @@ impl Sketch {
         // Symmetries.
         let mut generators = Vec::new();
         for (k, rot) in self.symmetry.iter().enumerate() {
-            let what = format!("{label}: symmetry[{k}] (offset {}, group {})", rot.offset, rot.group.unwrap_or(n));
+            let what = format!(
+                "{label}: symmetry[{k}] (offset {}, group {})",
+                rot.offset,
+                rot.group.unwrap_or(n)
+            );
             let g = rot.group.unwrap_or(n);
-            if g == 0 || n % g != 0 {
+            if g == 0 || !n.is_multiple_of(g) {
                 bail!("{what}: the group size must divide the {n} ranks");
             }
             if rot.offset >= g {
@@ -378,11 +456,19 @@ impl Sketch {
             }
             let p = rot.permutation(n);
             check_automorphism(topology, &p, &allowed, &link_index).map_err(|reason| {
-                anyhow::anyhow!("{what} does not map topology `{}` to itself: {reason}", topology.name)
+                anyhow::anyhow!(
+                    "{what} does not map topology `{}` to itself: {reason}",
+                    topology.name
+                )
             })?;
             generators.push(p);
         }
-        Ok(Routing { allowed, forward: self.forward_rule(), generators, label: label.clone() })
+        Ok(Routing {
+            allowed,
+            forward: self.forward_rule(),
+            generators,
+            label: label.clone(),
+        })
     }
 }
 
@@ -401,7 +487,12 @@ pub struct Routing {
 impl Routing {
     /// Allows every link, no symmetry (for unsketched problems).
     pub fn everything(topology: &Topology) -> Routing {
-        Routing { allowed: vec![true; topology.links.len()], forward: Forward::Any, generators: Vec::new(), label: "(no sketch)".into() }
+        Routing {
+            allowed: vec![true; topology.links.len()],
+            forward: Forward::Any,
+            generators: Vec::new(),
+            label: "(no sketch)".into(),
+        }
     }
 
     /// The links (indices) chunk `chunk` of `coll` may use: the allowed ones, and under
@@ -416,7 +507,11 @@ impl Routing {
                 queue.iter().for_each(|&r| entry[r] = true);
                 while let Some(u) = queue.pop_front() {
                     for (i, l) in topology.links.iter().enumerate() {
-                        if l.src == u && self.allowed[i] && topology.node_of[l.dst] != topology.node_of[u] && !entry[l.dst] {
+                        if l.src == u
+                            && self.allowed[i]
+                            && topology.node_of[l.dst] != topology.node_of[u]
+                            && !entry[l.dst]
+                        {
                             entry[l.dst] = true;
                             queue.push_back(l.dst);
                         }
@@ -428,7 +523,12 @@ impl Routing {
     }
 
     /// Fewest hops from chunk `chunk`'s sources to each rank over `links` (`None`: never).
-    pub fn hops(topology: &Topology, coll: &Collective, chunk: usize, links: &[usize]) -> Vec<Option<usize>> {
+    pub fn hops(
+        topology: &Topology,
+        coll: &Collective,
+        chunk: usize,
+        links: &[usize],
+    ) -> Vec<Option<usize>> {
         let mut dist = vec![None; topology.ranks];
         let mut queue = VecDeque::new();
         for &r in &coll.chunks[chunk].pre {
@@ -498,13 +598,19 @@ fn check_automorphism(
         for b in 0..n {
             let same = topology.node_of[a] == topology.node_of[b];
             if same != (topology.node_of[p[a]] == topology.node_of[p[b]]) {
-                return Err(format!("ranks {a} and {b} become {} and {}, which splits or merges nodes", p[a], p[b]));
+                return Err(format!(
+                    "ranks {a} and {b} become {} and {}, which splits or merges nodes",
+                    p[a], p[b]
+                ));
             }
         }
     }
     for (i, l) in topology.links.iter().enumerate() {
         let Some(&j) = link_index.get(&(p[l.src], p[l.dst])) else {
-            return Err(format!("link {}->{} becomes {}->{}, which does not exist", l.src, l.dst, p[l.src], p[l.dst]));
+            return Err(format!(
+                "link {}->{} becomes {}->{}, which does not exist",
+                l.src, l.dst, p[l.src], p[l.dst]
+            ));
         };
         let m = &topology.links[j];
         if (m.bandwidth - l.bandwidth).abs() > 1e-9 || (m.alpha - l.alpha).abs() > 1e-9 {
@@ -525,13 +631,19 @@ fn check_automorphism(
         dsts.sort_unstable();
         (srcs.clone(), dsts.clone(), (bw * 1e6).round() as i64)
     };
-    let switches: std::collections::HashSet<_> =
-        topology.switches.iter().map(|s| key(&mut s.srcs.clone(), &mut s.dsts.clone(), s.bandwidth)).collect();
+    let switches: std::collections::HashSet<_> = topology
+        .switches
+        .iter()
+        .map(|s| key(&mut s.srcs.clone(), &mut s.dsts.clone(), s.bandwidth))
+        .collect();
     for s in &topology.switches {
         let mut srcs: Vec<usize> = s.srcs.iter().map(|&r| p[r]).collect();
         let mut dsts: Vec<usize> = s.dsts.iter().map(|&r| p[r]).collect();
         if !switches.contains(&key(&mut srcs, &mut dsts, s.bandwidth)) {
-            return Err(format!("switch constraint `{}` has no image of the same bandwidth", s.name));
+            return Err(format!(
+                "switch constraint `{}` has no image of the same bandwidth",
+                s.name
+            ));
         }
     }
     Ok(())
@@ -560,7 +672,9 @@ fn number(v: &Value) -> std::result::Result<f64, String> {
 }
 
 fn pairs(v: &Value) -> std::result::Result<Vec<(usize, usize)>, String> {
-    let Value::Array(items) = v else { return Err(format!("expected a list of [src, dst] pairs, got {v}")) };
+    let Value::Array(items) = v else {
+        return Err(format!("expected a list of [src, dst] pairs, got {v}"));
+    };
     items
         .iter()
         .map(|p| match uints(p)?.as_slice() {
@@ -590,16 +704,24 @@ fn parse_internode(v: &Value) -> std::result::Result<Internode, String> {
             "all" => Ok(Internode::All),
             "none" => Ok(Internode::None),
             "relay" => Ok(Internode::Relay { gpus: None }),
-            other => Err(format!("unknown strategy \"{other}\" (expected \"all\", \"none\", \"relay\" or a table)")),
+            other => Err(format!(
+                "unknown strategy \"{other}\" (expected \"all\", \"none\", \"relay\" or a table)"
+            )),
         },
         Value::Table(t) => {
             for key in t.keys() {
                 if !["strategy", "map", "gpus", "pairs"].contains(&key.as_str()) {
-                    return Err(format!("unknown key `{key}` (known: strategy, map, gpus, pairs)"));
+                    return Err(format!(
+                        "unknown key `{key}` (known: strategy, map, gpus, pairs)"
+                    ));
                 }
             }
             if let Some(p) = t.get("pairs") {
-                if t.get("strategy").is_some_and(|s| s.as_str() != Some("relay")) || t.contains_key("map") || t.contains_key("gpus") {
+                if t.get("strategy")
+                    .is_some_and(|s| s.as_str() != Some("relay"))
+                    || t.contains_key("map")
+                    || t.contains_key("gpus")
+                {
                     return Err("`pairs` replaces strategy, map and gpus".into());
                 }
                 return pairs(p).map(Internode::Pairs);
@@ -610,18 +732,31 @@ fn parse_internode(v: &Value) -> std::result::Result<Internode, String> {
                 Some(other) => return Err(format!("strategy: expected a string, got {other}")),
             };
             match strategy {
-                "all" | "none" if t.len() > 1 => Err(format!("strategy \"{strategy}\" takes no other keys")),
+                "all" | "none" if t.len() > 1 => {
+                    Err(format!("strategy \"{strategy}\" takes no other keys"))
+                }
                 "all" => Ok(Internode::All),
                 "none" => Ok(Internode::None),
                 "relay" => {
                     match t.get("map").map(|m| m.as_str()) {
                         None | Some(Some("same-local-index")) => {}
-                        Some(_) => return Err(format!("map: unknown map {} (expected \"same-local-index\")", t["map"])),
+                        Some(_) => {
+                            return Err(format!(
+                                "map: unknown map {} (expected \"same-local-index\")",
+                                t["map"]
+                            ))
+                        }
                     }
-                    let gpus = t.get("gpus").map(uints).transpose().map_err(|e| format!("gpus: {e}"))?;
+                    let gpus = t
+                        .get("gpus")
+                        .map(uints)
+                        .transpose()
+                        .map_err(|e| format!("gpus: {e}"))?;
                     Ok(Internode::Relay { gpus })
                 }
-                other => Err(format!("unknown strategy \"{other}\" (expected \"relay\", \"all\" or \"none\")")),
+                other => Err(format!(
+                    "unknown strategy \"{other}\" (expected \"relay\", \"all\" or \"none\")"
+                )),
             }
         }
         _ => Err(format!("expected a string or a table, got {v}")),
@@ -637,11 +772,20 @@ fn parse_symmetry(v: &Value) -> std::result::Result<Vec<Rotation>, String> {
     items
         .into_iter()
         .map(|item| {
-            let Value::Table(t) = item else { return Err(format!("expected {{ offset = K, group = G }}, got {item}")) };
-            if let Some(key) = t.keys().find(|k| !["offset", "group"].contains(&k.as_str())) {
+            let Value::Table(t) = item else {
+                return Err(format!("expected {{ offset = K, group = G }}, got {item}"));
+            };
+            if let Some(key) = t
+                .keys()
+                .find(|k| !["offset", "group"].contains(&k.as_str()))
+            {
                 return Err(format!("unknown key `{key}` (known: offset, group)"));
             }
-            let offset = t.get("offset").ok_or("missing `offset`").map_err(str::to_string).and_then(uint)?;
+            let offset = t
+                .get("offset")
+                .ok_or("missing `offset`")
+                .map_err(str::to_string)
+                .and_then(uint)?;
             let group = t.get("group").map(uint).transpose()?;
             Ok(Rotation { offset, group })
         })
@@ -654,7 +798,9 @@ pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
     let bytes = match v {
         Value::String(s) => {
             let t = s.trim();
-            let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+            let split = t
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(t.len());
             let (num, unit) = t.split_at(split);
             let num: f64 = num.parse().map_err(|_| format!("bad size \"{s}\""))?;
             let mult = match unit.trim().to_ascii_uppercase().as_str() {
@@ -665,7 +811,11 @@ pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
                 "KIB" => 1024.0,
                 "MIB" => 1024.0 * 1024.0,
                 "GIB" => 1024.0 * 1024.0 * 1024.0,
-                _ => return Err(format!("bad size \"{s}\" (units: B, KB, MB, GB, KiB, MiB, GiB)")),
+                _ => {
+                    return Err(format!(
+                        "bad size \"{s}\" (units: B, KB, MB, GB, KiB, MiB, GiB)"
+                    ))
+                }
             };
             num * mult
         }

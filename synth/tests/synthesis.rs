@@ -18,23 +18,55 @@ fn run(topo: &str, kind: Kind, search: Search) -> Synthesis {
         topology: &topology,
         collective: Collective::new(kind, topology.ranks, 0, 1).unwrap(),
         search,
-        limits: Limits { max_steps: 16, max_chunks: 8, deadline: Instant::now() + Duration::from_secs(600) },
+        limits: Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            deadline: Instant::now() + Duration::from_secs(600),
+        },
         progress: &progress,
     };
     synthesize(&request).unwrap()
 }
 
-fn instance(topo: &str, kind: Kind, steps: usize, rounds: usize, chunks: usize) -> Option<Algorithm> {
-    run(topo, kind, Search::Instance { steps, rounds, chunks }).algorithms.into_iter().next()
+fn instance(
+    topo: &str,
+    kind: Kind,
+    steps: usize,
+    rounds: usize,
+    chunks: usize,
+) -> Option<Algorithm> {
+    run(
+        topo,
+        kind,
+        Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        },
+    )
+    .algorithms
+    .into_iter()
+    .next()
 }
 
 fn frontier(s: &Synthesis) -> Vec<(usize, Ratio<u64>)> {
-    s.algorithms.iter().map(|a| (a.num_steps(), a.rounds_per_chunk())).collect()
+    s.algorithms
+        .iter()
+        .map(|a| (a.num_steps(), a.rounds_per_chunk()))
+        .collect()
 }
 
 #[test]
 fn dgx1_allgather_bounds() {
-    let s = run("dgx1", Kind::AllGather, Search::Instance { steps: 2, rounds: 2, chunks: 1 });
+    let s = run(
+        "dgx1",
+        Kind::AllGather,
+        Search::Instance {
+            steps: 2,
+            rounds: 2,
+            chunks: 1,
+        },
+    );
     assert_eq!(s.bounds.steps, 2);
     assert_eq!(s.bounds.rounds_per_chunk, "7/6");
 }
@@ -51,14 +83,20 @@ fn dgx1_allgather_instances() {
 fn dgx1_allgather_pareto() {
     let s = run("dgx1", Kind::AllGather, Search::Pareto);
     assert!(s.complete);
-    assert_eq!(frontier(&s), vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]);
+    assert_eq!(
+        frontier(&s),
+        vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]
+    );
 }
 
 #[test]
 fn dgx1_reducescatter_pareto() {
     let s = run("dgx1", Kind::ReduceScatter, Search::Pareto);
     assert!(s.complete);
-    assert_eq!(frontier(&s), vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]);
+    assert_eq!(
+        frontier(&s),
+        vec![(2, Ratio::new(3, 2)), (3, Ratio::new(7, 6))]
+    );
     let topo = topology::load("dgx1").unwrap();
     for a in &s.algorithms {
         assert_eq!(a.collective.kind, Kind::ReduceScatter);
@@ -76,7 +114,14 @@ fn fully_connected_2_allgather() {
 fn ring_allreduce_is_verified() {
     for ring in ["ring:5", "ring:8"] {
         let topo = topology::load(ring).unwrap();
-        let s = run(ring, Kind::AllReduce, Search::LeastSteps { chunks: 1, rounds: None });
+        let s = run(
+            ring,
+            Kind::AllReduce,
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+        );
         assert!(!s.algorithms.is_empty(), "{ring}: no allreduce");
         for a in &s.algorithms {
             assert_eq!(a.collective.kind, Kind::AllReduce);
@@ -103,8 +148,18 @@ fn dgx1_alltoall_3_3_1() {
 fn rooted_collectives_on_dgx1() {
     let topo = topology::load("dgx1").unwrap();
     for kind in [Kind::Broadcast, Kind::Reduce, Kind::Gather, Kind::Scatter] {
-        let s = run("dgx1", kind, Search::LeastSteps { chunks: 1, rounds: None });
-        let a = s.algorithms.first().unwrap_or_else(|| panic!("{kind}: nothing found"));
+        let s = run(
+            "dgx1",
+            kind,
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+        );
+        let a = s
+            .algorithms
+            .first()
+            .unwrap_or_else(|| panic!("{kind}: nothing found"));
         assert_eq!(a.num_steps(), 2, "{kind}");
         check(a, &topo).unwrap();
     }
@@ -118,12 +173,18 @@ fn checker_rejects_corruptions() {
 
     let mut dropped = good.clone();
     dropped.steps[1].sends.pop();
-    assert!(check(&dropped, &topo).unwrap_err().to_string().contains("never arrives"));
+    assert!(check(&dropped, &topo)
+        .unwrap_err()
+        .to_string()
+        .contains("never arrives"));
 
     let mut overloaded = good.clone();
     overloaded.steps[0].rounds = 1;
     overloaded.steps[1].rounds = 1;
-    assert!(check(&overloaded, &topo).unwrap_err().to_string().contains("capacity"));
+    assert!(check(&overloaded, &topo)
+        .unwrap_err()
+        .to_string()
+        .contains("capacity"));
 
     let mut early = good.clone();
     let moved = early.steps[1].sends.remove(0);
@@ -133,12 +194,26 @@ fn checker_rejects_corruptions() {
     let mut bad_link = good.clone();
     bad_link.steps[0].sends[0].dst = 7;
     bad_link.steps[0].sends[0].src = 0;
-    assert!(check(&bad_link, &topo).unwrap_err().to_string().contains("no such link"));
+    assert!(check(&bad_link, &topo)
+        .unwrap_err()
+        .to_string()
+        .contains("no such link"));
 
-    let rs = run("dgx1", Kind::ReduceScatter, Search::Instance { steps: 2, rounds: 2, chunks: 1 });
+    let rs = run(
+        "dgx1",
+        Kind::ReduceScatter,
+        Search::Instance {
+            steps: 2,
+            rounds: 2,
+            chunks: 1,
+        },
+    );
     let mut double = rs.algorithms[0].clone();
     let dup = double.steps[1].sends[0];
     double.steps[1].sends.push(dup);
     double.steps[1].rounds = 4;
-    assert!(check(&double, &topo).unwrap_err().to_string().contains("more than once"));
+    assert!(check(&double, &topo)
+        .unwrap_err()
+        .to_string()
+        .contains("more than once"));
 }

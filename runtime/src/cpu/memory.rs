@@ -5,8 +5,6 @@ use super::element::{combine, Element, ReduceOp};
 use super::plan::{region_chunks, Loc};
 use crate::ir::{Buffer, Program};
 use crate::semantics::{Region, Semantics};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
 /// A raw view of `len` elements.
@@ -47,14 +45,21 @@ impl<T> RawRegion<T> {
     fn new(data: Vec<T>) -> RawRegion<T> {
         let b = data.into_boxed_slice();
         let len = b.len();
-        RawRegion { ptr: Box::into_raw(b) as *mut T, len }
+        RawRegion {
+            ptr: Box::into_raw(b) as *mut T,
+            len,
+        }
     }
 }
 
 impl<T> Drop for RawRegion<T> {
     fn drop(&mut self) {
         // SAFETY: ptr/len come from Box::into_raw of a boxed slice of this length.
-        unsafe { drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len))) };
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.ptr, self.len,
+            )))
+        };
     }
 }
 
@@ -78,21 +83,35 @@ impl<T: Element> Memory<T> {
         let inputs: Vec<Vec<T>> = (0..p.ngpus)
             .into_par_iter()
             .map(|rank| {
-                let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(rank as u64));
-                (0..in_chunks * chunk).map(|_| T::from_small(rng.gen_range(-32..=32))).collect()
+                random_small(
+                    in_chunks * chunk,
+                    seed.wrapping_mul(1_000_003).wrapping_add(rank as u64),
+                )
             })
             .collect();
         let regions = (0..p.ngpus)
-            .map(|rank| Region::ALL.map(|r| RawRegion::new(vec![T::poison(); region_chunks(p, sem, rank, r) * chunk])))
+            .map(|rank| {
+                Region::ALL.map(|r| {
+                    RawRegion::new(vec![T::poison(); region_chunks(p, sem, rank, r) * chunk])
+                })
+            })
             .collect();
-        let mem = Memory { regions, inputs, chunk };
+        let mem = Memory {
+            regions,
+            inputs,
+            chunk,
+        };
         for rank in 0..p.ngpus {
             for k in 0..in_chunks {
                 let (region, idx) = sem.resolve(rank, Buffer::Input, k).expect("inside extent");
                 let src = &mem.inputs[rank][k * chunk..(k + 1) * chunk];
-                let loc = Loc { region: region.index(), chunk: idx };
+                let loc = Loc {
+                    region: region.index(),
+                    chunk: idx,
+                };
                 // SAFETY: no worker threads exist yet.
-                unsafe { mem.piece(rank, loc, idx * chunk, chunk).into_mut_slice() }.copy_from_slice(src);
+                unsafe { mem.piece(rank, loc, idx * chunk, chunk).into_mut_slice() }
+                    .copy_from_slice(src);
             }
         }
         mem
@@ -103,7 +122,10 @@ impl<T: Element> Memory<T> {
         let r = &self.regions[rank][loc.region];
         assert!(start + len <= r.len, "planned access outside its region");
         // SAFETY: in bounds (checked above).
-        Piece { ptr: unsafe { r.ptr.add(start) }, len }
+        Piece {
+            ptr: unsafe { r.ptr.add(start) },
+            len,
+        }
     }
 
     /// Counts output elements that differ from the collective's reference result.
@@ -111,26 +133,73 @@ impl<T: Element> Memory<T> {
         let out_chunks = sem.extent(Buffer::Output).unwrap_or(0);
         (0..sem.ngpus)
             .into_par_iter()
-            .map(|rank| (0..out_chunks).map(|k| self.wrong_in_chunk(sem, op, rank, k)).sum::<usize>())
+            .map(|rank| {
+                (0..out_chunks)
+                    .map(|k| self.wrong_in_chunk(sem, op, rank, k))
+                    .sum::<usize>()
+            })
             .sum()
     }
 
     fn wrong_in_chunk(&self, sem: &Semantics, op: ReduceOp, rank: usize, k: usize) -> usize {
-        let Some(expected) = sem.expected_output(rank, k) else { return 0 };
+        let Some(expected) = sem.expected_output(rank, k) else {
+            return 0;
+        };
         let (region, idx) = sem.resolve(rank, Buffer::Output, k).expect("inside extent");
         let c = self.chunk;
-        let loc = Loc { region: region.index(), chunk: idx };
+        let loc = Loc {
+            region: region.index(),
+            chunk: idx,
+        };
         // SAFETY: called between runs, when no worker touches memory.
         let actual = unsafe { self.piece(rank, loc, idx * c, c).into_slice() };
-        let source = |e: usize| &self.inputs[expected[e].rank][expected[e].chunk * c..(expected[e].chunk + 1) * c];
-        let mut reference = source(0).to_vec();
-        for e in 1..expected.len() {
-            for (a, b) in reference.iter_mut().zip(source(e)) {
-                *a = combine(op, *a, *b);
-            }
+        let source = |e: usize| {
+            &self.inputs[expected[e].rank][expected[e].chunk * c..(expected[e].chunk + 1) * c]
+        };
+        if expected.len() == 1 {
+            return actual.iter().zip(source(0)).filter(|(a, b)| a != b).count();
         }
-        actual.iter().zip(&reference).filter(|(a, b)| a != b).count()
+        let mut wrong = 0;
+        let mut reference = Vec::with_capacity(c.min(1 << 16));
+        for start in (0..c).step_by(1 << 16) {
+            let end = (start + (1 << 16)).min(c);
+            reference.clear();
+            reference.extend_from_slice(&source(0)[start..end]);
+            for e in 1..expected.len() {
+                for (a, b) in reference.iter_mut().zip(&source(e)[start..end]) {
+                    *a = combine(op, *a, *b);
+                }
+            }
+            wrong += actual[start..end]
+                .iter()
+                .zip(&reference)
+                .filter(|(a, b)| a != b)
+                .count();
+        }
+        wrong
     }
+}
+
+/// `len` random integers in -32..=32 (exact in any float type), from a splitmix64 stream:
+/// fast enough to fill gigabytes.
+fn random_small<T: Element>(len: usize, seed: u64) -> Vec<T> {
+    let mut state = seed;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        for k in 0..8 {
+            if out.len() == len {
+                break;
+            }
+            let byte = ((z >> (8 * k)) & 0xFF) as i32;
+            out.push(T::from_small(byte % 65 - 32));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -147,17 +216,25 @@ mod tests {
         assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 3 * 3 * chunk);
         for rank in 0..3 {
             for k in 0..3 {
-                let loc = Loc { region: Region::Recv.index(), chunk: k };
+                let loc = Loc {
+                    region: Region::Recv.index(),
+                    chunk: k,
+                };
                 let value = mem.inputs[k][..chunk].to_vec();
                 // SAFETY: single-threaded test.
-                unsafe { mem.piece(rank, loc, k * chunk, chunk).into_mut_slice() }.copy_from_slice(&value);
+                unsafe { mem.piece(rank, loc, k * chunk, chunk).into_mut_slice() }
+                    .copy_from_slice(&value);
             }
         }
         assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 0);
         // One flipped element is one wrong element.
-        let loc = Loc { region: Region::Recv.index(), chunk: 1 };
+        let loc = Loc {
+            region: Region::Recv.index(),
+            chunk: 1,
+        };
         // SAFETY: single-threaded test.
-        unsafe { mem.piece(2, loc, chunk + 1, 1).into_mut_slice() }[0] += 1.0;
+        let cell = unsafe { mem.piece(2, loc, chunk + 1, 1).into_mut_slice() };
+        cell[0] += 1.0;
         assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 1);
     }
 }

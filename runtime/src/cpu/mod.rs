@@ -63,7 +63,7 @@ impl Default for RunOptions {
             warmup: 0,
             iters: 1,
             seed: 1,
-            slice_bytes: 1 << 20,
+            slice_bytes: 256 << 10,
             fifo_depth: DEFAULT_FIFO_DEPTH,
         }
     }
@@ -73,7 +73,11 @@ impl RunOptions {
     /// Options for a message of about `bytes` bytes (nccl-tests' size): the element count is
     /// rounded down to a multiple of `nchunksperloop` (at least one element per chunk).
     pub fn for_bytes(p: &Program, bytes: u64, dtype: DataType) -> RunOptions {
-        RunOptions { dtype, elements: elements_for(p, bytes, dtype), ..RunOptions::default() }
+        RunOptions {
+            dtype,
+            elements: elements_for(p, bytes, dtype),
+            ..RunOptions::default()
+        }
     }
 }
 
@@ -105,7 +109,13 @@ pub struct RunReport {
 
 /// Verifies the program (with the run's FIFO depth) and runs it.
 pub fn run(p: &Program, opts: &RunOptions) -> Result<RunReport> {
-    verify_with(p, &VerifyOptions { fifo_depth: opts.fifo_depth.max(1) }).context("the program does not verify")?;
+    verify_with(
+        p,
+        &VerifyOptions {
+            fifo_depth: opts.fifo_depth.max(1),
+        },
+    )
+    .context("the program does not verify")?;
     run_verified(p, opts)
 }
 
@@ -118,7 +128,11 @@ fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
         bail!("program {} is not declared valid out of place", p.name);
     }
     if opts.elements == 0 || !opts.elements.is_multiple_of(p.nchunksperloop) {
-        bail!("elements ({}) must be a positive multiple of nchunksperloop ({})", opts.elements, p.nchunksperloop);
+        bail!(
+            "elements ({}) must be a positive multiple of nchunksperloop ({})",
+            opts.elements,
+            p.nchunksperloop
+        );
     }
     let sem = Semantics::of(p, opts.inplace).map_err(anyhow::Error::msg)?;
     match opts.dtype {
@@ -149,7 +163,9 @@ fn run_typed<T: Element>(p: &Program, sem: Semantics, opts: &RunOptions) -> Resu
     let shared = Shared {
         plan: &plan,
         mem: &mem,
-        fifos: (0..plan.connections).map(|_| Fifo::new(opts.fifo_depth)).collect(),
+        fifos: (0..plan.connections)
+            .map(|_| Fifo::new(opts.fifo_depth))
+            .collect(),
         progress: (0..plan.tbs.len()).map(|_| Progress::default()).collect(),
         barrier: Barrier::new(plan.active().count() + 1),
         op: opts.op,
@@ -211,10 +227,18 @@ fn worker<T: Element>(sh: &Shared<'_, T>, tbi: usize) {
 }
 
 /// Performs one step on one slice: elements `[offset, offset + nelem)` of each of its chunks.
-fn execute<T: Element>(sh: &Shared<'_, T>, tb: &plan::TbPlan, st: &plan::StepPlan, offset: usize, nelem: usize) {
+fn execute<T: Element>(
+    sh: &Shared<'_, T>,
+    tb: &plan::TbPlan,
+    st: &plan::StepPlan,
+    offset: usize,
+    nelem: usize,
+) {
     use crate::ir::Op;
     let mem = sh.mem;
-    let piece = |loc: plan::Loc, k: usize| mem.piece(tb.rank, loc, (loc.chunk + k) * sh.chunk + offset, nelem);
+    let piece = |loc: plan::Loc, k: usize| {
+        mem.piece(tb.rank, loc, (loc.chunk + k) * sh.chunk + offset, nelem)
+    };
     let send = || &sh.fifos[tb.send.expect("planned")];
     let recv = || &sh.fifos[tb.recv.expect("planned")];
     let n = st.count;
@@ -232,7 +256,8 @@ fn execute<T: Element>(sh: &Shared<'_, T>, tb: &plan::TbPlan, st: &plan::StepPla
             let buf = recv().pop();
             for k in 0..n {
                 // SAFETY: as above, this threadblock is the only one touching the slot.
-                unsafe { piece(st.dst(), k).into_mut_slice() }.copy_from_slice(&buf[k * nelem..(k + 1) * nelem]);
+                unsafe { piece(st.dst(), k).into_mut_slice() }
+                    .copy_from_slice(&buf[k * nelem..(k + 1) * nelem]);
             }
             if st.op == Op::Recv {
                 recv().recycle(buf);
@@ -279,7 +304,9 @@ fn execute<T: Element>(sh: &Shared<'_, T>, tb: &plan::TbPlan, st: &plan::StepPla
                     element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, &snapshot);
                 } else {
                     // SAFETY: race-free by verification; the verifier rejects partial overlap.
-                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, unsafe { src.into_slice() });
+                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, unsafe {
+                        src.into_slice()
+                    });
                 }
             }
         }
@@ -293,6 +320,8 @@ fn combine_pieces<T: Element>(op: ReduceOp, dst: memory::Piece<T>, x: &[T], src:
         element::reduce_into(op, unsafe { dst.into_mut_slice() }, x);
     } else {
         // SAFETY: race-free by verification; the verifier rejects partial overlap.
-        element::reduce_to(op, unsafe { dst.into_mut_slice() }, x, unsafe { src.into_slice() });
+        element::reduce_to(op, unsafe { dst.into_mut_slice() }, x, unsafe {
+            src.into_slice()
+        });
     }
 }

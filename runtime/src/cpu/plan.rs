@@ -90,12 +90,28 @@ impl Plan {
         let mut tbs = Vec::new();
         for g in &p.gpus {
             for tb in &g.threadblocks {
-                let send = tb.send.map(|peer| conn(Connection { sender: g.rank, receiver: peer, channel: tb.channel }));
-                let recv = tb.recv.map(|peer| conn(Connection { sender: peer, receiver: g.rank, channel: tb.channel }));
+                let send = tb.send.map(|peer| {
+                    conn(Connection {
+                        sender: g.rank,
+                        receiver: peer,
+                        channel: tb.channel,
+                    })
+                });
+                let recv = tb.recv.map(|peer| {
+                    conn(Connection {
+                        sender: peer,
+                        receiver: g.rank,
+                        channel: tb.channel,
+                    })
+                });
                 let mut steps = Vec::new();
                 for s in &tb.steps {
                     let loc = |used: bool, slot: Slot| -> Result<Option<Loc>> {
-                        if used { resolve(p, sem, g.rank, slot, s.count).map(Some) } else { Ok(None) }
+                        if used {
+                            resolve(p, sem, g.rank, slot, s.count).map(Some)
+                        } else {
+                            Ok(None)
+                        }
                     };
                     let deps = s
                         .deps
@@ -114,21 +130,34 @@ impl Plan {
                         deps,
                     });
                 }
-                tbs.push(TbPlan { rank: g.rank, steps, send, recv });
+                tbs.push(TbPlan {
+                    rank: g.rank,
+                    steps,
+                    send,
+                    recv,
+                });
             }
         }
-        Ok(Plan { tbs, connections: conns.len() })
+        Ok(Plan {
+            tbs,
+            connections: conns.len(),
+        })
     }
 
     /// Indices of threadblocks that have steps (each gets a thread).
     pub fn active(&self) -> impl Iterator<Item = usize> + '_ {
-        self.tbs.iter().enumerate().filter(|(_, t)| !t.steps.is_empty()).map(|(i, _)| i)
+        self.tbs
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.steps.is_empty())
+            .map(|(i, _)| i)
     }
 }
 
 /// Chunks of a region of a rank in this mode.
 pub fn region_chunks(p: &Program, sem: &Semantics, rank: usize, region: Region) -> usize {
-    sem.region_chunks(region).unwrap_or(p.gpus[rank].scratch_chunks)
+    sem.region_chunks(region)
+        .unwrap_or(p.gpus[rank].scratch_chunks)
 }
 
 fn resolve(p: &Program, sem: &Semantics, rank: usize, slot: Slot, count: usize) -> Result<Loc> {
@@ -138,5 +167,8 @@ fn resolve(p: &Program, sem: &Semantics, rank: usize, slot: Slot, count: usize) 
     if chunk + count > region_chunks(p, sem, rank, region) {
         bail!("rank {rank}: {slot} with count {count} is outside its buffer");
     }
-    Ok(Loc { region: region.index(), chunk })
+    Ok(Loc {
+        region: region.index(),
+        chunk,
+    })
 }

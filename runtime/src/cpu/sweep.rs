@@ -23,7 +23,12 @@ pub struct SweepOptions {
 
 impl Default for SweepOptions {
     fn default() -> Self {
-        SweepOptions { sizes: vec![1 << 20], outofplace: true, inplace: true, run: RunOptions::default() }
+        SweepOptions {
+            sizes: vec![1 << 20],
+            outofplace: true,
+            inplace: true,
+            run: RunOptions::default(),
+        }
     }
 }
 
@@ -54,12 +59,21 @@ pub struct SweepRow {
 
 /// Verifies the program once, then runs it at every size in every requested mode it allows.
 pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
-    verify_with(p, &VerifyOptions { fifo_depth: opts.run.fifo_depth.max(1) }).context("the program does not verify")?;
-    let modes: Vec<bool> = [(false, opts.outofplace && p.outofplace), (true, opts.inplace && p.inplace)]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(m, _)| m)
-        .collect();
+    verify_with(
+        p,
+        &VerifyOptions {
+            fifo_depth: opts.run.fifo_depth.max(1),
+        },
+    )
+    .context("the program does not verify")?;
+    let modes: Vec<bool> = [
+        (false, opts.outofplace && p.outofplace),
+        (true, opts.inplace && p.inplace),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(m, _)| m)
+    .collect();
     if modes.is_empty() {
         bail!("no requested mode is valid for program {}", p.name);
     }
@@ -67,15 +81,27 @@ pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
     for &size in &opts.sizes {
         let elements = elements_for(p, size, opts.run.dtype);
         for &inplace in &modes {
-            let run = RunOptions { elements, inplace, ..opts.run.clone() };
+            let run = RunOptions {
+                elements,
+                inplace,
+                ..opts.run.clone()
+            };
             let r = run_verified(p, &run)?;
             let algbw = r.bytes as f64 / (r.time_us * 1e3);
             rows.push(SweepRow {
                 size: r.bytes,
                 count: r.elements,
                 dtype: r.dtype.name().to_string(),
-                redop: if p.collective.is_reduction() { r.op.name().to_string() } else { "none".to_string() },
-                root: if p.collective.is_rooted() { p.root as i64 } else { -1 },
+                redop: if p.collective.is_reduction() {
+                    r.op.name().to_string()
+                } else {
+                    "none".to_string()
+                },
+                root: if p.collective.is_rooted() {
+                    p.root as i64
+                } else {
+                    -1
+                },
                 inplace,
                 time_us: r.time_us,
                 algbw,
@@ -95,20 +121,50 @@ pub fn format_table(rows: &[SweepRow]) -> String {
     let _ = writeln!(
         out,
         "#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
     );
     let _ = writeln!(
         out,
         "#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
     );
     let mut i = 0;
     while i < rows.len() {
         let first = &rows[i];
-        let group: Vec<&SweepRow> = rows[i..].iter().take_while(|r| r.size == first.size && r.dtype == first.dtype).collect();
+        let group: Vec<&SweepRow> = rows[i..]
+            .iter()
+            .take_while(|r| r.size == first.size && r.dtype == first.dtype)
+            .collect();
         i += group.len();
         let cell = |inplace: bool| match group.iter().find(|r| r.inplace == inplace) {
-            Some(r) => format!("{:>9.2} {:>7.2} {:>7.2} {:>6}", r.time_us, r.algbw, r.busbw, r.wrong),
+            Some(r) => format!(
+                "{:>9.2} {:>7.2} {:>7.2} {:>6}",
+                r.time_us, r.algbw, r.busbw, r.wrong
+            ),
             None => format!("{:>9} {:>7} {:>7} {:>6}", "N/A", "N/A", "N/A", "N/A"),
         };
         let _ = writeln!(
@@ -137,7 +193,8 @@ fn parse_size(s: &str) -> Result<u64> {
         _ => (t, 1),
     };
     let v: u64 = digits.parse().with_context(|| format!("bad size {s:?}"))?;
-    v.checked_mul(mult).with_context(|| format!("size {s:?} overflows"))
+    v.checked_mul(mult)
+        .with_context(|| format!("size {s:?} overflows"))
 }
 
 /// Parses `MIN:MAX[:FACTOR]` (sizes multiplied by FACTOR, default 2, from MIN up to MAX) or
@@ -149,7 +206,10 @@ pub fn parse_sizes(spec: &str) -> Result<Vec<u64>> {
         [lo, hi] | [lo, hi, _] => {
             let (lo, hi) = (parse_size(lo)?, parse_size(hi)?);
             let factor: u64 = match parts.get(2) {
-                Some(f) => f.trim().parse().with_context(|| format!("bad factor in {spec:?}"))?,
+                Some(f) => f
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("bad factor in {spec:?}"))?,
                 None => 2,
             };
             if lo == 0 || lo > hi || factor < 2 {

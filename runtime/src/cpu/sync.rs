@@ -30,7 +30,10 @@ impl<T> Fifo<T> {
     pub fn new(depth: usize) -> Fifo<T> {
         Fifo {
             depth: depth.max(1),
-            state: Mutex::new(FifoState { queue: VecDeque::new(), free: Vec::new() }),
+            state: Mutex::new(FifoState {
+                queue: VecDeque::new(),
+                free: Vec::new(),
+            }),
             changed: Condvar::new(),
         }
     }
@@ -55,7 +58,10 @@ impl<T> Fifo<T> {
     pub fn push(&self, msg: Vec<T>) {
         let mut st = lock(&self.state);
         while st.queue.len() >= self.depth {
-            st = self.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = self
+                .changed
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
         }
         st.queue.push_back(msg);
         drop(st);
@@ -71,7 +77,10 @@ impl<T> Fifo<T> {
                 self.changed.notify_all();
                 return m;
             }
-            st = self.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = self
+                .changed
+                .wait(st)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 }

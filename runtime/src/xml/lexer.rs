@@ -26,7 +26,10 @@ pub struct Element {
 impl Element {
     /// The value of an attribute, if present.
     pub fn attr(&self, key: &str) -> Option<&str> {
-        self.attrs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -57,7 +60,10 @@ impl<'a> Lexer<'a> {
     }
 
     fn next_char(&mut self, element: &str) -> Result<char, XmlError> {
-        let c = self.chars.next().ok_or_else(|| self.err(element, "XML Parse : Unexpected EOF"))?;
+        let c = self
+            .chars
+            .next()
+            .ok_or_else(|| self.err(element, "XML Parse : Unexpected EOF"))?;
         if c == '\n' {
             self.line += 1;
         }
@@ -77,13 +83,20 @@ impl<'a> Lexer<'a> {
     }
 
     /// Reads a token up to a terminator; `Ok((token, Some(value), last))` when it met `=`.
-    fn token(&mut self, element: &str, allow_value: bool) -> Result<(String, Option<String>, char), XmlError> {
+    fn token(
+        &mut self,
+        element: &str,
+        allow_value: bool,
+    ) -> Result<(String, Option<String>, char), XmlError> {
         let mut tok = String::new();
         loop {
             let c = self.next_char(element)?;
             if c == '=' {
                 if !allow_value {
-                    return Err(self.err(element, format!("XML Parse : Unexpected value with name {tok}")));
+                    return Err(self.err(
+                        element,
+                        format!("XML Parse : Unexpected value with name {tok}"),
+                    ));
                 }
                 let (value, last) = self.value(element, &tok)?;
                 return Ok((tok, Some(value), last));
@@ -93,7 +106,10 @@ impl<'a> Lexer<'a> {
             }
             tok.push(c);
             if tok.len() >= MAX_STR_LEN {
-                return Err(self.err(element, format!("Error : name {tok} too long (max {MAX_STR_LEN})")));
+                return Err(self.err(
+                    element,
+                    format!("Error : name {tok} too long (max {MAX_STR_LEN})"),
+                ));
             }
         }
     }
@@ -102,7 +118,12 @@ impl<'a> Lexer<'a> {
     fn value(&mut self, element: &str, key: &str) -> Result<(String, char), XmlError> {
         let q = self.next_char(element)?;
         if q != '"' && q != '\'' {
-            return Err(XmlError::new(self.line, element, Some(key), "XML Parse : Expected (double) quote."));
+            return Err(XmlError::new(
+                self.line,
+                element,
+                Some(key),
+                "XML Parse : Expected (double) quote.",
+            ));
         }
         let mut v = String::new();
         loop {
@@ -112,7 +133,12 @@ impl<'a> Lexer<'a> {
             }
             v.push(c);
             if v.len() >= MAX_STR_LEN {
-                return Err(XmlError::new(self.line, element, Some(key), "value too long (the runtime copies values into a 256-byte buffer)"));
+                return Err(XmlError::new(
+                    self.line,
+                    element,
+                    Some(key),
+                    "value too long (the runtime copies values into a 256-byte buffer)",
+                ));
             }
         }
         Ok((v, self.next_char(element)?))
@@ -121,7 +147,10 @@ impl<'a> Lexer<'a> {
     fn skip_comment(&mut self) -> Result<(), XmlError> {
         let mut tail = [' '; 3];
         loop {
-            let c = self.chars.next().ok_or_else(|| self.err("", "XML Parse : unterminated comment"))?;
+            let c = self
+                .chars
+                .next()
+                .ok_or_else(|| self.err("", "XML Parse : unterminated comment"))?;
             if c == '\n' {
                 self.line += 1;
             }
@@ -134,9 +163,14 @@ impl<'a> Lexer<'a> {
 
     /// Reads the next node (skipping comments); None at end of input.
     fn node(&mut self) -> Result<Option<Node>, XmlError> {
-        let Some(c) = self.skip_space() else { return Ok(None) };
+        let Some(c) = self.skip_space() else {
+            return Ok(None);
+        };
         if c != '<' {
-            return Err(self.err("", format!("XML Parse error : expecting '<', got '{}'", show_char(c))));
+            return Err(self.err(
+                "",
+                format!("XML Parse error : expecting '<', got '{}'", show_char(c)),
+            ));
         }
         let line = self.line;
         if self.chars.peek() == Some(&'!') {
@@ -151,10 +185,13 @@ impl<'a> Lexer<'a> {
         if name.is_empty() && last == '/' {
             let (close, _, last) = self.token("", false)?;
             if last != '>' {
-                return Err(self.err(&close, format!(
-                    "XML Parse error : unexpected trailing {} in closing tag {close}",
-                    show_char(last)
-                )));
+                return Err(self.err(
+                    &close,
+                    format!(
+                        "XML Parse error : unexpected trailing {} in closing tag {close}",
+                        show_char(last)
+                    ),
+                ));
             }
             return Ok(Some(Node::Close(close, line)));
         }
@@ -162,7 +199,12 @@ impl<'a> Lexer<'a> {
     }
 
     fn open_tag(&mut self, name: String, line: usize, mut last: char) -> Result<Node, XmlError> {
-        let mut el = Element { name, line, attrs: Vec::new(), children: Vec::new() };
+        let mut el = Element {
+            name,
+            line,
+            attrs: Vec::new(),
+            children: Vec::new(),
+        };
         let mut slots = 0;
         while last == ' ' {
             let (key, value, l) = self.token(&el.name, true)?;
@@ -172,7 +214,12 @@ impl<'a> Lexer<'a> {
                 continue;
             }
             let Some(value) = value else {
-                return Err(XmlError::new(self.line, &el.name, Some(&key), "attribute has no value"));
+                return Err(XmlError::new(
+                    self.line,
+                    &el.name,
+                    Some(&key),
+                    "attribute has no value",
+                ));
             };
             slots += 1;
             if slots > MAX_ATTRS {
@@ -185,12 +232,18 @@ impl<'a> Lexer<'a> {
         if last == '/' {
             let c = self.next_char(&el.name)?;
             if c != '>' {
-                return Err(self.err(&el.name, format!("XML Parse : expected >, got '{}'", show_char(c))));
+                return Err(self.err(
+                    &el.name,
+                    format!("XML Parse : expected >, got '{}'", show_char(c)),
+                ));
             }
             return Ok(Node::SelfClosed(el));
         }
         if last != '>' {
-            return Err(self.err(&el.name, format!("XML Parse : expected >, got '{}'", show_char(last))));
+            return Err(self.err(
+                &el.name,
+                format!("XML Parse : expected >, got '{}'", show_char(last)),
+            ));
         }
         Ok(Node::Open(el))
     }
@@ -202,7 +255,12 @@ impl<'a> Lexer<'a> {
                 None => return Err(self.err(&el.name, "XML Parse : Unexpected EOF")),
                 Some(Node::Close(name, line)) => {
                     if name != el.name {
-                        return Err(XmlError::new(line, &el.name, None, format!("XML Mismatch : {} / {name}", el.name)));
+                        return Err(XmlError::new(
+                            line,
+                            &el.name,
+                            None,
+                            format!("XML Mismatch : {} / {name}", el.name),
+                        ));
                     }
                     return Ok(());
                 }
@@ -219,11 +277,19 @@ impl<'a> Lexer<'a> {
 /// Parses a document: comments, then exactly one top element (with its subtree), then only
 /// comments or whitespace.
 pub fn parse_document(text: &str) -> Result<Element, XmlError> {
-    let mut lx = Lexer { chars: text.chars().peekable(), line: 1 };
+    let mut lx = Lexer {
+        chars: text.chars().peekable(),
+        line: 1,
+    };
     let top = match lx.node()? {
         None => return Err(lx.err("", "XML Parse : Unexpected EOF (no element)")),
         Some(Node::Close(name, line)) => {
-            return Err(XmlError::new(line, &name, None, format!("XML Mismatch : (none) / {name}")))
+            return Err(XmlError::new(
+                line,
+                &name,
+                None,
+                format!("XML Mismatch : (none) / {name}"),
+            ))
         }
         Some(Node::SelfClosed(el)) => el,
         Some(Node::Open(mut el)) => {
@@ -236,10 +302,15 @@ pub fn parse_document(text: &str) -> Result<Element, XmlError> {
             Node::Open(e) | Node::SelfClosed(e) => (e.name, e.line),
             Node::Close(n, l) => (n, l),
         };
-        return Err(XmlError::new(line, &name, None, format!(
-            "content after the closing tag of {} (the runtime reads a single algo element)",
-            top.name
-        )));
+        return Err(XmlError::new(
+            line,
+            &name,
+            None,
+            format!(
+                "content after the closing tag of {} (the runtime reads a single algo element)",
+                top.name
+            ),
+        ));
     }
     Ok(top)
 }

@@ -34,7 +34,12 @@ pub struct XmlError {
 
 impl XmlError {
     /// A new error.
-    pub fn new(line: usize, element: &str, attribute: Option<&str>, message: impl Into<String>) -> XmlError {
+    pub fn new(
+        line: usize,
+        element: &str,
+        attribute: Option<&str>,
+        message: impl Into<String>,
+    ) -> XmlError {
         XmlError {
             line,
             element: element.to_string(),
@@ -62,7 +67,11 @@ pub fn dependency_targets(p: &Program, rank: usize) -> HashSet<(usize, usize)> {
     p.gpus[rank]
         .threadblocks
         .iter()
-        .flat_map(|tb| tb.steps.iter().flat_map(|s| s.deps.iter().map(|d| (d.tb, d.step))))
+        .flat_map(|tb| {
+            tb.steps
+                .iter()
+                .flat_map(|s| s.deps.iter().map(|d| (d.tb, d.step)))
+        })
         .collect()
 }
 
@@ -105,7 +114,11 @@ pub fn transmissions(p: &Program) -> Vec<usize> {
                 .enumerate()
                 .map(|(tbi, tb)| {
                     let lens = chain_lengths(&tb.steps, |j| targets.contains(&(tbi, j)));
-                    tb.steps.iter().zip(&lens).filter(|(s, l)| s.op != Op::Nop && **l == 1).count()
+                    tb.steps
+                        .iter()
+                        .zip(&lens)
+                        .filter(|(s, l)| s.op != Op::Nop && **l == 1)
+                        .count()
                 })
                 .sum()
         })

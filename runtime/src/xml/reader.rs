@@ -27,7 +27,15 @@ const MAX_DEPID: i64 = 127;
 pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| {
-        XmlError::new(0, "", None, format!("Could not open MSCCL XML algorithm file {}: {e}", path.display()))
+        XmlError::new(
+            0,
+            "",
+            None,
+            format!(
+                "Could not open MSCCL XML algorithm file {}: {e}",
+                path.display()
+            ),
+        )
     })?;
     read_str(&text)
 }
@@ -37,7 +45,12 @@ pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
 pub fn read_str(text: &str) -> Result<Program, XmlError> {
     let top = parse_document(text)?;
     if top.name != "algo" {
-        return Err(XmlError::new(top.line, &top.name, None, "the top element must be algo"));
+        return Err(XmlError::new(
+            top.line,
+            &top.name,
+            None,
+            "the top element must be algo",
+        ));
     }
     let header = read_algo(&top)?;
     let mut gpus: Vec<Option<Gpu>> = vec![None; header.ngpus];
@@ -46,7 +59,12 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         let gpu = read_gpu(child, &header)?;
         let rank = gpu.rank;
         if gpus[rank].replace(gpu).is_some() {
-            return Err(XmlError::new(child.line, "gpu", Some("id"), format!("duplicate gpu id {rank}")));
+            return Err(XmlError::new(
+                child.line,
+                "gpu",
+                Some("id"),
+                format!("duplicate gpu id {rank}"),
+            ));
         }
     }
     let gpus = gpus
@@ -70,17 +88,28 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
 }
 
 fn empty_gpu(rank: usize) -> Gpu {
-    Gpu { rank, input_chunks: 0, output_chunks: 0, scratch_chunks: 0, threadblocks: Vec::new() }
+    Gpu {
+        rank,
+        input_chunks: 0,
+        output_chunks: 0,
+        scratch_chunks: 0,
+        threadblocks: Vec::new(),
+    }
 }
 
 fn expect_name(el: &Element, name: &str) -> Result<(), XmlError> {
     if el.name == name {
         return Ok(());
     }
-    Err(XmlError::new(el.line, &el.name, None, format!(
-        "unexpected element {} (expected {name}; the runtime would skip it silently)",
-        el.name
-    )))
+    Err(XmlError::new(
+        el.line,
+        &el.name,
+        None,
+        format!(
+            "unexpected element {} (expected {name}; the runtime would skip it silently)",
+            el.name
+        ),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -91,8 +120,13 @@ fn err(el: &Element, attr: &str, msg: impl Into<String>) -> XmlError {
 }
 
 fn attr<'a>(el: &'a Element, key: &str) -> Result<&'a str, XmlError> {
-    el.attr(key)
-        .ok_or_else(|| err(el, key, format!("Attribute {key} of node {} not found", el.name)))
+    el.attr(key).ok_or_else(|| {
+        err(
+            el,
+            key,
+            format!("Attribute {key} of node {} not found", el.name),
+        )
+    })
 }
 
 /// Parses a plain decimal integer; rejects what `strtol(s, NULL, 0)` would read differently.
@@ -103,17 +137,26 @@ fn parse_decimal(s: &str) -> Result<i64, String> {
         && (digits == "0" || !digits.starts_with('0'))
         && s != "-0";
     if plain {
-        return s.parse::<i64>().map_err(|_| format!("value \"{s}\" is out of range"));
+        return s
+            .parse::<i64>()
+            .map_err(|_| format!("value \"{s}\" is out of range"));
     }
     let lower = digits.to_ascii_lowercase();
     let hint = if let Some(hex) = lower.strip_prefix("0x") {
-        i64::from_str_radix(hex, 16).ok().map(|v| format!(" (strtol reads it as hexadecimal {v})"))
+        i64::from_str_radix(hex, 16)
+            .ok()
+            .map(|v| format!(" (strtol reads it as hexadecimal {v})"))
     } else if digits.len() > 1 && digits.starts_with('0') {
-        i64::from_str_radix(&digits[1..], 8).ok().map(|v| format!(" (strtol reads a leading 0 as octal: {v})"))
+        i64::from_str_radix(&digits[1..], 8)
+            .ok()
+            .map(|v| format!(" (strtol reads a leading 0 as octal: {v})"))
     } else {
         None
     };
-    Err(format!("value \"{s}\" is not a plain decimal integer{}", hint.unwrap_or_default()))
+    Err(format!(
+        "value \"{s}\" is not a plain decimal integer{}",
+        hint.unwrap_or_default()
+    ))
 }
 
 fn int(el: &Element, key: &str) -> Result<i64, XmlError> {
@@ -123,7 +166,11 @@ fn int(el: &Element, key: &str) -> Result<i64, XmlError> {
 fn int_in(el: &Element, key: &str, lo: i64, hi: i64) -> Result<i64, XmlError> {
     let v = int(el, key)?;
     if v < lo || v > hi {
-        return Err(err(el, key, format!("{key}={v} must be between {lo} and {hi}")));
+        return Err(err(
+            el,
+            key,
+            format!("{key}={v} must be between {lo} and {hi}"),
+        ));
     }
     Ok(v)
 }
@@ -136,13 +183,21 @@ fn flag(el: &Element, key: &str) -> Result<bool, XmlError> {
 fn peer(el: &Element, key: &str, rank: usize, ngpus: usize) -> Result<Option<usize>, XmlError> {
     let v = int(el, key)?;
     if v < -1 {
-        return Err(err(el, key, format!("{key}={v}: a peer must be -1 or a rank")));
+        return Err(err(
+            el,
+            key,
+            format!("{key}={v}: a peer must be -1 or a rank"),
+        ));
     }
     if v == rank as i64 {
         return Err(err(el, key, format!("{key}={v} is the GPU's own rank")));
     }
     if v >= ngpus as i64 {
-        return Err(err(el, key, format!("{key}={v} is not a rank (ngpus {ngpus})")));
+        return Err(err(
+            el,
+            key,
+            format!("{key}={v} is not a rank (ngpus {ngpus})"),
+        ));
     }
     Ok(usize::try_from(v).ok())
 }
@@ -165,8 +220,13 @@ struct Header {
 fn read_algo(el: &Element) -> Result<Header, XmlError> {
     let name = attr(el, "name")?.to_string();
     let proto = attr(el, "proto")?;
-    let protocol = Protocol::from_name(proto)
-        .ok_or_else(|| err(el, "proto", format!("MSCCL: protocol {proto} is not supported.")))?;
+    let protocol = Protocol::from_name(proto).ok_or_else(|| {
+        err(
+            el,
+            "proto",
+            format!("MSCCL: protocol {proto} is not supported."),
+        )
+    })?;
     let nchannels = int_in(el, "nchannels", 1, MAX_CHANNELS)? as usize;
     let nchunks = int_in(el, "nchunksperloop", 1, i64::from(i32::MAX))? as usize;
     let ngpus = int_in(el, "ngpus", 1, i64::from(i32::MAX))? as usize;
@@ -176,19 +236,38 @@ fn read_algo(el: &Element) -> Result<Header, XmlError> {
     let inplace = flag(el, "inplace")?;
     let outofplace = flag(el, "outofplace")?;
     if !inplace && !outofplace {
-        return Err(err(el, "outofplace", "inplace and outofplace are both 0: the algorithm is never selected"));
+        return Err(err(
+            el,
+            "outofplace",
+            "inplace and outofplace are both 0: the algorithm is never selected",
+        ));
     }
     let min_bytes = int_in(el, "minBytes", 0, i64::MAX)? as u64;
     let max_bytes = int_in(el, "maxBytes", 0, i64::MAX)? as u64;
     if max_bytes != 0 && min_bytes > max_bytes {
-        return Err(err(el, "maxBytes", format!("maxBytes {max_bytes} is below minBytes {min_bytes}")));
+        return Err(err(
+            el,
+            "maxBytes",
+            format!("maxBytes {max_bytes} is below minBytes {min_bytes}"),
+        ));
     }
     let root = match el.attr("root") {
         Some(_) => int_in(el, "root", 0, ngpus as i64 - 1)? as usize,
         None => 0,
     };
-    let sem = Semantics::new(collective, ngpus, nchunks, root, false).map_err(|m| err(el, "nchunksperloop", m))?;
-    Ok(Header { name, protocol, nchannels, ngpus, inplace, outofplace, min_bytes, max_bytes, sem })
+    let sem = Semantics::new(collective, ngpus, nchunks, root, false)
+        .map_err(|m| err(el, "nchunksperloop", m))?;
+    Ok(Header {
+        name,
+        protocol,
+        nchannels,
+        ngpus,
+        inplace,
+        outofplace,
+        min_bytes,
+        max_bytes,
+        sem,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -200,11 +279,21 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
     let output_chunks = int_in(el, "o_chunks", 0, MAX_OFFSET + 1)? as usize;
     let s = int(el, "s_chunks")?;
     if s < 0 {
-        return Err(err(el, "s_chunks", "MSCCL: nScratchChunks must be not negative."));
+        return Err(err(
+            el,
+            "s_chunks",
+            "MSCCL: nScratchChunks must be not negative.",
+        ));
     }
     let scratch_chunks = s as usize;
     check_extents(el, h, input_chunks, output_chunks)?;
-    let mut gpu = Gpu { rank, input_chunks, output_chunks, scratch_chunks, threadblocks: Vec::new() };
+    let mut gpu = Gpu {
+        rank,
+        input_chunks,
+        output_chunks,
+        scratch_chunks,
+        threadblocks: Vec::new(),
+    };
     let raws = read_threadblocks(el, h, &gpu)?;
     check_dependencies(&raws, rank)?;
     gpu.threadblocks = raws.iter().map(|tb| to_threadblock(tb, &raws)).collect();
@@ -246,7 +335,11 @@ struct RawStep<'a> {
     hasdep: bool,
 }
 
-fn read_threadblocks<'a>(gpu_el: &'a Element, h: &Header, gpu: &Gpu) -> Result<Vec<RawTb<'a>>, XmlError> {
+fn read_threadblocks<'a>(
+    gpu_el: &'a Element,
+    h: &Header,
+    gpu: &Gpu,
+) -> Result<Vec<RawTb<'a>>, XmlError> {
     let mut by_id: HashMap<usize, RawTb<'a>> = HashMap::new();
     let mut links: HashMap<(usize, usize, bool), usize> = HashMap::new();
     for el in &gpu_el.children {
@@ -256,14 +349,22 @@ fn read_threadblocks<'a>(gpu_el: &'a Element, h: &Header, gpu: &Gpu) -> Result<V
             return Err(err(el, "id", format!("thread block id {id} is negative")));
         }
         if id >= MAX_TBS {
-            return Err(err(el, "id", format!("MSCCL: too many thread blocks are requested ({id} >= {MAX_TBS})")));
+            return Err(err(
+                el,
+                "id",
+                format!("MSCCL: too many thread blocks are requested ({id} >= {MAX_TBS})"),
+            ));
         }
         let id = id as usize;
         let tb = read_tb(el, h, gpu)?;
         for (p, is_send) in [(tb.send, true), (tb.recv, false)] {
             let Some(p) = p else { continue };
             if let Some(other) = links.insert((tb.chan, p, is_send), id) {
-                let (key, dir) = if is_send { ("send", "sends to") } else { ("recv", "receives from") };
+                let (key, dir) = if is_send {
+                    ("send", "sends to")
+                } else {
+                    ("recv", "receives from")
+                };
                 return Err(err(el, key, format!(
                     "thread block {other} already {dir} rank {p} on channel {}: one tb per (channel, peer, direction)",
                     tb.chan
@@ -278,7 +379,12 @@ fn read_threadblocks<'a>(gpu_el: &'a Element, h: &Header, gpu: &Gpu) -> Result<V
     (0..n)
         .map(|id| {
             by_id.remove(&id).ok_or_else(|| {
-                XmlError::new(gpu_el.line, "gpu", Some("id"), format!("MSCCL: thread block {id} is missing (GPU {})", gpu.rank))
+                XmlError::new(
+                    gpu_el.line,
+                    "gpu",
+                    Some("id"),
+                    format!("MSCCL: thread block {id} is missing (GPU {})", gpu.rank),
+                )
             })
         })
         .collect()
@@ -289,11 +395,28 @@ fn read_tb<'a>(el: &'a Element, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlE
     let recv = peer(el, "recv", gpu.rank, h.ngpus)?;
     let chan = int(el, "chan")?;
     if chan < 0 || chan >= h.nchannels as i64 {
-        return Err(err(el, "chan", format!("chan {chan} is not below nchannels {}", h.nchannels)));
+        return Err(err(
+            el,
+            "chan",
+            format!("chan {chan} is not below nchannels {}", h.nchannels),
+        ));
     }
-    let mut tb = RawTb { el, send, recv, chan: chan as usize, steps: Vec::new() };
+    let mut tb = RawTb {
+        el,
+        send,
+        recv,
+        chan: chan as usize,
+        steps: Vec::new(),
+    };
     if el.children.len() > MAX_STEPS {
-        return Err(err(el, "id", format!("{} steps exceed the runtimes' limit of {MAX_STEPS}", el.children.len())));
+        return Err(err(
+            el,
+            "id",
+            format!(
+                "{} steps exceed the runtimes' limit of {MAX_STEPS}",
+                el.children.len()
+            ),
+        ));
     }
     for (pos, sel) in el.children.iter().enumerate() {
         expect_name(sel, "step")?;
@@ -305,7 +428,12 @@ fn read_tb<'a>(el: &'a Element, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlE
     Ok(tb)
 }
 
-fn read_step<'a>(el: &'a Element, pos: usize, tb: &RawTb, gpu: &Gpu) -> Result<RawStep<'a>, XmlError> {
+fn read_step<'a>(
+    el: &'a Element,
+    pos: usize,
+    tb: &RawTb,
+    gpu: &Gpu,
+) -> Result<RawStep<'a>, XmlError> {
     let s = int(el, "s")?;
     if s != pos as i64 {
         return Err(err(el, "s", format!(
@@ -313,21 +441,38 @@ fn read_step<'a>(el: &'a Element, pos: usize, tb: &RawTb, gpu: &Gpu) -> Result<R
         )));
     }
     let code = attr(el, "type")?;
-    let op = Op::from_code(code)
-        .ok_or_else(|| err(el, "type", format!("MSCCL: type of transfer is not supported: {code}")))?;
+    let op = Op::from_code(code).ok_or_else(|| {
+        err(
+            el,
+            "type",
+            format!("MSCCL: type of transfer is not supported: {code}"),
+        )
+    })?;
     let src = (buffer(el, "srcbuf")?, int_in(el, "srcoff", -1, MAX_OFFSET)?);
     let dst = (buffer(el, "dstbuf")?, int_in(el, "dstoff", -1, MAX_OFFSET)?);
     let cnt = int(el, "cnt")?;
     let min_cnt = if op == Op::Nop { 0 } else { 1 };
     if cnt < min_cnt || cnt >= MAX_COUNT {
-        return Err(err(el, "cnt", format!("count ({cnt}) must be positive and less than {MAX_COUNT}")));
+        return Err(err(
+            el,
+            "cnt",
+            format!("count ({cnt}) must be positive and less than {MAX_COUNT}"),
+        ));
     }
     let dep = read_dep(el)?;
     let hasdep = int(el, "hasdep")?;
     if hasdep != 0 && hasdep != 1 {
         return Err(err(el, "hasdep", "hasDependence needs to be 0 or 1"));
     }
-    let step = RawStep { el, op, src, dst, cnt: cnt as usize, dep, hasdep: hasdep == 1 };
+    let step = RawStep {
+        el,
+        op,
+        src,
+        dst,
+        cnt: cnt as usize,
+        dep,
+        hasdep: hasdep == 1,
+    };
     check_step_peers(&step, tb, gpu.rank)?;
     if op == Op::Nop && dep.is_none() {
         return Err(err(el, "depid", "nop without a dependency (depid=-1)"));
@@ -338,7 +483,13 @@ fn read_step<'a>(el: &'a Element, pos: usize, tb: &RawTb, gpu: &Gpu) -> Result<R
 
 fn buffer(el: &Element, key: &str) -> Result<Buffer, XmlError> {
     let v = attr(el, key)?;
-    Buffer::from_letter(v).ok_or_else(|| err(el, key, format!("MSCCL: type of buffer is not supported: {v}")))
+    Buffer::from_letter(v).ok_or_else(|| {
+        err(
+            el,
+            key,
+            format!("MSCCL: type of buffer is not supported: {v}"),
+        )
+    })
 }
 
 fn read_dep(el: &Element) -> Result<Option<(usize, usize)>, XmlError> {
@@ -346,7 +497,11 @@ fn read_dep(el: &Element) -> Result<Option<(usize, usize)>, XmlError> {
     let deps = int_in(el, "deps", -1, MAX_OFFSET)?;
     match (depid, deps) {
         (-1, -1) => Ok(None),
-        (-1, _) | (_, -1) => Err(err(el, "deps", format!("depid={depid} and deps={deps}: both must be -1 or both set"))),
+        (-1, _) | (_, -1) => Err(err(
+            el,
+            "deps",
+            format!("depid={depid} and deps={deps}: both must be -1 or both set"),
+        )),
         (b, k) => Ok(Some((b as usize, k as usize))),
     }
 }
@@ -354,10 +509,18 @@ fn read_dep(el: &Element) -> Result<Option<(usize, usize)>, XmlError> {
 fn check_step_peers(step: &RawStep, tb: &RawTb, rank: usize) -> Result<(), XmlError> {
     let id = tb.el.attr("id").unwrap_or("?");
     if step.op.sends() && tb.send.is_none() {
-        return Err(err(step.el, "type", format!("there is a send in thread block {id} on GPU {rank} without a sendPeer.")));
+        return Err(err(
+            step.el,
+            "type",
+            format!("there is a send in thread block {id} on GPU {rank} without a sendPeer."),
+        ));
     }
     if step.op.receives() && tb.recv.is_none() {
-        return Err(err(step.el, "type", format!("there is a recv in thread block {id} on GPU {rank} without a recvPeer.")));
+        return Err(err(
+            step.el,
+            "type",
+            format!("there is a recv in thread block {id} on GPU {rank} without a recvPeer."),
+        ));
     }
     Ok(())
 }
@@ -378,15 +541,23 @@ fn check_step_bounds(step: &RawStep, gpu: &Gpu) -> Result<(), XmlError> {
             Buffer::Scratch => "scratch",
         };
         if off < 0 || off >= extent {
-            return Err(err(step.el, key, format!(
+            return Err(err(
+                step.el,
+                key,
+                format!(
                 "Incorrect offset set for {name} buffer: offset: {off} maximum allowed: {extent}"
-            )));
+            ),
+            ));
         }
         if off + step.cnt as i64 > extent {
-            return Err(err(step.el, "cnt", format!(
-                "offset {off} + cnt {} exceeds the {extent} chunks of the {name} buffer",
-                step.cnt
-            )));
+            return Err(err(
+                step.el,
+                "cnt",
+                format!(
+                    "offset {off} + cnt {} exceeds the {extent} chunks of the {name} buffer",
+                    step.cnt
+                ),
+            ));
         }
     }
     Ok(())
@@ -402,12 +573,20 @@ fn check_nop_chains(tb: &RawTb) -> Result<(), XmlError> {
             continue;
         }
         if open && step.dep.is_none() {
-            return Err(err(step.el, "depid", format!("{MSG} (nops must be followed by a step with depid >= 0)")));
+            return Err(err(
+                step.el,
+                "depid",
+                format!("{MSG} (nops must be followed by a step with depid >= 0)"),
+            ));
         }
         open = false;
     }
     match tb.steps.last() {
-        Some(last) if open => Err(err(last.el, "type", format!("{MSG} (the thread block ends with a nop)"))),
+        Some(last) if open => Err(err(
+            last.el,
+            "type",
+            format!("{MSG} (the thread block ends with a nop)"),
+        )),
         _ => Ok(()),
     }
 }
@@ -454,10 +633,21 @@ fn check_dependencies(tbs: &[RawTb], rank: usize) -> Result<(), XmlError> {
                 return e(format!("depid {b} is not a thread block of GPU {rank}"));
             };
             let Some(ts) = target.steps.get(k) else {
-                return Err(err(step.el, "deps", format!("deps {k} is beyond the {} steps of thread block {b}", target.steps.len())));
+                return Err(err(
+                    step.el,
+                    "deps",
+                    format!(
+                        "deps {k} is beyond the {} steps of thread block {b}",
+                        target.steps.len()
+                    ),
+                ));
             };
             if ts.op == Op::Nop {
-                return Err(err(step.el, "deps", format!("deps {k} of thread block {b} is a nop, which never publishes a flag")));
+                return Err(err(
+                    step.el,
+                    "deps",
+                    format!("deps {k} of thread block {b} is a nop, which never publishes a flag"),
+                ));
             }
             if !ts.hasdep {
                 return Err(err(step.el, "deps", format!(
@@ -488,7 +678,10 @@ fn index_map(tb: &RawTb) -> Vec<Option<usize>> {
 
 fn to_threadblock(tb: &RawTb, all: &[RawTb]) -> Threadblock {
     let maps: Vec<Vec<Option<usize>>> = all.iter().map(index_map).collect();
-    let map_dep = |(b, k): (usize, usize)| Dep { tb: b, step: maps[b][k].expect("checked: not a nop") };
+    let map_dep = |(b, k): (usize, usize)| Dep {
+        tb: b,
+        step: maps[b][k].expect("checked: not a nop"),
+    };
     let mut steps = Vec::new();
     let mut pending: Vec<Dep> = Vec::new();
     for s in &tb.steps {
@@ -499,7 +692,18 @@ fn to_threadblock(tb: &RawTb, all: &[RawTb]) -> Threadblock {
         let mut deps: Vec<Dep> = s.dep.map(map_dep).into_iter().collect();
         deps.append(&mut pending);
         let slot = |(b, off): (Buffer, i64)| Slot::new(b, off.max(0) as usize);
-        steps.push(Step { op: s.op, src: slot(s.src), dst: slot(s.dst), count: s.cnt, deps });
+        steps.push(Step {
+            op: s.op,
+            src: slot(s.src),
+            dst: slot(s.dst),
+            count: s.cnt,
+            deps,
+        });
     }
-    Threadblock { send: tb.send, recv: tb.recv, channel: tb.chan, steps }
+    Threadblock {
+        send: tb.send,
+        recv: tb.recv,
+        channel: tb.chan,
+        steps,
+    }
 }

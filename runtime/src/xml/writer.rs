@@ -42,9 +42,24 @@ impl Limits {
     /// The limits of a flavour (msccl-ir.md §1.11).
     pub fn of(flavor: Flavor) -> Limits {
         match flavor {
-            Flavor::Nccl => Limits { max_tbs: 1024, max_steps: 64, max_channels: 32, fused_ops: true },
-            Flavor::Rccl => Limits { max_tbs: 64, max_steps: 64, max_channels: 32, fused_ops: false },
-            Flavor::Legacy => Limits { max_tbs: 216, max_steps: 256, max_channels: 32, fused_ops: true },
+            Flavor::Nccl => Limits {
+                max_tbs: 1024,
+                max_steps: 64,
+                max_channels: 32,
+                fused_ops: true,
+            },
+            Flavor::Rccl => Limits {
+                max_tbs: 64,
+                max_steps: 64,
+                max_channels: 32,
+                fused_ops: false,
+            },
+            Flavor::Legacy => Limits {
+                max_tbs: 216,
+                max_steps: 256,
+                max_channels: 32,
+                fused_ops: true,
+            },
         }
     }
 }
@@ -65,7 +80,10 @@ pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
     p.fold_nops().map_err(fail)?;
     p.normalize_transfer_fields();
     check(&p, flavor).map_err(fail)?;
-    let coll = p.collective.xml_name(flavor).ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
+    let coll = p
+        .collective
+        .xml_name(flavor)
+        .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
     let mut out = String::new();
     write_algo(&mut out, &p, flavor, coll);
     for g in &p.gpus {
@@ -122,7 +140,13 @@ fn xml_numbers(tb: &Threadblock) -> Vec<usize> {
         .collect()
 }
 
-fn write_tb(out: &mut String, tbi: usize, tb: &Threadblock, targets: &HashSet<(usize, usize)>, numbering: &[Vec<usize>]) {
+fn write_tb(
+    out: &mut String,
+    tbi: usize,
+    tb: &Threadblock,
+    targets: &HashSet<(usize, usize)>,
+    numbering: &[Vec<usize>],
+) {
     let peer = |p: Option<usize>| p.map_or(-1, |p| p as i64);
     let _ = writeln!(
         out,
@@ -141,7 +165,11 @@ fn write_tb(out: &mut String, tbi: usize, tb: &Threadblock, targets: &HashSet<(u
             write_nop(out, s, dep(i));
             s += 1;
         }
-        let first = if step.deps.is_empty() { (-1, -1) } else { dep(0) };
+        let first = if step.deps.is_empty() {
+            (-1, -1)
+        } else {
+            dep(0)
+        };
         write_step(out, s, step, first, targets.contains(&(tbi, si)));
         s += 1;
     }
@@ -177,7 +205,12 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
     check_header(p, flavor)?;
     for g in &p.gpus {
         if g.threadblocks.len() > lim.max_tbs {
-            return Err(format!("rank {} has {} threadblocks (limit {})", g.rank, g.threadblocks.len(), lim.max_tbs));
+            return Err(format!(
+                "rank {} has {} threadblocks (limit {})",
+                g.rank,
+                g.threadblocks.len(),
+                lim.max_tbs
+            ));
         }
         let mut links = HashSet::new();
         let targets = dependency_targets(p, g.rank);
@@ -187,7 +220,10 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
             for (peer, dir) in [(tb.send, "send"), (tb.recv, "recv")] {
                 if let Some(peer) = peer {
                     if !links.insert((tb.channel, peer, dir)) {
-                        return Err(format!("{at}: a second tb with {dir} peer {peer} on channel {}", tb.channel));
+                        return Err(format!(
+                            "{at}: a second tb with {dir} peer {peer} on channel {}",
+                            tb.channel
+                        ));
                     }
                 }
             }
@@ -207,19 +243,27 @@ fn check_header(p: &Program, flavor: Flavor) -> Result<(), String> {
     if p.nchunksperloop == 0 {
         return Err("nchunksperloop must be positive".into());
     }
-    if p.name.len() > MAX_NAME || p.name.chars().any(|c| c == '"' || c == '<' || c == '>' || c == '&' || c.is_control()) {
+    if p.name.len() > MAX_NAME
+        || p.name
+            .chars()
+            .any(|c| c == '"' || c == '<' || c == '>' || c == '&' || c.is_control())
+    {
         return Err(format!("name {:?} must be at most {MAX_NAME} characters without quotes, <, >, & or control characters", p.name));
     }
     if !p.inplace && !p.outofplace {
         return Err("neither inplace nor outofplace is set".into());
     }
     if p.max_bytes != 0 && p.min_bytes > p.max_bytes {
-        return Err(format!("min_bytes {} exceeds max_bytes {}", p.min_bytes, p.max_bytes));
+        return Err(format!(
+            "min_bytes {} exceeds max_bytes {}",
+            p.min_bytes, p.max_bytes
+        ));
     }
     if p.max_bytes > i64::MAX as u64 || p.min_bytes > i64::MAX as u64 {
         return Err("byte range must fit in int64".into());
     }
-    if flavor == Flavor::Legacy && matches!(p.collective, Collective::Gather | Collective::Scatter) {
+    if flavor == Flavor::Legacy && matches!(p.collective, Collective::Gather | Collective::Scatter)
+    {
         return Err(format!("the legacy runtime has no {}", p.collective));
     }
     Ok(())
@@ -227,11 +271,17 @@ fn check_header(p: &Program, flavor: Flavor) -> Result<(), String> {
 
 fn check_tb(p: &Program, tb: &Threadblock, lim: &Limits, at: &str) -> Result<(), String> {
     if tb.channel >= lim.max_channels {
-        return Err(format!("{at}: channel {} is not below {}", tb.channel, lim.max_channels));
+        return Err(format!(
+            "{at}: channel {} is not below {}",
+            tb.channel, lim.max_channels
+        ));
     }
     let xml_steps: usize = tb.steps.iter().map(|s| s.deps.len().max(1)).sum();
     if xml_steps > lim.max_steps {
-        return Err(format!("{at}: {xml_steps} steps including nops (limit {})", lim.max_steps));
+        return Err(format!(
+            "{at}: {xml_steps} steps including nops (limit {})",
+            lim.max_steps
+        ));
     }
     for peer in [tb.send, tb.recv].into_iter().flatten() {
         if peer >= p.ngpus {
@@ -241,7 +291,11 @@ fn check_tb(p: &Program, tb: &Threadblock, lim: &Limits, at: &str) -> Result<(),
     Ok(())
 }
 
-fn check_reduce_chains(tb: &Threadblock, targeted: impl Fn(usize) -> bool, at: &str) -> Result<(), String> {
+fn check_reduce_chains(
+    tb: &Threadblock,
+    targeted: impl Fn(usize) -> bool,
+    at: &str,
+) -> Result<(), String> {
     let lens = chain_lengths(&tb.steps, targeted);
     for (i, len) in lens.iter().enumerate().skip(1) {
         if *len > 1 && tb.steps[i].count != tb.steps[i - 1].count {
@@ -255,7 +309,14 @@ fn check_reduce_chains(tb: &Threadblock, targeted: impl Fn(usize) -> bool, at: &
     Ok(())
 }
 
-fn check_step(p: &Program, rank: usize, tbi: usize, step: &Step, lim: &Limits, at: &str) -> Result<(), String> {
+fn check_step(
+    p: &Program,
+    rank: usize,
+    tbi: usize,
+    step: &Step,
+    lim: &Limits,
+    at: &str,
+) -> Result<(), String> {
     if !lim.fused_ops && step.op.is_fused() {
         return Err(format!(
             "{at}: fused op {} is refused by RCCL's MSCCL kernels (only s, r, cpy, re, nop run); lower without fusion",
@@ -266,7 +327,10 @@ fn check_step(p: &Program, rank: usize, tbi: usize, step: &Step, lim: &Limits, a
         return Err(format!("{at}: nop left after folding"));
     }
     if step.count == 0 || step.count > MAX_COUNT {
-        return Err(format!("{at}: count {} must be between 1 and {MAX_COUNT}", step.count));
+        return Err(format!(
+            "{at}: count {} must be between 1 and {MAX_COUNT}",
+            step.count
+        ));
     }
     if step.src.offset > MAX_OFFSET || step.dst.offset > MAX_OFFSET {
         return Err(format!("{at}: offsets must be at most {MAX_OFFSET}"));
@@ -274,10 +338,16 @@ fn check_step(p: &Program, rank: usize, tbi: usize, step: &Step, lim: &Limits, a
     let tbs = &p.gpus[rank].threadblocks;
     for d in &step.deps {
         if d.tb == tbi || d.tb >= tbs.len() || d.step >= tbs[d.tb].steps.len() {
-            return Err(format!("{at}: invalid dependency on tb {} step {}", d.tb, d.step));
+            return Err(format!(
+                "{at}: invalid dependency on tb {} step {}",
+                d.tb, d.step
+            ));
         }
         if d.tb > MAX_DEPID {
-            return Err(format!("{at}: depid {} does not fit the runtime's int8", d.tb));
+            return Err(format!(
+                "{at}: depid {} does not fit the runtime's int8",
+                d.tb
+            ));
         }
     }
     Ok(())

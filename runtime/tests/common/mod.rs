@@ -24,7 +24,13 @@ pub fn fixture(name: &str) -> Option<String> {
 
 /// Runs a program on the CPU in one mode with `chunk_elems` elements per chunk; returns the
 /// number of wrong elements.
-pub fn run_wrong(p: &Program, inplace: bool, chunk_elems: usize, dtype: DataType, op: ReduceOp) -> usize {
+pub fn run_wrong(
+    p: &Program,
+    inplace: bool,
+    chunk_elems: usize,
+    dtype: DataType,
+    op: ReduceOp,
+) -> usize {
     let opts = RunOptions {
         dtype,
         op,

@@ -1,6 +1,9 @@
 //! The `synth` command line: argument definitions and dispatch. Every command takes
 //! `--json` and writes one JSON document to stdout instead of its table.
 
+mod lower_args;
+mod run_cmd;
+mod simulate_cmd;
 mod synth_cmd;
 mod topo_cmd;
 
@@ -26,6 +29,12 @@ enum Command {
     Topo(topo_cmd::TopoArgs),
     /// Print the lower bounds (steps, rounds per chunk) of a collective on a topology.
     Bounds(BoundsArgs),
+    /// Check an MSCCL XML file (ours or anyone's) and explain the first problem found.
+    Verify(run_cmd::VerifyArgs),
+    /// Execute an MSCCL XML file on the CPU executor with real data (nccl-tests table).
+    Run(run_cmd::RunArgs),
+    /// Simulate an MSCCL XML algorithm on a topology next to NCCL baselines and the cut bound.
+    Simulate(simulate_cmd::SimulateArgs),
 }
 
 /// Arguments of `synth bounds`.
@@ -53,7 +62,12 @@ where
     match cli.command {
         None => synth_cmd::run(&cli.synth, cli.json, out),
         Some(Command::Topo(args)) => topo_cmd::run(&args, cli.json, out),
-        Some(Command::Bounds(args)) => synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out),
+        Some(Command::Bounds(args)) => {
+            synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out)
+        }
+        Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),
+        Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
+        Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
     }
 }
 
@@ -61,13 +75,19 @@ where
 fn clap_error(e: clap::Error) -> anyhow::Error {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             std::process::exit(0);
         }
         _ => {
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
             anyhow::anyhow!("{first} (see `synth --help`)")
         }
     }

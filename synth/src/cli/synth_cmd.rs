@@ -4,8 +4,9 @@ use crate::algorithm::Algorithm;
 use crate::bounds::lower_bounds;
 use crate::collective::{Collective, Kind};
 use crate::progress::Progress;
+use crate::sketch::Sketch;
 use crate::smt::Limits;
-use crate::synthesize::{synthesize, Request, Search};
+use crate::synthesize::{synthesize_with, Method, Request, Search};
 use crate::topology::{self, Topology};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -55,9 +56,18 @@ pub struct SynthArgs {
     /// printed and marked partial when it is reached.
     #[arg(long, default_value_t = 300.0)]
     time_limit: f64,
+    /// Encoding: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
+    /// sketches, multi-node) or `auto` (smt for one node of at most 8 ranks, milp otherwise).
+    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "auto"])]
+    method: String,
+    /// TACCL-style communication sketch (TOML, see `sketches/`) restricting the MILP encoding.
+    #[arg(long)]
+    sketch: Option<String>,
     /// Folder the algorithms are written to.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    #[command(flatten)]
+    lowering: super::lower_args::LowerArgs,
 }
 
 /// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
@@ -68,13 +78,20 @@ pub fn load_collective(coll: &str, topo: &Topology, root: usize) -> Result<Colle
         Collective::new(coll.parse::<Kind>()?, topo.ranks, root, 1)?
     };
     if collective.ranks != topo.ranks {
-        bail!("{coll}: the collective has {} ranks but topology `{}` has {}", collective.ranks, topo.name, topo.ranks);
+        bail!(
+            "{coll}: the collective has {} ranks but topology `{}` has {}",
+            collective.ranks,
+            topo.name,
+            topo.ranks
+        );
     }
     Ok(collective)
 }
 
 fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
-    value.as_deref().with_context(|| format!("missing {flag} (see `synth --help`)"))
+    value
+        .as_deref()
+        .with_context(|| format!("missing {flag} (see `synth --help`)"))
 }
 
 /// Runs the main synthesis command.
@@ -94,7 +111,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             rounds: args.rounds.context("--steps needs --rounds")?,
             chunks: args.chunks.unwrap_or(1),
         },
-        (None, true) => Search::LeastSteps { chunks: args.chunks.unwrap_or(1), rounds: args.rounds },
+        (None, true) => Search::LeastSteps {
+            chunks: args.chunks.unwrap_or(1),
+            rounds: args.rounds,
+        },
         (None, false) => Search::Pareto,
     };
     let limits = Limits {
@@ -102,27 +122,60 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_chunks: args.max_chunks,
         deadline: started + Duration::from_secs_f64(args.time_limit),
     };
+    let method = match args.method.as_str() {
+        "smt" => Method::Smt,
+        "milp" => Method::Milp,
+        _ => Method::Auto,
+    };
+    if method == Method::Smt && args.sketch.is_some() {
+        bail!("--sketch applies to the MILP encoding; use --method milp or auto");
+    }
+    let sketch = args.sketch.as_deref().map(Sketch::load).transpose()?;
     let progress = Progress::new(true);
-    let result = synthesize(&Request { topology: &topo, collective, search, limits, progress: &progress });
+    let request = Request {
+        topology: &topo,
+        collective,
+        search,
+        limits,
+        progress: &progress,
+    };
+    let result = synthesize_with(&request, method, sketch.as_ref());
     progress.finish();
     let synthesis = result?;
     if synthesis.algorithms.is_empty() {
         match search {
-            Search::Instance { steps, rounds, chunks } if synthesis.complete => {
+            Search::Instance {
+                steps,
+                rounds,
+                chunks,
+            } if synthesis.complete => {
                 bail!("UNSAT: no {} algorithm on `{}` with steps={steps} rounds={rounds} chunks={chunks}", args.coll.as_deref().unwrap_or(""), topo.name)
             }
-            _ if synthesis.complete => bail!("no algorithm found within the caps (--max-steps, --max-chunks)"),
-            _ => bail!("time limit of {} s reached before any algorithm was found", args.time_limit),
+            _ if synthesis.complete => {
+                bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
+            }
+            _ => bail!(
+                "time limit of {} s reached before any algorithm was found",
+                args.time_limit
+            ),
         }
     }
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
+    let xml_files = match synthesis.algorithms[0].collective.kind {
+        Kind::Custom => vec![Vec::new(); synthesis.algorithms.len()],
+        _ => synthesis
+            .algorithms
+            .iter()
+            .map(|a| super::lower_args::write_xml(a, &args.out, &args.lowering))
+            .collect::<Result<_>>()?,
+    };
     let seconds = started.elapsed().as_secs_f64();
     if json {
         let algorithms: Vec<_> = synthesis
             .algorithms
             .iter()
-            .zip(&files)
-            .map(|(a, f)| json!({"steps": a.num_steps(), "rounds": a.rounds(), "chunks": a.chunks(), "file": f}))
+            .zip(files.iter().zip(&xml_files))
+            .map(|(a, (f, x))| json!({"steps": a.num_steps(), "rounds": a.rounds(), "chunks": a.chunks(), "file": f, "xml": x}))
             .collect();
         let doc = json!({
             "topology": topo.name,
@@ -130,33 +183,79 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "bounds": synthesis.bounds,
             "algorithms": algorithms,
             "complete": synthesis.complete,
+            "method": format!("{:?}", synthesis.method).to_lowercase(),
             "seconds": seconds,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
     let caps = topo.capacities()?;
-    writeln!(out, "topology {} ({} ranks; capacities in units of {} GB/s), collective {}", topo.name, topo.ranks, caps.unit_gbps, synthesis.algorithms[0].collective.kind)?;
-    writeln!(out, "lower bounds: {} steps, {} rounds per chunk", synthesis.bounds.steps, synthesis.bounds.rounds_per_chunk)?;
-    let sizes: Vec<String> = TABLE_SIZES.iter().map(|(_, l)| format!("{:>12}", format!("t@{l} (us)"))).collect();
-    writeln!(out, "{:>5} {:>6} {:>6} {:>9} {} file", "steps", "rounds", "chunks", "R/C", sizes.join(" "))?;
+    writeln!(
+        out,
+        "topology {} ({} ranks; capacities in units of {} GB/s), collective {}",
+        topo.name, topo.ranks, caps.unit_gbps, synthesis.algorithms[0].collective.kind
+    )?;
+    writeln!(
+        out,
+        "lower bounds: {} steps, {} rounds per chunk",
+        synthesis.bounds.steps, synthesis.bounds.rounds_per_chunk
+    )?;
+    let sizes: Vec<String> = TABLE_SIZES
+        .iter()
+        .map(|(_, l)| format!("{:>12}", format!("t@{l} (us)")))
+        .collect();
+    writeln!(
+        out,
+        "{:>5} {:>6} {:>6} {:>9} {} file",
+        "steps",
+        "rounds",
+        "chunks",
+        "R/C",
+        sizes.join(" ")
+    )?;
     for (a, file) in synthesis.algorithms.iter().zip(&files) {
-        let times: Vec<String> = TABLE_SIZES.iter().map(|(s, _)| format!("{:>12.2}", a.estimated_time_us(&topo, *s))).collect();
-        writeln!(out, "{:>5} {:>6} {:>6} {:>9} {} {}", a.num_steps(), a.rounds(), a.chunks(), a.rounds_per_chunk().to_string(), times.join(" "), file)?;
+        let time = |s: f64| match synthesis.method {
+            Method::Milp => crate::milp::predict_us(a, &topo, s),
+            _ => a.estimated_time_us(&topo, s),
+        };
+        let times: Vec<String> = TABLE_SIZES
+            .iter()
+            .map(|(s, _)| format!("{:>12.2}", time(*s)))
+            .collect();
+        writeln!(
+            out,
+            "{:>5} {:>6} {:>6} {:>9} {} {}",
+            a.num_steps(),
+            a.rounds(),
+            a.chunks(),
+            a.rounds_per_chunk().to_string(),
+            times.join(" "),
+            file
+        )?;
     }
-    let status = if synthesis.complete { "complete" } else { "PARTIAL (a cap or the time limit stopped the search)" };
-    writeln!(out, "search {status}; {seconds:.2} s")?;
+    let status = if synthesis.complete {
+        "complete"
+    } else {
+        "PARTIAL (a cap or the time limit stopped the search)"
+    };
+    let how = match synthesis.method {
+        Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
+        _ => "SMT",
+    };
+    writeln!(out, "search {status} ({how}); {seconds:.2} s")?;
     Ok(())
 }
 
 /// Writes each algorithm as `DIR/NAME.json`; returns the paths.
 fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("{}: cannot create folder", dir.display()))?;
     algorithms
         .iter()
         .map(|a| {
             let path = dir.join(format!("{}.json", a.name));
-            std::fs::write(&path, serde_json::to_string_pretty(a)?).with_context(|| format!("{}: cannot write", path.display()))?;
+            std::fs::write(&path, serde_json::to_string_pretty(a)?)
+                .with_context(|| format!("{}: cannot write", path.display()))?;
             Ok(path.display().to_string())
         })
         .collect()
@@ -168,8 +267,14 @@ pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Wri
     let collective = load_collective(coll, &topo, root)?;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![
-            (Collective::new(Kind::AllGather, topo.ranks, 0, 1)?, topo.reversed()),
-            (Collective::new(Kind::AllGather, topo.ranks, 0, 1)?, topo.clone()),
+            (
+                Collective::new(Kind::AllGather, topo.ranks, 0, 1)?,
+                topo.reversed(),
+            ),
+            (
+                Collective::new(Kind::AllGather, topo.ranks, 0, 1)?,
+                topo.clone(),
+            ),
         ]
     } else if let Some(dual) = collective.dual()? {
         vec![(dual, topo.reversed())]
@@ -184,9 +289,19 @@ pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Wri
         rpc += b.rounds_per_chunk;
     }
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&json!({"topology": topo.name, "collective": collective.kind.name(), "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()}}))?)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"topology": topo.name, "collective": collective.kind.name(), "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()}})
+            )?
+        )?;
     } else {
-        writeln!(out, "{} on {}: at least {steps} steps and {rpc} rounds per chunk", collective.kind, topo.name)?;
+        writeln!(
+            out,
+            "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
+            collective.kind, topo.name
+        )?;
     }
     Ok(())
 }

@@ -33,7 +33,10 @@ pub fn run(args: &TopoArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         TopoAction::List => {
             let names = topology::builtin_names();
             if json {
-                let list: Vec<_> = names.iter().map(|(n, d)| serde_json::json!({"name": n, "description": d})).collect();
+                let list: Vec<_> = names
+                    .iter()
+                    .map(|(n, d)| serde_json::json!({"name": n, "description": d}))
+                    .collect();
                 writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
             } else {
                 for (name, description) in names {
@@ -53,7 +56,11 @@ pub fn run(args: &TopoArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<(
         TopoAction::Dot { name } => {
             let topo = topology::load(name)?;
             if json {
-                writeln!(out, "{}", serde_json::json!({"name": topo.name, "dot": topo.to_dot()}))?;
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({"name": topo.name, "dot": topo.to_dot()})
+                )?;
             } else {
                 write!(out, "{}", topo.to_dot())?;
             }

@@ -38,14 +38,20 @@ impl Group {
                 if seen.insert(next.clone()) {
                     elements.push(next);
                     if elements.len() > MAX_GROUP {
-                        bail!("the sketch's symmetries generate more than {MAX_GROUP} permutations");
+                        bail!(
+                            "the sketch's symmetries generate more than {MAX_GROUP} permutations"
+                        );
                     }
                 }
             }
             i += 1;
         }
-        let link_index: HashMap<(usize, usize), usize> =
-            topology.links.iter().enumerate().map(|(i, l)| ((l.src, l.dst), i)).collect();
+        let link_index: HashMap<(usize, usize), usize> = topology
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((l.src, l.dst), i))
+            .collect();
         let sorted = |v: Vec<usize>| {
             let mut v = v;
             v.sort_unstable();
@@ -59,24 +65,47 @@ impl Group {
             .map(|(i, s)| (switch_key(s.srcs.clone(), s.dsts.clone()), i))
             .collect();
         let c = coll.chunks_per_rank.max(1);
-        let chunk_key = |pre: Vec<usize>, post: Vec<usize>, address: usize| (sorted(pre), sorted(post), address % c);
+        let chunk_key = |pre: Vec<usize>, post: Vec<usize>, address: usize| {
+            (sorted(pre), sorted(post), address % c)
+        };
         let mut chunk_index: HashMap<_, usize> = HashMap::new();
         let mut unique = true;
         for (i, ch) in coll.chunks.iter().enumerate() {
-            unique &= chunk_index.insert(chunk_key(ch.pre.clone(), ch.post.clone(), ch.address), i).is_none();
+            unique &= chunk_index
+                .insert(chunk_key(ch.pre.clone(), ch.post.clone(), ch.address), i)
+                .is_none();
         }
-        let mut group = Group { ranks: Vec::new(), links: Vec::new(), switches: Vec::new(), chunks: Vec::new() };
+        let mut group = Group {
+            ranks: Vec::new(),
+            links: Vec::new(),
+            switches: Vec::new(),
+            chunks: Vec::new(),
+        };
         for p in elements {
             let map = |v: &[usize]| v.iter().map(|&r| p[r]).collect::<Vec<_>>();
-            let links: Option<Vec<usize>> =
-                topology.links.iter().map(|l| link_index.get(&(p[l.src], p[l.dst])).copied()).collect();
+            let links: Option<Vec<usize>> = topology
+                .links
+                .iter()
+                .map(|l| link_index.get(&(p[l.src], p[l.dst])).copied())
+                .collect();
             let switches: Option<Vec<usize>> = topology
                 .switches
                 .iter()
-                .map(|s| switch_index.get(&switch_key(map(&s.srcs), map(&s.dsts))).copied())
+                .map(|s| {
+                    switch_index
+                        .get(&switch_key(map(&s.srcs), map(&s.dsts)))
+                        .copied()
+                })
                 .collect();
             let chunks: Option<Vec<usize>> = if unique {
-                coll.chunks.iter().map(|ch| chunk_index.get(&chunk_key(map(&ch.pre), map(&ch.post), ch.address)).copied()).collect()
+                coll.chunks
+                    .iter()
+                    .map(|ch| {
+                        chunk_index
+                            .get(&chunk_key(map(&ch.pre), map(&ch.post), ch.address))
+                            .copied()
+                    })
+                    .collect()
             } else {
                 None
             };
@@ -107,21 +136,33 @@ impl Group {
 
     /// Orbit representative of (chunk, link).
     pub fn chunk_link_rep(&self, chunk: usize, link: usize) -> (usize, usize) {
-        (0..self.order()).map(|g| (self.chunks[g][chunk], self.links[g][link])).min().expect("identity")
+        (0..self.order())
+            .map(|g| (self.chunks[g][chunk], self.links[g][link]))
+            .min()
+            .expect("identity")
     }
 
     /// Orbit representative of (chunk, rank).
     pub fn chunk_rank_rep(&self, chunk: usize, rank: usize) -> (usize, usize) {
-        (0..self.order()).map(|g| (self.chunks[g][chunk], self.ranks[g][rank])).min().expect("identity")
+        (0..self.order())
+            .map(|g| (self.chunks[g][chunk], self.ranks[g][rank]))
+            .min()
+            .expect("identity")
     }
 
     /// Orbit representative of a link.
     pub fn link_rep(&self, link: usize) -> usize {
-        (0..self.order()).map(|g| self.links[g][link]).min().expect("identity")
+        (0..self.order())
+            .map(|g| self.links[g][link])
+            .min()
+            .expect("identity")
     }
 
     /// Orbit representative of a switch constraint.
     pub fn switch_rep(&self, switch: usize) -> usize {
-        (0..self.order()).map(|g| self.switches[g][switch]).min().expect("identity")
+        (0..self.order())
+            .map(|g| self.switches[g][switch])
+            .min()
+            .expect("identity")
     }
 }

@@ -56,12 +56,30 @@ enum Verdict {
 
 impl<'a> Searcher<'a> {
     /// A searcher for the collective built by `make` on `topology`.
-    pub fn new(topology: &'a Topology, make: &'a MakeCollective<'a>, progress: &'a Progress) -> Result<Self> {
-        Ok(Searcher { topology, capacities: topology.capacities()?, distances: topology.distances(), make, progress })
+    pub fn new(
+        topology: &'a Topology,
+        make: &'a MakeCollective<'a>,
+        progress: &'a Progress,
+    ) -> Result<Self> {
+        Ok(Searcher {
+            topology,
+            capacities: topology.capacities()?,
+            distances: topology.distances(),
+            make,
+            progress,
+        })
     }
 
-    fn solve(&self, steps: usize, rounds: usize, chunks: usize, deadline: Instant) -> Result<Verdict> {
-        self.progress.message(&format!("solving steps={steps} rounds={rounds} chunks={chunks}"));
+    fn solve(
+        &self,
+        steps: usize,
+        rounds: usize,
+        chunks: usize,
+        deadline: Instant,
+    ) -> Result<Verdict> {
+        self.progress.message(&format!(
+            "solving steps={steps} rounds={rounds} chunks={chunks}"
+        ));
         let collective = (self.make)(chunks)?;
         let instance = Instance {
             topology: self.topology,
@@ -71,8 +89,27 @@ impl<'a> Searcher<'a> {
             steps,
             rounds,
         };
-        Ok(match instance.solve(deadline) {
+        let started = Instant::now();
+        let outcome = instance.solve(deadline);
+        if std::env::var_os("SYNTH_TRACE").is_some() {
+            let verdict = match &outcome {
+                Outcome::Sat(_) => "sat",
+                Outcome::Unsat => "unsat",
+                Outcome::Unknown => "unknown",
+            };
+            eprintln!(
+                "trace: S={steps} R={rounds} C={chunks}: {verdict} in {:.3} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        Ok(match outcome {
             Outcome::Sat(algorithm) => {
+                if algorithm.rounds() as usize > rounds {
+                    bail!(
+                        "internal error: z3 returned {} rounds for an instance with R={rounds}",
+                        algorithm.rounds()
+                    );
+                }
                 if let Err(e) = check(&algorithm, self.topology) {
                     bail!("internal error: the solver's algorithm for (S={steps}, R={rounds}, C={chunks}) fails the checker: {e}");
                 }
@@ -84,18 +121,37 @@ impl<'a> Searcher<'a> {
     }
 
     /// Solves one instance (S, R, C). `Ok(None)` means UNSAT; an error means undecided.
-    pub fn instance(&self, steps: usize, rounds: usize, chunks: usize, deadline: Instant) -> Result<Option<Algorithm>> {
+    pub fn instance(
+        &self,
+        steps: usize,
+        rounds: usize,
+        chunks: usize,
+        deadline: Instant,
+    ) -> Result<Option<Algorithm>> {
         match self.solve(steps, rounds, chunks, deadline)? {
             Verdict::Found(a) => Ok(Some(*a)),
             Verdict::Impossible => Ok(None),
-            Verdict::Undecided => bail!("time limit reached before (steps={steps}, rounds={rounds}, chunks={chunks}) was decided"),
+            Verdict::Undecided if Instant::now() >= deadline => {
+                bail!("time limit reached before (steps={steps}, rounds={rounds}, chunks={chunks}) was decided")
+            }
+            Verdict::Undecided => bail!(
+                "z3 gave up on (steps={steps}, rounds={rounds}, chunks={chunks}) without an answer"
+            ),
         }
     }
 
     /// The least R in `lo..=hi` for which (S, R, C) is SAT, by binary search (SAT is
     /// monotone in R: a spare round never hurts). `hi = None` searches upward by doubling
     /// up to `cap`. Returns the algorithm and whether every solve was decided.
-    fn least_rounds(&self, steps: usize, chunks: usize, lo: usize, hi: Option<usize>, cap: usize, deadline: Instant) -> Result<(Option<Algorithm>, bool)> {
+    fn least_rounds(
+        &self,
+        steps: usize,
+        chunks: usize,
+        lo: usize,
+        hi: Option<usize>,
+        cap: usize,
+        deadline: Instant,
+    ) -> Result<(Option<Algorithm>, bool)> {
         let mut lo = lo.max(steps);
         let (mut hi, mut best) = match hi {
             Some(hi) if hi < lo => return Ok((None, true)),
@@ -136,19 +192,35 @@ impl<'a> Searcher<'a> {
 
     /// The algorithm with the least steps (from the hop-distance bound up), and for that
     /// step count the least rounds, at C = `chunks`; with `rounds` given, only R ≤ rounds.
-    pub fn least_steps(&self, bounds: &Bounds, chunks: usize, rounds: Option<usize>, limits: &Limits) -> Result<Found> {
+    pub fn least_steps(
+        &self,
+        bounds: &Bounds,
+        chunks: usize,
+        rounds: Option<usize>,
+        limits: &Limits,
+    ) -> Result<Found> {
         let cap = self.round_cap(chunks)?;
         for steps in bounds.steps.max(1)..=limits.max_steps {
             let lo = rounds_floor(bounds.rounds_per_chunk, chunks);
-            let (found, decided) = self.least_rounds(steps, chunks, lo, rounds, cap.max(steps), limits.deadline)?;
+            let (found, decided) =
+                self.least_rounds(steps, chunks, lo, rounds, cap.max(steps), limits.deadline)?;
             if let Some(a) = found {
-                return Ok(Found { algorithms: vec![a], complete: decided });
+                return Ok(Found {
+                    algorithms: vec![a],
+                    complete: decided,
+                });
             }
             if !decided {
-                return Ok(Found { algorithms: vec![], complete: false });
+                return Ok(Found {
+                    algorithms: vec![],
+                    complete: false,
+                });
             }
         }
-        Ok(Found { algorithms: vec![], complete: false })
+        Ok(Found {
+            algorithms: vec![],
+            complete: false,
+        })
     }
 
     /// The Pareto frontier over (steps, rounds per chunk): for each step count from the
@@ -175,11 +247,20 @@ impl<'a> Searcher<'a> {
                 }
             }
         }
-        Ok(Found { algorithms: frontier, complete: complete && reached_bound })
+        Ok(Found {
+            algorithms: frontier,
+            complete: complete && reached_bound,
+        })
     }
 
     /// The least R/C at `steps` strictly below `previous`, over C = 1..=max_chunks.
-    fn best_ratio_at(&self, steps: usize, previous: Option<Ratio<u64>>, bounds: &Bounds, limits: &Limits) -> Result<(Option<Algorithm>, bool)> {
+    fn best_ratio_at(
+        &self,
+        steps: usize,
+        previous: Option<Ratio<u64>>,
+        bounds: &Bounds,
+        limits: &Limits,
+    ) -> Result<(Option<Algorithm>, bool)> {
         let best: Mutex<Option<Algorithm>> = Mutex::new(None);
         let decided = Mutex::new(true);
         let search_chunks = |chunks: usize| -> Result<()> {
@@ -216,9 +297,25 @@ impl<'a> Searcher<'a> {
             }
             Ok(())
         };
+        // If the bandwidth bound itself is reachable at this step count, nothing can beat it:
+        // try its smallest (R, C) first.
+        let bound = bounds.rounds_per_chunk;
+        let bound_chunks = *bound.denom() as usize;
+        if bound_chunks <= limits.max_chunks && previous.is_none_or(|p| bound < p) {
+            let rounds = *bound.numer() as usize;
+            if rounds >= steps {
+                match self.solve(steps, rounds, bound_chunks, limits.deadline)? {
+                    Verdict::Found(a) => return Ok((Some(*a), true)),
+                    Verdict::Impossible => {}
+                    Verdict::Undecided => *decided.lock().unwrap() = false,
+                }
+            }
+        }
         // C = 1 first, sequentially: it sets the ceiling that prunes the others.
         search_chunks(1)?;
-        (2..=limits.max_chunks).into_par_iter().try_for_each(search_chunks)?;
+        (2..=limits.max_chunks)
+            .into_par_iter()
+            .try_for_each(search_chunks)?;
         let best = best.into_inner().unwrap();
         Ok((best, decided.into_inner().unwrap()))
     }
@@ -232,5 +329,7 @@ impl<'a> Searcher<'a> {
 
 /// The least integer R with R/C ≥ the bound.
 fn rounds_floor(bound: Ratio<u64>, chunks: usize) -> usize {
-    (bound * Ratio::from_integer(chunks as u64)).ceil().to_integer() as usize
+    (bound * Ratio::from_integer(chunks as u64))
+        .ceil()
+        .to_integer() as usize
 }

@@ -16,21 +16,40 @@ impl Topology {
             bail!("topology '{}' has no ranks", self.name);
         }
         if self.node_of.len() != self.ranks {
-            bail!("node_of has {} entries but ranks = {}", self.node_of.len(), self.ranks);
+            bail!(
+                "node_of has {} entries but ranks = {}",
+                self.node_of.len(),
+                self.ranks
+            );
         }
         let mut seen = HashSet::new();
         for (i, l) in self.links.iter().enumerate() {
             if l.src >= self.ranks || l.dst >= self.ranks {
-                bail!("link {i} ({} -> {}): rank out of range (ranks = {})", l.src, l.dst, self.ranks);
+                bail!(
+                    "link {i} ({} -> {}): rank out of range (ranks = {})",
+                    l.src,
+                    l.dst,
+                    self.ranks
+                );
             }
             if l.src == l.dst {
                 bail!("link {i}: self link {} -> {}", l.src, l.dst);
             }
             if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
-                bail!("link {i} ({} -> {}): non-positive bandwidth {}", l.src, l.dst, l.bandwidth);
+                bail!(
+                    "link {i} ({} -> {}): non-positive bandwidth {}",
+                    l.src,
+                    l.dst,
+                    l.bandwidth
+                );
             }
             if !(l.alpha.is_finite() && l.alpha >= 0.0) {
-                bail!("link {i} ({} -> {}): negative alpha {}", l.src, l.dst, l.alpha);
+                bail!(
+                    "link {i} ({} -> {}): negative alpha {}",
+                    l.src,
+                    l.dst,
+                    l.alpha
+                );
             }
             if !seen.insert((l.src, l.dst)) {
                 bail!("link {i}: duplicate link {} -> {}", l.src, l.dst);
@@ -41,10 +60,18 @@ impl Topology {
                 bail!("switch '{}': empty srcs or dsts", s.name);
             }
             if let Some(r) = s.srcs.iter().chain(&s.dsts).find(|&&r| r >= self.ranks) {
-                bail!("switch '{}': rank {r} out of range (ranks = {})", s.name, self.ranks);
+                bail!(
+                    "switch '{}': rank {r} out of range (ranks = {})",
+                    s.name,
+                    self.ranks
+                );
             }
             if !(s.bandwidth.is_finite() && s.bandwidth > 0.0) {
-                bail!("switch '{}': non-positive bandwidth {}", s.name, s.bandwidth);
+                bail!(
+                    "switch '{}': non-positive bandwidth {}",
+                    s.name,
+                    s.bandwidth
+                );
             }
             if !self.links.iter().any(|l| s.covers(l.src, l.dst)) {
                 bail!("switch '{}': covers no link", s.name);
@@ -95,9 +122,7 @@ impl Topology {
     /// The largest hop distance between two ranks, or `None` if some rank cannot reach another.
     pub fn diameter(&self) -> Option<usize> {
         let d = self.distances();
-        d.iter()
-            .flatten()
-            .try_fold(0, |m, x| x.map(|x| m.max(x)))
+        d.iter().flatten().try_fold(0, |m, x| x.map(|x| m.max(x)))
     }
 
     /// The ordered pairs `(a, b)` such that `b` cannot be reached from `a`.
@@ -120,7 +145,10 @@ impl Topology {
     /// constraints on a rank's links nest (all built-ins); otherwise constraints that cross
     /// others are dropped and the value is an upper bound.
     pub fn rank_bandwidth(&self, r: usize) -> (f64, f64) {
-        (self.directional_bandwidth(r, false), self.directional_bandwidth(r, true))
+        (
+            self.directional_bandwidth(r, false),
+            self.directional_bandwidth(r, true),
+        )
     }
 
     fn directional_bandwidth(&self, r: usize, out: bool) -> f64 {
@@ -167,8 +195,16 @@ impl Topology {
                 size.push(0);
                 continue;
             }
-            let inner: f64 = children.iter().filter(|&&c| c != usize::MAX).map(|&c| value[c]).sum();
-            value.push(if set.len() == 1 && root[set[0]] == usize::MAX { *cap } else { cap.min(inner) });
+            let inner: f64 = children
+                .iter()
+                .filter(|&&c| c != usize::MAX)
+                .map(|&c| value[c])
+                .sum();
+            value.push(if set.len() == 1 && root[set[0]] == usize::MAX {
+                *cap
+            } else {
+                cap.min(inner)
+            });
             size.push(set.len());
             for &e in set {
                 root[e] = id;

@@ -5,13 +5,91 @@
 //! Found by backtracking over ranks in breadth-first order; a rank's candidate images must
 //! share its signature (its in/out link bandwidths and its switch memberships), every new
 //! pair is checked against the ranks already placed, and a switch constraint is checked as
-//! soon as all its ranks are placed.
+//! soon as all its ranks are placed. Every search stops after 20 million steps or 2 seconds;
+//! counts from a search cut short are reported as not exact.
 
 use super::model::Topology;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 /// Search steps after which the enumeration gives up (the count is then not exact).
 const STEP_BUDGET: u64 = 20_000_000;
+
+/// Wall-clock time after which one search gives up (the count is then not exact).
+const TIME_BUDGET: Duration = Duration::from_secs(2);
+
+/// A pseudo-random 64-bit value per rank (splitmix64), for order-free set fingerprints.
+fn zobrist(r: usize, salt: u64) -> u64 {
+    let mut z = (r as u64)
+        .wrapping_add(salt)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A switch constraint's rank sets as fingerprints and bitsets, for fast image lookups.
+struct SwitchIndex {
+    /// Sorted, deduplicated (srcs, dsts, bandwidth key) of every constraint.
+    sets: Vec<(Vec<usize>, Vec<usize>, i64)>,
+    /// Per-rank fingerprint values for sources and destinations.
+    zs: Vec<u64>,
+    zd: Vec<u64>,
+    /// Constraints by (source fingerprint, destination fingerprint, bandwidth key).
+    by_print: HashMap<(u64, u64, i64), Vec<usize>>,
+    /// Membership bitsets of each constraint's srcs and dsts.
+    src_bits: Vec<Vec<u64>>,
+    dst_bits: Vec<Vec<u64>>,
+}
+
+impl SwitchIndex {
+    fn new(n: usize, sets: Vec<(Vec<usize>, Vec<usize>, i64)>) -> SwitchIndex {
+        let zs: Vec<u64> = (0..n).map(|r| zobrist(r, 1)).collect();
+        let zd: Vec<u64> = (0..n).map(|r| zobrist(r, 0x5151_5151)).collect();
+        let bits = |list: &[usize]| {
+            let mut b = vec![0u64; n.div_ceil(64)];
+            for &r in list {
+                b[r / 64] |= 1 << (r % 64);
+            }
+            b
+        };
+        let mut by_print: HashMap<(u64, u64, i64), Vec<usize>> = HashMap::new();
+        for (i, (a, b, bw)) in sets.iter().enumerate() {
+            let fa = a.iter().fold(0u64, |h, &r| h.wrapping_add(zs[r]));
+            let fb = b.iter().fold(0u64, |h, &r| h.wrapping_add(zd[r]));
+            by_print.entry((fa, fb, *bw)).or_default().push(i);
+        }
+        SwitchIndex {
+            src_bits: sets.iter().map(|s| bits(&s.0)).collect(),
+            dst_bits: sets.iter().map(|s| bits(&s.1)).collect(),
+            sets,
+            zs,
+            zd,
+            by_print,
+        }
+    }
+
+    /// Whether constraint `s` mapped by `perm` is a constraint of equal bandwidth.
+    fn maps_to_switch(&self, s: usize, perm: &[usize]) -> bool {
+        let (a, b, bw) = &self.sets[s];
+        let fa = a
+            .iter()
+            .fold(0u64, |h, &r| h.wrapping_add(self.zs[perm[r]]));
+        let fb = b
+            .iter()
+            .fold(0u64, |h, &r| h.wrapping_add(self.zd[perm[r]]));
+        let has = |bits: &[u64], r: usize| bits[r / 64] >> (r % 64) & 1 == 1;
+        self.by_print.get(&(fa, fb, *bw)).is_some_and(|cands| {
+            cands.iter().any(|&t| {
+                let (ta, tb, _) = &self.sets[t];
+                ta.len() == a.len()
+                    && tb.len() == b.len()
+                    && a.iter().all(|&r| has(&self.src_bits[t], perm[r]))
+                    && b.iter().all(|&r| has(&self.dst_bits[t], perm[r]))
+            })
+        })
+    }
+}
 
 /// A bandwidth or latency compared up to 1e-9 relative precision.
 fn key(x: f64) -> i64 {
@@ -20,27 +98,38 @@ fn key(x: f64) -> i64 {
 
 struct Search {
     n: usize,
-    link: HashMap<(usize, usize), (i64, i64)>,
+    /// `link[a * n + b]`: the (bandwidth, alpha) key of link a -> b.
+    link: Vec<Option<(i64, i64)>>,
+    /// `pair[a * n + b]`: an id of the switch constraints containing both a and b (with
+    /// their roles), equal ids for equal sets; empty when not computed.
+    pair: Vec<u32>,
     order: Vec<usize>,
     candidates: Vec<Vec<usize>>,
     /// Switch constraints to check once the rank at position `i` of `order` is placed.
     due: Vec<Vec<usize>>,
-    switch_sets: Vec<(Vec<usize>, Vec<usize>, i64)>,
-    targets: HashSet<(Vec<usize>, Vec<usize>, i64)>,
+    switches: SwitchIndex,
     perm: Vec<usize>,
     used: Vec<bool>,
     found: Vec<Vec<usize>>,
     limit: usize,
     steps: u64,
+    deadline: Instant,
     gave_up: bool,
 }
 
 impl Search {
     fn consistent(&self, pos: usize, v: usize, img: usize) -> bool {
+        let n = self.n;
         for &u in &self.order[..pos] {
             let pu = self.perm[u];
-            if self.link.get(&(u, v)) != self.link.get(&(pu, img))
-                || self.link.get(&(v, u)) != self.link.get(&(img, pu))
+            if self.link[u * n + v] != self.link[pu * n + img]
+                || self.link[v * n + u] != self.link[img * n + pu]
+            {
+                return false;
+            }
+            if !self.pair.is_empty()
+                && (self.pair[u * n + v] != self.pair[pu * n + img]
+                    || self.pair[v * n + u] != self.pair[img * n + pu])
             {
                 return false;
             }
@@ -49,14 +138,9 @@ impl Search {
     }
 
     fn switches_ok(&self, pos: usize) -> bool {
-        self.due[pos].iter().all(|&s| {
-            let (srcs, dsts, bw) = &self.switch_sets[s];
-            let mut a: Vec<usize> = srcs.iter().map(|&r| self.perm[r]).collect();
-            let mut b: Vec<usize> = dsts.iter().map(|&r| self.perm[r]).collect();
-            a.sort_unstable();
-            b.sort_unstable();
-            self.targets.contains(&(a, b, *bw))
-        })
+        self.due[pos]
+            .iter()
+            .all(|&s| self.switches.maps_to_switch(s, &self.perm))
     }
 
     fn run(&mut self, pos: usize) {
@@ -71,7 +155,9 @@ impl Search {
         for ci in 0..self.candidates[v].len() {
             let img = self.candidates[v][ci];
             self.steps += 1;
-            if self.steps > STEP_BUDGET {
+            if self.steps > STEP_BUDGET
+                || (self.steps.is_multiple_of(1024) && Instant::now() > self.deadline)
+            {
                 self.gave_up = true;
                 return;
             }
@@ -99,8 +185,19 @@ impl Topology {
     }
 
     /// The number of automorphisms, capped at `limit`, and whether the count is exact (false
-    /// when the cap or the search budget was hit).
+    /// when the cap was hit, or the search budget when the group order is out of reach).
     pub fn automorphism_count(&self, limit: usize) -> (usize, bool) {
+        if let Some(order) = self.automorphism_group_order() {
+            return match usize::try_from(order) {
+                Ok(o) if o <= limit => (o, true),
+                _ => (limit, false),
+            };
+        }
+        self.enumerated_count(limit)
+    }
+
+    /// [`Topology::automorphism_count`] by enumeration alone.
+    pub(crate) fn enumerated_count(&self, limit: usize) -> (usize, bool) {
         let (found, complete) = self.search_automorphisms(limit.saturating_add(1));
         if found.len() > limit {
             (limit, false)
@@ -109,16 +206,65 @@ impl Topology {
         }
     }
 
+    /// The exact number of automorphisms (the order of the automorphism group), found as
+    /// the product, along the placement order, of the orbit size of each rank under the
+    /// automorphisms fixing the ranks before it. `None` when it overflows `u128` or the
+    /// search budget runs out.
+    pub fn automorphism_group_order(&self) -> Option<u128> {
+        if self.ranks == 0 {
+            return Some(1);
+        }
+        let mut s = self.searcher(1);
+        let mut total: u128 = 1;
+        for i in 0..s.n {
+            let v = s.order[i];
+            s.perm.iter_mut().for_each(|p| *p = usize::MAX);
+            s.used.iter_mut().for_each(|u| *u = false);
+            for k in 0..i {
+                let u = s.order[k];
+                s.perm[u] = u;
+                s.used[u] = true;
+            }
+            let mut orbit: u128 = 0;
+            for ci in 0..s.candidates[v].len() {
+                let c = s.candidates[v][ci];
+                if s.used[c] || !s.consistent(i, v, c) {
+                    continue;
+                }
+                s.perm[v] = c;
+                s.used[c] = true;
+                if s.switches_ok(i) {
+                    s.found.clear();
+                    s.run(i + 1);
+                    if s.gave_up {
+                        return None;
+                    }
+                    orbit += u128::from(!s.found.is_empty());
+                }
+                s.used[c] = false;
+            }
+            total = total.checked_mul(orbit)?;
+        }
+        Some(total)
+    }
+
     fn search_automorphisms(&self, limit: usize) -> (Vec<Vec<usize>>, bool) {
-        let n = self.ranks;
-        if limit == 0 || n == 0 {
+        if limit == 0 || self.ranks == 0 {
             return (Vec::new(), limit != 0);
         }
-        let link: HashMap<(usize, usize), (i64, i64)> = self
-            .links
-            .iter()
-            .map(|l| ((l.src, l.dst), (key(l.bandwidth), key(l.alpha))))
-            .collect();
+        let mut search = self.searcher(limit);
+        search.run(0);
+        let complete = !search.gave_up && search.found.len() < limit;
+        (search.found, complete)
+    }
+
+    /// The backtracking state for this topology, nothing placed yet.
+    fn searcher(&self, limit: usize) -> Search {
+        let n = self.ranks;
+        let mut link = vec![None; n * n];
+        for l in &self.links {
+            link[l.src * n + l.dst] = Some((key(l.bandwidth), key(l.alpha)));
+        }
         let switch_sets: Vec<(Vec<usize>, Vec<usize>, i64)> = self
             .switches
             .iter()
@@ -133,17 +279,22 @@ impl Topology {
             })
             .collect();
         // Signature: sorted out-links, sorted in-links, sorted switch memberships.
-        type Sig = (Vec<(i64, i64)>, Vec<(i64, i64)>, Vec<(i64, bool, bool, usize, usize)>);
+        type Sig = (
+            Vec<(i64, i64)>,
+            Vec<(i64, i64)>,
+            Vec<(i64, bool, bool, usize, usize)>,
+        );
         let mut sig: Vec<Sig> = vec![Default::default(); n];
         for l in &self.links {
-            sig[l.src].0.push(link[&(l.src, l.dst)]);
-            sig[l.dst].1.push(link[&(l.src, l.dst)]);
+            let k = (key(l.bandwidth), key(l.alpha));
+            sig[l.src].0.push(k);
+            sig[l.dst].1.push(k);
         }
         for (a, b, bw) in &switch_sets {
-            for r in 0..n {
+            for (r, s) in sig.iter_mut().enumerate() {
                 let (is_s, is_d) = (a.binary_search(&r).is_ok(), b.binary_search(&r).is_ok());
                 if is_s || is_d {
-                    sig[r].2.push((*bw, is_s, is_d, a.len(), b.len()));
+                    s.2.push((*bw, is_s, is_d, a.len(), b.len()));
                 }
             }
         }
@@ -184,6 +335,7 @@ impl Topology {
                 }
             }
         }
+        let pair = pair_ids(n, &switch_sets);
         let mut position = vec![0; n];
         for (i, &r) in order.iter().enumerate() {
             position[r] = i;
@@ -193,26 +345,66 @@ impl Topology {
             let last = a.iter().chain(b).map(|&r| position[r]).max().unwrap_or(0);
             due[last].push(s);
         }
-        let targets = switch_sets.iter().cloned().collect();
-        let mut search = Search {
+
+        Search {
             n,
             link,
+            pair,
             order,
             candidates,
             due,
-            switch_sets,
-            targets,
+            switches: SwitchIndex::new(n, switch_sets),
             perm: vec![usize::MAX; n],
             used: vec![false; n],
             found: Vec::new(),
             limit,
             steps: 0,
+            deadline: Instant::now() + TIME_BUDGET,
             gave_up: false,
-        };
-        search.run(0);
-        let complete = !search.gave_up && search.found.len() < limit;
-        (search.found, complete)
+        }
     }
+}
+
+/// Work (member pairs over all switch constraints) above which `pair_ids` is skipped.
+const PAIR_WORK_LIMIT: usize = 20_000_000;
+
+/// For every ordered rank pair, an id of the switch constraints holding both (bandwidth,
+/// both ranks' roles, list sizes), so that placing a rank can be checked against the ranks
+/// already placed before whole constraints are. Empty when too costly.
+fn pair_ids(n: usize, switches: &[(Vec<usize>, Vec<usize>, i64)]) -> Vec<u32> {
+    let members: Vec<Vec<usize>> = switches
+        .iter()
+        .map(|(a, b, _)| {
+            let mut m: Vec<usize> = a.iter().chain(b).copied().collect();
+            m.sort_unstable();
+            m.dedup();
+            m
+        })
+        .collect();
+    let work: usize = members.iter().map(|m| m.len() * m.len()).sum();
+    if switches.is_empty() || work > PAIR_WORK_LIMIT || n > 4096 {
+        return Vec::new();
+    }
+    type Entry = (i64, bool, bool, bool, bool, usize, usize);
+    let mut sets: Vec<Vec<Entry>> = vec![Vec::new(); n * n];
+    for ((a, b, bw), m) in switches.iter().zip(&members) {
+        let role = |r: usize| (a.binary_search(&r).is_ok(), b.binary_search(&r).is_ok());
+        for &u in m {
+            for &v in m {
+                let (us, ud) = role(u);
+                let (vs, vd) = role(v);
+                sets[u * n + v].push((*bw, us, ud, vs, vd, a.len(), b.len()));
+            }
+        }
+    }
+    let mut ids: HashMap<Vec<Entry>, u32> = HashMap::new();
+    sets.into_iter()
+        .map(|mut e| {
+            e.sort_unstable();
+            let next = ids.len() as u32;
+            *ids.entry(e).or_insert(next)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -232,5 +424,11 @@ mod tests {
         let torus = generate("torus-2d", GenSize::Grid(4, 4), 1.0, 0.0).unwrap();
         assert_eq!(torus.automorphism_count(10_000), (384, true));
         assert_eq!(ring.automorphism_count(10), (10, false));
+        let full = generate("fully-connected", GenSize::Ranks(16), 1.0, 0.0).unwrap();
+        assert_eq!(
+            full.automorphism_group_order(),
+            Some((1..=16u128).product())
+        );
+        assert_eq!(torus.automorphism_group_order(), Some(384));
     }
 }

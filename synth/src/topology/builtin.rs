@@ -25,32 +25,86 @@ macro_rules! builtin {
 }
 
 const BUILTINS: &[Builtin] = &[
-    builtin!("ring", "bidirectional ring (ring:N, default 8), 25 GB/s links"),
-    builtin!("line", "bidirectional path (line:N, default 8), 25 GB/s links"),
-    builtin!("fully-connected", "all pairs linked (fully-connected:N, default 8), 25 GB/s links"),
-    builtin!("star", "rank 0 linked to all others (star:N, default 8), 25 GB/s links"),
+    builtin!(
+        "ring",
+        "bidirectional ring (ring:N, default 8), 25 GB/s links"
+    ),
+    builtin!(
+        "line",
+        "bidirectional path (line:N, default 8), 25 GB/s links"
+    ),
+    builtin!(
+        "fully-connected",
+        "all pairs linked (fully-connected:N, default 8), 25 GB/s links"
+    ),
+    builtin!(
+        "star",
+        "rank 0 linked to all others (star:N, default 8), 25 GB/s links"
+    ),
     builtin!(
         "hub-and-spoke",
         "all pairs through one shared 25 GB/s hub (hub-and-spoke:N, default 8)"
     ),
-    builtin!("torus-2d", "2-D torus with wrap-around (torus-2d:RxC, default 4x4), 25 GB/s links"),
-    builtin!("dgx1", "NVIDIA DGX-1: 8 V100 hybrid cube-mesh, 6 x 25 GB/s NVLinks per GPU"),
-    builtin!("ndv2", "Azure NDv2: DGX-1 NVLink + one 12.5 GB/s NIC per node"),
-    builtin!("dgx2", "NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU; 8 x 12.5 GB/s NICs"),
-    builtin!("dgx-a100", "NVIDIA DGX-A100: 8 A100 on NVSwitch, 300 GB/s per GPU; 25 GB/s NIC per GPU"),
-    builtin!("dgx-h100", "NVIDIA DGX-H100: 8 H100 on NVSwitch, 450 GB/s per GPU; 50 GB/s NIC per GPU"),
-    builtin!("amd4", "4 AMD GPUs on an Infinity Fabric ring 0-1-3-2-0, 46 GB/s links"),
-    builtin!("amd8", "8 AMD GPUs fully connected, 48 GB/s within {0,2,3,5} and {1,4,6,7}, 40 across"),
-    builtin!("mi250", "AMD MI250X node: 8 GCDs, 200 GB/s in-package, 100/50 GB/s across; 4 NICs"),
+    builtin!(
+        "torus-2d",
+        "2-D torus with wrap-around (torus-2d:RxC, default 4x4), 25 GB/s links"
+    ),
+    builtin!(
+        "dgx1",
+        "NVIDIA DGX-1: 8 V100 hybrid cube-mesh, 6 x 25 GB/s NVLinks per GPU"
+    ),
+    builtin!(
+        "ndv2",
+        "Azure NDv2: DGX-1 NVLink + one 12.5 GB/s NIC per node"
+    ),
+    builtin!(
+        "dgx2",
+        "NVIDIA DGX-2: 16 V100 on NVSwitch, 150 GB/s per GPU; 8 x 12.5 GB/s NICs"
+    ),
+    builtin!(
+        "dgx-a100",
+        "NVIDIA DGX-A100: 8 A100 on NVSwitch, 300 GB/s per GPU; 25 GB/s NIC per GPU"
+    ),
+    builtin!(
+        "dgx-h100",
+        "NVIDIA DGX-H100: 8 H100 on NVSwitch, 450 GB/s per GPU; 50 GB/s NIC per GPU"
+    ),
+    builtin!(
+        "amd4",
+        "4 AMD GPUs on an Infinity Fabric ring 0-1-3-2-0, 46 GB/s links"
+    ),
+    builtin!(
+        "amd8",
+        "8 AMD GPUs fully connected, 48 GB/s within {0,2,3,5} and {1,4,6,7}, 40 across"
+    ),
+    builtin!(
+        "mi250",
+        "AMD MI250X node: 8 GCDs, 200 GB/s in-package, 100/50 GB/s across; 4 NICs"
+    ),
 ];
 
 /// Multi-node examples listed by [`names`] (any `<node>x<K>` works).
 const MULTINODE_EXAMPLES: &[(&str, &str)] = &[
-    ("dgx-a100x2", "2 DGX-A100 nodes, fat-tree of 25 GB/s HDR NICs (one per GPU)"),
-    ("dgx-a100x4", "4 DGX-A100 nodes, fat-tree of 25 GB/s HDR NICs (one per GPU)"),
-    ("dgx-h100x2", "2 DGX-H100 nodes, fat-tree of 50 GB/s NDR NICs (one per GPU)"),
-    ("ndv2x2", "2 Azure NDv2 nodes, one shared 12.5 GB/s NIC per node"),
-    ("dgx2x2", "2 DGX-2 nodes, fat-tree of 12.5 GB/s NICs (one per 2 GPUs)"),
+    (
+        "dgx-a100x2",
+        "2 DGX-A100 nodes, fat-tree of 25 GB/s HDR NICs (one per GPU)",
+    ),
+    (
+        "dgx-a100x4",
+        "4 DGX-A100 nodes, fat-tree of 25 GB/s HDR NICs (one per GPU)",
+    ),
+    (
+        "dgx-h100x2",
+        "2 DGX-H100 nodes, fat-tree of 50 GB/s NDR NICs (one per GPU)",
+    ),
+    (
+        "ndv2x2",
+        "2 Azure NDv2 nodes, one shared 12.5 GB/s NIC per node",
+    ),
+    (
+        "dgx2x2",
+        "2 DGX-2 nodes, fat-tree of 12.5 GB/s NICs (one per 2 GPUs)",
+    ),
 ];
 
 /// Every built-in name with a one-line description, single nodes first.
@@ -122,5 +176,8 @@ pub(crate) fn lookup(spec: &str, depth: usize) -> Result<Option<Loaded>> {
     };
     let topology = multinode::compose(&base.topology, k, &nic, network, &full)
         .map_err(|e| anyhow!("built-in '{spec}': {e}"))?;
-    Ok(Some(Loaded { topology, nic: None }))
+    Ok(Some(Loaded {
+        topology,
+        nic: None,
+    }))
 }

@@ -35,7 +35,11 @@ impl Topology {
             .chain(self.switches.iter().map(|s| s.bandwidth))
             .collect();
         let Some(min) = all.iter().copied().reduce(f64::min) else {
-            return Ok(Capacities { unit_gbps: 1.0, links: Vec::new(), switches: Vec::new() });
+            return Ok(Capacities {
+                unit_gbps: 1.0,
+                links: Vec::new(),
+                switches: Vec::new(),
+            });
         };
         if !(min.is_finite() && min > 0.0) {
             bail!("non-positive bandwidth {min}: cannot normalize capacities");
@@ -80,8 +84,18 @@ mod tests {
             ranks: 2,
             node_of: vec![0, 0],
             links: vec![
-                Link { src: 0, dst: 1, bandwidth: b1, alpha: 0.0 },
-                Link { src: 1, dst: 0, bandwidth: b2, alpha: 0.0 },
+                Link {
+                    src: 0,
+                    dst: 1,
+                    bandwidth: b1,
+                    alpha: 0.0,
+                },
+                Link {
+                    src: 1,
+                    dst: 0,
+                    bandwidth: b2,
+                    alpha: 0.0,
+                },
             ],
             switches: vec![],
         }

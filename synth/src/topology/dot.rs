@@ -43,7 +43,10 @@ impl Topology {
             if let Some(c) = &caps {
                 let k = c.links[i].clamp(1, MAX_STROKES);
                 if k > 1 {
-                    attrs.push(format!("color=\"{}\"", vec!["black"; k as usize].join(":white:")));
+                    attrs.push(format!(
+                        "color=\"{}\"",
+                        vec!["black"; k as usize].join(":white:")
+                    ));
                 }
             }
             let _ = writeln!(out, "  {} -> {} [{}];", l.src, l.dst, attrs.join(", "));
@@ -74,7 +77,9 @@ mod tests {
 
     #[test]
     fn ring_dot() {
-        let d = generate("ring", GenSize::Ranks(3), 25.0, 0.7).unwrap().to_dot();
+        let d = generate("ring", GenSize::Ranks(3), 25.0, 0.7)
+            .unwrap()
+            .to_dot();
         assert!(d.starts_with("digraph \"ring:3\""));
         assert_eq!(d.matches("dir=both").count(), 3);
         assert!(d.contains("label=\"25 GB/s\""));

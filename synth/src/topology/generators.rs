@@ -11,7 +11,11 @@ use anyhow::{bail, Result};
 pub const GENERATORS: &[(&str, &str, &str)] = &[
     ("ring", "8", "bidirectional ring 0-1-...-(n-1)-0"),
     ("line", "8", "bidirectional path 0-1-...-(n-1)"),
-    ("fully-connected", "8", "a direct link between every pair of ranks"),
+    (
+        "fully-connected",
+        "8",
+        "a direct link between every pair of ranks",
+    ),
     ("star", "8", "rank 0 linked to every other rank"),
     (
         "hub-and-spoke",
@@ -133,7 +137,12 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
     for (a, b) in pairs {
         for (src, dst) in [(a, b), (b, a)] {
             if src != dst && !links.iter().any(|l| l.src == src && l.dst == dst) {
-                links.push(Link { src, dst, bandwidth, alpha });
+                links.push(Link {
+                    src,
+                    dst,
+                    bandwidth,
+                    alpha,
+                });
             }
         }
     }
@@ -161,8 +170,20 @@ mod tests {
         assert_eq!(torus.links.len(), 64);
         let t2 = generate("torus-2d", GenSize::Grid(2, 3), 1.0, 0.0).unwrap();
         assert_eq!(t2.out_neighbors(0).len(), 3);
-        assert_eq!(generate("line", GenSize::Ranks(4), 1.0, 0.0).unwrap().links.len(), 6);
-        assert_eq!(generate("star", GenSize::Ranks(5), 1.0, 0.0).unwrap().links.len(), 8);
+        assert_eq!(
+            generate("line", GenSize::Ranks(4), 1.0, 0.0)
+                .unwrap()
+                .links
+                .len(),
+            6
+        );
+        assert_eq!(
+            generate("star", GenSize::Ranks(5), 1.0, 0.0)
+                .unwrap()
+                .links
+                .len(),
+            8
+        );
         let hub = generate("hub-and-spoke", GenSize::Ranks(4), 1.0, 0.0).unwrap();
         assert_eq!((hub.links.len(), hub.switches.len()), (12, 1));
         assert_eq!(parse_size("4x4").unwrap(), GenSize::Grid(4, 4));

@@ -19,7 +19,7 @@ pub mod toml_format;
 
 pub use capacities::Capacities;
 pub use model::{Link, SwitchConstraint, Topology};
-pub use multinode::{NicFacts, NicPlacement, Network};
+pub use multinode::{Network, NicFacts, NicPlacement};
 pub use nvsmi::{parse_nvsmi, NvsmiOptions};
 pub use summary::Summary;
 
@@ -51,14 +51,18 @@ pub fn builtin_names() -> Vec<(&'static str, &'static str)> {
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem()
-        .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
+    path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    )
 }
 
 /// Resolves `spec` as in [`load`]; relative paths are taken from `base` when given.
 pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<Loaded> {
     if depth > MAX_DEPTH {
-        bail!("'{spec}': files nested deeper than {MAX_DEPTH} levels (does a file include itself?)");
+        bail!(
+            "'{spec}': files nested deeper than {MAX_DEPTH} levels (does a file include itself?)"
+        );
     }
     let spec = spec.trim();
     let join = |p: &str| base.map_or_else(|| PathBuf::from(p), |b| b.join(p));
@@ -73,7 +77,10 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
         }
         let path = join(path);
         let text = read(&path)?;
-        return load_nvsmi(&path, &text, &opts).map(|topology| Loaded { topology, nic: None });
+        return load_nvsmi(&path, &text, &opts).map(|topology| Loaded {
+            topology,
+            nic: None,
+        });
     }
     if let Some(l) = builtin::lookup(spec, depth)? {
         return Ok(l);
@@ -83,7 +90,10 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
         let text = read(&path)?;
         if nvsmi::looks_like_nvsmi(&text) {
             let topology = load_nvsmi(&path, &text, &NvsmiOptions::default())?;
-            return Ok(Loaded { topology, nic: None });
+            return Ok(Loaded {
+                topology,
+                nic: None,
+            });
         }
         let src = toml_format::Source {
             label: path.display().to_string(),
@@ -94,7 +104,11 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
         return toml_format::parse(&src, None, depth);
     }
     let names: Vec<&str> = builtin::names().iter().map(|n| n.0).collect();
-    if spec.contains('/') || spec.contains('\\') || spec.ends_with(".toml") || spec.ends_with(".txt") {
+    if spec.contains('/')
+        || spec.contains('\\')
+        || spec.ends_with(".toml")
+        || spec.ends_with(".txt")
+    {
         bail!("{}: no such file", path.display());
     }
     bail!(
@@ -109,5 +123,15 @@ fn read(path: &Path) -> Result<String> {
 }
 
 fn load_nvsmi(path: &Path, text: &str, opts: &NvsmiOptions) -> Result<Topology> {
-    parse_nvsmi(text, &stem(path), opts).map_err(|e| anyhow!("{}: nvidia-smi topo -m: {e}", path.display()))
+    parse_nvsmi(text, &stem(path), opts).map_err(|e| {
+        let msg = e.to_string();
+        let located = msg.strip_prefix("line ").and_then(|rest| {
+            let (no, reason) = rest.split_once(": ")?;
+            no.parse::<usize>().ok().map(|no| (no, reason.to_string()))
+        });
+        match located {
+            Some((no, reason)) => anyhow!("{}:{no}: nvidia-smi topo -m: {reason}", path.display()),
+            None => anyhow!("{}: nvidia-smi topo -m: {msg}", path.display()),
+        }
+    })
 }

@@ -64,12 +64,20 @@ impl Topology {
 
     /// The ranks `r` can send to directly.
     pub fn out_neighbors(&self, r: usize) -> Vec<usize> {
-        self.links.iter().filter(|l| l.src == r).map(|l| l.dst).collect()
+        self.links
+            .iter()
+            .filter(|l| l.src == r)
+            .map(|l| l.dst)
+            .collect()
     }
 
     /// The ranks that can send to `r` directly.
     pub fn in_neighbors(&self, r: usize) -> Vec<usize> {
-        self.links.iter().filter(|l| l.dst == r).map(|l| l.src).collect()
+        self.links
+            .iter()
+            .filter(|l| l.dst == r)
+            .map(|l| l.src)
+            .collect()
     }
 
     /// The same fabric with every link and constraint reversed (used to solve combining
@@ -82,7 +90,11 @@ impl Topology {
             links: self
                 .links
                 .iter()
-                .map(|l| Link { src: l.dst, dst: l.src, ..l.clone() })
+                .map(|l| Link {
+                    src: l.dst,
+                    dst: l.src,
+                    ..l.clone()
+                })
                 .collect(),
             switches: self
                 .switches

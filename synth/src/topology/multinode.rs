@@ -91,12 +91,17 @@ pub fn compose(
             ((0..g).map(|i| vec![i]).collect(), nic.bandwidth * k as f64)
         }
         NicPlacement::PerNode(k) => {
-            if k == 0 || g % k != 0 {
-                bail!("nics_per_node = {k} must divide the {g} GPUs of node '{}'", node.name);
+            if k == 0 || !g.is_multiple_of(k) {
+                bail!(
+                    "nics_per_node = {k} must divide the {g} GPUs of node '{}'",
+                    node.name
+                );
             }
             let block = g / k;
             (
-                (0..k).map(|j| (j * block..(j + 1) * block).collect()).collect(),
+                (0..k)
+                    .map(|j| (j * block..(j + 1) * block).collect())
+                    .collect(),
                 nic.bandwidth,
             )
         }
@@ -133,7 +138,12 @@ pub fn compose(
     for a in 0..g * nodes {
         for b in 0..g * nodes {
             if a / g != b / g && connected(a, b) {
-                topo.links.push(Link { src: a, dst: b, bandwidth: nic_bw, alpha: nic.alpha });
+                topo.links.push(Link {
+                    src: a,
+                    dst: b,
+                    bandwidth: nic_bw,
+                    alpha: nic.alpha,
+                });
             }
         }
     }
@@ -172,7 +182,11 @@ mod tests {
     #[test]
     fn rail_and_fat_tree() {
         let ring = generate("ring", GenSize::Ranks(4), 25.0, 0.7).unwrap();
-        let nic = NicFacts { bandwidth: 25.0, alpha: 2.6, placement: NicPlacement::PerGpu(1) };
+        let nic = NicFacts {
+            bandwidth: 25.0,
+            alpha: 2.6,
+            placement: NicPlacement::PerGpu(1),
+        };
         let ft = compose(&ring, 2, &nic, Network::FatTree, "x").unwrap();
         assert_eq!(ft.ranks, 8);
         assert_eq!(ft.links.len(), 16 + 32);
@@ -180,7 +194,10 @@ mod tests {
         let rail = compose(&ring, 3, &nic, Network::Rail, "x").unwrap();
         assert_eq!(rail.links.len(), 24 + 3 * 4 * 2);
         assert_eq!(rail.nodes(), 3);
-        let shared = NicFacts { placement: NicPlacement::PerNode(3), ..nic };
+        let shared = NicFacts {
+            placement: NicPlacement::PerNode(3),
+            ..nic
+        };
         assert!(compose(&ring, 2, &shared, Network::FatTree, "x").is_err());
     }
 }

@@ -28,7 +28,10 @@ pub struct NvsmiOptions {
 
 impl Default for NvsmiOptions {
     fn default() -> Self {
-        NvsmiOptions { link_bandwidth: 25.0, alpha: 0.7 }
+        NvsmiOptions {
+            link_bandwidth: 25.0,
+            alpha: 0.7,
+        }
     }
 }
 
@@ -85,13 +88,19 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
     let n = header.iter().take_while(|t| gpu_index(t).is_some()).count();
     for (i, t) in header.iter().take(n).enumerate() {
         if gpu_index(t) != Some(i) {
-            bail!("line {}: header column {} is '{t}', expected GPU{i}", h + 1, i + 1);
+            bail!(
+                "line {}: header column {} is '{t}', expected GPU{i}",
+                h + 1,
+                i + 1
+            );
         }
     }
     let mut counts: Vec<Option<Vec<u32>>> = vec![None; n];
     for (no, line) in lines.iter().enumerate().skip(h + 1) {
         let tokens: Vec<&str> = line.split_whitespace().collect();
-        let Some(first) = tokens.first() else { continue };
+        let Some(first) = tokens.first() else {
+            continue;
+        };
         if first.starts_with("Legend") {
             break;
         }
@@ -103,17 +112,25 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
             bail!("line {}: second row for {first}", no + 1);
         }
         if tokens.len() < n + 1 {
-            bail!("line {}: row {first} has {} cells, expected at least {n}", no + 1, tokens.len() - 1);
+            bail!(
+                "line {}: row {first} has {} cells, expected at least {n}",
+                no + 1,
+                tokens.len() - 1
+            );
         }
         let mut row = Vec::with_capacity(n);
         for (j, cell) in tokens[1..=n].iter().enumerate() {
             let k = if let Some(num) = cell.strip_prefix("NV") {
-                num.parse::<u32>()
-                    .map_err(|_| anyhow!("line {}: {first} column GPU{j}: bad cell '{cell}'", no + 1))?
+                num.parse::<u32>().map_err(|_| {
+                    anyhow!("line {}: {first} column GPU{j}: bad cell '{cell}'", no + 1)
+                })?
             } else if cell.chars().all(|c| c.is_ascii_alphabetic()) {
                 0
             } else {
-                bail!("line {}: {first} column GPU{j}: unknown cell '{cell}'", no + 1);
+                bail!(
+                    "line {}: {first} column GPU{j}: unknown cell '{cell}'",
+                    no + 1
+                );
             };
             if i == j && k != 0 {
                 bail!("line {}: {first} has NVLinks to itself", no + 1);
@@ -127,25 +144,31 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
         .enumerate()
         .map(|(i, r)| r.ok_or_else(|| anyhow!("no row for GPU{i}")))
         .collect::<Result<_>>()?;
-    for i in 0..n {
-        for j in 0..n {
-            if counts[i][j] != counts[j][i] {
+    for (i, row) in counts.iter().enumerate() {
+        for (j, &k) in row.iter().enumerate() {
+            if k != counts[j][i] {
                 bail!(
-                    "matrix not symmetric: GPU{i}-GPU{j} has NV{} but GPU{j}-GPU{i} has NV{}",
-                    counts[i][j],
+                    "matrix not symmetric: GPU{i}-GPU{j} has NV{k} but GPU{j}-GPU{i} has NV{}",
                     counts[j][i]
                 );
             }
         }
     }
     let bw = opts.link_bandwidth;
-    let switched = counts.iter().any(|r| r.iter().sum::<u32>() > MAX_DIRECT_NVLINKS);
+    let switched = counts
+        .iter()
+        .any(|r| r.iter().sum::<u32>() > MAX_DIRECT_NVLINKS);
     let mut links = Vec::new();
     let mut switches = Vec::new();
     for (i, row) in counts.iter().enumerate() {
         for (j, &k) in row.iter().enumerate() {
             if k > 0 {
-                links.push(Link { src: i, dst: j, bandwidth: bw * k as f64, alpha: opts.alpha });
+                links.push(Link {
+                    src: i,
+                    dst: j,
+                    bandwidth: bw * k as f64,
+                    alpha: opts.alpha,
+                });
             }
         }
     }
@@ -173,7 +196,13 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
             });
         }
     }
-    let topo = Topology { name: name.to_string(), ranks: n, node_of: vec![0; n], links, switches };
+    let topo = Topology {
+        name: name.to_string(),
+        ranks: n,
+        node_of: vec![0; n],
+        links,
+        switches,
+    };
     topo.validate()?;
     Ok(topo)
 }

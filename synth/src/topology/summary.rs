@@ -6,7 +6,7 @@ use super::model::Topology;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The automorphism cap [`Topology::summary`] uses.
+/// The automorphism cap [`Topology::summary`] uses when the group order is out of reach.
 pub const SUMMARY_AUTOMORPHISM_LIMIT: usize = 100_000;
 
 /// Bandwidth of one rank.
@@ -25,9 +25,9 @@ pub struct RankBandwidth {
 /// The automorphism count of a topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AutomorphismCount {
-    /// Automorphisms found (at most the cap).
-    pub count: usize,
-    /// Whether `count` is the exact number (false: the cap or search budget was hit).
+    /// Number of automorphisms (a lower bound when not exact).
+    pub count: u128,
+    /// Whether `count` is the exact group order (false: only enumerated up to the cap).
     pub exact: bool,
 }
 
@@ -50,7 +50,8 @@ pub struct Summary {
     pub diameter: Option<usize>,
     /// Number of ordered rank pairs with no path.
     pub unreachable_pairs: usize,
-    /// Automorphisms (capped at [`SUMMARY_AUTOMORPHISM_LIMIT`]).
+    /// Automorphisms: the exact group order, else enumerated up to
+    /// [`SUMMARY_AUTOMORPHISM_LIMIT`].
     pub automorphisms: AutomorphismCount,
     /// Integer capacities, when the bandwidths have a common unit.
     pub capacities: Option<Capacities>,
@@ -61,7 +62,13 @@ pub struct Summary {
 impl Topology {
     /// Computes the [`Summary`].
     pub fn summary(&self) -> Summary {
-        let (count, exact) = self.automorphism_count(SUMMARY_AUTOMORPHISM_LIMIT);
+        let (count, exact) = match self.automorphism_group_order() {
+            Some(o) => (o, true),
+            None => {
+                let (c, exact) = self.enumerated_count(SUMMARY_AUTOMORPHISM_LIMIT);
+                (c as u128, exact)
+            }
+        };
         let (capacities, capacities_error) = match self.capacities() {
             Ok(c) => (Some(c), None),
             Err(e) => (None, Some(e.to_string())),
@@ -75,7 +82,12 @@ impl Topology {
             rank_bandwidth: (0..self.ranks)
                 .map(|r| {
                     let (in_gbps, out_gbps) = self.rank_bandwidth(r);
-                    RankBandwidth { rank: r, node: self.node_of[r], in_gbps, out_gbps }
+                    RankBandwidth {
+                        rank: r,
+                        node: self.node_of[r],
+                        in_gbps,
+                        out_gbps,
+                    }
                 })
                 .collect(),
             diameter: self.diameter(),
@@ -185,10 +197,17 @@ mod tests {
     #[test]
     fn text() {
         assert_eq!(compact(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
-        let s = generate("ring", GenSize::Ranks(4), 25.0, 0.7).unwrap().summary();
+        let s = generate("ring", GenSize::Ranks(4), 25.0, 0.7)
+            .unwrap()
+            .summary();
         let text = s.to_string();
-        assert!(text.contains("every rank: in 50 GB/s, out 50 GB/s"), "{text}");
+        assert!(
+            text.contains("every rank: in 50 GB/s, out 50 GB/s"),
+            "{text}"
+        );
         assert!(text.contains("automorphisms 8"), "{text}");
-        assert!(serde_json::to_string(&s).unwrap().contains("\"diameter\":2"));
+        assert!(serde_json::to_string(&s)
+            .unwrap()
+            .contains("\"diameter\":2"));
     }
 }

@@ -109,13 +109,27 @@ pub(crate) struct Source<'a> {
 
 impl Source<'_> {
     fn line(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
     }
 
     /// One-line error `FILE:LINE: FIELD: REASON`.
-    fn err(&self, span: Option<Range<usize>>, field: &str, reason: impl std::fmt::Display) -> anyhow::Error {
+    fn err(
+        &self,
+        span: Option<Range<usize>>,
+        field: &str,
+        reason: impl std::fmt::Display,
+    ) -> anyhow::Error {
         match span {
-            Some(s) => anyhow!("{}:{}: {}: {}", self.label, self.line(s.start), field, reason),
+            Some(s) => anyhow!(
+                "{}:{}: {}: {}",
+                self.label,
+                self.line(s.start),
+                field,
+                reason
+            ),
             None => anyhow!("{}: {}: {}", self.label, field, reason),
         }
     }
@@ -134,7 +148,9 @@ impl Source<'_> {
         {
             f.to_string()
         } else if line.starts_with('[') {
-            line.trim_matches(|c| c == '[' || c == ']').trim().to_string()
+            line.trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string()
         } else if let Some((k, _)) = line.split_once('=') {
             k.trim().to_string()
         } else {
@@ -239,7 +255,10 @@ impl Builder<'_, '_> {
             return Err(self.src.err(
                 sp(r),
                 field,
-                format!("rank {v} out of range (ranks = {}, valid 0..{})", self.ranks, self.ranks),
+                format!(
+                    "rank {v} out of range (ranks = {}, valid 0..{})",
+                    self.ranks, self.ranks
+                ),
             ));
         }
         Ok(v)
@@ -247,16 +266,25 @@ impl Builder<'_, '_> {
 
     fn add(&mut self, l: Link, span: Option<Range<usize>>, field: &str) -> Result<()> {
         if l.src == l.dst {
-            return Err(self.src.err(span, field, format!("self link {} -> {}", l.src, l.dst)));
+            return Err(self
+                .src
+                .err(span, field, format!("self link {} -> {}", l.src, l.dst)));
         }
         if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
-            return Err(self.src.err(span, field, format!("non-positive bandwidth {}", l.bandwidth)));
+            return Err(self.src.err(
+                span,
+                field,
+                format!("non-positive bandwidth {}", l.bandwidth),
+            ));
         }
         if let Some(&i) = self.index.get(&(l.src, l.dst)) {
             return Err(self.src.err(
                 span,
                 field,
-                format!("duplicate link {} -> {} (already defined by {})", l.src, l.dst, self.from[i]),
+                format!(
+                    "duplicate link {} -> {} (already defined by {})",
+                    l.src, l.dst, self.from[i]
+                ),
             ));
         }
         self.index.insert((l.src, l.dst), self.links.len());
@@ -316,22 +344,34 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
                 let parsed = match s.get_ref() {
                     toml::Value::Integer(n) if *n >= 0 => Ok(GenSize::Ranks(*n as usize)),
                     toml::Value::String(t) => parse_size(t),
-                    other => Err(anyhow!("expected a rank count or \"ROWSxCOLS\", got {other}")),
+                    other => Err(anyhow!(
+                        "expected a rank count or \"ROWSxCOLS\", got {other}"
+                    )),
                 };
                 (parsed.map_err(|e| src.err(sp(s), "size", e))?, sp(s))
             }
-            (None, None) => (generators::default_size(name).expect("known generator"), sp(g)),
+            (None, None) => (
+                generators::default_size(name).expect("known generator"),
+                sp(g),
+            ),
         };
         let t = generators::generate(name, gsize, bw, alpha)
             .map_err(|e| src.err(span.clone(), "size", e))?;
         base = Some((t, "generator"));
     } else if let Some(s) = size {
-        return Err(src.err(None, "size", format!("'{}' is not a generator and takes no size '{s}'", src.stem)));
+        return Err(src.err(
+            None,
+            "size",
+            format!("'{}' is not a generator and takes no size '{s}'", src.stem),
+        ));
     } else if let Some(s) = &file.size {
         return Err(src.err(sp(s), "size", "size needs a generator"));
     }
     if let Some(m) = &file.multinode {
-        base = Some((compose(src, m.get_ref(), file.name.as_deref(), depth)?, "multinode"));
+        base = Some((
+            compose(src, m.get_ref(), file.name.as_deref(), depth)?,
+            "multinode",
+        ));
     }
 
     // The rank count, checked for agreement between everything that implies one.
@@ -341,14 +381,22 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
             return Err(src.err(
                 sp(r),
                 "ranks",
-                format!("ranks = {} but the {what} has {} ranks", r.get_ref(), t.ranks),
+                format!(
+                    "ranks = {} but the {what} has {} ranks",
+                    r.get_ref(),
+                    t.ranks
+                ),
             ))
         }
         (Some((t, _)), _, _) => t.ranks,
         (None, Some(r), _) => *r.get_ref(),
         (None, None, Some(m)) => m,
         (None, None, None) => {
-            return Err(src.err(None, "ranks", "missing: give ranks, a matrix, a generator or [multinode]"))
+            return Err(src.err(
+                None,
+                "ranks",
+                "missing: give ranks, a matrix, a generator or [multinode]",
+            ))
         }
     };
     if ranks == 0 {
@@ -380,7 +428,11 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
     if let Some(m) = &file.matrix {
         let rows = m.get_ref();
         if rows.len() != ranks {
-            return Err(src.err(sp(m), "matrix", format!("has {} rows but ranks = {ranks}", rows.len())));
+            return Err(src.err(
+                sp(m),
+                "matrix",
+                format!("has {} rows but ranks = {ranks}", rows.len()),
+            ));
         }
         for (i, row) in rows.iter().enumerate() {
             let field = format!("matrix[{i}]");
@@ -396,9 +448,18 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
                     continue;
                 }
                 if i == j {
-                    return Err(src.err(sp(row), &field, format!("self link {i} -> {i} (diagonal must be 0)")));
+                    return Err(src.err(
+                        sp(row),
+                        &field,
+                        format!("self link {i} -> {i} (diagonal must be 0)"),
+                    ));
                 }
-                let l = Link { src: i, dst: j, bandwidth: bw * k as f64, alpha };
+                let l = Link {
+                    src: i,
+                    dst: j,
+                    bandwidth: bw * k as f64,
+                    alpha,
+                };
                 b.add(l, sp(row), &field)?;
             }
         }
@@ -425,7 +486,12 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         for &g in &members {
             for &h in &members {
                 if g != h {
-                    let l = Link { src: g, dst: h, bandwidth: port, alpha: nv_alpha };
+                    let l = Link {
+                        src: g,
+                        dst: h,
+                        bandwidth: port,
+                        alpha: nv_alpha,
+                    };
                     b.add(l, sp(nv), "nvswitch")?;
                 }
             }
@@ -453,7 +519,11 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         let s = b.check_rank(&l.src, &format!("{field}.src"))?;
         let d = b.check_rank(&l.dst, &format!("{field}.dst"))?;
         if s == d {
-            return Err(src.err(sp(&l.dst), &format!("{field}.dst"), format!("self link {s} -> {d}")));
+            return Err(src.err(
+                sp(&l.dst),
+                &format!("{field}.dst"),
+                format!("self link {s} -> {d}"),
+            ));
         }
         let lbw = match &l.bandwidth {
             Some(x) => positive(src, x, &format!("{field}.bandwidth"))?,
@@ -463,9 +533,27 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
             Some(x) => non_negative(src, x, &format!("{field}.alpha"))?,
             None => alpha,
         };
-        b.add(Link { src: s, dst: d, bandwidth: lbw, alpha: la }, sp(&l.src), &field)?;
+        b.add(
+            Link {
+                src: s,
+                dst: d,
+                bandwidth: lbw,
+                alpha: la,
+            },
+            sp(&l.src),
+            &field,
+        )?;
         if l.bidirectional.unwrap_or(true) {
-            b.add(Link { src: d, dst: s, bandwidth: lbw, alpha: la }, sp(&l.src), &field)?;
+            b.add(
+                Link {
+                    src: d,
+                    dst: s,
+                    bandwidth: lbw,
+                    alpha: la,
+                },
+                sp(&l.src),
+                &field,
+            )?;
         }
     }
 
@@ -496,7 +584,11 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
             bandwidth: sbw,
         };
         if !b.links.iter().any(|l| c.covers(l.src, l.dst)) {
-            return Err(src.err(sp(entry), &field, "covers no link (no link from srcs to dsts)"));
+            return Err(src.err(
+                sp(entry),
+                &field,
+                "covers no link (no link from srcs to dsts)",
+            ));
         }
         b.switches.push(c);
     }
@@ -517,7 +609,13 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         None => None,
     };
 
-    let topology = Topology { name, ranks, node_of, links: b.links, switches: b.switches };
+    let topology = Topology {
+        name,
+        ranks,
+        node_of,
+        links: b.links,
+        switches: b.switches,
+    };
     topology
         .validate()
         .map_err(|e| anyhow!("{}: {e}", src.label))?;
@@ -536,8 +634,12 @@ fn placement(
             &format!("{prefix}per_node"),
             format!("give either {prefix}per_gpu or {prefix}per_node, not both"),
         )),
-        (Some(g), None) if *g.get_ref() == 0 => Err(src.err(sp(g), &format!("{prefix}per_gpu"), "must be at least 1")),
-        (None, Some(n)) if *n.get_ref() == 0 => Err(src.err(sp(n), &format!("{prefix}per_node"), "must be at least 1")),
+        (Some(g), None) if *g.get_ref() == 0 => {
+            Err(src.err(sp(g), &format!("{prefix}per_gpu"), "must be at least 1"))
+        }
+        (None, Some(n)) if *n.get_ref() == 0 => {
+            Err(src.err(sp(n), &format!("{prefix}per_node"), "must be at least 1"))
+        }
         (Some(g), None) => Ok(Some(NicPlacement::PerGpu(*g.get_ref()))),
         (None, Some(n)) => Ok(Some(NicPlacement::PerNode(*n.get_ref()))),
         (None, None) => Ok(None),
@@ -593,7 +695,80 @@ fn compose(src: &Source, m: &MultinodeToml, name: Option<&str>, depth: usize) ->
         multinode::Network::FatTree => format!("{}x{nodes}", node.topology.name),
         multinode::Network::Rail => format!("{}x{nodes}:rail", node.topology.name),
     };
-    let nic = NicFacts { bandwidth, alpha, placement };
-    multinode::compose(&node.topology, nodes, &nic, network, name.unwrap_or(&default_name))
-        .map_err(|e| src.err(sp(&m.nodes), "multinode", e))
+    let nic = NicFacts {
+        bandwidth,
+        alpha,
+        placement,
+    };
+    multinode::compose(
+        &node.topology,
+        nodes,
+        &nic,
+        network,
+        name.unwrap_or(&default_name),
+    )
+    .map_err(|e| src.err(sp(&m.nodes), "multinode", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The TOML blocks of this module's documentation, which must stay loadable.
+    fn doc_examples() -> Vec<String> {
+        let mut blocks = Vec::new();
+        let mut current: Option<String> = None;
+        for line in include_str!("toml_format.rs").lines() {
+            let Some(doc) = line.strip_prefix("//!") else {
+                continue;
+            };
+            let doc = doc.strip_prefix(' ').unwrap_or(doc);
+            match (&mut current, doc) {
+                (None, "```toml") => current = Some(String::new()),
+                (Some(b), "```") => {
+                    blocks.push(std::mem::take(b));
+                    current = None;
+                }
+                (Some(b), text) => {
+                    b.push_str(text);
+                    b.push('\n');
+                }
+                (None, _) => {}
+            }
+        }
+        blocks
+    }
+
+    #[test]
+    fn documented_examples_load() {
+        let blocks = doc_examples();
+        assert_eq!(blocks.len(), 2);
+        for (i, text) in blocks.iter().enumerate() {
+            let src = Source {
+                label: format!("doc example {i}"),
+                text,
+                dir: None,
+                stem: "doc".into(),
+            };
+            let loaded = parse(&src, None, 0).unwrap_or_else(|e| panic!("{e}"));
+            assert!(loaded.topology.ranks >= 8);
+        }
+        let src = Source {
+            label: "x".into(),
+            text: &blocks[0],
+            dir: None,
+            stem: "x".into(),
+        };
+        let t = parse(&src, None, 0).unwrap().topology;
+        assert_eq!(t.link(0, 7).map(|l| l.bandwidth), Some(12.5));
+        assert!(t.link(7, 0).is_none());
+        assert_eq!(t.nodes(), 2);
+        let src = Source {
+            label: "y".into(),
+            text: &blocks[1],
+            dir: None,
+            stem: "y".into(),
+        };
+        assert_eq!(parse(&src, None, 0).unwrap().topology.ranks, 16);
+    }
 }

@@ -1,0 +1,49 @@
+//! NCCL baselines on a topology: its ring and tree algorithms as IR programs (run in the
+//! same simulator as synthesized ones, [`crate::simulate`]) and its published tuning model as
+//! a second opinion ([`nccl_model_time_us`]).
+
+pub mod model;
+pub mod orders;
+pub mod programs;
+
+pub use model::{nccl_model_busbw, nccl_model_time_us, Algo};
+pub use orders::{ring_orders, tree_parents};
+pub use programs::{ring_program, tree_allreduce_program};
+
+use crate::topology::Topology;
+use anyhow::{bail, Result};
+use runtime::ir::{Collective, Program};
+use serde::{Deserialize, Serialize};
+
+/// Options of the baseline builders.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaselineOptions {
+    /// Number of channels; `None` picks it from the topology as NCCL does (see
+    /// [`orders`]).
+    pub channels: Option<usize>,
+    /// Root rank of broadcast and reduce.
+    pub root: usize,
+}
+
+/// NCCL's ring algorithm for `coll` (allgather, reduce-scatter, allreduce, broadcast,
+/// reduce) on `topology`, with rings chosen as in [`orders::ring_orders`].
+pub fn ring(coll: Collective, topology: &Topology, options: &BaselineOptions) -> Result<Program> {
+    let rings = ring_orders(topology, options.channels)?;
+    let mut p = ring_program(coll, topology.ranks, &rings, options.root)?;
+    p.name = format!("nccl-ring-{coll}-{}", topology.name);
+    Ok(p)
+}
+
+/// NCCL's tree algorithm, defined (as in NCCL) for allreduce only: a chain on one node; a
+/// double binary tree across nodes with a chain inside each node (see
+/// [`orders::tree_parents`]). The executor's per-slice replay pipelines it as NCCL pipelines
+/// its chunks.
+pub fn tree(coll: Collective, topology: &Topology, options: &BaselineOptions) -> Result<Program> {
+    if coll != Collective::AllReduce {
+        bail!("NCCL's tree algorithm is defined for allreduce only, not {coll}");
+    }
+    let trees = tree_parents(topology, options.channels)?;
+    let mut p = tree_allreduce_program(topology.ranks, &trees)?;
+    p.name = format!("nccl-tree-allreduce-{}", topology.name);
+    Ok(p)
+}

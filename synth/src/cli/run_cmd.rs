@@ -1,0 +1,138 @@
+//! `synth verify FILE.xml` and `synth run FILE.xml`: check any MSCCL XML file, and execute it
+//! on the CPU executor with real data, nccl-tests style.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use runtime::cpu::{
+    format_table, parse_dtype, parse_op, parse_sizes, sweep, RunOptions, SweepOptions,
+};
+use runtime::ir::Program;
+use std::io::Write;
+
+/// Arguments of `synth verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// MSCCL XML file (ours or anyone's), or a program JSON file.
+    file: String,
+}
+
+/// Arguments of `synth run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// MSCCL XML file, or a program JSON file.
+    file: String,
+    /// One message size (nccl-tests' size: e.g. 64M, 1K, 4096).
+    #[arg(long, conflicts_with = "sizes")]
+    size: Option<String>,
+    /// A size sweep MIN:MAX (doubling), e.g. 1K:256M.
+    #[arg(long)]
+    sizes: Option<String>,
+    /// Element type: f32 or f64.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Reduction: sum, min or max.
+    #[arg(long, default_value = "sum")]
+    op: String,
+    /// Timed iterations per size.
+    #[arg(long, default_value_t = 5)]
+    iters: usize,
+    /// Untimed warm-up iterations per size.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Executor backend: cpu (cuda needs a build with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+}
+
+/// Reads a program from MSCCL XML (or our JSON form).
+pub fn read_program(path: &str) -> Result<Program> {
+    if path.ends_with(".json") {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        return serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()));
+    }
+    runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
+}
+
+/// Runs `synth verify`.
+pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let program = read_program(&args.file)?;
+    let result = runtime::verify::verify(&program);
+    if json {
+        let doc = serde_json::json!({
+            "file": args.file,
+            "ok": result.is_ok(),
+            "error": result.as_ref().err().map(|e| e.to_string()),
+            "ngpus": program.ngpus,
+            "collective": format!("{:?}", program.collective),
+            "steps": program.step_count(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        if result.is_err() {
+            bail!("{}: does not verify", args.file);
+        }
+        return Ok(());
+    }
+    result.map_err(|e| anyhow::anyhow!("{}: {e}", args.file))?;
+    writeln!(
+        out,
+        "{}: OK ({:?} on {} ranks, {} threadblocks, {} steps; in place: {}, out of place: {})",
+        args.file,
+        program.collective,
+        program.ngpus,
+        program.threadblocks().count(),
+        program.step_count(),
+        program.inplace,
+        program.outofplace
+    )?;
+    Ok(())
+}
+
+/// Runs `synth run`.
+pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    match args.backend.as_str() {
+        "cpu" => {}
+        "cuda" => {
+            bail!("this synth was built without CUDA support (rebuild with `--features cuda`)")
+        }
+        other => bail!("unknown --backend `{other}` (cpu or cuda)"),
+    }
+    let program = read_program(&args.file)?;
+    let sizes = parse_sizes(
+        args.sizes
+            .as_deref()
+            .or(args.size.as_deref())
+            .unwrap_or("1K:64M"),
+    )?;
+    let dtype = parse_dtype(&args.dtype)
+        .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
+    let op = parse_op(&args.op)
+        .with_context(|| format!("unknown --op `{}` (sum, min or max)", args.op))?;
+    let options = SweepOptions {
+        sizes,
+        outofplace: program.outofplace,
+        inplace: program.inplace,
+        run: RunOptions {
+            dtype,
+            op,
+            iters: args.iters.max(1),
+            warmup: args.warmup,
+            ..RunOptions::default()
+        },
+    };
+    let rows = sweep(&program, &options).map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"file": args.file, "rows": rows}))?
+        )?;
+    } else {
+        write!(out, "{}", format_table(&rows))?;
+    }
+    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    if wrong > 0 {
+        bail!("{}: {wrong} wrong elements", args.file);
+    }
+    Ok(())
+}

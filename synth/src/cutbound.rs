@@ -1,0 +1,243 @@
+//! Time and bus-bandwidth lower bounds of a collective on a fabric from cuts (DESIGN §6).
+//!
+//! For a set X of ranks, some bytes must enter X and some must leave it whatever the
+//! algorithm (as a fraction of the nccl-tests size S, k = |X|, n ranks, ρ the root):
+//!
+//! | collective | must enter X | must leave X |
+//! | --- | --- | --- |
+//! | allgather | (n−k)/n | k/n |
+//! | reduce-scatter | k/n | (n−k)/n |
+//! | allreduce | 2(n−1)/n for one rank, else 1 | the same |
+//! | alltoall | k(n−k)/n | k(n−k)/n |
+//! | broadcast | 1 if ρ ∉ X | 1 if ρ ∈ X |
+//! | reduce | 1 if ρ ∈ X | 1 if ρ ∉ X |
+//! | gather | (n−k)/n if ρ ∈ X | k/n if ρ ∉ X |
+//! | scatter | k/n if ρ ∉ X | (n−k)/n if ρ ∈ X |
+//!
+//! (nothing when X is empty or everything). The capacity of a cut is the most the links
+//! crossing it can carry together under every link bandwidth and every switch constraint (an
+//! NVSwitch port, a NIC): a small LP (HiGHS), exact for any mix of constraints. The cuts tried
+//! are every single rank and, on multi-node fabrics, every node. The allreduce single-rank
+//! figure is the classical 2(n−1)/n·S per rank (reduce-scatter then allgather).
+//!
+//! The bound on time at size S is `max(D·α, α + S·β)` where β (µs per byte) is the worst
+//! cut's need / capacity, α the smallest link latency and D the hop distance the collective
+//! must cover (diameter; root eccentricity for rooted collectives): data needs at least one
+//! latency before it flows, and D store-and-forward hops before it reaches the farthest rank.
+//!
+//! Worked example, 2× DGX-A100 allgather (16 ranks; a GPU has a 300 GB/s NVSwitch port and a
+//! 25 GB/s NIC per direction): a rank must receive 15/16·S through at most 300 + 25 = 325 GB/s,
+//! so busbw = (15/16)·S/t ≤ 325 GB/s. The node cut is weaker: each node must receive the
+//! other node's 8 inputs, S/2 bytes, through its 8 × 25 = 200 GB/s of NICs, which allows
+//! busbw up to (15/16)·400 = 375 GB/s.
+
+use crate::topology::Topology;
+use good_lp::{highs, variable, Expression, ProblemVariables, Solution, SolverModel};
+use runtime::ir::Collective;
+use serde::{Deserialize, Serialize};
+
+/// A lower bound for one collective on one fabric, valid at every size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CutBound {
+    /// µs per byte of nccl-tests size that the worst cut forces (0 if nothing must move).
+    pub us_per_byte: f64,
+    /// The smallest link latency (µs).
+    pub alpha_us: f64,
+    /// Hops the farthest needed data must travel.
+    pub hops: usize,
+    /// Which cut binds, e.g. `rank 3 ingress` or `node 0 egress`.
+    pub binding: String,
+    /// nccl-tests' busbw factor of the collective on this many ranks.
+    pub busbw_factor: f64,
+}
+
+impl CutBound {
+    /// Computes the bound for `coll` (root `root` for rooted collectives) on `topology`.
+    pub fn new(coll: Collective, topology: &Topology, root: usize) -> CutBound {
+        let n = topology.ranks;
+        let mut sets: Vec<(String, Vec<bool>)> = (0..n)
+            .map(|r| (format!("rank {r}"), (0..n).map(|x| x == r).collect()))
+            .collect();
+        if topology.nodes() > 1 {
+            for k in 0..topology.nodes() {
+                let inside: Vec<bool> = topology.node_of.iter().map(|&m| m == k).collect();
+                if inside.iter().any(|&b| b) {
+                    sets.push((format!("node {k}"), inside));
+                }
+            }
+        }
+        let mut worst = 0.0f64;
+        let mut binding = String::from("none");
+        for (name, inside) in &sets {
+            let k = inside.iter().filter(|&&b| b).count();
+            let has_root = inside.get(root).copied().unwrap_or(false);
+            let (need_in, need_out) = needs(coll, n, k, has_root);
+            for (need, incoming, dir) in [(need_in, true, "ingress"), (need_out, false, "egress")] {
+                if need <= 0.0 {
+                    continue;
+                }
+                let cap = cut_capacity(topology, inside, incoming);
+                // GB/s = 1e3 bytes per µs.
+                let v = if cap > 0.0 {
+                    need / (cap * 1e3)
+                } else {
+                    f64::INFINITY
+                };
+                if v > worst {
+                    worst = v;
+                    binding = format!("{name} {dir}");
+                }
+            }
+        }
+        CutBound {
+            us_per_byte: worst,
+            alpha_us: topology
+                .links
+                .iter()
+                .map(|l| l.alpha.max(0.0))
+                .reduce(f64::min)
+                .unwrap_or(0.0),
+            hops: hops_needed(coll, topology, root),
+            binding,
+            busbw_factor: coll.busbw_factor(n),
+        }
+    }
+
+    /// The lower bound on time (µs) at nccl-tests size `size_bytes`.
+    pub fn time_us(&self, size_bytes: u64) -> f64 {
+        let alpha = if self.alpha_us.is_finite() {
+            self.alpha_us
+        } else {
+            0.0
+        };
+        let latency = self.hops as f64 * alpha;
+        if size_bytes == 0 || self.us_per_byte == 0.0 {
+            return latency;
+        }
+        latency.max(alpha + self.us_per_byte * size_bytes as f64)
+    }
+
+    /// The bound on nccl-tests busbw (GB/s) as the size grows (latency vanishes):
+    /// factor / (GB/s-normalised µs per byte). Infinite when nothing must move.
+    pub fn busbw(&self) -> f64 {
+        if self.us_per_byte == 0.0 {
+            return f64::INFINITY;
+        }
+        self.busbw_factor / (self.us_per_byte * 1e3)
+    }
+
+    /// The bound on busbw (GB/s) at a given size, latency included.
+    pub fn busbw_at(&self, size_bytes: u64) -> f64 {
+        let t = self.time_us(size_bytes);
+        if t <= 0.0 {
+            return f64::INFINITY;
+        }
+        size_bytes as f64 / (t * 1e3) * self.busbw_factor
+    }
+}
+
+/// Upper bound on nccl-tests busbw (GB/s) of `coll` on `topology` at large sizes (root 0 for
+/// rooted collectives).
+pub fn busbw_bound(coll: Collective, topology: &Topology) -> f64 {
+    CutBound::new(coll, topology, 0).busbw()
+}
+
+/// Lower bound on the time (µs) of `coll` on `topology` at nccl-tests size `size_bytes`
+/// (root 0 for rooted collectives).
+pub fn time_bound_us(coll: Collective, topology: &Topology, size_bytes: u64) -> f64 {
+    CutBound::new(coll, topology, 0).time_us(size_bytes)
+}
+
+/// Fractions of the size that must enter and leave a set of `k` of `n` ranks.
+fn needs(coll: Collective, n: usize, k: usize, has_root: bool) -> (f64, f64) {
+    if k == 0 || k >= n {
+        return (0.0, 0.0);
+    }
+    let (nf, kf) = (n as f64, k as f64);
+    let out_frac = kf / nf;
+    let in_frac = (nf - kf) / nf;
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    match coll {
+        Collective::AllGather => (in_frac, out_frac),
+        Collective::ReduceScatter => (out_frac, in_frac),
+        Collective::AllReduce => {
+            let v = if k == 1 { 2.0 * (nf - 1.0) / nf } else { 1.0 };
+            (v, v)
+        }
+        Collective::AllToAll => {
+            let v = kf * (nf - kf) / nf;
+            (v, v)
+        }
+        Collective::Broadcast => (flag(!has_root), flag(has_root)),
+        Collective::Reduce => (flag(has_root), flag(!has_root)),
+        Collective::Gather => (in_frac * flag(has_root), out_frac * flag(!has_root)),
+        Collective::Scatter => (out_frac * flag(!has_root), in_frac * flag(has_root)),
+    }
+}
+
+/// Hops the farthest needed data must travel: the diameter, or the root's eccentricity (out
+/// for broadcast/scatter, in for reduce/gather). Unreachable pairs are ignored here.
+fn hops_needed(coll: Collective, topology: &Topology, root: usize) -> usize {
+    let d = topology.distances();
+    let n = topology.ranks;
+    let get = |a: usize, b: usize| {
+        d.get(a)
+            .and_then(|row| row.get(b))
+            .copied()
+            .flatten()
+            .unwrap_or(0)
+    };
+    match coll {
+        Collective::Broadcast | Collective::Scatter => {
+            (0..n).map(|r| get(root, r)).max().unwrap_or(0)
+        }
+        Collective::Reduce | Collective::Gather => (0..n).map(|r| get(r, root)).max().unwrap_or(0),
+        _ => (0..n)
+            .flat_map(|a| (0..n).map(move |b| (a, b)))
+            .map(|(a, b)| get(a, b))
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+/// The most the links crossing into (`incoming`) or out of the set `inside` can carry
+/// together, in GB/s, under link bandwidths and switch constraints (an LP; if the solver
+/// fails, the sum of the crossing links' bandwidths, which is larger and so still sound).
+pub fn cut_capacity(topology: &Topology, inside: &[bool], incoming: bool) -> f64 {
+    let is_in = |r: usize| inside.get(r).copied().unwrap_or(false);
+    let crossing: Vec<usize> = (0..topology.links.len())
+        .filter(|&i| {
+            let l = &topology.links[i];
+            if incoming {
+                !is_in(l.src) && is_in(l.dst)
+            } else {
+                is_in(l.src) && !is_in(l.dst)
+            }
+        })
+        .collect();
+    let sum: f64 = crossing.iter().map(|&i| topology.links[i].bandwidth).sum();
+    if crossing.is_empty() {
+        return 0.0;
+    }
+    let mut vars = ProblemVariables::new();
+    let xs: Vec<_> = crossing
+        .iter()
+        .map(|&i| vars.add(variable().min(0.0).max(topology.links[i].bandwidth)))
+        .collect();
+    let total: Expression = xs.iter().map(|&x| Expression::from(x)).sum();
+    let mut model = vars.maximise(total.clone()).using(highs);
+    model.set_verbose(false);
+    for sw in &topology.switches {
+        let covered: Expression = crossing
+            .iter()
+            .zip(&xs)
+            .filter(|(&i, _)| sw.covers(topology.links[i].src, topology.links[i].dst))
+            .map(|(_, &x)| Expression::from(x))
+            .sum();
+        model = model.with(covered.leq(sw.bandwidth));
+    }
+    match model.solve() {
+        Ok(sol) => sol.eval(&total).min(sum),
+        Err(_) => sum,
+    }
+}

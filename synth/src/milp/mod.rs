@@ -1,0 +1,365 @@
+//! Synthesis with the MILP encoding (DESIGN §4): the k-synchronous step model with per-link
+//! alpha/beta costs, solved by HiGHS through good_lp, restricted by a communication sketch
+//! ([`crate::sketch`]) so that it scales to multi-node fabrics.
+//!
+//! [`search`] solves one model per chunk count C of the sketch at each of its target sizes,
+//! checks every algorithm with [`crate::check::check`] and keeps those not dominated in
+//! predicted time over the target sizes ([`predict_us`]). Combining collectives are solved by
+//! the caller as their dual on the reversed fabric (see [`crate::synthesize`]).
+
+pub mod model;
+pub mod symmetry;
+
+use crate::algorithm::Algorithm;
+use crate::check::check;
+use crate::progress::Progress;
+use crate::sketch::Sketch;
+use crate::smt::search::MakeCollective;
+use crate::topology::Topology;
+use anyhow::{bail, Result};
+use std::collections::HashMap;
+use std::time::Instant;
+
+pub use model::{Encoding, Solved};
+
+/// One solved model, for reports.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// Pieces per chunk C.
+    pub chunks: usize,
+    /// Step budget S of the model.
+    pub steps: usize,
+    /// Target size (bytes).
+    pub size: f64,
+    /// Binary variables after symmetry and pruning.
+    pub variables: usize,
+    /// Order of the symmetry group used.
+    pub symmetry: usize,
+    /// Solver objective in µs (`None`: no solution).
+    pub objective: Option<f64>,
+    /// Proven optimal within the gap.
+    pub proven: bool,
+    /// Wall-clock seconds of the solve.
+    pub seconds: f64,
+}
+
+/// What [`search`] found.
+#[derive(Debug, Clone)]
+pub struct MilpFound {
+    /// Checked algorithms not dominated in predicted time over `sizes`, fastest at the
+    /// smallest size first.
+    pub algorithms: Vec<Algorithm>,
+    /// Predicted time in µs of each algorithm at each size.
+    pub predicted_us: Vec<Vec<f64>>,
+    /// The target sizes (bytes).
+    pub sizes: Vec<f64>,
+    /// False when a solve hit its time limit or the deadline stopped the search.
+    pub complete: bool,
+    /// Every model solved.
+    pub attempts: Vec<Attempt>,
+}
+
+/// Predicted time in µs of `algorithm` on `topology` at nccl-tests size `size` bytes: the sum
+/// over steps of the slowest link or switch constraint, a link costing
+/// `alpha + bytes·load/bandwidth` and a switch constraint `bytes·load/bandwidth`.
+pub fn predict_us(algorithm: &Algorithm, topology: &Topology, size: f64) -> f64 {
+    let coll = &algorithm.collective;
+    let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
+    let link_index: HashMap<(usize, usize), usize> = topology
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| ((l.src, l.dst), i))
+        .collect();
+    let mut total = 0.0;
+    for step in &algorithm.steps {
+        let mut link_load = vec![0usize; topology.links.len()];
+        let mut switch_load = vec![0usize; topology.switches.len()];
+        for x in &step.sends {
+            if let Some(&l) = link_index.get(&(x.src, x.dst)) {
+                link_load[l] += 1;
+            }
+            for (k, sw) in topology.switches.iter().enumerate() {
+                if sw.covers(x.src, x.dst) {
+                    switch_load[k] += 1;
+                }
+            }
+        }
+        let links = link_load
+            .iter()
+            .zip(&topology.links)
+            .filter(|(&n, _)| n > 0)
+            .map(|(&n, l)| l.alpha + bytes * n as f64 / (l.bandwidth * 1e3));
+        let switches = switch_load
+            .iter()
+            .zip(&topology.switches)
+            .map(|(&n, s)| bytes * n as f64 / (s.bandwidth * 1e3));
+        total += links.chain(switches).fold(0.0, f64::max);
+    }
+    total
+}
+
+/// Keeps the algorithms not dominated in predicted time over `sizes` (ties: fewer steps),
+/// ordered by time at the smallest size; identical algorithms appear once.
+pub fn pareto_by_time(
+    all: Vec<Algorithm>,
+    topology: &Topology,
+    sizes: &[f64],
+) -> (Vec<Algorithm>, Vec<Vec<f64>>) {
+    let mut scored: Vec<(Algorithm, Vec<f64>)> = Vec::new();
+    for a in all {
+        if scored
+            .iter()
+            .any(|(b, _)| b.steps == a.steps && b.collective == a.collective)
+        {
+            continue;
+        }
+        let t = sizes.iter().map(|&s| predict_us(&a, topology, s)).collect();
+        scored.push((a, t));
+    }
+    let dominated = |i: usize| {
+        let (a, ta) = &scored[i];
+        scored.iter().enumerate().any(|(j, (b, tb))| {
+            let le = tb.iter().zip(ta).all(|(x, y)| *x <= y * (1.0 + 1e-9));
+            let lt = tb.iter().zip(ta).any(|(x, y)| *x < y * (1.0 - 1e-9));
+            j != i && le && (lt || (b.num_steps(), b.chunks(), j) < (a.num_steps(), a.chunks(), i))
+        })
+    };
+    let keep: Vec<bool> = (0..scored.len()).map(|i| !dominated(i)).collect();
+    let mut kept: Vec<(Algorithm, Vec<f64>)> = scored
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|(x, _)| x)
+        .collect();
+    kept.sort_by(|a, b| {
+        a.1.first()
+            .partial_cmp(&b.1.first())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    kept.into_iter().unzip()
+}
+
+/// Solves the (non-combining) collective built by `make` on `topology` under `sketch`, one
+/// model per chunk count at every target size, until `deadline`. Every algorithm passes the
+/// checker. Fails with the sketch's one-line errors (see [`Sketch::routing`]).
+pub fn search(
+    topology: &Topology,
+    make: &MakeCollective,
+    sketch: &Sketch,
+    deadline: Instant,
+    progress: &Progress,
+) -> Result<MilpFound> {
+    let routing = sketch.routing(topology)?;
+    let base = make(1)?;
+    if base.is_combining() {
+        bail!(
+            "the MILP encoding solves non-combining collectives; solve {} as its dual",
+            base.kind
+        );
+    }
+    let hops = routing.check_collective(topology, &base)?;
+    let mut found = Vec::new();
+    let mut attempts = Vec::new();
+    let mut complete = true;
+    let mut sizes = sketch.sizes.clone();
+    sizes.sort_by(f64::total_cmp);
+    'chunks: for &c in &sketch.chunks {
+        let coll = make(c)?;
+        let (lo, hi) = sketch.steps;
+        let steps = (hops + c - 1).max(lo).min(hi.unwrap_or(usize::MAX));
+        if steps < hops {
+            continue;
+        }
+        let Some(encoding) = Encoding::new(topology, &coll, &routing, steps)? else {
+            continue;
+        };
+        for &size in sizes.iter().rev() {
+            // Skip a model that cannot beat what is known: the best time so far at this size
+            // is already within the gap of a lower bound.
+            let best = found
+                .iter()
+                .map(|a| predict_us(a, topology, size))
+                .fold(f64::INFINITY, f64::min);
+            if best <= (1.0 + sketch.gap) * time_lower_bound(topology, &routing, &base, size) {
+                continue;
+            }
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            if left <= 0.05 {
+                complete = false;
+                break 'chunks;
+            }
+            progress.message(&format!(
+                "MILP chunks={c} steps={steps} size={size:e} ({} binaries, symmetry {})",
+                encoding.variables(),
+                encoding.symmetry_order()
+            ));
+            let started = Instant::now();
+            // Warm start: the best algorithm so far at this size, refined to C pieces.
+            let start = found
+                .iter()
+                .filter(|a: &&Algorithm| c % a.chunks() == 0 && a.num_steps() <= steps)
+                .min_by(|a, b| {
+                    predict_us(a, topology, size).total_cmp(&predict_us(b, topology, size))
+                })
+                .map(|a| a.refined(c));
+            let solved = encoding.solve(
+                size,
+                sketch.time_limit.min(left),
+                sketch.gap,
+                start.as_ref(),
+            )?;
+            let mut attempt = Attempt {
+                chunks: c,
+                steps,
+                size,
+                variables: encoding.variables(),
+                symmetry: encoding.symmetry_order(),
+                objective: None,
+                proven: false,
+                seconds: 0.0,
+            };
+            match solved {
+                Some(s) => {
+                    if let Err(e) = check(&s.algorithm, topology) {
+                        bail!(
+                            "internal error: the MILP algorithm {} fails the checker: {e}",
+                            s.algorithm.name
+                        );
+                    }
+                    attempt.objective = Some(s.objective);
+                    attempt.proven = s.proven;
+                    complete &= s.proven;
+                    found.push(s.algorithm);
+                }
+                None => complete = false,
+            }
+            attempt.seconds = started.elapsed().as_secs_f64();
+            attempts.push(attempt);
+        }
+    }
+    let (algorithms, predicted_us) = pareto_by_time(found, topology, &sizes);
+    Ok(MilpFound {
+        algorithms,
+        predicted_us,
+        sizes,
+        complete,
+        attempts,
+    })
+}
+
+/// A lower bound in µs on any algorithm at `size` under the sketch: the largest, over
+/// needed (chunk, rank) pairs, of the least total latency along an allowed path, and the
+/// per-rank cut (bytes a rank lacks over the sum of its incoming bandwidths).
+pub fn time_lower_bound(
+    topology: &Topology,
+    routing: &crate::sketch::Routing,
+    coll: &crate::collective::Collective,
+    size: f64,
+) -> f64 {
+    let bytes = size / coll.kind.units_per_buffer(coll.ranks) as f64;
+    let mut latency: f64 = 0.0;
+    for c in 0..coll.chunks.len() {
+        let links = routing.chunk_links(topology, coll, c);
+        // Bellman-Ford over the allowed links (few ranks, non-negative latencies).
+        let mut dist = vec![f64::INFINITY; topology.ranks];
+        coll.chunks[c].pre.iter().for_each(|&r| dist[r] = 0.0);
+        for _ in 0..topology.ranks {
+            let mut changed = false;
+            for &i in &links {
+                let l = &topology.links[i];
+                if dist[l.src] + l.alpha < dist[l.dst] {
+                    dist[l.dst] = dist[l.src] + l.alpha;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        for &r in &coll.chunks[c].post {
+            if dist[r].is_finite() {
+                latency = latency.max(dist[r]);
+            }
+        }
+    }
+    let mut cut: f64 = 0.0;
+    for r in 0..topology.ranks {
+        let needed = coll
+            .chunks
+            .iter()
+            .filter(|c| c.post.contains(&r) && !c.pre.contains(&r))
+            .count() as f64;
+        let bw: f64 = topology
+            .links
+            .iter()
+            .filter(|l| l.dst == r)
+            .map(|l| l.bandwidth)
+            .sum();
+        if bw > 0.0 {
+            cut = cut.max(needed * bytes / (bw * 1e3));
+        }
+    }
+    latency.max(cut)
+}
+
+/// Cheap lower bounds for large fabrics (the flow LP of [`crate::bounds::lower_bounds`] takes
+/// minutes there): steps from hop distances, rounds per chunk from per-rank cuts (what a
+/// rank lacks through its in-capacity, what only it holds through its out-capacity, each the
+/// sum of its links' capacities or a switch constraint covering all of them if tighter).
+pub fn quick_bounds(
+    topology: &Topology,
+    coll: &crate::collective::Collective,
+) -> Result<crate::bounds::Bounds> {
+    let steps = crate::bounds::steps_lower_bound(topology, coll)?;
+    let caps = topology.capacities()?;
+    let capacity = |r: usize, incoming: bool| -> u64 {
+        let links: Vec<usize> = (0..topology.links.len())
+            .filter(|&i| {
+                if incoming {
+                    topology.links[i].dst == r
+                } else {
+                    topology.links[i].src == r
+                }
+            })
+            .collect();
+        let sum: u64 = links.iter().map(|&i| caps.links[i] as u64).sum();
+        let covering = topology
+            .switches
+            .iter()
+            .zip(&caps.switches)
+            .filter(|(sw, _)| {
+                links
+                    .iter()
+                    .all(|&i| sw.covers(topology.links[i].src, topology.links[i].dst))
+            })
+            .map(|(_, &c)| c as u64)
+            .min();
+        covering.map_or(sum, |c| c.min(sum))
+    };
+    let mut best = num_rational::Ratio::from_integer(0u64);
+    for r in 0..topology.ranks {
+        let needed = coll
+            .chunks
+            .iter()
+            .filter(|c| c.post.contains(&r) && !c.pre.contains(&r))
+            .count() as u64;
+        let unique = coll
+            .chunks
+            .iter()
+            .filter(|c| c.pre == [r] && c.post.iter().any(|&p| p != r))
+            .count() as u64;
+        for (count, cap) in [(needed, capacity(r, true)), (unique, capacity(r, false))] {
+            if cap > 0 {
+                best = best.max(num_rational::Ratio::new(count, cap));
+            }
+        }
+    }
+    Ok(crate::bounds::Bounds {
+        steps,
+        rounds_per_chunk: best,
+        from_lp: false,
+    })
+}

@@ -1,0 +1,230 @@
+//! An event-driven simulator of a [`Program`] on a [`Topology`] (DESIGN §6).
+//!
+//! # Model
+//!
+//! * **Ranks.** Program rank `r` runs on topology rank `r`; the rank counts must agree.
+//! * **Message size.** `size_bytes` is nccl-tests' `size` column: the bytes of the larger user
+//!   buffer, i.e. `count × sizeMultiplier × sizeof(float)` in msccl-ir.md §2.5 (allgather: the
+//!   whole output; reduce-scatter: the whole input; alltoall: one rank's whole buffer;
+//!   allreduce, broadcast, reduce: the buffer; gather: the root's output; scatter: the root's
+//!   input). As in the runtime, the element count `E = size / 4` is rounded down to a multiple
+//!   of `nchunksperloop` (at least one element per chunk) and a chunk is `E / nchunksperloop`
+//!   elements; [`SimResult::size_bytes`] is the size actually simulated.
+//! * **Slices.** Like the MSCCL interpreter, every threadblock replays its whole program once
+//!   per slice of each chunk ([`Slicing::Runtime`]: 2 MiB for Simple, 32 KiB for LL, 576,000 B
+//!   for LL128 with NCCL's default buffers), with dependencies re-synchronised per slice; so a
+//!   long chain pipelines naturally.
+//! * **Threadblocks.** Each runs its steps in order. A step starts when its dependencies (the
+//!   same step of the same slice, or later, on the other threadblock) are done, when it
+//!   receives: the paired message (k-th send ↔ k-th receive per connection) has arrived, and
+//!   when it sends: the connection holds fewer than `fifo_depth` messages not yet taken by the
+//!   receiver.
+//! * **Transfers.** A sending step (`s`, `rcs`, `rrs`, `rrcs`) pushes `count` chunk-slices
+//!   over the link `u → v` (an error if there is none): the bytes (times the protocol's wire
+//!   overhead: ×2 for LL, ×128/120 for LL128) leave at a rate shared max-min fairly,
+//!   recomputed at every event, with all concurrent transfers on the same link and on every
+//!   switch constraint (NVSwitch port, NIC) covering it; the step ends when its last byte
+//!   has left, and the message arrives the link's alpha (µs) later. So a lone transfer
+//!   arrives after `alpha + bytes / bw`, and a sender may go on while its message is in
+//!   flight (messages in flight count against the FIFO depth). A receiving step takes its
+//!   message from the connection when it starts; receiving costs no time beyond the
+//!   transfer (the fused reductions of `rrs`, `rrc`, `rrcs` are done as the data streams
+//!   in), and forwarding (`rcs`, `rrs`, `rrcs`) starts once the whole message is in.
+//! * **Local steps.** `cpy` and `re` move `count` chunk-slices through the rank's memory at
+//!   [`SimOptions::local_bandwidth`] (shared by the rank's concurrent local steps); `nop`
+//!   costs nothing.
+//!
+//! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
+//! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
+
+mod engine;
+pub mod share;
+
+pub use share::max_min_rates;
+
+use crate::topology::Topology;
+use anyhow::{bail, Result};
+use runtime::ir::{Program, Protocol};
+use serde::{Deserialize, Serialize};
+
+/// Default copy/reduce bandwidth of a GPU's memory in GB/s: of the order of an A100's HBM2
+/// (1.5–2 TB/s raw, roughly half of it for a copy that reads and writes).
+pub const DEFAULT_LOCAL_BANDWIDTH: f64 = 1000.0;
+
+/// Bytes of one element (the runtime's default `float`).
+pub const ELEMENT_BYTES: u64 = 4;
+
+/// Most events one simulation may process before it gives up.
+const MAX_EVENTS: usize = 20_000_000;
+
+/// How chunks are cut into slices that the whole program is replayed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Slicing {
+    /// The MSCCL runtime's slice for the program's protocol (msccl-ir.md §2.4, §2.5).
+    Runtime,
+    /// One pass over whole chunks (no pipelining inside a chunk).
+    WholeChunks,
+    /// Slices of at most this many bytes (at least one element).
+    Bytes(u64),
+}
+
+/// Options of one simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SimOptions {
+    /// Bandwidth of local `cpy` / `re` steps in GB/s per rank.
+    pub local_bandwidth: f64,
+    /// Slicing of chunks.
+    pub slicing: Slicing,
+    /// Messages a connection holds before a send waits (as the verifier and CPU executor).
+    pub fifo_depth: usize,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            local_bandwidth: DEFAULT_LOCAL_BANDWIDTH,
+            slicing: Slicing::Runtime,
+            fifo_depth: runtime::verify::DEFAULT_FIFO_DEPTH,
+        }
+    }
+}
+
+/// What a simulation measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    /// The size simulated (the requested size rounded to whole chunks of whole elements).
+    pub size_bytes: u64,
+    /// Bytes of one chunk.
+    pub chunk_bytes: u64,
+    /// Passes over the program (slices per chunk).
+    pub iterations: usize,
+    /// Completion time of the last step, in µs.
+    pub time_us: f64,
+    /// nccl-tests' algorithm bandwidth, `size / time`, in GB/s.
+    pub algbw: f64,
+    /// nccl-tests' bus bandwidth, algbw × the collective's factor, in GB/s.
+    pub busbw: f64,
+    /// Number of transfers (sending steps over all slices).
+    pub transfers: usize,
+    /// Events processed.
+    pub events: usize,
+}
+
+/// The runtime's slice in bytes for a protocol with NCCL's default buffers (msccl-ir.md §2.5):
+/// Simple 4 × (4 MiB / 8), LL (512 KiB / 8) / 2, LL128 (4,915,200 / 8) × 15 / 16.
+pub fn runtime_slice_bytes(protocol: Protocol) -> u64 {
+    match protocol {
+        Protocol::Simple => 4 * ((4u64 << 20) / 8),
+        Protocol::LL => ((512u64 << 10) / 8) / 2,
+        Protocol::LL128 => 4_915_200 / 8 * 15 / 16,
+    }
+}
+
+/// Bytes on the wire per payload byte for a protocol (LL: 8 of 16 bytes are flags; LL128:
+/// 8 of 128).
+pub fn wire_overhead(protocol: Protocol) -> f64 {
+    match protocol {
+        Protocol::Simple => 1.0,
+        Protocol::LL => 2.0,
+        Protocol::LL128 => 128.0 / 120.0,
+    }
+}
+
+/// The element count of the larger buffer that the runtime would use for `size_bytes`:
+/// rounded down to a multiple of `nchunks`, at least one element per chunk.
+pub fn elements_for(size_bytes: u64, nchunks: usize) -> u64 {
+    let n = nchunks.max(1) as u64;
+    ((size_bytes / ELEMENT_BYTES) / n).max(1) * n
+}
+
+/// Simulates `program` on `topology` at nccl-tests size `size_bytes` (see the module docs
+/// for the model). Errors (one line) when the rank counts differ, a send uses a pair of
+/// ranks without a link, the size is 0, or the program deadlocks.
+pub fn simulate(
+    program: &Program,
+    topology: &Topology,
+    size_bytes: u64,
+    options: &SimOptions,
+) -> Result<SimResult> {
+    if program.ngpus != topology.ranks {
+        bail!(
+            "program '{}' has {} ranks but topology '{}' has {}",
+            program.name,
+            program.ngpus,
+            topology.name,
+            topology.ranks
+        );
+    }
+    if program.gpus.len() != program.ngpus {
+        bail!(
+            "program '{}' lists {} gpus for ngpus {}",
+            program.name,
+            program.gpus.len(),
+            program.ngpus
+        );
+    }
+    if size_bytes == 0 {
+        bail!("message size must be positive");
+    }
+    if !(options.local_bandwidth.is_finite() && options.local_bandwidth > 0.0) {
+        bail!(
+            "local bandwidth must be positive, got {}",
+            options.local_bandwidth
+        );
+    }
+    if let Some(l) = topology
+        .links
+        .iter()
+        .find(|l| !(l.bandwidth.is_finite() && l.bandwidth > 0.0))
+    {
+        bail!(
+            "link {}->{} of '{}' has bandwidth {}",
+            l.src,
+            l.dst,
+            topology.name,
+            l.bandwidth
+        );
+    }
+    if let Some(s) = topology
+        .switches
+        .iter()
+        .find(|s| !(s.bandwidth.is_finite() && s.bandwidth > 0.0))
+    {
+        bail!(
+            "switch constraint {} of '{}' has bandwidth {}",
+            s.name,
+            topology.name,
+            s.bandwidth
+        );
+    }
+    let nchunks = program.nchunksperloop.max(1);
+    let elements = elements_for(size_bytes, nchunks);
+    let chunk_elems = elements / nchunks as u64;
+    let slice_elems = match options.slicing {
+        Slicing::Runtime => (runtime_slice_bytes(program.protocol) / ELEMENT_BYTES).max(1),
+        Slicing::WholeChunks => chunk_elems,
+        Slicing::Bytes(b) => (b / ELEMENT_BYTES).max(1),
+    };
+    let iterations = chunk_elems.div_ceil(slice_elems).max(1) as usize;
+    let slices: Vec<f64> = (0..iterations as u64)
+        .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
+        .collect();
+    let run = engine::run(program, topology, &slices, options)?;
+    let size = elements * ELEMENT_BYTES;
+    let time_us = run.time_us;
+    let algbw = if time_us > 0.0 {
+        size as f64 / (time_us * 1e3)
+    } else {
+        f64::INFINITY
+    };
+    Ok(SimResult {
+        size_bytes: size,
+        chunk_bytes: chunk_elems * ELEMENT_BYTES,
+        iterations,
+        time_us,
+        algbw,
+        busbw: algbw * program.collective.busbw_factor(program.ngpus),
+        transfers: run.transfers,
+        events: run.events,
+    })
+}

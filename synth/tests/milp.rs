@@ -1,0 +1,255 @@
+//! MILP encoding and sketches: checked algorithms, agreement with the SMT frontier, the
+//! DGX-A100 relay target and one-line sketch errors.
+
+use num_rational::Ratio;
+use std::time::{Duration, Instant};
+use synth::check::check;
+use synth::collective::{Collective, Kind};
+use synth::milp::{predict_us, search, Encoding, MilpFound};
+use synth::progress::Progress;
+use synth::sketch::Sketch;
+use synth::smt::Limits;
+use synth::synthesize::{synthesize_with, Method, Request, Search};
+use synth::topology::{self, Topology};
+
+fn sketch_path(name: &str) -> String {
+    format!("{}/../sketches/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(topo: &Topology, kind: Kind, sketch: &Sketch, seconds: u64) -> MilpFound {
+    let n = topo.ranks;
+    let make = move |c: usize| Collective::new(kind, n, 0, c);
+    let started = Instant::now();
+    let found = search(
+        topo,
+        &make,
+        sketch,
+        started + Duration::from_secs(seconds),
+        &Progress::hidden(),
+    )
+    .unwrap();
+    eprintln!(
+        "{} {}: {:.2} s",
+        topo.name,
+        kind,
+        started.elapsed().as_secs_f64()
+    );
+    for a in &found.attempts {
+        eprintln!(
+            "  C={} S={} size={:e}: {} binaries, symmetry {}, objective {:?}, proven {}, {:.2} s",
+            a.chunks, a.steps, a.size, a.variables, a.symmetry, a.objective, a.proven, a.seconds
+        );
+    }
+    for (a, t) in found.algorithms.iter().zip(&found.predicted_us) {
+        eprintln!("  kept {} predicted {:?}", a.name, t);
+        check(a, topo).unwrap();
+    }
+    found
+}
+
+/// busbw (GB/s) of an allgather of `size` bytes on `n` ranks taking `us` microseconds.
+fn allgather_busbw(size: f64, n: usize, us: f64) -> f64 {
+    size / (us * 1e3) * (n - 1) as f64 / n as f64
+}
+
+#[test]
+fn dgx_a100x2_allgather_relay_reaches_the_cut_bound() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let sketch = Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap();
+    let started = Instant::now();
+    let found = run(&topo, Kind::AllGather, &sketch, 600);
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(!found.algorithms.is_empty());
+    let best = found
+        .algorithms
+        .iter()
+        .map(|a| predict_us(a, &topo, 1e9))
+        .fold(f64::INFINITY, f64::min);
+    let busbw = allgather_busbw(1e9, 16, best);
+    // Per-rank ingress cut: 15 chunks through 300 GB/s NVSwitch + 25 GB/s NIC = 325 GB/s busbw.
+    eprintln!("dgx-a100x2 allgather: best at 1 GB {best:.1} us = {busbw:.1} GB/s busbw ({:.1}% of 325) in {seconds:.1} s", busbw / 325.0 * 100.0);
+    assert!(busbw >= 0.97 * 325.0, "busbw {busbw}");
+}
+
+#[test]
+fn dgx1_allgather_matches_the_smt_frontier() {
+    let topo = topology::load("dgx1").unwrap();
+    // The bandwidth-optimal end of the SMT frontier (SCCL's published DGX-1 Pareto set
+    // {(2,3,2), (3,7,6)}; 7/6 is also the bandwidth lower bound), in the SMT cost model.
+    let smt_time = synth::algorithm::cost_us(&topo, Kind::AllGather, 8, 3, Ratio::new(7, 6), 1e9);
+    let sketch = Sketch::parse(
+        "dgx1-test",
+        "symmetry = { offset = 4, group = 8 }\nchunks = 6\nsteps = 3\nsizes = [\"1GB\"]\ntime_limit = 120\ngap = 0.02\n",
+    )
+    .unwrap();
+    let found = run(&topo, Kind::AllGather, &sketch, 600);
+    let milp_time = predict_us(&found.algorithms[0], &topo, 1e9);
+    eprintln!("dgx1 allgather at 1 GB: MILP {milp_time:.1} us, SMT (3,7,6) {smt_time:.1} us");
+    assert!(
+        milp_time <= smt_time * 1.03,
+        "MILP {milp_time} vs SMT {smt_time}"
+    );
+}
+
+#[test]
+fn reducescatter_and_allreduce_through_synthesize() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let sketch = Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap();
+    let sketch = Sketch {
+        chunks: vec![1],
+        ..sketch
+    };
+    let progress = Progress::hidden();
+    for kind in [Kind::ReduceScatter, Kind::AllReduce] {
+        let request = Request {
+            topology: &topo,
+            collective: Collective::new(kind, 16, 0, 1).unwrap(),
+            search: Search::Pareto,
+            limits: Limits {
+                max_steps: 8,
+                max_chunks: 8,
+                deadline: Instant::now() + Duration::from_secs(600),
+            },
+            progress: &progress,
+        };
+        let result = synthesize_with(&request, Method::Auto, Some(&sketch)).unwrap();
+        assert_eq!(result.method, Method::Milp);
+        assert!(!result.algorithms.is_empty());
+        for a in &result.algorithms {
+            assert_eq!(a.collective.kind, kind);
+            check(a, &topo).unwrap();
+        }
+    }
+}
+
+#[test]
+fn auto_picks_smt_for_one_small_node() {
+    let dgx1 = topology::load("dgx1").unwrap();
+    let a100 = topology::load("dgx-a100x2").unwrap();
+    assert_eq!(Method::Auto.resolve(&dgx1, false), Method::Smt);
+    assert_eq!(Method::Auto.resolve(&dgx1, true), Method::Milp);
+    assert_eq!(Method::Auto.resolve(&a100, false), Method::Milp);
+}
+
+#[test]
+fn symmetry_shrinks_the_model() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let coll = Collective::new(Kind::AllGather, 16, 0, 6).unwrap();
+    let with = Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap();
+    let without = Sketch {
+        symmetry: Vec::new(),
+        ..with.clone()
+    };
+    let count = |s: &Sketch| {
+        Encoding::new(&topo, &coll, &s.routing(&topo).unwrap(), 7)
+            .unwrap()
+            .unwrap()
+            .variables()
+    };
+    assert_eq!(count(&without), 16 * count(&with));
+}
+
+fn sketch_error(topo: &Topology, text: &str) -> String {
+    let sketch = match Sketch::parse("bad.toml", text) {
+        Ok(s) => s,
+        Err(e) => return format!("{e:#}"),
+    };
+    let coll = Collective::new(Kind::AllGather, topo.ranks, 0, 1).unwrap();
+    let result = sketch
+        .routing(topo)
+        .and_then(|r| r.check_collective(topo, &coll));
+    let e = format!("{:#}", result.expect_err("the sketch should be rejected"));
+    assert!(!e.contains('\n'), "one line: {e}");
+    assert!(e.starts_with("bad.toml: "), "names the file: {e}");
+    e
+}
+
+#[test]
+fn bad_sketches_give_one_line_errors() {
+    let a100 = topology::load("dgx-a100x2").unwrap();
+    let e = sketch_error(&a100, "internode = { pairs = [[0, 8], [3, 40]] }");
+    assert!(e.contains("internode.pairs[1]: unknown rank 40"), "{e}");
+    let e = sketch_error(&a100, "internode = { strategy = \"relay\", gpus = [9] }");
+    assert!(
+        e.contains("internode.gpus: unknown rank: local GPU 9"),
+        "{e}"
+    );
+    let e = sketch_error(&a100, "symmetry = { offset = 3 }");
+    assert!(
+        e.contains("symmetry[0] (offset 3, group 16) does not map topology `dgx-a100x2` to itself"),
+        "{e}"
+    );
+    let e = sketch_error(&a100, "intranode = \"none\"\ninternode = \"relay\"");
+    assert!(e.contains("the sketch makes allgather impossible on `dgx-a100x2`: chunk 0 (starting on rank 0) cannot reach rank 1"), "{e}");
+    let e = sketch_error(
+        &a100,
+        "intranode = \"switch\"\ninternode = { strategy = \"relay\", gpus = [0] }",
+    );
+    assert!(
+        e.contains("impossible") && e.contains("cannot reach rank 8"),
+        "{e}"
+    );
+    let e = sketch_error(&a100, "chunk = 2");
+    assert!(e.contains("bad.toml: chunk: unknown field"), "{e}");
+    let e = sketch_error(
+        &a100,
+        "internode = { strategy = \"relay\", map = \"diagonal\" }",
+    );
+    assert!(e.contains("internode: map: unknown map"), "{e}");
+    let e = sketch_error(&a100, "steps = [4, 2]");
+    assert!(e.contains("steps: expected [min, max]"), "{e}");
+
+    // Relay on a GPU without a NIC: rank 1 has no inter-node link.
+    let mut topo = topology::load("fully-connected:4").unwrap();
+    topo.name = "two-pairs".into();
+    topo.node_of = vec![0, 0, 1, 1];
+    topo.links.retain(|l| !(l.src == 1 && l.dst == 3));
+    let e = sketch_error(&topo, "internode = { strategy = \"relay\", gpus = [0, 1] }");
+    assert!(
+        e.contains("internode.gpus: relay rank 1 (node 0, GPU 1) has no inter-node link to rank 3"),
+        "{e}"
+    );
+}
+
+#[test]
+fn shipped_sketches_parse_and_fit_their_fabrics() {
+    for (topo, file) in [
+        ("dgx-a100x2", "dgx-a100-relay.toml"),
+        ("dgx-a100x4", "dgx-a100-relay.toml"),
+        ("dgx-h100x2", "dgx-h100-relay.toml"),
+        ("ndv2x2", "ndv2-relay.toml"),
+        ("dgx2x2", "dgx2-relay.toml"),
+    ] {
+        let t = topology::load(topo).unwrap();
+        let sketch = Sketch::load(&sketch_path(file)).unwrap();
+        let routing = sketch
+            .routing(&t)
+            .unwrap_or_else(|e| panic!("{topo}: {e:#}"));
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        routing.check_collective(&t, &coll).unwrap();
+    }
+}
+
+#[test]
+#[ignore]
+fn explore_other_sketches() {
+    for (t, s) in [
+        ("dgx-a100x4", "dgx-a100-relay.toml"),
+        ("dgx-h100x2", "dgx-h100-relay.toml"),
+        ("dgx2x2", "dgx2-relay.toml"),
+        ("ndv2x2", "ndv2-relay.toml"),
+    ] {
+        let topo = topology::load(t).unwrap();
+        let sketch = Sketch::load(&sketch_path(s)).unwrap();
+        let found = run(&topo, Kind::AllGather, &sketch, 600);
+        let best = found
+            .algorithms
+            .iter()
+            .map(|a| predict_us(a, &topo, 1e9))
+            .fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "{t}: busbw at 1 GB {:.1}",
+            allgather_busbw(1e9, topo.ranks, best)
+        );
+    }
+}

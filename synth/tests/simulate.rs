@@ -1,0 +1,400 @@
+//! The simulator, the NCCL baselines, NCCL's model and the cut bounds.
+
+use runtime::ir::{Buffer, Collective, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use synth::baseline::{self, Algo, BaselineOptions};
+use synth::cutbound::{self, CutBound};
+use synth::simulate::{simulate, SimOptions, Slicing};
+use synth::topology::{self, Link, SwitchConstraint, Topology};
+
+const GB: u64 = 1 << 30;
+
+fn whole() -> SimOptions {
+    SimOptions {
+        slicing: Slicing::WholeChunks,
+        ..SimOptions::default()
+    }
+}
+
+/// Rank 0 sends its one-chunk input to every rank in `to`, one threadblock per peer, all at
+/// once (a broadcast with one chunk).
+fn fan_out(n: usize, to: &[usize]) -> Program {
+    let slot = |b| Slot::new(b, 0);
+    let mut gpus: Vec<Gpu> = (0..n)
+        .map(|rank| Gpu {
+            rank,
+            input_chunks: 1,
+            output_chunks: 1,
+            scratch_chunks: 0,
+            threadblocks: vec![],
+        })
+        .collect();
+    for &d in to {
+        gpus[0].threadblocks.push(Threadblock {
+            send: Some(d),
+            recv: None,
+            channel: 0,
+            steps: vec![Step::new(
+                Op::Send,
+                slot(Buffer::Input),
+                slot(Buffer::Output),
+                1,
+            )],
+        });
+        gpus[d].threadblocks.push(Threadblock {
+            send: None,
+            recv: Some(0),
+            channel: 0,
+            steps: vec![Step::new(
+                Op::Recv,
+                slot(Buffer::Input),
+                slot(Buffer::Output),
+                1,
+            )],
+        });
+    }
+    Program {
+        name: "fan-out".into(),
+        collective: Collective::Broadcast,
+        root: 0,
+        protocol: Protocol::Simple,
+        ngpus: n,
+        nchunksperloop: 1,
+        inplace: false,
+        outofplace: true,
+        min_bytes: 0,
+        max_bytes: 0,
+        gpus,
+    }
+}
+
+fn pair(bw: f64, alpha: f64) -> Topology {
+    Topology {
+        name: "pair".into(),
+        ranks: 2,
+        node_of: vec![0, 0],
+        links: vec![
+            Link {
+                src: 0,
+                dst: 1,
+                bandwidth: bw,
+                alpha,
+            },
+            Link {
+                src: 1,
+                dst: 0,
+                bandwidth: bw,
+                alpha,
+            },
+        ],
+        switches: vec![],
+    }
+}
+
+#[test]
+fn single_transfer_costs_alpha_plus_bytes_over_bandwidth() {
+    let topo = pair(25.0, 0.7);
+    let p = fan_out(2, &[1]);
+    let size = 1 << 20;
+    let r = simulate(&p, &topo, size, &whole()).unwrap();
+    let expect = 0.7 + size as f64 / (25.0 * 1e3);
+    assert!(
+        (r.time_us - expect).abs() < 1e-6 * expect,
+        "{} vs {expect}",
+        r.time_us
+    );
+    assert_eq!(r.transfers, 1);
+    // Broadcast: busbw = algbw = size / time.
+    assert!((r.busbw - size as f64 / (expect * 1e3)).abs() < 1e-6);
+}
+
+#[test]
+fn two_transfers_through_one_nvswitch_port_take_twice_as_long() {
+    // Hand-made: two links out of rank 0 under one 100 GB/s port, no latency.
+    let mut topo = Topology {
+        name: "port".into(),
+        ranks: 3,
+        node_of: vec![0; 3],
+        links: vec![
+            Link {
+                src: 0,
+                dst: 1,
+                bandwidth: 100.0,
+                alpha: 0.0,
+            },
+            Link {
+                src: 0,
+                dst: 2,
+                bandwidth: 100.0,
+                alpha: 0.0,
+            },
+        ],
+        switches: vec![SwitchConstraint {
+            name: "out-0".into(),
+            srcs: vec![0],
+            dsts: vec![1, 2],
+            bandwidth: 100.0,
+        }],
+    };
+    let size = 64 << 20;
+    let one = simulate(&fan_out(3, &[1]), &topo, size, &whole())
+        .unwrap()
+        .time_us;
+    let two = simulate(&fan_out(3, &[1, 2]), &topo, size, &whole())
+        .unwrap()
+        .time_us;
+    assert!((two / one - 2.0).abs() < 1e-9, "{one} {two}");
+    // Without the port constraint the links are independent.
+    topo.switches.clear();
+    let free = simulate(&fan_out(3, &[1, 2]), &topo, size, &whole())
+        .unwrap()
+        .time_us;
+    assert!((free / one - 1.0).abs() < 1e-9);
+
+    // The built-in DGX-A100: 300 GB/s links under a 300 GB/s NVSwitch port per GPU.
+    let a100 = topology::load("dgx-a100").unwrap();
+    let one = simulate(&fan_out(8, &[1]), &a100, size, &whole())
+        .unwrap()
+        .time_us;
+    let two = simulate(&fan_out(8, &[1, 2]), &a100, size, &whole())
+        .unwrap()
+        .time_us;
+    let alpha = a100.link(0, 1).unwrap().alpha;
+    assert!(
+        ((two - alpha) / (one - alpha) - 2.0).abs() < 1e-9,
+        "{one} {two}"
+    );
+}
+
+#[test]
+fn slices_pipeline_a_chain() {
+    // A 3-rank chain 0 -> 1 -> 2 with one chunk: whole chunks cost two full hops; slices
+    // overlap the hops.
+    let topo = topology::load("line:3").unwrap();
+    let rings = vec![vec![0, 1, 2]];
+    let p = baseline::ring_program(Collective::Broadcast, 3, &rings, 0).unwrap();
+    runtime::verify::verify(&p).unwrap();
+    let size = 256 << 20;
+    let whole_t = simulate(&p, &topo, size, &whole()).unwrap().time_us;
+    let sliced = simulate(&p, &topo, size, &SimOptions::default())
+        .unwrap()
+        .time_us;
+    let bw = topo.link(0, 1).unwrap().bandwidth * 1e3;
+    assert!(whole_t > 1.99 * size as f64 / bw);
+    assert!(sliced < 1.1 * size as f64 / bw, "{sliced}");
+}
+
+#[test]
+fn ring_and_tree_baselines_verify() {
+    for name in ["dgx1", "dgx-a100", "dgx-a100x2"] {
+        let topo = topology::load(name).unwrap();
+        for coll in [
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            let opts = BaselineOptions {
+                channels: None,
+                root: 3,
+            };
+            let p = baseline::ring(coll, &topo, &opts).unwrap();
+            runtime::verify::verify(&p).unwrap_or_else(|e| panic!("ring {coll} on {name}: {e}"));
+        }
+        let p = baseline::tree(Collective::AllReduce, &topo, &BaselineOptions::default()).unwrap();
+        runtime::verify::verify(&p).unwrap_or_else(|e| panic!("tree on {name}: {e}"));
+        assert!(baseline::tree(Collective::AllGather, &topo, &BaselineOptions::default()).is_err());
+    }
+}
+
+#[test]
+fn ring_busbw_matches_its_analytic_value() {
+    // Analytic ring busbw: the channels' total rate (each channel limited by its slowest
+    // link / port / NIC share); busbw = algbw × (n-1)/n removes the ring's (n-1)/n factor.
+    for (name, expect) in [("dgx1", 150.0), ("dgx-a100", 300.0), ("dgx-a100x2", 200.0)] {
+        let topo = topology::load(name).unwrap();
+        let analytic = baseline::model::channel_bus_bandwidth(Algo::Ring, &topo).unwrap();
+        assert!(
+            (analytic - expect).abs() < 1e-6,
+            "{name}: analytic {analytic}"
+        );
+        let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
+        let r = simulate(&p, &topo, GB, &SimOptions::default()).unwrap();
+        eprintln!(
+            "{name}: ring allgather 1 GiB busbw {:.1} GB/s (analytic {analytic})",
+            r.busbw
+        );
+        assert!(
+            r.busbw <= analytic * 1.0001 && r.busbw > 0.85 * analytic,
+            "{name}: {}",
+            r.busbw
+        );
+        let n = topo.ranks as f64;
+        assert!((r.algbw * (n - 1.0) / n - r.busbw).abs() < 1e-9);
+    }
+}
+
+#[test]
+fn dgx_a100x2_allgather_bound_is_325() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let b = cutbound::busbw_bound(Collective::AllGather, &topo);
+    assert!((b - 325.0).abs() < 1.0, "{b}");
+    let cut = CutBound::new(Collective::AllGather, &topo, 0);
+    assert!(cut.binding.contains("ingress"), "{}", cut.binding);
+    // The node cut alone allows 375 GB/s: 8 × 25 GB/s of NICs for half the data.
+    let inside: Vec<bool> = (0..16).map(|r| r < 8).collect();
+    assert!((cutbound::cut_capacity(&topo, &inside, true) - 200.0).abs() < 1e-6);
+    // Allreduce on one DGX-A100: 2(n-1)/n·S per rank through 300 GB/s → busbw ≤ 300.
+    let one = topology::load("dgx-a100").unwrap();
+    assert!((cutbound::busbw_bound(Collective::AllReduce, &one) - 300.0).abs() < 1e-6);
+    // Time bound grows with size and is at least one latency.
+    let t1 = cutbound::time_bound_us(Collective::AllGather, &topo, 1 << 10);
+    let t2 = cutbound::time_bound_us(Collective::AllGather, &topo, GB);
+    assert!(t1 >= 0.7 && t2 > t1);
+}
+
+#[test]
+fn baselines_never_beat_the_bound() {
+    for name in ["dgx1", "dgx-a100", "dgx-a100x2", "ring:6"] {
+        let topo = topology::load(name).unwrap();
+        for coll in [
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::AllReduce,
+            Collective::Broadcast,
+        ] {
+            let bound = CutBound::new(coll, &topo, 0);
+            let mut programs =
+                vec![baseline::ring(coll, &topo, &BaselineOptions::default()).unwrap()];
+            programs.extend(baseline::tree(coll, &topo, &BaselineOptions::default()).ok());
+            for p in &programs {
+                for size in [4 << 10, 1 << 20, 256 << 20] {
+                    let r = simulate(p, &topo, size, &SimOptions::default()).unwrap();
+                    let t = bound.time_us(r.size_bytes);
+                    assert!(
+                        r.time_us >= t * (1.0 - 1e-9),
+                        "{} on {name} at {size}: {} < bound {t}",
+                        p.name,
+                        r.time_us
+                    );
+                    assert!(r.busbw <= bound.busbw() * (1.0 + 1e-9));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nccl_model_is_plausible() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let small =
+        baseline::nccl_model_time_us(Collective::AllReduce, Algo::Ring, &topo, 1024).unwrap();
+    let big = baseline::nccl_model_time_us(Collective::AllReduce, Algo::Ring, &topo, GB).unwrap();
+    assert!(small > 8.4 && big > small);
+    // At 1 GiB the ring runs near its bus bandwidth (200 GB/s on 8 NICs).
+    let busbw = GB as f64 / (big * 1e3) * Collective::AllReduce.busbw_factor(16);
+    assert!(busbw > 180.0 && busbw <= 200.0, "{busbw}");
+    assert!(baseline::nccl_model_time_us(Collective::AllGather, Algo::Tree, &topo, GB).is_err());
+    assert!(baseline::nccl_model_time_us(Collective::AllToAll, Algo::Ring, &topo, GB).is_err());
+    let (_, algo) = baseline::nccl_model_busbw(Collective::AllReduce, &topo, GB).unwrap();
+    assert_eq!(algo, Algo::Ring);
+}
+
+#[test]
+fn mismatches_are_errors() {
+    let dgx1 = topology::load("dgx1").unwrap();
+    let a100x2 = topology::load("dgx-a100x2").unwrap();
+    let p = baseline::ring(Collective::AllGather, &dgx1, &BaselineOptions::default()).unwrap();
+    let e = simulate(&p, &a100x2, 1 << 20, &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("8 ranks") && e.contains("16"), "{e}");
+    assert!(!e.contains('\n'));
+    // A send between ranks without a link.
+    let line = topology::load("line:3").unwrap();
+    let e = simulate(&fan_out(3, &[2]), &line, 1 << 20, &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no link 0->2"), "{e}");
+    assert!(simulate(&fan_out(3, &[1]), &line, 0, &SimOptions::default()).is_err());
+}
+
+#[test]
+fn deadlock_is_an_error() {
+    // Rank 1 waits for a message rank 0 never sends.
+    let mut p = fan_out(2, &[1]);
+    p.gpus[0].threadblocks[0].steps.clear();
+    p.gpus[0].threadblocks[0].steps.push(Step::new(
+        Op::Copy,
+        Slot::new(Buffer::Input, 0),
+        Slot::new(Buffer::Output, 0),
+        1,
+    ));
+    let e = simulate(&p, &pair(25.0, 0.7), 1 << 20, &SimOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("deadlock"), "{e}");
+}
+
+fn cli(args: &[&str]) -> anyhow::Result<String> {
+    let mut out = Vec::new();
+    synth::cli::run(args.iter().copied(), &mut out)?;
+    Ok(String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn cli_simulate_prints_table_and_json() {
+    let topo = topology::load("dgx-a100").unwrap();
+    let p = baseline::ring(Collective::AllReduce, &topo, &BaselineOptions::default()).unwrap();
+    let xml = runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap();
+    let dir = std::env::temp_dir().join(format!("synth-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ring.xml");
+    std::fs::write(&file, xml).unwrap();
+    let f = file.to_str().unwrap();
+
+    let table = cli(&[
+        "synth", "simulate", f, "--topo", "dgx-a100", "--sizes", "1M:4M",
+    ])
+    .unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2 + 3, "{table}");
+    assert!(lines[1].contains("busbw") && lines[1].contains("bound"));
+    let json = cli(&[
+        "synth", "simulate", f, "--topo", "dgx-a100", "--sizes", "64M", "--json",
+    ])
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let row = &v["rows"][0];
+    let (busbw, ring) = (
+        row["busbw"].as_f64().unwrap(),
+        row["ring_busbw"].as_f64().unwrap(),
+    );
+    // The file is the ring baseline itself.
+    assert!((busbw - ring).abs() < 1e-9 * busbw);
+    assert!(busbw <= row["bound_busbw"].as_f64().unwrap());
+    assert!(row["tree_busbw"].as_f64().is_some() && row["nccl_model_busbw"].as_f64().is_some());
+
+    let e = cli(&["synth", "simulate", f, "--topo", "dgx1x2", "--sizes", "1M"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("8 ranks") && !e.contains('\n'), "{e}");
+    let e = cli(&[
+        "synth", "simulate", f, "--topo", "dgx-a100", "--sizes", "lots",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--sizes"), "{e}");
+    let missing = dir.join("missing.xml");
+    let e = cli(&[
+        "synth",
+        "simulate",
+        missing.to_str().unwrap(),
+        "--topo",
+        "dgx-a100",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("missing.xml") && !e.contains('\n'), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}

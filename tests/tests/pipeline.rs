@@ -1,0 +1,123 @@
+//! End to end: synthesize → lower (in place and out of place, every flavour) → verify →
+//! MSCCL XML → read back → run on the CPU executor with random data at three sizes.
+
+use runtime::cpu::{run, DataType, RunOptions};
+use runtime::ir::{Flavor, Program};
+use std::time::{Duration, Instant};
+use synth::algorithm::Algorithm;
+use synth::collective::{Collective, Kind};
+use synth::lower::{lower, LowerOptions};
+use synth::progress::Progress;
+use synth::smt::Limits;
+use synth::synthesize::{synthesize, Request, Search};
+use synth::topology::{self, Topology};
+
+const ALL: [Kind; 8] = [
+    Kind::AllGather,
+    Kind::ReduceScatter,
+    Kind::AllReduce,
+    Kind::AllToAll,
+    Kind::Broadcast,
+    Kind::Reduce,
+    Kind::Gather,
+    Kind::Scatter,
+];
+
+fn least_steps(topo: &Topology, kind: Kind, root: usize, chunks: usize) -> Algorithm {
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: topo,
+        collective: Collective::new(kind, topo.ranks, root, 1).unwrap(),
+        search: Search::LeastSteps {
+            chunks,
+            rounds: None,
+        },
+        limits: Limits {
+            max_steps: 12,
+            max_chunks: chunks,
+            deadline: Instant::now() + Duration::from_secs(300),
+        },
+        progress: &progress,
+    };
+    let s = synthesize(&request).unwrap();
+    s.algorithms
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("{kind} on {}: nothing found", topo.name))
+}
+
+/// Lowers, verifies, round-trips through XML and runs at three sizes; returns the program.
+fn exercise(algorithm: &Algorithm, inplace: bool, flavor: Flavor, instances: usize) -> Program {
+    let options = LowerOptions {
+        flavor,
+        inplace,
+        instances,
+        ..LowerOptions::default()
+    };
+    let what = format!(
+        "{} inplace={inplace} {flavor:?} instances={instances}",
+        algorithm.name
+    );
+    let program =
+        lower(algorithm, &options).unwrap_or_else(|e| panic!("{what}: lowering failed: {e:#}"));
+    runtime::verify::verify(&program).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let xml = runtime::xml::write(&program, flavor).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let back =
+        runtime::xml::read_str(&xml).unwrap_or_else(|e| panic!("{what}: reading our XML: {e}"));
+    runtime::verify::verify(&back).unwrap_or_else(|e| panic!("{what}: re-read program: {e}"));
+    for bytes in [1u64 << 10, 100_000, 1 << 20] {
+        let mut opts = RunOptions::for_bytes(&back, bytes, DataType::F32);
+        opts.inplace = inplace;
+        let report = run(&back, &opts).unwrap_or_else(|e| panic!("{what} at {bytes} B: {e:#}"));
+        assert_eq!(
+            report.wrong, 0,
+            "{what} at {bytes} B: {} wrong elements",
+            report.wrong
+        );
+    }
+    back
+}
+
+#[test]
+fn every_collective_on_four_topologies() {
+    for name in ["dgx1", "ring:8", "fully-connected:4", "dgx-a100"] {
+        let topo = topology::load(name).unwrap();
+        for kind in ALL {
+            let root = if kind.is_rooted() { topo.ranks - 1 } else { 0 };
+            let algorithm = least_steps(&topo, kind, root, 1);
+            for inplace in [false, true] {
+                for flavor in [Flavor::Nccl, Flavor::Rccl] {
+                    exercise(&algorithm, inplace, flavor, 1);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_and_replicated_programs() {
+    let topo = topology::load("dgx1").unwrap();
+    for kind in [Kind::AllGather, Kind::AllReduce, Kind::AllToAll] {
+        let algorithm = least_steps(&topo, kind, 0, 2);
+        let program = exercise(&algorithm, false, Flavor::Nccl, 2);
+        assert_eq!(
+            program.nchannels(),
+            2,
+            "{kind}: two instances use two channels"
+        );
+        exercise(&algorithm, true, Flavor::Legacy, 1);
+    }
+}
+
+#[test]
+fn rccl_programs_use_only_rccl_instructions() {
+    let topo = topology::load("ring:5").unwrap();
+    let algorithm = least_steps(&topo, Kind::AllReduce, 0, 1);
+    let program = exercise(&algorithm, false, Flavor::Rccl, 1);
+    assert!(program.steps().all(|(_, s)| !s.op.is_fused()));
+    let fused = exercise(&algorithm, false, Flavor::Nccl, 1);
+    assert!(
+        fused.steps().any(|(_, s)| s.op.is_fused()),
+        "the NCCL flavour fuses receive-reduce-copy"
+    );
+}

@@ -6,6 +6,7 @@
 
 pub mod builders;
 pub mod cpu;
+pub mod cuda;
 pub mod ir;
 pub mod semantics;
 pub mod verify;

@@ -4,6 +4,7 @@
 pub mod algorithm;
 pub mod baseline;
 pub mod bounds;
+pub mod catalog;
 pub mod check;
 pub mod cli;
 pub mod collective;

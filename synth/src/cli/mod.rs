@@ -1,6 +1,8 @@
 //! The `synth` command line: argument definitions and dispatch. Every command takes
 //! `--json` and writes one JSON document to stdout instead of its table.
 
+mod bench_cmd;
+mod catalog_cmd;
 mod lower_args;
 mod run_cmd;
 mod simulate_cmd;
@@ -29,12 +31,16 @@ enum Command {
     Topo(topo_cmd::TopoArgs),
     /// Print the lower bounds (steps, rounds per chunk) of a collective on a topology.
     Bounds(BoundsArgs),
+    /// Time the fixed synthesis benchmarks (the SMT speed targets).
+    Bench(bench_cmd::BenchArgs),
     /// Check an MSCCL XML file (ours or anyone's) and explain the first problem found.
     Verify(run_cmd::VerifyArgs),
     /// Execute an MSCCL XML file on the CPU executor with real data (nccl-tests table).
     Run(run_cmd::RunArgs),
     /// Simulate an MSCCL XML algorithm on a topology next to NCCL baselines and the cut bound.
     Simulate(simulate_cmd::SimulateArgs),
+    /// Build a catalog: the best synthesized algorithm per size range as MSCCL XML files.
+    Catalog(catalog_cmd::CatalogArgs),
 }
 
 /// Arguments of `synth bounds`.
@@ -65,9 +71,11 @@ where
         Some(Command::Bounds(args)) => {
             synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out)
         }
+        Some(Command::Bench(args)) => bench_cmd::run(&args, cli.json, out),
         Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),
         Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
         Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
+        Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
     }
 }
 

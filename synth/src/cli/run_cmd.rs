@@ -92,6 +92,9 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
 pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     match args.backend.as_str() {
         "cpu" => {}
+        #[cfg(feature = "cuda")]
+        "cuda" => return run_cuda(args, json, out),
+        #[cfg(not(feature = "cuda"))]
         "cuda" => {
             bail!("this synth was built without CUDA support (rebuild with `--features cuda`)")
         }
@@ -121,6 +124,50 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         },
     };
     let rows = sweep(&program, &options).map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"file": args.file, "rows": rows}))?
+        )?;
+    } else {
+        write!(out, "{}", format_table(&rows))?;
+    }
+    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
+    if wrong > 0 {
+        bail!("{}: {wrong} wrong elements", args.file);
+    }
+    Ok(())
+}
+
+/// Runs `synth run --backend cuda`: the CUDA executor (one GPU per rank, or all ranks on one
+/// GPU), every result checked, nccl-tests' table.
+#[cfg(feature = "cuda")]
+fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    use runtime::cuda::{CudaOptions, Dtype};
+    // One line and a non-zero exit without a usable GPU.
+    runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
+    let program = read_program(&args.file)?;
+    let sizes = parse_sizes(
+        args.sizes
+            .as_deref()
+            .or(args.size.as_deref())
+            .unwrap_or("1K:64M"),
+    )?;
+    let dtype = Dtype::parse(&args.dtype)
+        .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;
+    if args.op != "sum" {
+        bail!("--backend cuda supports only --op sum");
+    }
+    let options = CudaOptions {
+        dtype,
+        sizes,
+        iters: args.iters.max(1),
+        warmup: args.warmup,
+        ..CudaOptions::default()
+    };
+    let rows = runtime::cuda::sweep(&program, &options)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
     if json {
         writeln!(
             out,

@@ -1,0 +1,415 @@
+//! The CUDA executor. Everything that needs no GPU runs everywhere: the schedule derived from
+//! a program (send/receive pairing into copies, staging, stream waits) is executed on host
+//! memory in many dependency-respecting orders and must give the collective's exact result,
+//! and its DAG must order every pair of conflicting memory accesses. Tests that need a GPU
+//! (feature `cuda`) skip with a notice when there is no driver or device.
+
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::fixture;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use runtime::builders::{
+    direct_allgather, direct_alltoall, ring_allgather, ring_allreduce, ring_reduce_scatter,
+};
+use runtime::cuda::data::input_value;
+use runtime::cuda::schedule::{piece, Action, Loc, NodeKind, Schedule};
+use runtime::ir::{Buffer, Program};
+use runtime::semantics::Semantics;
+use runtime::{verify, xml};
+
+fn programs() -> Vec<Program> {
+    let mut v = vec![
+        ring_allreduce(&[0, 1, 2, 3], 1, false),
+        ring_allreduce(&[2, 0, 3, 1], 2, true),
+        ring_allgather(&[0, 1, 2], 2, false),
+        ring_allgather(&[0, 1, 2, 3], 1, true),
+        ring_reduce_scatter(&[0, 1, 2, 3], 1, false),
+        ring_reduce_scatter(&[1, 0, 2], 2, true),
+        direct_alltoall(4),
+        direct_allgather(3),
+    ];
+    for f in [
+        "allreduce-1step-3gpu-LL-inplace.xml",
+        "allreduce-ring-4gpu-Simple-inplace.xml",
+        "alltoall-8n-0-9kb.xml",
+    ] {
+        if let Some(text) = fixture(f) {
+            v.push(xml::read_str(&text).unwrap_or_else(|e| panic!("{f}: {e}")));
+        }
+    }
+    for p in &v {
+        verify::verify(p).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+    }
+    v
+}
+
+/// Host memory poisoned with NaN, inputs written.
+fn host_memory(p: &Program, s: &Schedule, chunk: usize) -> Vec<[Vec<f32>; 4]> {
+    let sem = Semantics::of(p, s.inplace).unwrap();
+    let mut mem: Vec<[Vec<f32>; 4]> = s
+        .space_chunks
+        .iter()
+        .map(|c| std::array::from_fn(|i| vec![f32::NAN; c[i] * chunk]))
+        .collect();
+    for rank in 0..p.ngpus {
+        for k in 0..sem.extent(Buffer::Input).unwrap() {
+            let l = Schedule::resolve(p, s.inplace, rank, Buffer::Input, k).unwrap();
+            for e in 0..chunk {
+                mem[rank][l.space.index()][l.chunk * chunk + e] =
+                    input_value(9, rank, k * chunk + e, 32);
+            }
+        }
+    }
+    mem
+}
+
+fn wrong(p: &Program, s: &Schedule, mem: &[[Vec<f32>; 4]], chunk: usize) -> usize {
+    let sem = Semantics::of(p, s.inplace).unwrap();
+    let mut wrong = 0;
+    for rank in 0..p.ngpus {
+        for k in 0..sem.extent(Buffer::Output).unwrap() {
+            let Some(exp) = sem.expected_output(rank, k) else {
+                continue;
+            };
+            let l = Schedule::resolve(p, s.inplace, rank, Buffer::Output, k).unwrap();
+            for e in 0..chunk {
+                let want: f32 = exp
+                    .iter()
+                    .map(|c| input_value(9, c.rank, c.chunk * chunk + e, 32))
+                    .sum();
+                if mem[rank][l.space.index()][l.chunk * chunk + e] != want {
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    wrong
+}
+
+/// A random order that respects every dependency (randomised Kahn).
+fn random_order(s: &Schedule, rng: &mut StdRng) -> Vec<usize> {
+    let n = s.nodes.len();
+    let mut indeg: Vec<usize> = s.nodes.iter().map(|x| x.deps.len()).collect();
+    let mut succ = vec![Vec::new(); n];
+    for (v, x) in s.nodes.iter().enumerate() {
+        for &d in &x.deps {
+            succ[d].push(v);
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&v| indeg[v] == 0).collect();
+    let mut order = Vec::new();
+    while !ready.is_empty() {
+        ready.shuffle(rng);
+        let v = ready.pop().unwrap();
+        order.push(v);
+        for &w in &succ[v] {
+            indeg[w] -= 1;
+            if indeg[w] == 0 {
+                ready.push(w);
+            }
+        }
+    }
+    assert_eq!(order.len(), n);
+    order
+}
+
+#[test]
+fn schedules_compute_every_collective_exactly_in_any_order() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for p in programs() {
+        for inplace in p.modes() {
+            for slices in [1, 3] {
+                let s = Schedule::new(&p, inplace, slices)
+                    .unwrap_or_else(|e| panic!("{}: {e:#}", p.name));
+                for (i, node) in s.nodes.iter().enumerate() {
+                    assert!(
+                        node.deps.iter().all(|&d| d < i),
+                        "issue order is topological"
+                    );
+                }
+                let chunk = 7;
+                let issue: Vec<usize> = (0..s.nodes.len()).collect();
+                let mut orders = vec![issue];
+                for _ in 0..6 {
+                    orders.push(random_order(&s, &mut rng));
+                }
+                for order in orders {
+                    let mut mem = host_memory(&p, &s, chunk);
+                    s.execute_on_host(&mut mem, chunk, &order).unwrap();
+                    assert_eq!(
+                        wrong(&p, &s, &mem, chunk),
+                        0,
+                        "{} inplace={inplace} slices={slices}",
+                        p.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Element ranges (rank, space, start, end) a node reads and writes.
+type Range = (usize, usize, usize, usize);
+
+fn footprint(s: &Schedule, v: usize, chunk: usize) -> (Vec<Range>, Vec<Range>) {
+    let n = &s.nodes[v];
+    let (lo, hi) = piece(chunk, s.slices, n.pass);
+    let r = |l: Loc, count: usize| -> Vec<Range> {
+        (0..count)
+            .map(|k| {
+                let base = (l.chunk + k) * chunk;
+                (l.rank, l.space.index(), base + lo, base + hi)
+            })
+            .collect()
+    };
+    match n.action {
+        Action::Copy { src, dst, count } => (r(src, count), r(dst, count)),
+        Action::Reduce { out, a, b, count } => {
+            let mut reads = r(a, count);
+            reads.extend(r(b, count));
+            (reads, r(out, count))
+        }
+    }
+}
+
+fn overlap(a: &Range, b: &Range) -> bool {
+    a.0 == b.0 && a.1 == b.1 && a.2 < b.3 && b.2 < a.3
+}
+
+#[test]
+fn schedules_order_every_conflicting_access() {
+    for p in programs() {
+        for inplace in p.modes() {
+            let s = Schedule::new(&p, inplace, 2).unwrap();
+            let n = s.nodes.len();
+            // reach[v]: bitset of nodes that v (transitively) depends on.
+            let words = n.div_ceil(64);
+            let mut reach = vec![vec![0u64; words]; n];
+            for v in 0..n {
+                for &d in &s.nodes[v].deps {
+                    reach[v][d / 64] |= 1 << (d % 64);
+                    let dr = reach[d].clone();
+                    for (a, b) in reach[v].iter_mut().zip(dr) {
+                        *a |= b;
+                    }
+                }
+            }
+            let fp: Vec<_> = (0..n).map(|v| footprint(&s, v, 8)).collect();
+            for v in 0..n {
+                for u in 0..v {
+                    let conflict = fp[v]
+                        .1
+                        .iter()
+                        .any(|w| fp[u].0.iter().chain(&fp[u].1).any(|x| overlap(w, x)))
+                        || fp[u]
+                            .1
+                            .iter()
+                            .any(|w| fp[v].0.iter().any(|x| overlap(w, x)));
+                    if conflict {
+                        assert!(
+                            reach[v][u / 64] >> (u % 64) & 1 == 1,
+                            "{} inplace={inplace}: nodes {u} and {v} race ({:?} / {:?})",
+                            p.name,
+                            s.nodes[u],
+                            s.nodes[v]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pairs_are_direct_unless_rendezvous_would_deadlock() {
+    // A ring whose threadblocks all send before they receive: per round, rendezvous on
+    // every hop would close a cycle around the ring, so exactly one hop per round is staged.
+    let s = Schedule::new(&ring_allgather(&[0, 1, 2, 3], 1, false), false, 1).unwrap();
+    assert_eq!(s.direct_pairs + s.staged_pairs, 4 * 3);
+    assert_eq!(s.staged_pairs, 3);
+    assert_eq!(s.space_chunks.iter().map(|c| c[3]).sum::<usize>(), 3);
+    // A chain (rank 0 sends, rank 1 receives then sends, rank 2 receives): all direct.
+    let chain = runtime::ir::Program {
+        name: "chain".into(),
+        collective: runtime::ir::Collective::Broadcast,
+        root: 0,
+        protocol: runtime::ir::Protocol::Simple,
+        ngpus: 3,
+        nchunksperloop: 1,
+        inplace: false,
+        outofplace: true,
+        min_bytes: 0,
+        max_bytes: 0,
+        gpus: (0..3)
+            .map(|r| {
+                use runtime::ir::{Gpu, Op, Slot, Step, Threadblock};
+                let (i, o) = (Slot::new(Buffer::Input, 0), Slot::new(Buffer::Output, 0));
+                let steps = match r {
+                    0 => vec![Step::new(Op::Copy, i, o, 1), Step::new(Op::Send, i, o, 1)],
+                    1 => vec![Step::new(Op::RecvCopySend, i, o, 1)],
+                    _ => vec![Step::new(Op::Recv, i, o, 1)],
+                };
+                Gpu {
+                    rank: r,
+                    input_chunks: 1,
+                    output_chunks: 1,
+                    scratch_chunks: 0,
+                    threadblocks: vec![Threadblock {
+                        send: (r < 2).then_some(r + 1),
+                        recv: (r > 0).then(|| r - 1),
+                        channel: 0,
+                        steps,
+                    }],
+                }
+            })
+            .collect(),
+    };
+    verify::verify(&chain).unwrap();
+    let s = Schedule::new(&chain, false, 1).unwrap();
+    assert_eq!((s.direct_pairs, s.staged_pairs), (2, 0));
+    assert!(
+        s.space_chunks.iter().all(|c| c[3] == 0),
+        "no staging memory"
+    );
+    // Direct all-to-all: each threadblock sends to and then receives from one peer, so a
+    // rendezvous per pair would deadlock; one side of each exchange is staged.
+    let p = direct_alltoall(4);
+    let s = Schedule::new(&p, false, 1).unwrap();
+    assert_eq!(s.direct_pairs + s.staged_pairs, 12);
+    assert!(
+        s.staged_pairs >= 6 && s.staged_pairs < 12,
+        "{}",
+        s.staged_pairs
+    );
+    // Reductions land in staging and run as kernels on the receiver.
+    let s = Schedule::new(&ring_reduce_scatter(&[0, 1, 2], 1, false), false, 1).unwrap();
+    assert!(s.nodes.iter().any(|n| n.kind == NodeKind::LocalReduce));
+    if let Some(text) = fixture("allreduce-ring-4gpu-Simple-inplace.xml") {
+        let p = xml::read_str(&text).unwrap();
+        let s = Schedule::new(&p, true, 1).unwrap();
+        assert!(s.reduce_pairs > 0);
+        for n in &s.nodes {
+            if let Action::Reduce { out, a, b, .. } = n.action {
+                assert!(out.rank == a.rank && a.rank == b.rank, "kernels are local");
+                assert_eq!(s.streams[n.stream].0, out.rank, "on the owner's stream");
+            }
+        }
+    }
+}
+
+#[test]
+fn stream_waits_imply_every_cross_stream_dependency() {
+    for p in programs() {
+        let s = Schedule::new(&p, p.modes()[0], 2).unwrap();
+        let waits = s.waits();
+        let mut pos = vec![0usize; s.nodes.len()];
+        let mut len = vec![0usize; s.streams.len()];
+        for (i, n) in s.nodes.iter().enumerate() {
+            pos[i] = len[n.stream];
+            len[n.stream] += 1;
+        }
+        // covered[stream][other]: nodes of `other` known finished before this point.
+        let mut covered = vec![vec![0usize; s.streams.len()]; s.streams.len()];
+        for (v, n) in s.nodes.iter().enumerate() {
+            for &w in &waits[v] {
+                let o = s.nodes[w].stream;
+                assert_ne!(o, n.stream);
+                covered[n.stream][o] = covered[n.stream][o].max(pos[w] + 1);
+            }
+            for &d in &n.deps {
+                let o = s.nodes[d].stream;
+                if o != n.stream {
+                    assert!(
+                        covered[n.stream][o] > pos[d],
+                        "{}: node {v} dep {d}",
+                        p.name
+                    );
+                }
+            }
+        }
+        let total: usize = waits.iter().map(|w| w.len()).sum();
+        let cross: usize = s
+            .nodes
+            .iter()
+            .map(|n| {
+                n.deps
+                    .iter()
+                    .filter(|&&d| s.nodes[d].stream != n.stream)
+                    .count()
+            })
+            .sum();
+        assert!(total <= cross);
+    }
+}
+
+#[test]
+fn sliced_schedules_replay_the_program_per_piece() {
+    let p = ring_allreduce(&[0, 1, 2], 1, false);
+    let one = Schedule::new(&p, false, 1).unwrap();
+    let four = Schedule::new(&p, false, 4).unwrap();
+    assert_eq!(four.nodes.len(), 4 * one.nodes.len());
+    assert_eq!(
+        four.space_chunks, one.space_chunks,
+        "pieces share the chunks"
+    );
+    assert_eq!(piece(10, 4, 0), (0, 2));
+    assert_eq!(piece(10, 4, 3), (7, 10));
+    assert_eq!(piece(3, 4, 0), (0, 0));
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::programs;
+    use runtime::cuda::{self, CudaOptions, Dtype};
+
+    fn gpu() -> bool {
+        match cuda::available() {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("notice: skipping GPU test: {e}");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn programs_run_correctly_on_the_gpu() {
+        if !gpu() {
+            return;
+        }
+        for p in programs() {
+            for dtype in Dtype::ALL {
+                for (graph, slices) in [(true, 1), (false, 2)] {
+                    let opts = CudaOptions {
+                        dtype,
+                        sizes: vec![4096, 3 << 20],
+                        warmup: 1,
+                        iters: 3,
+                        graph,
+                        slices,
+                        ..CudaOptions::default()
+                    };
+                    let rows = cuda::sweep(&p, &opts)
+                        .unwrap_or_else(|e| panic!("{} {dtype}: {e:#}", p.name));
+                    for r in rows {
+                        assert_eq!(r.wrong, 0, "{} {dtype} graph={graph} {r:?}", p.name);
+                        assert!(r.time_us > 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn copy_ceiling_measures() {
+        if !gpu() {
+            return;
+        }
+        let rows = cuda::copy_ceiling(&[1 << 20, 64 << 20], 1, 3).unwrap();
+        assert!(rows.iter().all(|r| r.gbps > 0.0));
+    }
+}

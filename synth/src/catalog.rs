@@ -1,0 +1,970 @@
+//! Catalogs: the best synthesized algorithm per message-size range, as a folder that
+//! `MSCCL_ALGO_DIR` can point at (DESIGN §1, last box).
+//!
+//! # What a catalog is
+//!
+//! For each collective:
+//!
+//! 1. **Candidates.** The algorithms of a search ([`Options::search`], the Pareto frontier by
+//!    default) with [`synthesize_with`], plus any extra instances ([`Options::extra`]); if
+//!    both give nothing, the least-steps algorithm at C = 1. Each is lowered with every
+//!    replication count of [`Options::instances`] (1, 2, 4 by default: the algorithm runs on N
+//!    channels, each carrying 1/N of every chunk), in place and out of place; a variant that
+//!    fails to lower, to verify ([`runtime::verify::verify`]) or to serialize is dropped with a
+//!    note.
+//! 2. **Simulation.** Every candidate is simulated ([`crate::simulate`]) at every grid size
+//!    (nccl-tests sizes; 1 B to 16 GiB by ×4 by default). The runtime only runs a program on
+//!    whole chunks, so, as in the runtime, the element count of a size is rounded down to a
+//!    multiple of the program's `nchunksperloop` (at least one element per chunk): each
+//!    candidate is simulated at its own rounded size ([`Point::simulated_bytes`]).
+//! 3. **Choice.** At each grid size the candidate with the least simulated time wins (within
+//!    [`TIE`] of the fastest, the one with the fewest chunks per loop, then the fewest
+//!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
+//!    form one range. Between two ranges the switch point is found by bisection on the
+//!    byte count with the same rule, so a range starts where its algorithm starts to win.
+//! 4. **Ranges.** Inclusive `[minBytes, maxBytes]` with the executor's semantics
+//!    (msccl-ir.md §2.1: selected when `minBytes ≤ nBytes` and (`maxBytes == 0` or
+//!    `nBytes ≤ maxBytes`), `nBytes` = nccl-tests size). The first range starts at 1 B, each
+//!    next one at the previous `maxBytes + 1`, and the last has `maxBytes = 0` (no upper
+//!    limit): the ranges are disjoint and cover every size from 1 B (16 GiB and beyond). A
+//!    file is still skipped by the runtime at sizes whose element count is not a multiple of
+//!    its `nchunksperloop` (NCCL then runs its own algorithm).
+//!
+//! # Files
+//!
+//! * `OUT/algos/COLL-KK-LABEL.xml` and `OUT/algos/COLL-KK-LABEL.inplace.xml`: one XML per
+//!   range and buffer mode (the runtime matches `inplace`/`outofplace` to the call), `KK`
+//!   the range's index from the smallest sizes, so sorted order is priority order (and
+//!   ranges are disjoint anyway). The runtime parses *every* file of `MSCCL_ALGO_DIR` as an
+//!   algorithm, so the XML files have a folder of their own: `MSCCL_ALGO_DIR=OUT/algos`.
+//! * `OUT/manifest.json`: the [`Manifest`].
+//! * `OUT/README.md`: per collective, the ranges table and the per-size table next to NCCL's
+//!   ring and tree (simulated the same way) and the cut bound ([`crate::cutbound`]).
+//! * `OUT/COLL-busbw.svg`: busbw against log2(size), one line per candidate plus NCCL ring,
+//!   tree and the bound.
+
+use crate::algorithm::Algorithm;
+use crate::baseline::{self, BaselineOptions};
+use crate::collective::{Collective, Kind};
+use crate::cutbound::CutBound;
+use crate::lower::{lower, LowerOptions};
+use crate::progress::Progress;
+use crate::simulate::{elements_for, simulate, SimOptions, ELEMENT_BYTES};
+use crate::sketch::Sketch;
+use crate::smt::Limits;
+use crate::synthesize::{synthesize_with, BoundsReport, Method, Request, Search, Synthesis};
+use crate::topology::Topology;
+use anyhow::{anyhow, bail, Context, Result};
+use runtime::ir::{Flavor, Program, Protocol};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The default size grid: 1 B to 16 GiB by factors of 4 (`runtime::cpu::parse_sizes`).
+pub const DEFAULT_SIZES: &str = "1:16G:4";
+
+/// The sub-folder of the output folder that holds the XML files (`MSCCL_ALGO_DIR`).
+pub const ALGO_DIR: &str = "algos";
+
+/// Relative time difference under which two candidates count as equally fast.
+pub const TIE: f64 = 0.005;
+
+/// How a catalog is built.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Encoding (`Auto`: SMT for one small node, MILP otherwise).
+    pub method: Method,
+    /// Sketch for the MILP encoding.
+    pub sketch: Option<Sketch>,
+    /// The main search per collective.
+    pub search: Search,
+    /// Extra instances (steps, rounds, chunks) solved for one collective each.
+    pub extra: Vec<(Kind, usize, usize, usize)>,
+    /// Wall-clock limit in seconds of each search (the main one, each extra instance).
+    pub time_limit: f64,
+    /// Cap on steps of the searches.
+    pub max_steps: usize,
+    /// Cap on chunks of the searches.
+    pub max_chunks: usize,
+    /// Replication counts (channels) each algorithm is lowered with.
+    pub instances: Vec<usize>,
+    /// Grid of nccl-tests sizes in bytes, increasing.
+    pub sizes: Vec<u64>,
+    /// XML dialect (`Nccl` or `Rccl`: both read `maxBytes` as inclusive, 0 = no limit).
+    pub flavor: Flavor,
+    /// Simulator options.
+    pub sim: SimOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            method: Method::Auto,
+            sketch: None,
+            search: Search::Pareto,
+            extra: Vec::new(),
+            time_limit: 120.0,
+            max_steps: 16,
+            max_chunks: 8,
+            instances: vec![1, 2, 4],
+            sizes: runtime::cpu::parse_sizes(DEFAULT_SIZES).expect("valid default sizes"),
+            flavor: Flavor::Nccl,
+            sim: SimOptions::default(),
+        }
+    }
+}
+
+/// One simulated size of one program.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// The grid size asked for (bytes).
+    pub size: u64,
+    /// The size simulated: rounded down to whole elements per chunk (at least one).
+    pub simulated_bytes: u64,
+    /// Simulated time in µs.
+    pub time_us: f64,
+    /// nccl-tests busbw in GB/s at the simulated size.
+    pub busbw: f64,
+}
+
+/// One lowered candidate and its simulated curve.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// `NAME-iN`: the algorithm's name and the replication count.
+    pub label: String,
+    /// Steps S.
+    pub steps: usize,
+    /// Rounds R.
+    pub rounds: u32,
+    /// Chunks C of the algorithm (before replication).
+    pub chunks: usize,
+    /// Replication count (channels per chunk).
+    pub instances: usize,
+    /// `nchunksperloop` of the program: sizes must be a multiple of it in elements.
+    pub nchunksperloop: usize,
+    /// Channels of the program.
+    pub nchannels: usize,
+    /// The curve over the grid.
+    pub points: Vec<Point>,
+    /// Whether an in-place variant lowered and verified (otherwise in-place calls of its
+    /// ranges fall back to NCCL).
+    pub has_inplace: bool,
+    #[serde(skip)]
+    outofplace: Program,
+    #[serde(skip)]
+    inplace: Option<Program>,
+}
+
+/// The baselines at one grid size (busbw in GB/s; `None` where undefined).
+#[derive(Debug, Clone, Serialize)]
+pub struct Baseline {
+    /// Grid size.
+    pub size: u64,
+    /// NCCL ring, simulated.
+    pub ring: Option<f64>,
+    /// NCCL tree, simulated (allreduce only).
+    pub tree: Option<f64>,
+    /// The cut bound at this size.
+    pub bound: f64,
+}
+
+/// One size range and the files that serve it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Range {
+    /// Smallest size (bytes, inclusive).
+    pub min_bytes: u64,
+    /// Largest size (bytes, inclusive); 0 = no upper limit.
+    pub max_bytes: u64,
+    /// The winning candidate's label.
+    pub algorithm: String,
+    /// Steps, rounds, chunks, instances and chunks per loop of the winner.
+    pub steps: usize,
+    /// Rounds R.
+    pub rounds: u32,
+    /// Chunks C.
+    pub chunks: usize,
+    /// Replication count.
+    pub instances: usize,
+    /// `nchunksperloop`.
+    pub nchunksperloop: usize,
+    /// Out-of-place XML, relative to the output folder.
+    pub file: String,
+    /// In-place XML, relative to the output folder (`None` when the in-place lowering does
+    /// not verify: in-place calls then run NCCL's own algorithm).
+    pub file_inplace: Option<String>,
+    /// The winner's simulated points at the grid sizes inside the range.
+    pub points: Vec<Point>,
+}
+
+/// The catalog of one collective.
+#[derive(Debug, Clone, Serialize)]
+pub struct CollectiveCatalog {
+    /// Collective name (`allgather`, ...).
+    pub collective: String,
+    /// Encoding used (`smt` or `milp`).
+    pub method: String,
+    /// False when a search was cut short (time limit or caps).
+    pub complete: bool,
+    /// Seconds spent synthesizing.
+    pub synthesis_seconds: f64,
+    /// Lower bounds reported by the search.
+    pub bounds: Option<BoundsReport>,
+    /// The cut bound on busbw at large sizes (GB/s).
+    pub bound_busbw: f64,
+    /// Every candidate with its curve.
+    pub candidates: Vec<Candidate>,
+    /// NCCL baselines and bound per grid size.
+    pub baselines: Vec<Baseline>,
+    /// The ranges, increasing and disjoint.
+    pub ranges: Vec<Range>,
+    /// The busbw plot, relative to the output folder.
+    pub svg: String,
+    /// Things dropped or worked around.
+    pub notes: Vec<String>,
+}
+
+/// Everything a catalog run wrote (`manifest.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Manifest {
+    /// Topology name.
+    pub topology: String,
+    /// Ranks.
+    pub ranks: usize,
+    /// XML dialect.
+    pub flavor: String,
+    /// The folder to point `MSCCL_ALGO_DIR` at, relative to the output folder.
+    pub algo_dir: String,
+    /// The grid sizes (bytes).
+    pub sizes: Vec<u64>,
+    /// One entry per collective.
+    pub collectives: Vec<CollectiveCatalog>,
+}
+
+/// Builds the catalog of `kinds` on `topology` into `out` (see the module docs) and returns
+/// the manifest it wrote.
+pub fn build(
+    topology: &Topology,
+    kinds: &[Kind],
+    out: &Path,
+    options: &Options,
+    progress: &Progress,
+) -> Result<Manifest> {
+    check_options(options)?;
+    if kinds.is_empty() {
+        bail!("no collective given");
+    }
+    let algos = out.join(ALGO_DIR);
+    std::fs::create_dir_all(&algos)
+        .with_context(|| format!("{}: cannot create folder", algos.display()))?;
+    clear_catalog_files(&algos, kinds)?;
+    let mut collectives = Vec::new();
+    for &kind in kinds {
+        let catalog = build_one(topology, kind, out, options, progress)
+            .with_context(|| format!("{kind} on {}", topology.name))?;
+        collectives.push(catalog);
+    }
+    let manifest = Manifest {
+        topology: topology.name.clone(),
+        ranks: topology.ranks,
+        flavor: format!("{:?}", options.flavor).to_lowercase(),
+        algo_dir: ALGO_DIR.to_string(),
+        sizes: options.sizes.clone(),
+        collectives,
+    };
+    write_file(
+        &out.join("manifest.json"),
+        &serde_json::to_string_pretty(&manifest)?,
+    )?;
+    write_file(&out.join("README.md"), &readme(&manifest, options))?;
+    Ok(manifest)
+}
+
+fn check_options(options: &Options) -> Result<()> {
+    if !(options.time_limit > 0.0 && options.time_limit.is_finite()) {
+        bail!("the time limit must be a positive number of seconds");
+    }
+    if options.instances.is_empty() || options.instances.contains(&0) {
+        bail!("instances must be a non-empty list of counts of at least 1");
+    }
+    if options.sizes.is_empty() || options.sizes.contains(&0) {
+        bail!("sizes must be a non-empty list of positive byte counts");
+    }
+    if options.sizes.windows(2).any(|w| w[0] >= w[1]) {
+        bail!("sizes must increase");
+    }
+    if options.flavor == Flavor::Legacy {
+        bail!("the legacy flavor reads maxBytes as exclusive (and 0 as never): catalogs are written for the nccl or rccl flavor");
+    }
+    Ok(())
+}
+
+/// Removes the XML files an earlier catalog wrote for these collectives, so that a stale
+/// range cannot overlap the new ones.
+fn clear_catalog_files(algos: &Path, kinds: &[Kind]) -> Result<()> {
+    let entries = std::fs::read_dir(algos)
+        .with_context(|| format!("{}: cannot read folder", algos.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let ours = kinds.iter().any(|k| {
+            name.strip_prefix(&format!("{}-", k.name()))
+                .is_some_and(|rest| rest.len() > 3 && rest.as_bytes()[2] == b'-')
+        });
+        if ours && name.ends_with(".xml") {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("{}: cannot remove", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("{}: cannot write", path.display()))
+}
+
+/// What the searches of one collective found.
+struct Found {
+    algorithms: Vec<Algorithm>,
+    bounds: Option<BoundsReport>,
+    method: Option<Method>,
+    complete: bool,
+    notes: Vec<String>,
+}
+
+fn run_search(
+    topology: &Topology,
+    kind: Kind,
+    search: Search,
+    options: &Options,
+    progress: &Progress,
+) -> Result<Synthesis> {
+    let request = Request {
+        topology,
+        collective: Collective::new(kind, topology.ranks, 0, 1)?,
+        search,
+        limits: Limits {
+            max_steps: options.max_steps,
+            max_chunks: options.max_chunks,
+            deadline: Instant::now() + Duration::from_secs_f64(options.time_limit),
+        },
+        progress,
+    };
+    synthesize_with(&request, options.method, options.sketch.as_ref())
+}
+
+fn search_label(search: Search) -> String {
+    match search {
+        Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        } => format!("instance ({steps},{rounds},{chunks})"),
+        Search::LeastSteps { chunks, .. } => format!("least-steps at C={chunks}"),
+        Search::Pareto => "pareto".to_string(),
+    }
+}
+
+/// Runs the main search, the extra instances and, if nothing was found, the least-steps
+/// fallback; a failing search becomes a note.
+fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress) -> Found {
+    let mut found = Found {
+        algorithms: Vec::new(),
+        bounds: None,
+        method: None,
+        complete: true,
+        notes: Vec::new(),
+    };
+    let mut searches = vec![options.search];
+    searches.extend(options.extra.iter().filter(|e| e.0 == kind).map(
+        |&(_, steps, rounds, chunks)| Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        },
+    ));
+    let fallback = Search::LeastSteps {
+        chunks: 1,
+        rounds: None,
+    };
+    let mut i = 0;
+    while i < searches.len() {
+        let search = searches[i];
+        i += 1;
+        progress.message(&format!("{kind}: {}", search_label(search)));
+        match run_search(topology, kind, search, options, progress) {
+            Ok(s) => {
+                found.bounds.get_or_insert(s.bounds);
+                found.method.get_or_insert(s.method);
+                if !s.complete {
+                    found.complete = false;
+                    found.notes.push(format!(
+                        "{} stopped early (time limit or caps): its result is partial",
+                        search_label(search)
+                    ));
+                }
+                if s.algorithms.is_empty() {
+                    found
+                        .notes
+                        .push(format!("{} found no algorithm", search_label(search)));
+                }
+                for a in s.algorithms {
+                    if !found.algorithms.contains(&a) {
+                        found.algorithms.push(a);
+                    }
+                }
+            }
+            Err(e) => {
+                found.complete = false;
+                found
+                    .notes
+                    .push(format!("{} failed: {e:#}", search_label(search)));
+            }
+        }
+        if i == searches.len() && found.algorithms.is_empty() && !searches.contains(&fallback) {
+            searches.push(fallback);
+        }
+    }
+    found
+}
+
+/// Lowers, verifies and test-writes one buffer mode.
+fn lower_mode(
+    algorithm: &Algorithm,
+    instances: usize,
+    flavor: Flavor,
+    inplace: bool,
+) -> Result<Program> {
+    let options = LowerOptions {
+        flavor,
+        inplace,
+        instances,
+        protocol: Protocol::Simple,
+        min_bytes: 0,
+        max_bytes: 0,
+    };
+    let program = lower(algorithm, &options)?;
+    let mode = if inplace { "in place" } else { "out of place" };
+    runtime::verify::verify(&program).map_err(|e| anyhow!("{mode}: does not verify: {e}"))?;
+    runtime::xml::write(&program, flavor).map_err(|e| anyhow!("{mode}: cannot be written: {e}"))?;
+    Ok(program)
+}
+
+fn sim_point(program: &Program, topology: &Topology, size: u64, sim: &SimOptions) -> Result<Point> {
+    let r = simulate(program, topology, size, sim)?;
+    Ok(Point {
+        size,
+        simulated_bytes: r.size_bytes,
+        time_us: r.time_us,
+        busbw: r.busbw,
+    })
+}
+
+/// Index of the preferred candidate among `times` (µs, one per candidate): the fastest, or
+/// within [`TIE`] of it one with an in-place file, then the fewest chunks per loop, then
+/// channels.
+fn pick(candidates: &[&Candidate], times: &[f64]) -> usize {
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    (0..candidates.len())
+        .filter(|&i| times[i] <= best * (1.0 + TIE))
+        .min_by(|&a, &b| {
+            let c = |i: usize| candidates[i];
+            let key = |i: usize| (!c(i).has_inplace, c(i).nchunksperloop, c(i).nchannels);
+            key(a).cmp(&key(b)).then(times[a].total_cmp(&times[b]))
+        })
+        .expect("at least one candidate")
+}
+
+/// Whether `b` is preferred over `a` at `size` bytes.
+fn prefers_second(
+    a: &Candidate,
+    b: &Candidate,
+    topology: &Topology,
+    size: u64,
+    sim: &SimOptions,
+) -> Result<bool> {
+    let ta = sim_point(&a.outofplace, topology, size, sim)?.time_us;
+    let tb = sim_point(&b.outofplace, topology, size, sim)?.time_us;
+    Ok(pick(&[a, b], &[ta, tb]) == 1)
+}
+
+/// The least size in `(lo, hi]` at which `b` is preferred over `a`, knowing `a` is at `lo`
+/// and `b` at `hi` (bisection; assumes one switch in between).
+fn switch_point(
+    a: &Candidate,
+    b: &Candidate,
+    topology: &Topology,
+    (mut lo, mut hi): (u64, u64),
+    sim: &SimOptions,
+) -> Result<u64> {
+    while hi - lo > 1 {
+        // Geometric midpoint keeps the number of steps logarithmic in the ratio too.
+        let mid = ((lo as f64 * hi as f64).sqrt() as u64).clamp(lo + 1, hi - 1);
+        if prefers_second(a, b, topology, mid, sim)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(hi)
+}
+
+fn build_one(
+    topology: &Topology,
+    kind: Kind,
+    out: &Path,
+    options: &Options,
+    progress: &Progress,
+) -> Result<CollectiveCatalog> {
+    let coll = kind
+        .to_ir()
+        .context("custom collectives cannot be catalogued")?;
+    let started = Instant::now();
+    let found = find(topology, kind, options, progress);
+    let synthesis_seconds = started.elapsed().as_secs_f64();
+    let mut notes = found.notes;
+    if found.algorithms.is_empty() {
+        bail!(
+            "no algorithm found ({})",
+            notes.last().map_or("no search ran", |s| s.as_str())
+        );
+    }
+    progress.message(&format!("{kind}: lowering and simulating"));
+    let mut candidates = Vec::new();
+    for algorithm in &found.algorithms {
+        for &instances in &options.instances {
+            let label = format!("{}-i{instances}", algorithm.name);
+            let outofplace = match lower_mode(algorithm, instances, options.flavor, false) {
+                Ok(p) => p,
+                Err(e) => {
+                    notes.push(format!("{label} dropped: {e:#}"));
+                    continue;
+                }
+            };
+            let inplace = match lower_mode(algorithm, instances, options.flavor, true) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    notes.push(format!(
+                        "{label}: no in-place file (in-place calls fall back to NCCL): {e:#}"
+                    ));
+                    None
+                }
+            };
+            let points: Result<Vec<Point>> = options
+                .sizes
+                .iter()
+                .map(|&s| sim_point(&outofplace, topology, s, &options.sim))
+                .collect();
+            let points = match points {
+                Ok(p) => p,
+                Err(e) => {
+                    notes.push(format!("{label} dropped: simulation failed: {e:#}"));
+                    continue;
+                }
+            };
+            candidates.push(Candidate {
+                label,
+                steps: algorithm.num_steps(),
+                rounds: algorithm.rounds(),
+                chunks: algorithm.chunks(),
+                instances,
+                nchunksperloop: outofplace.nchunksperloop,
+                nchannels: outofplace.nchannels(),
+                points,
+                has_inplace: inplace.is_some(),
+                outofplace,
+                inplace,
+            });
+        }
+    }
+    if candidates.is_empty() {
+        bail!(
+            "no candidate survived lowering and simulation ({})",
+            notes.last().map_or("", |s| s.as_str())
+        );
+    }
+
+    // Winner per grid size, then ranges with bisected switch points.
+    let refs: Vec<&Candidate> = candidates.iter().collect();
+    let winners: Vec<usize> = (0..options.sizes.len())
+        .map(|i| {
+            let times: Vec<f64> = candidates.iter().map(|c| c.points[i].time_us).collect();
+            pick(&refs, &times)
+        })
+        .collect();
+    // (winner, first grid index, last grid index)
+    let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, &w) in winners.iter().enumerate() {
+        match spans.last_mut() {
+            Some(last) if last.0 == w => last.2 = i,
+            _ => spans.push((w, i, i)),
+        }
+    }
+    let mut starts = vec![1u64];
+    for pair in spans.windows(2) {
+        let (a, b) = (&candidates[pair[0].0], &candidates[pair[1].0]);
+        let bounds = (options.sizes[pair[0].2], options.sizes[pair[1].1]);
+        starts.push(switch_point(a, b, topology, bounds, &options.sim)?);
+    }
+
+    let name = kind.name();
+    let mut ranges = Vec::new();
+    for (k, &(w, first, last)) in spans.iter().enumerate() {
+        let c = &candidates[w];
+        let min_bytes = starts[k];
+        let max_bytes = starts.get(k + 1).map_or(0, |next| next - 1);
+        let short = c
+            .label
+            .strip_prefix(&format!("{name}-"))
+            .unwrap_or(&c.label);
+        let stem = format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_"));
+        let mut files = Vec::new();
+        let modes = [(Some(&c.outofplace), ""), (c.inplace.as_ref(), ".inplace")];
+        for (program, suffix) in modes {
+            let Some(program) = program else {
+                files.push(None);
+                continue;
+            };
+            let mut p = program.clone();
+            p.min_bytes = min_bytes;
+            p.max_bytes = max_bytes;
+            p.name = format!(
+                "{}{suffix} [{min_bytes}, {}]",
+                c.label,
+                bytes_label(max_bytes)
+            );
+            let xml = runtime::xml::write(&p, options.flavor)
+                .map_err(|e| anyhow!("{}: cannot be written: {e}", c.label))?;
+            let rel = format!("{ALGO_DIR}/{stem}{suffix}.xml");
+            write_file(&out.join(&rel), &xml)?;
+            files.push(Some(rel));
+        }
+        ranges.push(Range {
+            min_bytes,
+            max_bytes,
+            algorithm: c.label.clone(),
+            steps: c.steps,
+            rounds: c.rounds,
+            chunks: c.chunks,
+            instances: c.instances,
+            nchunksperloop: c.nchunksperloop,
+            file: files[0].clone().expect("out-of-place file"),
+            file_inplace: files[1].clone(),
+            points: c.points[first..=last].to_vec(),
+        });
+    }
+
+    // Baselines and bound.
+    let base = BaselineOptions {
+        channels: None,
+        root: 0,
+    };
+    let ring = baseline::ring(coll, topology, &base).ok();
+    let tree = baseline::tree(coll, topology, &base).ok();
+    let bound = CutBound::new(coll, topology, 0);
+    let sim_bw = |p: &Option<Program>, size: u64| -> Option<f64> {
+        p.as_ref()
+            .and_then(|p| simulate(p, topology, size, &options.sim).ok())
+            .map(|r| r.busbw)
+    };
+    if ring.is_none() {
+        notes.push(format!("no NCCL ring baseline for {name}"));
+    }
+    let baselines: Vec<Baseline> = options
+        .sizes
+        .iter()
+        .map(|&size| Baseline {
+            size,
+            ring: sim_bw(&ring, size),
+            tree: sim_bw(&tree, size),
+            bound: bound.busbw_at(size),
+        })
+        .collect();
+
+    // Where NCCL's own algorithms beat the catalog in the same simulator, say so.
+    let chosen = |size: u64| {
+        ranges
+            .iter()
+            .find_map(|r| r.points.iter().find(|p| p.size == size))
+            .map(|p| p.busbw)
+    };
+    let beaten: Vec<String> = baselines
+        .iter()
+        .filter_map(|b| {
+            let best = b.ring.into_iter().chain(b.tree).fold(f64::NAN, f64::max);
+            let ours = chosen(b.size)?;
+            (best > ours * (1.0 + TIE))
+                .then(|| format!("{} ({ours:.2} vs {best:.2})", bytes_label(b.size)))
+        })
+        .collect();
+    if !beaten.is_empty() {
+        notes.push(format!(
+            "NCCL ring/tree (simulated) beat the chosen algorithm at: {}",
+            beaten.join(", ")
+        ));
+    }
+    let svg = format!("{name}-busbw.svg");
+    let title = format!("{name} on {} ({} ranks)", topology.name, topology.ranks);
+    plot(
+        &out.join(&svg),
+        &title,
+        &options.sizes,
+        &candidates,
+        &baselines,
+    )?;
+    Ok(CollectiveCatalog {
+        collective: name.to_string(),
+        method: found
+            .method
+            .map_or("none".to_string(), |m| format!("{m:?}").to_lowercase()),
+        complete: found.complete,
+        synthesis_seconds,
+        bounds: found.bounds,
+        bound_busbw: bound.busbw(),
+        candidates,
+        baselines,
+        ranges,
+        svg,
+        notes,
+    })
+}
+
+/// `1K`, `16M`, `4G` for powers of two (and plain bytes otherwise); 0 = `unlimited`.
+pub fn bytes_label(bytes: u64) -> String {
+    if bytes == 0 {
+        return "unlimited".to_string();
+    }
+    for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    format!("{bytes}")
+}
+
+/// One line of a plot: label, (log2 size, busbw) points, style.
+type Series = (String, Vec<(f64, f64)>, plotters::style::ShapeStyle);
+
+/// A baseline line: label, which value of a [`Baseline`], colour.
+type BaselineLine = (
+    &'static str,
+    fn(&Baseline) -> Option<f64>,
+    plotters::style::RGBColor,
+);
+
+fn plot(
+    path: &Path,
+    title: &str,
+    sizes: &[u64],
+    candidates: &[Candidate],
+    baselines: &[Baseline],
+) -> Result<()> {
+    use plotters::prelude::*;
+    let fail = |e: &dyn std::fmt::Display| anyhow!("{}: cannot draw: {e}", path.display());
+    let x = |s: u64| (s as f64).log2();
+    let (x0, x1) = (
+        x(sizes[0]),
+        x(*sizes.last().expect("sizes")).max(x(sizes[0]) + 1.0),
+    );
+    let mut series: Vec<Series> = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        series.push((
+            c.label.clone(),
+            c.points.iter().map(|p| (x(p.size), p.busbw)).collect(),
+            Palette99::pick(i).stroke_width(2),
+        ));
+    }
+    let baseline_series: [BaselineLine; 3] = [
+        ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
+        ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
+        ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
+    ];
+    for (label, get, color) in baseline_series {
+        let pts: Vec<(f64, f64)> = baselines
+            .iter()
+            .filter_map(|b| get(b).filter(|v| v.is_finite()).map(|v| (x(b.size), v)))
+            .collect();
+        if !pts.is_empty() {
+            series.push((label.to_string(), pts, color.stroke_width(3)));
+        }
+    }
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.08;
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, 0f64..ymax)
+        .map_err(|e| fail(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (nccl-tests bytes, log2 scale)")
+        .y_desc("busbw (GB/s)")
+        .x_labels(((x1 - x0) / 2.0) as usize + 1)
+        .x_label_formatter(&|v| bytes_label(2f64.powf(v.round()) as u64))
+        .draw()
+        .map_err(|e| fail(&e))?;
+    for (label, pts, style) in series {
+        chart
+            .draw_series(LineSeries::new(pts, style))
+            .map_err(|e| fail(&e))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))?;
+    Ok(())
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
+}
+
+/// The README of a catalog: per collective, the ranges and the per-size comparison.
+pub fn readme(manifest: &Manifest, options: &Options) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Algorithm catalog: {} ({} ranks)\n",
+        manifest.topology, manifest.ranks
+    );
+    let _ = writeln!(
+        s,
+        "Written by `synth catalog`. Point `MSCCL_ALGO_DIR` at `{}/` (the runtime parses every \
+         file of that folder as an algorithm, so nothing else lives there). Flavor `{}`, \
+         protocol Simple.\n",
+        manifest.algo_dir, manifest.flavor
+    );
+    let _ = writeln!(
+        s,
+        "How it was made: per collective, the candidates are the algorithms found by the \
+         search, each lowered with {:?} instance(s) (channels) and verified; every candidate \
+         is simulated (`synth simulate`'s alpha-beta model, local copies at {} GB/s) at the \
+         grid sizes; the fastest wins (within {:.1}% one with an in-place file, then the fewest chunks per loop), \
+         and the switch between two ranges is bisected. Sizes are nccl-tests sizes (`nBytes` \
+         of the runtime); a program runs only on whole chunks, so each size is simulated \
+         rounded down to a multiple of the program's `nchunksperloop` elements (4-byte \
+         floats; at least one element per chunk), and the runtime skips a file (NCCL's own \
+         algorithm runs) at sizes whose element count is not such a multiple. Ranges are \
+         inclusive `[minBytes, maxBytes]` (executor semantics), disjoint, start at 1 B, and \
+         the last has `maxBytes = 0` (no upper limit), so every size is covered. Busbw in GB/s \
+         (1e9 B/s); NCCL ring and tree are simulated the same way; the bound is the cut bound \
+         at that size.\n",
+        options.instances,
+        options.sim.local_bandwidth,
+        TIE * 100.0
+    );
+    for c in &manifest.collectives {
+        let _ = writeln!(s, "## {}\n", c.collective);
+        let bounds = c.bounds.as_ref().map_or(String::new(), |b| {
+            format!(
+                "; lower bounds {} steps, {} rounds per chunk",
+                b.steps, b.rounds_per_chunk
+            )
+        });
+        let _ = writeln!(
+            s,
+            "Search: {} ({}), {:.1} s{bounds}; {} candidate(s); cut bound {:.1} GB/s at large \
+             sizes. Plot: [{}]({}).\n",
+            c.method,
+            if c.complete { "complete" } else { "partial" },
+            c.synthesis_seconds,
+            c.candidates.len(),
+            c.bound_busbw,
+            c.svg,
+            c.svg
+        );
+        let _ = writeln!(
+            s,
+            "| range (bytes) | algorithm | steps | rounds | chunks | instances | chunks/loop | busbw (first … last grid size) | file |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        for r in &c.ranges {
+            let at = |p: &Point| format!("{:.2} @ {}", p.busbw, bytes_label(p.size));
+            let bw: Vec<String> = match (r.points.first(), r.points.last()) {
+                (Some(a), Some(b)) if r.points.len() > 1 => vec![at(a), at(b)],
+                (Some(a), _) => vec![at(a)],
+                _ => Vec::new(),
+            };
+            let _ = writeln!(
+                s,
+                "| {} – {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.min_bytes,
+                if r.max_bytes == 0 {
+                    "unlimited".to_string()
+                } else {
+                    r.max_bytes.to_string()
+                },
+                r.algorithm,
+                r.steps,
+                r.rounds,
+                r.chunks,
+                r.instances,
+                r.nchunksperloop,
+                bw.join(" … "),
+                match &r.file_inplace {
+                    Some(_) => format!("`{}` (+ `.inplace.xml`)", r.file),
+                    None => format!("`{}` (no in-place file)", r.file),
+                }
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | bound |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        for b in &c.baselines {
+            let Some((r, p)) = c
+                .ranges
+                .iter()
+                .find_map(|r| r.points.iter().find(|p| p.size == b.size).map(|p| (r, p)))
+            else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.2} |",
+                bytes_label(b.size),
+                r.algorithm,
+                p.simulated_bytes,
+                p.time_us,
+                p.busbw,
+                cell(b.ring),
+                cell(b.tree),
+                b.bound
+            );
+        }
+        if !c.notes.is_empty() {
+            let _ = writeln!(s, "\nNotes:\n");
+            for n in &c.notes {
+                let _ = writeln!(s, "- {n}");
+            }
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
+
+/// The elements a size is simulated with for a program of `nchunks` chunks per loop (the
+/// runtime's rounding; see [`elements_for`]).
+pub fn simulated_bytes(size: u64, nchunks: usize) -> u64 {
+    elements_for(size, nchunks) * ELEMENT_BYTES
+}
+
+/// Where a catalog of `topology` is written by default.
+pub fn default_out(topology: &Topology) -> PathBuf {
+    PathBuf::from("results/catalog").join(topology.name.replace([':', '/'], "_"))
+}

@@ -1,0 +1,189 @@
+//! `synth catalog --topo T --colls allgather,allreduce --out DIR`: the best synthesized
+//! algorithm per message-size range, as MSCCL XML files with disjoint `[minBytes, maxBytes]`
+//! ranges, a manifest, a README and busbw plots (see [`crate::catalog`]).
+
+use crate::catalog::{self, bytes_label, Options};
+use crate::collective::Kind;
+use crate::progress::Progress;
+use crate::simulate::{SimOptions, DEFAULT_LOCAL_BANDWIDTH};
+use crate::sketch::Sketch;
+use crate::synthesize::{Method, Search};
+use crate::topology;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use runtime::ir::Flavor;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `synth catalog`.
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// Topology: a built-in name (e.g. `dgx1`, `dgx-a100`) or a TOML / nvidia-smi file.
+    #[arg(long)]
+    topo: String,
+    /// Collectives, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "allgather,reducescatter,allreduce,alltoall"
+    )]
+    colls: Vec<String>,
+    /// Output folder (default `results/catalog/TOPO`); the XML files go to its `algos/`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Encoding: smt, milp or auto (smt for one node of at most 8 ranks, milp otherwise).
+    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "auto"])]
+    method: String,
+    /// TACCL-style communication sketch (TOML) for the MILP encoding.
+    #[arg(long)]
+    sketch: Option<String>,
+    /// Main search per collective: the Pareto frontier or the least steps at C = 1.
+    #[arg(long, default_value = "pareto", value_parser = ["pareto", "least-steps"])]
+    search: String,
+    /// Extra instance to solve, `COLL:STEPS,ROUNDS,CHUNKS` (repeatable), e.g.
+    /// `allgather:3,7,6`.
+    #[arg(long = "add", value_name = "COLL:S,R,C")]
+    add: Vec<String>,
+    /// Wall-clock limit of each search in seconds (a cut-short Pareto search keeps what it
+    /// found).
+    #[arg(long, default_value_t = 120.0)]
+    time_limit: f64,
+    /// Cap on the steps a search tries.
+    #[arg(long, default_value_t = 16)]
+    max_steps: usize,
+    /// Cap on the chunks a search tries.
+    #[arg(long, default_value_t = 8)]
+    max_chunks: usize,
+    /// Replication counts (channels) each algorithm is lowered with, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    instances: Vec<usize>,
+    /// Size grid (nccl-tests bytes): `MIN:MAX[:FACTOR]` with K/M/G suffixes.
+    #[arg(long, default_value = catalog::DEFAULT_SIZES)]
+    sizes: String,
+    /// XML dialect: nccl (msccl-executor-nccl) or rccl (no fused instructions).
+    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl"])]
+    flavor: String,
+    /// Bandwidth of local copies and reductions in the simulator, GB/s per GPU.
+    #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
+    local_bw: f64,
+}
+
+fn parse_add(spec: &str) -> Result<(Kind, usize, usize, usize)> {
+    let bad = || anyhow!("--add {spec}: expected COLL:STEPS,ROUNDS,CHUNKS");
+    let (coll, nums) = spec.split_once(':').ok_or_else(bad)?;
+    let kind: Kind = coll.parse()?;
+    let nums: Vec<usize> = nums
+        .split(',')
+        .map(|n| n.trim().parse::<usize>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad())?;
+    match nums.as_slice() {
+        &[s, r, c] if s >= 1 && r >= 1 && c >= 1 => Ok((kind, s, r, c)),
+        _ => Err(bad()),
+    }
+}
+
+/// Runs `synth catalog`.
+pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let topo = topology::load(&args.topo)?;
+    let kinds: Vec<Kind> = args
+        .colls
+        .iter()
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| c.trim().parse::<Kind>())
+        .collect::<Result<_>>()?;
+    if kinds.is_empty() {
+        bail!("--colls is empty");
+    }
+    if let Some(k) = kinds.iter().find(|k| k.to_ir().is_none()) {
+        bail!("--colls: {k} cannot be catalogued (no MSCCL collective)");
+    }
+    let method = match args.method.as_str() {
+        "smt" => Method::Smt,
+        "milp" => Method::Milp,
+        _ => Method::Auto,
+    };
+    if method == Method::Smt && args.sketch.is_some() {
+        bail!("--sketch applies to the MILP encoding; use --method milp or auto");
+    }
+    let sketch = args.sketch.as_deref().map(Sketch::load).transpose()?;
+    let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
+    if !(args.local_bw > 0.0 && args.local_bw.is_finite()) {
+        bail!("--local-bw must be a positive number of GB/s");
+    }
+    let options = Options {
+        method,
+        sketch,
+        search: match args.search.as_str() {
+            "least-steps" => Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            _ => Search::Pareto,
+        },
+        extra: args
+            .add
+            .iter()
+            .map(|s| parse_add(s))
+            .collect::<Result<_>>()?,
+        time_limit: args.time_limit,
+        max_steps: args.max_steps,
+        max_chunks: args.max_chunks,
+        instances: args.instances.clone(),
+        sizes,
+        flavor: if args.flavor == "rccl" {
+            Flavor::Rccl
+        } else {
+            Flavor::Nccl
+        },
+        sim: SimOptions {
+            local_bandwidth: args.local_bw,
+            ..SimOptions::default()
+        },
+    };
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| catalog::default_out(&topo));
+    let progress = Progress::new(true);
+    let result = catalog::build(&topo, &kinds, &dir, &options, &progress);
+    progress.finish();
+    let manifest = result?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&manifest)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "catalog of {} ({} ranks) in {}; MSCCL_ALGO_DIR={}",
+        manifest.topology,
+        manifest.ranks,
+        dir.display(),
+        dir.join(&manifest.algo_dir).display()
+    )?;
+    for c in &manifest.collectives {
+        writeln!(
+            out,
+            "{}: {} candidates, search {} ({}, {:.1} s), bound {:.1} GB/s",
+            c.collective,
+            c.candidates.len(),
+            c.method,
+            if c.complete { "complete" } else { "partial" },
+            c.synthesis_seconds,
+            c.bound_busbw
+        )?;
+        for r in &c.ranges {
+            let last = r.points.last().context("a range has points")?;
+            writeln!(
+                out,
+                "  [{:>11}, {:>11}] {:<40} busbw {:>8.2} GB/s at {}",
+                r.min_bytes,
+                bytes_label(r.max_bytes),
+                r.algorithm,
+                last.busbw,
+                bytes_label(last.size)
+            )?;
+        }
+    }
+    Ok(())
+}

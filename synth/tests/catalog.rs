@@ -1,0 +1,254 @@
+//! `synth catalog`: every file re-reads and verifies, ranges are disjoint and cover 1 B to
+//! 16 GiB, plots are written; and the simulator ranks DGX-1's SMT Pareto algorithms as their
+//! cost formula predicts.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use synth::catalog::{self, Manifest, Options};
+use synth::collective::{Collective, Kind};
+use synth::lower::{lower, LowerOptions};
+use synth::progress::Progress;
+use synth::simulate::{simulate, SimOptions};
+use synth::smt::Limits;
+use synth::synthesize::{synthesize, Request, Search};
+use synth::topology::{self, Topology};
+
+const SIXTEEN_GIB: u64 = 16 << 30;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("synth-catalog-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Checks the manifest and the files of a catalog written to `dir`.
+fn check_catalog(manifest: &Manifest, dir: &Path, kinds: &[Kind]) {
+    // The manifest on disk is the one returned.
+    let text = std::fs::read_to_string(dir.join("manifest.json")).expect("manifest.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
+    assert_eq!(doc["collectives"].as_array().unwrap().len(), kinds.len());
+    let readme = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+    assert_eq!(manifest.collectives.len(), kinds.len());
+    let mut listed = Vec::new();
+    for (c, kind) in manifest.collectives.iter().zip(kinds) {
+        assert_eq!(c.collective, kind.name());
+        assert!(readme.contains(&format!("## {}", kind.name())));
+        // Ranges: increasing, disjoint, contiguous, from 1 B to beyond 16 GiB.
+        let ranges = &c.ranges;
+        assert!(!ranges.is_empty());
+        assert!(
+            ranges[0].min_bytes <= 1,
+            "{}: starts at {}",
+            c.collective,
+            ranges[0].min_bytes
+        );
+        for pair in ranges.windows(2) {
+            assert!(
+                pair[0].max_bytes != 0,
+                "only the last range may be unlimited"
+            );
+            assert!(pair[0].min_bytes <= pair[0].max_bytes);
+            assert_eq!(pair[1].min_bytes, pair[0].max_bytes + 1, "gap or overlap");
+        }
+        let last = ranges.last().unwrap();
+        assert!(last.max_bytes == 0 || last.max_bytes >= SIXTEEN_GIB);
+        // Every grid size has a chosen algorithm inside its range.
+        for &size in &manifest.sizes {
+            let inside: Vec<_> = ranges
+                .iter()
+                .filter(|r| r.min_bytes <= size && (r.max_bytes == 0 || size <= r.max_bytes))
+                .collect();
+            assert_eq!(inside.len(), 1, "size {size} is in {} ranges", inside.len());
+            assert!(inside[0].points.iter().any(|p| p.size == size));
+        }
+        // Every XML re-reads, verifies and carries its range.
+        for r in ranges {
+            let files = [(Some(&r.file), false), (r.file_inplace.as_ref(), true)];
+            for (file, inplace) in files {
+                let Some(file) = file else { continue };
+                let path = dir.join(file);
+                let p = runtime::xml::read_file(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                runtime::verify::verify(&p).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!((p.min_bytes, p.max_bytes), (r.min_bytes, r.max_bytes));
+                assert_eq!(p.inplace, inplace, "{}", path.display());
+                assert_eq!(p.outofplace, !inplace, "{}", path.display());
+                assert_eq!(p.collective, kind.to_ir().unwrap());
+                assert_eq!(p.ngpus, manifest.ranks);
+                assert_eq!(p.nchunksperloop, r.nchunksperloop);
+                listed.push(path.file_name().unwrap().to_string_lossy().to_string());
+            }
+        }
+        // Ranges come in priority order when the files are sorted.
+        let mut sorted: Vec<&String> = ranges.iter().map(|r| &r.file).collect();
+        sorted.sort();
+        assert_eq!(sorted, ranges.iter().map(|r| &r.file).collect::<Vec<_>>());
+        // The plot.
+        let svg = std::fs::read_to_string(dir.join(&c.svg)).expect("svg written");
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline"),
+            "{}",
+            c.svg
+        );
+        assert!(svg.contains("NCCL ring") && svg.contains("cut bound"));
+        for cand in &c.candidates {
+            assert!(svg.contains(&cand.label), "{} not in the plot", cand.label);
+            assert_eq!(cand.points.len(), manifest.sizes.len());
+        }
+    }
+    // The algorithm folder holds exactly the listed XML files (MSCCL_ALGO_DIR parses all).
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir.join(catalog::ALGO_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    on_disk.sort();
+    listed.sort();
+    assert_eq!(on_disk, listed);
+}
+
+#[test]
+fn dgx1_allgather_allreduce_catalog() {
+    let topo = topology::load("dgx1").unwrap();
+    let dir = temp_dir("dgx1");
+    let kinds = [Kind::AllGather, Kind::AllReduce];
+    // The least-steps search plus the two Pareto instances keep the test fast.
+    let options = Options {
+        search: Search::LeastSteps {
+            chunks: 1,
+            rounds: None,
+        },
+        extra: vec![(Kind::AllGather, 2, 3, 2), (Kind::AllGather, 3, 7, 6)],
+        instances: vec![1, 2],
+        ..Options::default()
+    };
+    let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
+    check_catalog(&manifest, &dir, &kinds);
+    // Allgather: the bandwidth-optimal (3,7,6) serves the largest sizes, near the bound.
+    let ag = &manifest.collectives[0];
+    let last = ag.ranges.last().unwrap();
+    assert_eq!((last.steps, last.rounds, last.chunks), (3, 7, 6));
+    let big = last.points.last().unwrap();
+    assert!(big.busbw > 0.97 * ag.bound_busbw, "{} GB/s", big.busbw);
+    // Rebuilding into the same folder replaces the old files instead of adding to them.
+    let again = catalog::build(&topo, &kinds[..1], &dir, &options, &Progress::hidden()).unwrap();
+    assert_eq!(again.collectives[0].ranges.len(), ag.ranges.len());
+}
+
+#[test]
+fn dgx_a100_allgather_catalog() {
+    let topo = topology::load("dgx-a100").unwrap();
+    let dir = temp_dir("dgx-a100");
+    let kinds = [Kind::AllGather];
+    let manifest = catalog::build(
+        &topo,
+        &kinds,
+        &dir,
+        &Options::default(),
+        &Progress::hidden(),
+    )
+    .unwrap();
+    check_catalog(&manifest, &dir, &kinds);
+    let c = &manifest.collectives[0];
+    let big = c.ranges.last().unwrap().points.last().unwrap();
+    assert!(big.busbw > 0.97 * c.bound_busbw, "{} GB/s", big.busbw);
+}
+
+#[test]
+fn cli_catalog_json_and_errors() {
+    let dir = temp_dir("cli");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
+        .args([
+            "catalog",
+            "--topo",
+            "dgx-a100",
+            "--colls",
+            "allgather",
+            "--json",
+        ])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["topology"], "dgx-a100");
+    assert_eq!(doc["collectives"][0]["collective"], "allgather");
+    for bad in [
+        vec!["catalog", "--topo", "dgx-a100", "--colls", "nonsense"],
+        vec!["catalog", "--topo", "nowhere"],
+        vec!["catalog", "--topo", "dgx1", "--add", "allgather:3,7"],
+        vec!["catalog", "--topo", "dgx1", "--instances", "0"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
+            .args(&bad)
+            .arg("--out")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{bad:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{bad:?}: {stderr}");
+    }
+}
+
+fn instance(
+    topo: &Topology,
+    steps: usize,
+    rounds: usize,
+    chunks: usize,
+) -> synth::algorithm::Algorithm {
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: topo,
+        collective: Collective::new(Kind::AllGather, topo.ranks, 0, 1).unwrap(),
+        search: Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        },
+        limits: Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            deadline: Instant::now() + Duration::from_secs(300),
+        },
+        progress: &progress,
+    };
+    let s = synthesize(&request).unwrap();
+    s.algorithms
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("({steps},{rounds},{chunks}) is SAT"))
+}
+
+#[test]
+fn dgx1_allgather_simulator_ranks_pareto_as_cost_formula() {
+    let topo = topology::load("dgx1").unwrap();
+    let fast = instance(&topo, 2, 3, 2); // fewer steps: better for small sizes
+    let lean = instance(&topo, 3, 7, 6); // 7/6 rounds per chunk: better for large sizes
+    let program = |a: &synth::algorithm::Algorithm| {
+        let p = lower(a, &LowerOptions::default()).unwrap();
+        runtime::verify::verify(&p).unwrap();
+        p
+    };
+    let (pf, pl) = (program(&fast), program(&lean));
+    let opts = SimOptions::default();
+    for (size, fast_wins) in [(1u64 << 10, true), (1u64 << 30, false)] {
+        let tf = simulate(&pf, &topo, size, &opts).unwrap().time_us;
+        let tl = simulate(&pl, &topo, size, &opts).unwrap().time_us;
+        let (ef, el) = (
+            fast.estimated_time_us(&topo, size as f64),
+            lean.estimated_time_us(&topo, size as f64),
+        );
+        assert_eq!(ef < el, fast_wins, "cost formula at {size} B: {ef} vs {el}");
+        assert_eq!(
+            tf < tl,
+            fast_wins,
+            "simulator at {size} B: (2,3,2) {tf} us, (3,7,6) {tl} us"
+        );
+    }
+}

@@ -176,6 +176,10 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         }
     }
 
+    if options.inplace {
+        stage_overwritten_inputs(coll, &layout, &mut code, &mut location);
+    }
+
     for step in &algorithm.steps {
         let mut sends = step.sends.clone();
         sends.sort_by_key(|s| (s.src, s.dst, s.chunk));
@@ -268,6 +272,38 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         max_bytes: options.max_bytes,
         gpus,
     })
+}
+
+/// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot
+/// where another address must land (alltoall: rank r's block for d is where d's block for r
+/// goes). Such data is copied to scratch first and sent from there.
+fn stage_overwritten_inputs(
+    coll: &crate::collective::Collective,
+    layout: &Layout,
+    code: &mut [RankCode],
+    location: &mut HashMap<(usize, usize), Slot>,
+) {
+    let mut landing: HashMap<(usize, Slot), usize> = HashMap::new();
+    for chunk in &coll.chunks {
+        for &r in &chunk.post {
+            landing.insert((r, layout.output(chunk.address)), chunk.address);
+        }
+    }
+    for chunk in &coll.chunks {
+        for &r in &chunk.pre {
+            let input = layout.input(chunk.address);
+            let overwritten = landing
+                .get(&(r, input))
+                .is_some_and(|&b| b != chunk.address);
+            if overwritten && location.get(&(r, chunk.address)) == Some(&input) {
+                let staged = code[r].scratch_slot();
+                code[r]
+                    .ops
+                    .push((TbKey::Local, Step::new(Op::Copy, input, staged, 1)));
+                location.insert((r, chunk.address), staged);
+            }
+        }
+    }
 }
 
 /// Where a rank accumulates partial sums of `address`: its output slot if it must end with

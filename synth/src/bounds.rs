@@ -49,53 +49,57 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
 
 /// Both lower bounds for a non-combining collective `coll` (with C = 1).
 pub fn lower_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
-    let steps = steps_lower_bound(topology, coll)?;
+    let cuts = cut_bounds(topology, coll)?;
     let caps = topology.capacities()?;
-    let cut = cut_bound(topology, &caps, coll);
     let demands: usize = coll
         .chunks
         .iter()
         .map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count())
         .sum();
-    let (lp, from_lp) = if demands * topology.links.len() <= MAX_LP_VARIABLES {
-        (flow_lp_bound(topology, &caps, coll)?, true)
-    } else {
-        (0.0, false)
-    };
-    let value = cut.max(lp);
+    if demands * topology.links.len() > MAX_LP_VARIABLES {
+        return Ok(cuts);
+    }
+    let lp = to_ratio_floor(flow_lp_bound(topology, &caps, coll)?);
     Ok(Bounds {
-        steps,
-        rounds_per_chunk: to_ratio_floor(value),
-        from_lp,
+        rounds_per_chunk: lp.max(cuts.rounds_per_chunk),
+        from_lp: true,
+        ..cuts
     })
 }
 
-/// Per-rank cut bounds: a rank must receive every chunk it needs and lacks through its
-/// in-capacity, and must send every chunk only it holds (and someone else needs) through
-/// its out-capacity.
-fn cut_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> f64 {
-    let mut bound: f64 = 0.0;
+/// Cheap lower bounds for any fabric size: steps from hop distances, and rounds per chunk
+/// from per-rank cuts: a rank must receive every chunk it needs and lacks through its
+/// in-capacity, and must send every chunk only it holds (and someone else needs) through its
+/// out-capacity.
+pub fn cut_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
+    let steps = steps_lower_bound(topology, coll)?;
+    let caps = topology.capacities()?;
+    let mut bound = Ratio::from_integer(0u64);
     for r in 0..topology.ranks {
         let needed = coll
             .chunks
             .iter()
             .filter(|c| c.post.contains(&r) && !c.pre.contains(&r))
-            .count();
+            .count() as u64;
         let unique = coll
             .chunks
             .iter()
             .filter(|c| c.pre == [r] && c.post.iter().any(|&p| p != r))
-            .count();
-        let cap_in = rank_capacity(topology, caps, r, true);
-        let cap_out = rank_capacity(topology, caps, r, false);
-        if cap_in > 0 {
-            bound = bound.max(needed as f64 / cap_in as f64);
-        }
-        if cap_out > 0 {
-            bound = bound.max(unique as f64 / cap_out as f64);
+            .count() as u64;
+        for (count, cap) in [
+            (needed, rank_capacity(topology, &caps, r, true)),
+            (unique, rank_capacity(topology, &caps, r, false)),
+        ] {
+            if cap > 0 {
+                bound = bound.max(Ratio::new(count, cap));
+            }
         }
     }
-    bound
+    Ok(Bounds {
+        steps,
+        rounds_per_chunk: bound,
+        from_lp: false,
+    })
 }
 
 /// Capacity into (`incoming`) or out of rank `r`: the sum of its links' capacities, or a

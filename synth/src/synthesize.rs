@@ -136,7 +136,7 @@ impl<'a> Plan<'a> {
 
     fn bounds(&self) -> Result<Bounds> {
         if self.milp.is_some() {
-            return milp::quick_bounds(&self.topology, &(self.make)(1)?);
+            return crate::bounds::cut_bounds(&self.topology, &(self.make)(1)?);
         }
         lower_bounds(&self.topology, &(self.make)(1)?)
     }

@@ -202,3 +202,17 @@ fn time_limit_hit() {
         "time limit",
     );
 }
+
+#[test]
+fn bounds_reports_steps_rounds_and_cut_bandwidth() {
+    let out = synth(&["bounds", "--topo", "dgx1", "--coll", "allgather", "--json"]);
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["bounds"]["steps"], 2);
+    assert_eq!(doc["bounds"]["rounds_per_chunk"], "7/6");
+    let busbw = doc["busbw_bound_gbps"].as_f64().unwrap();
+    assert!(
+        (busbw - 150.0).abs() < 0.5,
+        "dgx1 allgather cut bound {busbw}"
+    );
+}

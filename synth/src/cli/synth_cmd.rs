@@ -288,20 +288,36 @@ pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Wri
         steps += b.steps;
         rpc += b.rounds_per_chunk;
     }
+    // Bandwidth bound from cuts (per-rank and per-node ingress/egress), in nccl-tests busbw.
+    let cut = collective
+        .kind
+        .to_ir()
+        .map(|ir| crate::cutbound::CutBound::new(ir, &topo, collective.root));
     if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(
-                &json!({"topology": topo.name, "collective": collective.kind.name(), "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()}})
-            )?
-        )?;
+        let doc = json!({
+            "topology": topo.name,
+            "collective": collective.kind.name(),
+            "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()},
+            "busbw_bound_gbps": cut.as_ref().map(|c| c.busbw()),
+            "time_bound_us": cut.as_ref().map(|c| [(1e3, c.time_us(1_000)), (1e6, c.time_us(1_000_000)), (1e9, c.time_us(1_000_000_000))]),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         writeln!(
             out,
             "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
             collective.kind, topo.name
         )?;
+        if let Some(c) = &cut {
+            writeln!(
+                out,
+                "cut bound: busbw at most {:.1} GB/s; time at least {:.2} us at 1 KB, {:.2} us at 1 MB, {:.1} us at 1 GB",
+                c.busbw(),
+                c.time_us(1_000),
+                c.time_us(1_000_000),
+                c.time_us(1_000_000_000)
+            )?;
+        }
     }
     Ok(())
 }

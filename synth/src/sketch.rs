@@ -529,23 +529,7 @@ impl Routing {
         chunk: usize,
         links: &[usize],
     ) -> Vec<Option<usize>> {
-        let mut dist = vec![None; topology.ranks];
-        let mut queue = VecDeque::new();
-        for &r in &coll.chunks[chunk].pre {
-            dist[r] = Some(0);
-            queue.push_back(r);
-        }
-        while let Some(u) = queue.pop_front() {
-            let du = dist[u].unwrap_or(0);
-            for &i in links {
-                let l = &topology.links[i];
-                if l.src == u && dist[l.dst].is_none() {
-                    dist[l.dst] = Some(du + 1);
-                    queue.push_back(l.dst);
-                }
-            }
-        }
-        dist
+        link_distances(topology, links, &coll.chunks[chunk].pre, true)
     }
 
     /// The least number of steps any algorithm needs under the sketch; fails, naming the
@@ -826,4 +810,36 @@ pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
     } else {
         Err(format!("size {v} must be positive"))
     }
+}
+
+/// Fewest hops over the links `links` of `topology` from any rank in `starts` to every rank
+/// (`forward`), or from every rank to any rank in `starts` (`!forward`); `None`: never.
+pub fn link_distances(
+    topology: &Topology,
+    links: &[usize],
+    starts: &[usize],
+    forward: bool,
+) -> Vec<Option<usize>> {
+    let mut dist = vec![None; topology.ranks];
+    let mut queue = VecDeque::new();
+    for &r in starts {
+        dist[r] = Some(0);
+        queue.push_back(r);
+    }
+    while let Some(u) = queue.pop_front() {
+        let du = dist[u].unwrap_or(0);
+        for &i in links {
+            let l = &topology.links[i];
+            let (from, to) = if forward {
+                (l.src, l.dst)
+            } else {
+                (l.dst, l.src)
+            };
+            if from == u && dist[to].is_none() {
+                dist[to] = Some(du + 1);
+                queue.push_back(to);
+            }
+        }
+    }
+    dist
 }

@@ -16,7 +16,9 @@ mod sweep;
 mod sync;
 
 pub use element::{DataType, Element, ReduceOp};
-pub use sweep::{format_table, parse_dtype, parse_op, parse_sizes, sweep, SweepOptions, SweepRow};
+pub use sweep::{
+    format_table, parse_dtype, parse_op, parse_sizes, rows_by_size, sweep, SweepOptions, SweepRow,
+};
 
 use crate::ir::Program;
 use crate::semantics::Semantics;

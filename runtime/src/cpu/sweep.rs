@@ -152,14 +152,8 @@ pub fn format_table(rows: &[SweepRow]) -> String {
         "(GB/s)",
         ""
     );
-    let mut i = 0;
-    while i < rows.len() {
-        let first = &rows[i];
-        let group: Vec<&SweepRow> = rows[i..]
-            .iter()
-            .take_while(|r| r.size == first.size && r.dtype == first.dtype)
-            .collect();
-        i += group.len();
+    for group in rows_by_size(rows) {
+        let first = group[0];
         let cell = |inplace: bool| match group.iter().find(|r| r.inplace == inplace) {
             Some(r) => format!(
                 "{:>9.2} {:>7.2} {:>7.2} {:>6}",
@@ -180,6 +174,19 @@ pub fn format_table(rows: &[SweepRow]) -> String {
         );
     }
     out
+}
+
+/// Consecutive rows of one size and type (the out-of-place and in-place runs of one table
+/// line), in order.
+pub fn rows_by_size(rows: &[SweepRow]) -> Vec<Vec<&SweepRow>> {
+    let mut groups: Vec<Vec<&SweepRow>> = Vec::new();
+    for row in rows {
+        match groups.last_mut() {
+            Some(g) if g[0].size == row.size && g[0].dtype == row.dtype => g.push(row),
+            _ => groups.push(vec![row]),
+        }
+    }
+    groups
 }
 
 /// Parses one size such as `64M`, `1K`, `4096`, `2GB` (binary multiples).

@@ -23,14 +23,8 @@ pub fn markdown_table(rows: &[SweepRow]) -> String {
          | ip time (µs) | ip algbw (GB/s) | ip busbw (GB/s) | ip #wrong |\n",
     );
     out.push_str("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut i = 0;
-    while i < rows.len() {
-        let first = &rows[i];
-        let group: Vec<&SweepRow> = rows[i..]
-            .iter()
-            .take_while(|r| r.size == first.size && r.dtype == first.dtype)
-            .collect();
-        i += group.len();
+    for group in crate::cpu::rows_by_size(rows) {
+        let first = group[0];
         let cell = |inplace: bool| match group.iter().find(|r| r.inplace == inplace) {
             Some(r) => format!(
                 "{:.2} | {:.2} | {:.2} | {}",

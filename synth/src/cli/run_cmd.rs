@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use runtime::cpu::{
-    format_table, parse_dtype, parse_op, parse_sizes, sweep, RunOptions, SweepOptions,
+    format_table, parse_dtype, parse_op, parse_sizes, sweep, RunOptions, SweepOptions, SweepRow,
 };
 use runtime::ir::Program;
 use std::io::Write;
@@ -42,6 +42,16 @@ pub struct RunArgs {
     /// Executor backend: cpu (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     backend: String,
+}
+
+impl RunArgs {
+    /// `--sizes`, else `--size`, else the default sweep.
+    fn size_spec(&self) -> &str {
+        self.sizes
+            .as_deref()
+            .or(self.size.as_deref())
+            .unwrap_or("1K:64M")
+    }
 }
 
 /// Reads a program from MSCCL XML (or our JSON form).
@@ -101,12 +111,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         other => bail!("unknown --backend `{other}` (cpu or cuda)"),
     }
     let program = read_program(&args.file)?;
-    let sizes = parse_sizes(
-        args.sizes
-            .as_deref()
-            .or(args.size.as_deref())
-            .unwrap_or("1K:64M"),
-    )?;
+    let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
     let op = parse_op(&args.op)
@@ -124,20 +129,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         },
     };
     let rows = sweep(&program, &options).map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
-    if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"file": args.file, "rows": rows}))?
-        )?;
-    } else {
-        write!(out, "{}", format_table(&rows))?;
-    }
-    let wrong: usize = rows.iter().map(|r| r.wrong).sum();
-    if wrong > 0 {
-        bail!("{}: {wrong} wrong elements", args.file);
-    }
-    Ok(())
+    report(&args.file, &rows, json, out)
 }
 
 /// Runs `synth run --backend cuda`: the CUDA executor (one GPU per rank, or all ranks on one
@@ -148,12 +140,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     // One line and a non-zero exit without a usable GPU.
     runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let program = read_program(&args.file)?;
-    let sizes = parse_sizes(
-        args.sizes
-            .as_deref()
-            .or(args.size.as_deref())
-            .unwrap_or("1K:64M"),
-    )?;
+    let sizes = parse_sizes(args.size_spec())?;
     let dtype = Dtype::parse(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;
     if args.op != "sum" {
@@ -168,18 +155,23 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let rows = runtime::cuda::sweep(&program, &options)
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    report(&args.file, &rows, json, out)
+}
+
+/// Prints the rows (nccl-tests' table, or JSON) and fails when any element was wrong.
+fn report(file: &str, rows: &[SweepRow], json: bool, out: &mut dyn Write) -> Result<()> {
     if json {
         writeln!(
             out,
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"file": args.file, "rows": rows}))?
+            serde_json::to_string_pretty(&serde_json::json!({"file": file, "rows": rows}))?
         )?;
     } else {
-        write!(out, "{}", format_table(&rows))?;
+        write!(out, "{}", format_table(rows))?;
     }
     let wrong: usize = rows.iter().map(|r| r.wrong).sum();
     if wrong > 0 {
-        bail!("{}: {wrong} wrong elements", args.file);
+        bail!("{file}: {wrong} wrong elements");
     }
     Ok(())
 }

@@ -391,23 +391,13 @@ fn hops_to_need(
     links: &[usize],
 ) -> Vec<Option<usize>> {
     let chunk = &coll.chunks[c];
-    let mut dist = vec![None; topology.ranks];
-    let mut queue = std::collections::VecDeque::new();
-    for &r in chunk.post.iter().filter(|r| !chunk.pre.contains(r)) {
-        dist[r] = Some(0);
-        queue.push_back(r);
-    }
-    while let Some(v) = queue.pop_front() {
-        let dv = dist[v].unwrap_or(0);
-        for &i in links {
-            let l = &topology.links[i];
-            if l.dst == v && dist[l.src].is_none() {
-                dist[l.src] = Some(dv + 1);
-                queue.push_back(l.src);
-            }
-        }
-    }
-    dist
+    let needers: Vec<usize> = chunk
+        .post
+        .iter()
+        .copied()
+        .filter(|r| !chunk.pre.contains(r))
+        .collect();
+    crate::sketch::link_distances(topology, links, &needers, false)
 }
 
 /// Removes sends to ranks that neither need the chunk nor forward it later.

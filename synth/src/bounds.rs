@@ -189,6 +189,198 @@ fn flow_lp_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> R
     Ok(solution.value(rho))
 }
 
+/// A lower bound on R/C for algorithms with exactly `steps` steps, from the time-expanded
+/// multicast flow LP (see [`StepLp`]): with `chunks` given, every step takes at least one
+/// round, so rho_s ≥ 1/C. `None` when the LP would exceed the variable cap; infinity when
+/// no algorithm has that many steps.
+pub fn step_bound(
+    topology: &Topology,
+    coll: &Collective,
+    steps: usize,
+    chunks: Option<usize>,
+) -> Result<Option<f64>> {
+    let min_rho = chunks.map_or(0.0, |c| 1.0 / c as f64);
+    let Some(lp) = StepLp::new(topology, coll, steps, min_rho)? else {
+        return Ok(None);
+    };
+    let objective: Expression = lp.rho.iter().sum();
+    lp.optimum(objective, None).map(Some)
+}
+
+/// For an instance (S, R, C), the most rounds each step can have in any algorithm: the
+/// largest rho_s of the step-limited LP with Σ rho ≤ R/C, times C. Sound, since every
+/// algorithm's rounds per step divided by C is a feasible point. `None` when the LP would
+/// exceed the variable cap or is infeasible (the instance is UNSAT; the solver will say so).
+pub fn step_round_caps(
+    topology: &Topology,
+    coll: &Collective,
+    steps: usize,
+    rounds: usize,
+    chunks: usize,
+) -> Result<Option<Vec<usize>>> {
+    let total = rounds as f64 / chunks as f64 + LP_SLACK;
+    let mut caps = Vec::with_capacity(steps);
+    for s in 0..steps {
+        let Some(lp) = StepLp::new(topology, coll, steps, 1.0 / chunks as f64)? else {
+            return Ok(None);
+        };
+        let objective = -Expression::from(lp.rho[s]);
+        let most = -lp.optimum(objective, Some(total))?;
+        if !most.is_finite() {
+            return Ok(None);
+        }
+        caps.push(((most * chunks as f64 + LP_SLACK).floor() as usize).clamp(1, rounds));
+    }
+    Ok(Some(caps))
+}
+
+/// Slack for the LP solver's floating-point optimum when it becomes an integer bound.
+pub const LP_SLACK: f64 = 1e-6;
+
+/// The time-expanded multicast flow LP for algorithms with exactly S steps.
+///
+/// The same relaxation as the step-free LP, but a chunk crosses a link from step s-1 to step
+/// s, waits at a rank between steps, and must reach every rank that needs it by step S; step
+/// s has rho_s rounds per chunk, and link and switch loads in step s are at most capacity ×
+/// rho_s. It relaxes the SMT instance (fractional pieces, multicast as shared flow), so any
+/// (S, R, C) with R/C below its least Σ rho_s is UNSAT. It is much stronger than the
+/// step-free bound when S is small, which lets the Pareto search skip whole step counts.
+struct StepLp {
+    vars: ProblemVariables,
+    rho: Vec<Variable>,
+    constraints: Vec<good_lp::Constraint>,
+}
+
+impl StepLp {
+    /// Builds the LP for the C = 1 collective `coll`, with every rho_s ≥ `min_rho`; `None`
+    /// above the variable cap.
+    fn new(
+        topology: &Topology,
+        coll: &Collective,
+        steps: usize,
+        min_rho: f64,
+    ) -> Result<Option<StepLp>> {
+        let caps = topology.capacities()?;
+        let dist = topology.distances();
+        let nlinks = topology.links.len();
+        let nearest =
+            |sources: &[usize], r: usize| sources.iter().filter_map(|&p| dist[p][r]).min();
+        let demands: usize = coll
+            .chunks
+            .iter()
+            .map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count())
+            .sum();
+        if demands * nlinks * steps > MAX_LP_VARIABLES {
+            return Ok(None);
+        }
+        let mut vars = ProblemVariables::new();
+        let rho: Vec<Variable> = (0..steps)
+            .map(|_| vars.add(variable().min(min_rho)))
+            .collect();
+        let mut constraints = Vec::new();
+        // load[s][l]: Σ over chunks of the chunk's use of link l in step s+1.
+        let mut load: Vec<Vec<Expression>> = vec![vec![Expression::from(0.0); nlinks]; steps];
+        for chunk in &coll.chunks {
+            let needers: Vec<usize> = chunk
+                .post
+                .iter()
+                .copied()
+                .filter(|r| !chunk.pre.contains(r))
+                .collect();
+            // The (link, step) pairs a piece of this chunk can usefully cross.
+            let arcs: Vec<(usize, usize)> = (1..=steps)
+                .flat_map(|s| (0..nlinks).map(move |l| (l, s)))
+                .filter(|&(l, s)| {
+                    let link = &topology.links[l];
+                    !chunk.pre.contains(&link.dst)
+                        && nearest(&chunk.pre, link.src).is_some_and(|d| d < s)
+                        && needers
+                            .iter()
+                            .any(|&w| dist[link.dst][w].is_some_and(|d| d <= steps - s))
+                })
+                .collect();
+            let uses: Vec<Variable> = arcs
+                .iter()
+                .map(|_| vars.add(variable().min(0.0).max(1.0)))
+                .collect();
+            for (&(l, s), u) in arcs.iter().zip(&uses) {
+                load[s - 1][l] += *u;
+            }
+            for &d in &needers {
+                let flow: Vec<Variable> =
+                    arcs.iter().map(|_| vars.add(variable().min(0.0))).collect();
+                for (f, u) in flow.iter().zip(&uses) {
+                    constraints.push(constraint!(*f <= *u));
+                }
+                // Conservation at (v, s) for every rank v outside pre, with waiting arcs
+                // (v, s) → (v, s+1); the demand is one unit at (d, S).
+                for v in (0..topology.ranks).filter(|v| !chunk.pre.contains(v)) {
+                    let wait: Vec<Variable> =
+                        (0..steps).map(|_| vars.add(variable().min(0.0))).collect();
+                    for s in 0..=steps {
+                        let mut net = Expression::from(0.0);
+                        if s > 0 {
+                            net += wait[s - 1];
+                        }
+                        if s < steps {
+                            net -= wait[s];
+                        }
+                        for (&(l, t), f) in arcs.iter().zip(&flow) {
+                            let link = &topology.links[l];
+                            if link.dst == v && t == s {
+                                net += *f;
+                            }
+                            if link.src == v && t == s + 1 {
+                                net -= *f;
+                            }
+                        }
+                        let demand = if v == d && s == steps { 1.0 } else { 0.0 };
+                        constraints.push(constraint!(net == demand));
+                    }
+                }
+            }
+        }
+        for (s, per_link) in load.iter().enumerate() {
+            for (l, usage) in per_link.iter().enumerate() {
+                constraints.push(constraint!(usage.clone() <= caps.links[l] as f64 * rho[s]));
+            }
+            for (k, sw) in topology.switches.iter().enumerate() {
+                let mut total = Expression::from(0.0);
+                for (l, link) in topology.links.iter().enumerate() {
+                    if sw.covers(link.src, link.dst) {
+                        total += per_link[l].clone();
+                    }
+                }
+                constraints.push(constraint!(total <= caps.switches[k] as f64 * rho[s]));
+            }
+        }
+        Ok(Some(StepLp {
+            vars,
+            rho,
+            constraints,
+        }))
+    }
+
+    /// The least value of `objective`, with Σ rho ≤ `total` when given; infinity when
+    /// infeasible.
+    fn optimum(self, objective: Expression, total: Option<f64>) -> Result<f64> {
+        let sum: Expression = self.rho.iter().sum();
+        let mut model = self.vars.minimise(objective.clone()).using(highs);
+        model.set_verbose(false);
+        for c in self.constraints {
+            model = model.with(c);
+        }
+        if let Some(total) = total {
+            model = model.with(constraint!(sum <= total));
+        }
+        match model.solve() {
+            Ok(solution) => Ok(solution.eval(&objective)),
+            Err(good_lp::ResolutionError::Infeasible) => Ok(f64::INFINITY),
+            Err(e) => bail!("step-limited bandwidth LP failed: {e}"),
+        }
+    }
+}
+
 /// The largest fraction with denominator ≤ 1000 not above `value` (plus solver tolerance):
 /// the LP optimum is a rational vertex, so this recovers it exactly (e.g. 7/6).
 pub fn to_ratio_floor(value: f64) -> Ratio<u64> {
@@ -201,4 +393,39 @@ pub fn to_ratio_floor(value: f64) -> Ratio<u64> {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::{Collective, Kind};
+
+    fn dgx1_allgather() -> (Topology, Collective) {
+        let topo = crate::topology::load("dgx1").unwrap();
+        let coll = Collective::new(Kind::AllGather, 8, 0, 1).unwrap();
+        (topo, coll)
+    }
+
+    #[test]
+    fn step_bound_on_dgx1_allgather_matches_the_frontier() {
+        let (topo, coll) = dgx1_allgather();
+        let at = |s, c| step_bound(&topo, &coll, s, c).unwrap().unwrap();
+        // One step cannot reach the ranks two hops away.
+        assert!(at(1, None).is_infinite());
+        // Two steps need 3/2 rounds per chunk: (2,3,2) is optimal at two steps.
+        assert!((at(2, None) - 1.5).abs() < 1e-6);
+        // Three steps reach the step-free bound 7/6.
+        assert!((at(3, None) - 7.0 / 6.0).abs() < 1e-6);
+        // With C = 1 every step takes a whole round: R ≥ 3 at three steps.
+        assert!((at(3, Some(1)) - 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn round_caps_on_dgx1_allgather() {
+        let (topo, coll) = dgx1_allgather();
+        // (3,7,6): no step can take more than 3 rounds (the LP admits exactly the six round
+        // splits with every step at most 3).
+        let caps = step_round_caps(&topo, &coll, 3, 7, 6).unwrap().unwrap();
+        assert_eq!(caps, vec![3, 3, 3]);
+    }
 }

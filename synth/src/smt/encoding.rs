@@ -16,13 +16,15 @@
 //! feeds keeps a solution valid), and interchangeable pieces of one chunk are ordered by
 //! their arrival at one rank (any solution can be permuted into that order).
 
+use super::race::Race;
+use super::symmetry::{ordered_classes, Orbits, Symmetry};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
 use crate::topology::{Capacities, Topology};
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use z3::ast::Bool;
-use z3::{Params, SatResult, Solver};
+use z3::{Config, Params, SatResult, Solver};
 
 /// The result of solving one instance.
 #[derive(Debug, Clone)]
@@ -50,39 +52,105 @@ pub struct Instance<'a> {
     pub steps: usize,
     /// Total rounds R (≥ S).
     pub rounds: usize,
+    /// Symmetries the schedule must be invariant under (empty: the full instance). A
+    /// restriction: SAT gives a valid schedule, UNSAT proves nothing.
+    pub symmetries: &'a [Symmetry],
+    /// The most rounds each step may take (empty: up to what R allows), from a sound bound.
+    pub round_caps: &'a [usize],
 }
 
+/// How one solve is run.
+#[derive(Clone, Copy, Default)]
+pub struct SolveOptions<'r> {
+    /// Cut the check after `RESTART_BASE` × luby(k) and resume it with a new seed (z3 keeps
+    /// its learned clauses), instead of one uninterrupted check: for formulas whose time to
+    /// a model is heavy-tailed over seeds.
+    pub restarts: bool,
+    /// The race this solve runs in, which may interrupt it.
+    pub race: Option<&'r Race>,
+}
+
+/// The check time of the first restart; later ones follow the Luby sequence times this.
+/// On the DGX-1 allgather (3,7,6) instance a lucky seed needs a few hundred conflicts and an
+/// unlucky one over 60,000; short restarts with fresh seeds (learned clauses kept) took the
+/// whole Pareto search from a median of 1.3 s and a worst of 9.6 s over 20 runs (200 ms)
+/// to a median of 0.37 s and a worst of 0.61 s (50 ms); see `results/smt.md`.
+const RESTART_BASE: Duration = Duration::from_millis(50);
+
 impl Instance<'_> {
-    /// Builds the encoding, solves it with z3 until `deadline`, and decodes the model.
-    pub fn solve(&self, deadline: Instant) -> Outcome {
+    /// Builds the encoding, solves it with z3 until `deadline`, and decodes the model. Runs
+    /// in a fresh z3 context of its own.
+    pub fn solve(&self, deadline: Instant, options: SolveOptions) -> Outcome {
         if self.rounds < self.steps {
             return Outcome::Unsat;
         }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Outcome::Unknown;
-        }
+        z3::with_z3_config(&Config::new(), || self.solve_in_context(deadline, options))
+    }
+
+    fn solve_in_context(&self, deadline: Instant, options: SolveOptions) -> Outcome {
         let solver = Solver::new_for_logic("QF_FD").unwrap_or_default();
-        let mut params = Params::new();
-        // Every pseudo-Boolean constraint of the encoding has unit weights, which z3 encodes
-        // with sorting networks here: the UNSAT instances of the DGX-1 allgather search ran
-        // 2-5x faster than with the native PB solver. Weighted constraints must not be
-        // added: z3 4.8.12's sorting encoding of them returned models that violate them.
-        params.set_symbol("sat.pb.solver", "sorting");
-        params.set_u32(
-            "timeout",
-            remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
-        );
-        solver.set_params(&params);
         let model = Encoding::build(self, &solver);
-        match solver.check() {
-            SatResult::Sat => match solver.get_model() {
-                Some(m) => Outcome::Sat(model.decode(self, &m)),
-                None => Outcome::Unknown,
-            },
-            SatResult::Unsat => Outcome::Unsat,
-            SatResult::Unknown => Outcome::Unknown,
+        let cancelled = || options.race.is_some_and(Race::is_finished);
+        let check = || {
+            for attempt in 1u32.. {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                if remaining.is_zero() || cancelled() {
+                    break;
+                }
+                let limit = if options.restarts {
+                    remaining.min(RESTART_BASE * luby(attempt))
+                } else {
+                    remaining
+                };
+                let mut params = Params::new();
+                // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
+                // encodes with sorting networks here: the UNSAT instances of the DGX-1
+                // allgather search ran 2-5x faster than with the native PB solver. Weighted
+                // constraints must not be added: z3 4.8.12's sorting encoding of them
+                // returned models that violate them.
+                params.set_symbol("sat.pb.solver", "sorting");
+                params.set_u32(
+                    "timeout",
+                    limit.as_millis().clamp(1, u32::MAX as u128) as u32,
+                );
+                if options.restarts {
+                    params.set_u32("sat.random_seed", attempt);
+                    params.set_u32("random_seed", attempt);
+                }
+                solver.set_params(&params);
+                let started = Instant::now();
+                match solver.check() {
+                    SatResult::Sat => {
+                        return match solver.get_model() {
+                            Some(m) => Outcome::Sat(model.decode(self, &m)),
+                            None => Outcome::Unknown,
+                        }
+                    }
+                    SatResult::Unsat => return Outcome::Unsat,
+                    // Resume only after a time-out, not after a give-up or an interrupt.
+                    SatResult::Unknown if options.restarts && started.elapsed() >= limit / 2 => {}
+                    SatResult::Unknown => break,
+                }
+            }
+            Outcome::Unknown
+        };
+        match options.race {
+            Some(race) => race.guarded(check).unwrap_or(Outcome::Unknown),
+            None => check(),
         }
+    }
+}
+
+/// The i-th term (from 1) of the Luby restart sequence: 1, 1, 2, 1, 1, 2, 4, 1, ...
+fn luby(i: u32) -> u32 {
+    let mut i = i;
+    loop {
+        // The smallest k with 2^k - 1 ≥ i.
+        let k = 32 - i.leading_zeros();
+        if i == (1 << k) - 1 {
+            return 1 << (k - 1);
+        }
+        i -= (1 << (k - 1)) - 1;
     }
 }
 
@@ -102,11 +170,21 @@ impl Encoding {
         let ff = Bool::from_bool(false);
         let tt = Bool::from_bool(true);
 
+        // Symmetric schedules share one variable per orbit; constraints are stated for
+        // representatives only (a member's would be the same constraint).
+        let orbits = Orbits::new(topo, coll, inst.symmetries);
+
         // at[c][r][s] ⇔ chunk c is on rank r after step s.
         let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
         for (c, chunk) in coll.chunks.iter().enumerate() {
-            let mut per_rank = Vec::with_capacity(n);
+            let mut per_rank: Vec<Vec<Bool>> = Vec::with_capacity(n);
             for r in 0..n {
+                let (rc, rr) = orbits.chunk_rank(c, r);
+                if (rc, rr) != (c, r) {
+                    let shared = if rc == c { &per_rank[rr] } else { &at[rc][rr] };
+                    per_rank.push(shared.clone());
+                    continue;
+                }
                 let first = nearest(inst.distances, &chunk.pre, r);
                 let row: Vec<Bool> = (0..=steps)
                     .map(|s| {
@@ -130,8 +208,10 @@ impl Encoding {
             at.push(per_rank);
         }
 
-        // Sends, with the sound reachability pruning.
-        let mut sends = Vec::new();
+        // Sends, with the sound reachability pruning; `own[i]` marks representatives.
+        let mut sends: Vec<(usize, usize, usize, Bool)> = Vec::new();
+        let mut own: Vec<bool> = Vec::new();
+        let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
         let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
         for (c, chunk) in coll.chunks.iter().enumerate() {
             let needers: Vec<usize> = chunk
@@ -145,19 +225,25 @@ impl Encoding {
                 if chunk.pre.contains(&v) {
                     continue;
                 }
+                let (rc, rl) = orbits.chunk_link(c, l);
                 for s in 1..=steps {
                     let sender_can = nearest(inst.distances, &chunk.pre, u).is_some_and(|d| d < s);
                     let useful = needers
                         .iter()
                         .any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
                     if sender_can && useful {
+                        let shared = send_index.get(&(rc, rl, s)).map(|&i| sends[i].3.clone());
+                        own.push(shared.is_none());
+                        let x =
+                            shared.unwrap_or_else(|| Bool::new_const(format!("x_{c}_{u}_{v}_{s}")));
+                        send_index.insert((c, l, s), sends.len());
                         incoming.entry((c, v, s)).or_default().push(sends.len());
-                        sends.push((c, l, s, Bool::new_const(format!("x_{c}_{u}_{v}_{s}"))));
+                        sends.push((c, l, s, x));
                     }
                 }
             }
         }
-        for &(c, l, s, ref x) in &sends {
+        for (&(c, l, s, ref x), _) in sends.iter().zip(&own).filter(|(_, &own)| own) {
             let link = &topo.links[l];
             solver.assert(x.implies(&at[c][link.src][s - 1]));
             solver.assert(x.implies(&at[c][link.dst][s]));
@@ -166,6 +252,9 @@ impl Encoding {
         // Arrival needs exactly one sender in that step.
         for (c, chunk) in coll.chunks.iter().enumerate() {
             for v in (0..n).filter(|v| !chunk.pre.contains(v)) {
+                if orbits.chunk_rank(c, v) != (c, v) {
+                    continue;
+                }
                 for s in 1..=steps {
                     let arrives = Bool::and(&[&at[c][v][s], &at[c][v][s - 1].not()]);
                     match incoming.get(&(c, v, s)) {
@@ -188,7 +277,11 @@ impl Encoding {
         let slack = inst.rounds - steps;
         let extra: Vec<Vec<Bool>> = (0..steps)
             .map(|s| {
-                (0..slack)
+                let step_slack = inst
+                    .round_caps
+                    .get(s)
+                    .map_or(slack, |&cap| slack.min(cap.saturating_sub(1)));
+                (0..step_slack)
                     .map(|k| Bool::new_const(format!("extra_{s}_{k}")))
                     .collect()
             })
@@ -266,7 +359,7 @@ impl Encoding {
             }
             for (g, xs) in per_group.iter().enumerate() {
                 let cap = groups[g].0 as usize;
-                if xs.len() <= cap {
+                if xs.len() <= cap || (g < switch_base && !orbits.is_link_representative(g)) {
                     continue;
                 }
                 // Σ sends ≤ cap·r_s = cap + cap·Σ_k extra[s][k], with unit weights only: each
@@ -284,17 +377,7 @@ impl Encoding {
         }
 
         // Symmetry: interchangeable pieces (same pre and post) arrive in order at one rank.
-        let mut classes: BTreeMap<(Vec<usize>, Vec<usize>), Vec<usize>> = BTreeMap::new();
-        for (c, chunk) in coll.chunks.iter().enumerate() {
-            classes
-                .entry((chunk.pre.clone(), chunk.post.clone()))
-                .or_default()
-                .push(c);
-        }
-        for ((pre, post), members) in &classes {
-            let Some(&pivot) = post.iter().find(|r| !pre.contains(r)) else {
-                continue;
-            };
+        for (members, pivot) in ordered_classes(coll, inst.symmetries) {
             for pair in members.windows(2) {
                 for (later, earlier) in at[pair[1]][pivot].iter().zip(&at[pair[0]][pivot]).skip(1) {
                     solver.assert(later.implies(earlier));
@@ -377,4 +460,15 @@ fn rounds_needed(inst: &Instance, sends: &[Send]) -> u32 {
 /// Hop distance from the nearest of `sources` to `r`.
 fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Option<usize> {
     sources.iter().filter_map(|&p| distances[p][r]).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::luby;
+
+    #[test]
+    fn luby_sequence() {
+        let terms: Vec<u32> = (1..=15).map(luby).collect();
+        assert_eq!(terms, [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]);
+    }
 }

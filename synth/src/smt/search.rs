@@ -2,9 +2,11 @@
 //! (steps, rounds per chunk). Every loop is capped (`max_steps`, `max_chunks`) and bounded by
 //! a wall-clock deadline; every SAT answer goes through the independent checker.
 
-use super::encoding::{Instance, Outcome};
+use super::encoding::{Instance, Outcome, SolveOptions};
+use super::race::Race;
+use super::symmetry::collective_symmetries;
 use crate::algorithm::Algorithm;
-use crate::bounds::Bounds;
+use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
 use crate::check::check;
 use crate::collective::Collective;
 use crate::progress::Progress;
@@ -14,6 +16,9 @@ use num_rational::Ratio;
 use rayon::prelude::*;
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// The most topology automorphisms used to restrict a solve to symmetric schedules.
+const MAX_SYMMETRIES: usize = 64;
 
 /// Builds the (non-combining) collective split into C pieces.
 pub type MakeCollective<'a> = dyn Fn(usize) -> Result<Collective> + Sync + 'a;
@@ -43,6 +48,7 @@ pub struct Searcher<'a> {
     topology: &'a Topology,
     capacities: Capacities,
     distances: Vec<Vec<Option<usize>>>,
+    automorphisms: Vec<Vec<usize>>,
     make: &'a MakeCollective<'a>,
     progress: &'a Progress,
 }
@@ -65,6 +71,7 @@ impl<'a> Searcher<'a> {
             topology,
             capacities: topology.capacities()?,
             distances: topology.distances(),
+            automorphisms: topology.automorphisms(MAX_SYMMETRIES),
             make,
             progress,
         })
@@ -81,27 +88,32 @@ impl<'a> Searcher<'a> {
             "solving steps={steps} rounds={rounds} chunks={chunks}"
         ));
         let collective = (self.make)(chunks)?;
-        let instance = Instance {
+        let symmetries = collective_symmetries(&collective, &self.automorphisms);
+        let round_caps = if rounds > steps {
+            step_round_caps(self.topology, &(self.make)(1)?, steps, rounds, chunks)?
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let full = Instance {
             topology: self.topology,
             capacities: &self.capacities,
             distances: &self.distances,
             collective: &collective,
             steps,
             rounds,
+            symmetries: &[],
+            round_caps: &round_caps,
         };
-        let started = Instant::now();
-        let outcome = instance.solve(deadline);
-        if std::env::var_os("SYNTH_TRACE").is_some() {
-            let verdict = match &outcome {
-                Outcome::Sat(_) => "sat",
-                Outcome::Unsat => "unsat",
-                Outcome::Unknown => "unknown",
+        let outcome = if symmetries.len() > 1 {
+            let symmetric = Instance {
+                symmetries: &symmetries,
+                ..full
             };
-            eprintln!(
-                "trace: S={steps} R={rounds} C={chunks}: {verdict} in {:.3} s",
-                started.elapsed().as_secs_f64()
-            );
-        }
+            race(&full, &symmetric, deadline)
+        } else {
+            traced(&full, deadline, SolveOptions::default(), "full")
+        };
         Ok(match outcome {
             Outcome::Sat(algorithm) => {
                 if algorithm.rounds() as usize > rounds {
@@ -201,7 +213,9 @@ impl<'a> Searcher<'a> {
     ) -> Result<Found> {
         let cap = self.round_cap(chunks)?;
         for steps in bounds.steps.max(1)..=limits.max_steps {
-            let lo = rounds_floor(bounds.rounds_per_chunk, chunks);
+            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks)? else {
+                continue;
+            };
             let (found, decided) =
                 self.least_rounds(steps, chunks, lo, rounds, cap.max(steps), limits.deadline)?;
             if let Some(a) = found {
@@ -254,6 +268,10 @@ impl<'a> Searcher<'a> {
     }
 
     /// The least R/C at `steps` strictly below `previous`, over C = 1..=max_chunks.
+    ///
+    /// The step-limited LP bound decides most of it without a solve: if it is not below
+    /// `previous`, nothing at this step count can join the frontier; if its smallest (R, C)
+    /// is SAT, nothing at this step count can beat it.
     fn best_ratio_at(
         &self,
         steps: usize,
@@ -261,6 +279,12 @@ impl<'a> Searcher<'a> {
         bounds: &Bounds,
         limits: &Limits,
     ) -> Result<(Option<Algorithm>, bool)> {
+        let Some(bound) = self.ratio_lower_bound(bounds, steps)? else {
+            return Ok((None, true));
+        };
+        if previous.is_some_and(|p| bound >= p) {
+            return Ok((None, true));
+        }
         let best: Mutex<Option<Algorithm>> = Mutex::new(None);
         let decided = Mutex::new(true);
         let search_chunks = |chunks: usize| -> Result<()> {
@@ -268,12 +292,17 @@ impl<'a> Searcher<'a> {
                 let guard = best.lock().unwrap();
                 guard.as_ref().map(|a| a.rounds_per_chunk()).or(previous)
             };
-            let lo = rounds_floor(bounds.rounds_per_chunk, chunks).max(steps);
             // Largest R with R/C strictly below the ceiling.
             let hi = ceiling.map(|r| {
                 let scaled = r * Ratio::from_integer(chunks as u64);
                 (scaled.ceil().to_integer() as usize).saturating_sub(1)
             });
+            if hi.is_some_and(|h| h < rounds_floor(bound, chunks)) {
+                return Ok(());
+            }
+            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks)? else {
+                return Ok(());
+            };
             if hi.is_some_and(|h| h < lo) {
                 return Ok(());
             }
@@ -297,18 +326,15 @@ impl<'a> Searcher<'a> {
             }
             Ok(())
         };
-        // If the bandwidth bound itself is reachable at this step count, nothing can beat it:
-        // try its smallest (R, C) first.
-        let bound = bounds.rounds_per_chunk;
+        // If the bound itself is reachable at this step count, nothing can beat it: try its
+        // smallest (R, C) first.
         let bound_chunks = *bound.denom() as usize;
-        if bound_chunks <= limits.max_chunks && previous.is_none_or(|p| bound < p) {
-            let rounds = *bound.numer() as usize;
-            if rounds >= steps {
-                match self.solve(steps, rounds, bound_chunks, limits.deadline)? {
-                    Verdict::Found(a) => return Ok((Some(*a), true)),
-                    Verdict::Impossible => {}
-                    Verdict::Undecided => *decided.lock().unwrap() = false,
-                }
+        let bound_rounds = *bound.numer() as usize;
+        if bound_chunks <= limits.max_chunks && bound_rounds >= steps {
+            match self.solve(steps, bound_rounds, bound_chunks, limits.deadline)? {
+                Verdict::Found(a) => return Ok((Some(*a), true)),
+                Verdict::Impossible => {}
+                Verdict::Undecided => *decided.lock().unwrap() = false,
             }
         }
         // C = 1 first, sequentially: it sets the ceiling that prunes the others.
@@ -320,11 +346,95 @@ impl<'a> Searcher<'a> {
         Ok((best, decided.into_inner().unwrap()))
     }
 
+    /// The least R worth trying at (S, C): the step-free bound, S itself (a round per step)
+    /// and the step-limited LP bound. `None` when no (S, R, C) can be SAT.
+    fn rounds_lower_bound(
+        &self,
+        bounds: &Bounds,
+        steps: usize,
+        chunks: usize,
+    ) -> Result<Option<usize>> {
+        let lo = rounds_floor(bounds.rounds_per_chunk, chunks).max(steps);
+        match step_bound(self.topology, &(self.make)(1)?, steps, Some(chunks))? {
+            Some(v) if v.is_infinite() => Ok(None),
+            Some(v) => Ok(Some(lo.max((v * chunks as f64 - LP_SLACK).ceil() as usize))),
+            None => Ok(Some(lo)),
+        }
+    }
+
+    /// The least R/C any algorithm with S steps can have (step-limited LP, or the step-free
+    /// bound when the LP is too large); `None` when S steps cannot do the collective.
+    fn ratio_lower_bound(&self, bounds: &Bounds, steps: usize) -> Result<Option<Ratio<u64>>> {
+        match step_bound(self.topology, &(self.make)(1)?, steps, None)? {
+            Some(v) if v.is_infinite() => Ok(None),
+            Some(v) => Ok(Some(to_ratio_floor(v).max(bounds.rounds_per_chunk))),
+            None => Ok(Some(bounds.rounds_per_chunk)),
+        }
+    }
+
     /// Rounds beyond which bandwidth cannot bind: every address over every link in every step.
     fn round_cap(&self, chunks: usize) -> Result<usize> {
         let addresses = (self.make)(chunks)?.chunks.len();
         Ok(addresses.max(1) * 2)
     }
+}
+
+/// Solves the full instance on one thread while the other solves its symmetric restriction
+/// with restarts; the first SAT of either, or the full instance's UNSAT, wins and interrupts
+/// the other. The symmetric formula is a fraction of the full one and, when it is SAT,
+/// usually far faster to satisfy, but its time to a model is heavy-tailed over seeds, which
+/// restarts cut off; its UNSAT proves nothing, so only the full solve can answer UNSAT.
+fn race(full: &Instance, symmetric: &Instance, deadline: Instant) -> Outcome {
+    let race = Race::new();
+    std::thread::scope(|scope| {
+        let full_run = scope.spawn(|| {
+            let options = SolveOptions {
+                restarts: false,
+                race: Some(&race),
+            };
+            let outcome = traced(full, deadline, options, "full");
+            if !matches!(outcome, Outcome::Unknown) {
+                race.finish();
+            }
+            outcome
+        });
+        let options = SolveOptions {
+            restarts: true,
+            race: Some(&race),
+        };
+        let symmetric_outcome = traced(symmetric, deadline, options, "symmetric");
+        if matches!(symmetric_outcome, Outcome::Sat(_)) {
+            race.finish();
+        }
+        let full_outcome = full_run
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match symmetric_outcome {
+            Outcome::Sat(a) => Outcome::Sat(a),
+            _ => full_outcome,
+        }
+    })
+}
+
+/// Solves, printing the verdict and time when `SYNTH_TRACE` is set.
+fn traced(instance: &Instance, deadline: Instant, options: SolveOptions, label: &str) -> Outcome {
+    let started = Instant::now();
+    let outcome = instance.solve(deadline, options);
+    if std::env::var_os("SYNTH_TRACE").is_some() {
+        let verdict = match &outcome {
+            Outcome::Sat(_) => "sat",
+            Outcome::Unsat => "unsat",
+            Outcome::Unknown => "unknown",
+        };
+        eprintln!(
+            "trace: S={} R={} C={}: {label} {verdict} in {:.3} s",
+            instance.steps,
+            instance.rounds,
+            instance.collective.chunks_per_rank,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    outcome
 }
 
 /// The least integer R with R/C ≥ the bound.

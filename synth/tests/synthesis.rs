@@ -144,6 +144,47 @@ fn dgx1_alltoall_3_3_1() {
     check(&a, &topology::load("dgx1").unwrap()).unwrap();
 }
 
+/// DGX-1 alltoall (8,8,3), which SCCL does not finish in 15 minutes: the symmetric
+/// restriction finds it. Checked by the checker inside the search.
+#[test]
+fn dgx1_alltoall_8_8_3() {
+    assert!(instance("dgx1", Kind::AllToAll, 8, 8, 3).is_some());
+}
+
+/// The ring's whole automorphism group admits no (2,2,1) allgather schedule (a reflection
+/// fixing a rank would have it receive the opposite chunk from both sides); the search must
+/// not take that for UNSAT.
+#[test]
+fn ring4_allgather_without_a_fully_symmetric_schedule() {
+    assert!(instance("ring:4", Kind::AllGather, 2, 2, 1).is_some());
+}
+
+/// The step-limited LP bound never rules out a SAT instance: one round below it is UNSAT
+/// on the full encoding, on small fabrics where every instance is quick to decide.
+#[test]
+fn step_bound_is_sound_on_small_fabrics() {
+    for topo in ["ring:4", "ring:5", "line:4", "fully-connected:3", "star:4"] {
+        let topology = topology::load(topo).unwrap();
+        let coll = Collective::new(Kind::AllGather, topology.ranks, 0, 1).unwrap();
+        let least = synth::bounds::steps_lower_bound(&topology, &coll).unwrap();
+        for steps in least..=least + 1 {
+            for chunks in 1..=3 {
+                let bound = synth::bounds::step_bound(&topology, &coll, steps, Some(chunks))
+                    .unwrap()
+                    .unwrap();
+                let rounds = (bound * chunks as f64 - 1e-6).ceil() as usize;
+                if rounds > steps {
+                    assert!(
+                        instance(topo, Kind::AllGather, steps, rounds - 1, chunks).is_none(),
+                        "{topo}: ({steps}, {}, {chunks}) is SAT below the LP bound {bound}",
+                        rounds - 1
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rooted_collectives_on_dgx1() {
     let topo = topology::load("dgx1").unwrap();

@@ -91,53 +91,53 @@ impl Instance<'_> {
         let solver = Solver::new_for_logic("QF_FD").unwrap_or_default();
         let model = Encoding::build(self, &solver);
         let cancelled = || options.race.is_some_and(Race::is_finished);
-        let check = || {
-            for attempt in 1u32.. {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                if remaining.is_zero() || cancelled() {
-                    break;
-                }
-                let limit = if options.restarts {
-                    remaining.min(RESTART_BASE * luby(attempt))
-                } else {
-                    remaining
-                };
-                let mut params = Params::new();
-                // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
-                // encodes with sorting networks here: the UNSAT instances of the DGX-1
-                // allgather search ran 2-5x faster than with the native PB solver. Weighted
-                // constraints must not be added: z3 4.8.12's sorting encoding of them
-                // returned models that violate them.
-                params.set_symbol("sat.pb.solver", "sorting");
-                params.set_u32(
-                    "timeout",
-                    limit.as_millis().clamp(1, u32::MAX as u128) as u32,
-                );
-                if options.restarts {
-                    params.set_u32("sat.random_seed", attempt);
-                    params.set_u32("random_seed", attempt);
-                }
-                solver.set_params(&params);
-                let started = Instant::now();
-                match solver.check() {
-                    SatResult::Sat => {
-                        return match solver.get_model() {
-                            Some(m) => Outcome::Sat(model.decode(self, &m)),
-                            None => Outcome::Unknown,
-                        }
-                    }
-                    SatResult::Unsat => return Outcome::Unsat,
-                    // Resume only after a time-out, not after a give-up or an interrupt.
-                    SatResult::Unknown if options.restarts && started.elapsed() >= limit / 2 => {}
-                    SatResult::Unknown => break,
-                }
+        for attempt in 1u32.. {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() || cancelled() {
+                break;
             }
-            Outcome::Unknown
-        };
-        match options.race {
-            Some(race) => race.guarded(check).unwrap_or(Outcome::Unknown),
-            None => check(),
+            let limit = if options.restarts {
+                remaining.min(RESTART_BASE * luby(attempt))
+            } else {
+                remaining
+            };
+            let mut params = Params::new();
+            // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
+            // encodes with sorting networks here: the UNSAT instances of the DGX-1 allgather
+            // search ran 2-5x faster than with the native PB solver. Weighted constraints
+            // must not be added: z3 4.8.12's sorting encoding of them returned models that
+            // violate them.
+            params.set_symbol("sat.pb.solver", "sorting");
+            params.set_u32(
+                "timeout",
+                limit.as_millis().clamp(1, u32::MAX as u128) as u32,
+            );
+            if options.restarts {
+                params.set_u32("sat.random_seed", attempt);
+                params.set_u32("random_seed", attempt);
+            }
+            solver.set_params(&params);
+            let started = Instant::now();
+            // Only the check itself may be interrupted: decoding a model from an interrupted
+            // context would read missing values as false.
+            let result = match options.race {
+                Some(race) => race.guarded(|| solver.check()),
+                None => Some(solver.check()),
+            };
+            match result {
+                Some(SatResult::Sat) => {
+                    return match solver.get_model() {
+                        Some(m) => Outcome::Sat(model.decode(self, &m)),
+                        None => Outcome::Unknown,
+                    }
+                }
+                Some(SatResult::Unsat) => return Outcome::Unsat,
+                // Resume only after a time-out, not after a give-up or an interrupt.
+                Some(SatResult::Unknown) if options.restarts && started.elapsed() >= limit / 2 => {}
+                _ => break,
+            }
         }
+        Outcome::Unknown
     }
 }
 
@@ -211,6 +211,8 @@ impl Encoding {
         // Sends, with the sound reachability pruning; `own[i]` marks representatives.
         let mut sends: Vec<(usize, usize, usize, Bool)> = Vec::new();
         let mut own: Vec<bool> = Vec::new();
+        // var_of[i]: the send whose variable send i shares (itself when it owns one).
+        let mut var_of: Vec<usize> = Vec::new();
         let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
         let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
         for (c, chunk) in coll.chunks.iter().enumerate() {
@@ -232,10 +234,13 @@ impl Encoding {
                         .iter()
                         .any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
                     if sender_can && useful {
-                        let shared = send_index.get(&(rc, rl, s)).map(|&i| sends[i].3.clone());
+                        let shared = send_index.get(&(rc, rl, s)).copied();
                         own.push(shared.is_none());
-                        let x =
-                            shared.unwrap_or_else(|| Bool::new_const(format!("x_{c}_{u}_{v}_{s}")));
+                        var_of.push(shared.unwrap_or(sends.len()));
+                        let x = match shared {
+                            Some(i) => sends[i].3.clone(),
+                            None => Bool::new_const(format!("x_{c}_{u}_{v}_{s}")),
+                        };
                         send_index.insert((c, l, s), sends.len());
                         incoming.entry((c, v, s)).or_default().push(sends.len());
                         sends.push((c, l, s, x));
@@ -263,8 +268,9 @@ impl Encoding {
                             let xs: Vec<&Bool> = ids.iter().map(|&i| &sends[i].3).collect();
                             solver.assert(arrives.implies(Bool::or(&xs)));
                             if xs.len() > 1 {
+                                let literals = distinct_literals(solver, &sends, &var_of, ids);
                                 let weighted: Vec<(&Bool, i32)> =
-                                    xs.iter().map(|x| (*x, 1)).collect();
+                                    literals.iter().map(|x| (x, 1)).collect();
                                 solver.assert(Bool::pb_le(&weighted, 1));
                             }
                         }
@@ -346,26 +352,27 @@ impl Encoding {
             }
         }
         for s in 1..=steps {
-            let mut per_group: Vec<Vec<&Bool>> = vec![Vec::new(); groups.len()];
-            for (c_l_s, x) in sends.iter().map(|(c, l, st, x)| ((*c, *l, *st), x)) {
-                let (_, l, st) = c_l_s;
+            // Send indices per link and switch constraint.
+            let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
+            for (i, &(_, l, st, _)) in sends.iter().enumerate() {
                 if st != s {
                     continue;
                 }
-                per_group[l].push(x);
+                per_group[l].push(i);
                 for &g in &link_switches[l] {
-                    per_group[g].push(x);
+                    per_group[g].push(i);
                 }
             }
-            for (g, xs) in per_group.iter().enumerate() {
+            for (g, ids) in per_group.iter().enumerate() {
                 let cap = groups[g].0 as usize;
-                if xs.len() <= cap || (g < switch_base && !orbits.is_link_representative(g)) {
+                if ids.len() <= cap || (g < switch_base && !orbits.is_link_representative(g)) {
                     continue;
                 }
+                let xs = distinct_literals(solver, &sends, &var_of, ids);
                 // Σ sends ≤ cap·r_s = cap + cap·Σ_k extra[s][k], with unit weights only: each
                 // extra round contributes `cap` unit literals z ⇒ extra (sound: Σ z ≤
                 // cap·Σ extra; complete: z = extra), so Σ sends + Σ ¬z ≤ cap + |z|.
-                let mut terms: Vec<(&Bool, i32)> = xs.iter().map(|x| (*x, 1)).collect();
+                let mut terms: Vec<(&Bool, i32)> = xs.iter().map(|x| (x, 1)).collect();
                 let units: Vec<&Bool> = unit_copies[s - 1]
                     .iter()
                     .flat_map(|row| &row[..cap.min(row.len())])
@@ -438,6 +445,35 @@ impl Encoding {
     }
 }
 
+/// Unit-weight literals counting the sends `ids` in a cardinality constraint, where a send
+/// sharing its variable with an earlier one in the list (symmetric sends) is counted through
+/// a fresh literal implied by that variable. Repeating the variable itself would make z3
+/// 4.8.12 merge the repeats into one weighted literal, and its sorting-network encoding of
+/// weighted constraints returned models that violate them. The copy may be true alone,
+/// which only over-counts, and any model can set it equal to the variable.
+fn distinct_literals(
+    solver: &Solver,
+    sends: &[(usize, usize, usize, Bool)],
+    var_of: &[usize],
+    ids: &[usize],
+) -> Vec<Bool> {
+    let mut seen: BTreeMap<usize, usize> = BTreeMap::new();
+    ids.iter()
+        .map(|&i| {
+            let x = &sends[var_of[i]].3;
+            let count = seen.entry(var_of[i]).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                x.clone()
+            } else {
+                let copy = Bool::fresh_const("copy");
+                solver.assert(x.implies(&copy));
+                copy
+            }
+        })
+        .collect()
+}
+
 /// The least rounds a step with these sends needs: the largest load / capacity over links
 /// and switch constraints, at least 1.
 fn rounds_needed(inst: &Instance, sends: &[Send]) -> u32 {
@@ -464,7 +500,45 @@ fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Opt
 
 #[cfg(test)]
 mod tests {
-    use super::luby;
+    use super::*;
+    use crate::collective::Kind;
+    use crate::smt::symmetry::{collective_symmetries, symmetry_ladder};
+
+    /// Solves ring:4 allgather (2, 2, 1) under `symmetries`.
+    fn ring4_allgather(symmetries: &[Symmetry]) -> Outcome {
+        let topology = crate::topology::load("ring:4").unwrap();
+        let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
+        let instance = Instance {
+            topology: &topology,
+            capacities: &topology.capacities().unwrap(),
+            distances: &topology.distances(),
+            collective: &collective,
+            steps: 2,
+            rounds: 2,
+            symmetries,
+            round_caps: &[],
+        };
+        instance.solve(
+            Instant::now() + Duration::from_secs(60),
+            SolveOptions::default(),
+        )
+    }
+
+    #[test]
+    fn a_symmetric_restriction_can_be_unsat_when_the_instance_is_not() {
+        let topology = crate::topology::load("ring:4").unwrap();
+        let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
+        let group = collective_symmetries(&collective, &topology.automorphisms(64));
+        let ladder = symmetry_ladder(&group);
+        // A reflection fixing rank r would have r receive the opposite chunk from both sides.
+        assert!(matches!(ring4_allgather(&ladder[0]), Outcome::Unsat));
+        // The rotations admit the schedule, and so does the full instance.
+        assert!(matches!(ring4_allgather(&ladder[1]), Outcome::Sat(_)));
+        let Outcome::Sat(algorithm) = ring4_allgather(&[]) else {
+            panic!("ring:4 allgather (2,2,1) is SAT");
+        };
+        crate::check::check(&algorithm, &topology).unwrap();
+    }
 
     #[test]
     fn luby_sequence() {

@@ -4,7 +4,7 @@
 
 use super::encoding::{Instance, Outcome, SolveOptions};
 use super::race::Race;
-use super::symmetry::collective_symmetries;
+use super::symmetry::{collective_symmetries, symmetry_ladder, Symmetry};
 use crate::algorithm::Algorithm;
 use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
 use crate::check::check;
@@ -105,14 +105,11 @@ impl<'a> Searcher<'a> {
             symmetries: &[],
             round_caps: &round_caps,
         };
-        let outcome = if symmetries.len() > 1 {
-            let symmetric = Instance {
-                symmetries: &symmetries,
-                ..full
-            };
-            race(&full, &symmetric, deadline)
-        } else {
+        let ladder = symmetry_ladder(&symmetries);
+        let outcome = if ladder.is_empty() {
             traced(&full, deadline, SolveOptions::default(), "full")
+        } else {
+            race(&full, &ladder, deadline)
         };
         Ok(match outcome {
             Outcome::Sat(algorithm) => {
@@ -379,12 +376,13 @@ impl<'a> Searcher<'a> {
     }
 }
 
-/// Solves the full instance on one thread while the other solves its symmetric restriction
-/// with restarts; the first SAT of either, or the full instance's UNSAT, wins and interrupts
-/// the other. The symmetric formula is a fraction of the full one and, when it is SAT,
-/// usually far faster to satisfy, but its time to a model is heavy-tailed over seeds, which
-/// restarts cut off; its UNSAT proves nothing, so only the full solve can answer UNSAT.
-fn race(full: &Instance, symmetric: &Instance, deadline: Instant) -> Outcome {
+/// Solves the full instance on one thread while the other solves its restrictions to the
+/// symmetry groups of `ladder` in turn, with restarts; the first SAT of either, or the full
+/// instance's UNSAT, wins and interrupts the other. A symmetric formula is a fraction of the
+/// full one and, when it is SAT, usually far faster to satisfy, but its time to a model is
+/// heavy-tailed over seeds, which restarts cut off; its UNSAT proves nothing (the next
+/// group is tried), so only the full solve can answer UNSAT.
+fn race(full: &Instance, ladder: &[Vec<Symmetry>], deadline: Instant) -> Outcome {
     let race = Race::new();
     std::thread::scope(|scope| {
         let full_run = scope.spawn(|| {
@@ -398,20 +396,33 @@ fn race(full: &Instance, symmetric: &Instance, deadline: Instant) -> Outcome {
             }
             outcome
         });
-        let options = SolveOptions {
-            restarts: true,
-            race: Some(&race),
-        };
-        let symmetric_outcome = traced(symmetric, deadline, options, "symmetric");
-        if matches!(symmetric_outcome, Outcome::Sat(_)) {
-            race.finish();
+        let mut found = None;
+        for group in ladder {
+            let symmetric = Instance {
+                symmetries: group,
+                ..*full
+            };
+            let options = SolveOptions {
+                restarts: true,
+                race: Some(&race),
+            };
+            let label = format!("symmetric({})", group.len());
+            match traced(&symmetric, deadline, options, &label) {
+                Outcome::Sat(a) => {
+                    race.finish();
+                    found = Some(a);
+                    break;
+                }
+                Outcome::Unsat => continue,
+                Outcome::Unknown => break,
+            }
         }
         let full_outcome = full_run
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        match symmetric_outcome {
-            Outcome::Sat(a) => Outcome::Sat(a),
-            _ => full_outcome,
+        match found {
+            Some(a) => Outcome::Sat(a),
+            None => full_outcome,
         }
     })
 }

@@ -27,6 +27,48 @@ impl Symmetry {
     }
 }
 
+/// The symmetry groups to restrict a solve to, strongest first: the whole group, then the
+/// cyclic subgroup of its element of largest order that fixes no rank (or of largest order,
+/// if every element fixes one) when that is a smaller non-trivial group. The whole group
+/// often admits no schedule at all: a reflection of a ring fixing a rank would have that
+/// rank receive the opposite chunk from both sides. A rotation never forces that.
+pub fn symmetry_ladder(group: &[Symmetry]) -> Vec<Vec<Symmetry>> {
+    let mut ladder = Vec::new();
+    if group.len() > 1 {
+        ladder.push(group.to_vec());
+    }
+    let fixes_a_rank = |g: &Symmetry| g.ranks.iter().enumerate().any(|(r, &i)| r == i);
+    let best = group
+        .iter()
+        .map(|g| (g, cyclic_group(g)))
+        .max_by_key(|(g, cycle)| (!fixes_a_rank(g), cycle.len()));
+    if let Some((_, cycle)) = best {
+        if cycle.len() > 1 && cycle.len() < group.len() {
+            ladder.push(cycle);
+        }
+    }
+    ladder
+}
+
+/// The powers of `g`, from the identity.
+fn cyclic_group(g: &Symmetry) -> Vec<Symmetry> {
+    let mut powers = vec![Symmetry {
+        ranks: (0..g.ranks.len()).collect(),
+        chunks: (0..g.chunks.len()).collect(),
+    }];
+    loop {
+        let last = powers.last().expect("starts with the identity");
+        let next = Symmetry {
+            ranks: last.ranks.iter().map(|&r| g.ranks[r]).collect(),
+            chunks: last.chunks.iter().map(|&c| g.chunks[c]).collect(),
+        };
+        if next.is_identity() || powers.len() > g.ranks.len().pow(2) {
+            return powers;
+        }
+        powers.push(next);
+    }
+}
+
 /// A class of interchangeable pieces: their (pre, post) ranks.
 type ClassKey = (Vec<usize>, Vec<usize>);
 
@@ -256,6 +298,38 @@ mod tests {
         let syms = collective_symmetries(&coll, &rotations(4));
         assert_eq!(syms.len(), 1);
         assert!(syms[0].is_identity());
+    }
+
+    #[test]
+    fn the_ladder_of_a_ring_ends_with_its_rotations() {
+        let topo = crate::topology::load("ring:6").unwrap();
+        let coll = Collective::new(Kind::AllGather, 6, 0, 1).unwrap();
+        let group = collective_symmetries(&coll, &topo.automorphisms(64));
+        assert_eq!(group.len(), 12, "dihedral group of the hexagon");
+        let ladder = symmetry_ladder(&group);
+        assert_eq!(ladder.len(), 2);
+        assert_eq!(ladder[1].len(), 6, "the rotations");
+        assert!(ladder[1][1..]
+            .iter()
+            .all(|g| g.ranks.iter().enumerate().all(|(r, &i)| r != i)));
+    }
+
+    #[test]
+    fn orbits_pick_the_smallest_member() {
+        let topo = crate::topology::load("ring:4").unwrap();
+        let coll = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
+        let rotations: Vec<Symmetry> = collective_symmetries(&coll, &rotations(4));
+        let orbits = Orbits::new(&topo, &coll, &rotations);
+        // Chunk c on rank r is chunk 0 on rank r - c.
+        for c in 0..4 {
+            for r in 0..4 {
+                assert_eq!(orbits.chunk_rank(c, r), (0, (r + 4 - c) % 4));
+            }
+        }
+        let representatives = (0..topo.links.len())
+            .filter(|&l| orbits.is_link_representative(l))
+            .count();
+        assert_eq!(representatives, 2, "clockwise and counter-clockwise links");
     }
 
     #[test]

@@ -218,6 +218,9 @@ pub fn step_round_caps(
     rounds: usize,
     chunks: usize,
 ) -> Result<Option<Vec<usize>>> {
+    if lp_variables(coll, topology, steps) > MAX_CAPS_LP_VARIABLES {
+        return Ok(None);
+    }
     let total = rounds as f64 / chunks as f64 + LP_SLACK;
     let mut caps = Vec::with_capacity(steps);
     for s in 0..steps {
@@ -232,6 +235,20 @@ pub fn step_round_caps(
         caps.push(((most * chunks as f64 + LP_SLACK).floor() as usize).clamp(1, rounds));
     }
     Ok(Some(caps))
+}
+
+/// Above this many flow variables the per-step round caps (an optional speed-up, S LPs per
+/// solve) are not computed.
+const MAX_CAPS_LP_VARIABLES: usize = 50_000;
+
+/// The flow variables of the step-limited LP, at most: one per demand, link and step.
+fn lp_variables(coll: &Collective, topology: &Topology, steps: usize) -> usize {
+    let demands: usize = coll
+        .chunks
+        .iter()
+        .map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count())
+        .sum();
+    demands * topology.links.len() * steps
 }
 
 /// Slack for the LP solver's floating-point optimum when it becomes an integer bound.
@@ -265,12 +282,7 @@ impl StepLp {
         let nlinks = topology.links.len();
         let nearest =
             |sources: &[usize], r: usize| sources.iter().filter_map(|&p| dist[p][r]).min();
-        let demands: usize = coll
-            .chunks
-            .iter()
-            .map(|c| c.post.iter().filter(|r| !c.pre.contains(r)).count())
-            .sum();
-        if demands * nlinks * steps > MAX_LP_VARIABLES {
+        if lp_variables(coll, topology, steps) > MAX_LP_VARIABLES {
             return Ok(None);
         }
         let mut vars = ProblemVariables::new();
@@ -314,28 +326,25 @@ impl StepLp {
                 }
                 // Conservation at (v, s) for every rank v outside pre, with waiting arcs
                 // (v, s) → (v, s+1); the demand is one unit at (d, S).
-                for v in (0..topology.ranks).filter(|v| !chunk.pre.contains(v)) {
-                    let wait: Vec<Variable> =
-                        (0..steps).map(|_| vars.add(variable().min(0.0))).collect();
-                    for s in 0..=steps {
-                        let mut net = Expression::from(0.0);
-                        if s > 0 {
-                            net += wait[s - 1];
-                        }
-                        if s < steps {
-                            net -= wait[s];
-                        }
-                        for (&(l, t), f) in arcs.iter().zip(&flow) {
-                            let link = &topology.links[l];
-                            if link.dst == v && t == s {
-                                net += *f;
-                            }
-                            if link.src == v && t == s + 1 {
-                                net -= *f;
-                            }
-                        }
+                let mut net: Vec<Vec<Expression>> =
+                    vec![vec![Expression::from(0.0); steps + 1]; topology.ranks];
+                for (&(l, t), f) in arcs.iter().zip(&flow) {
+                    let link = &topology.links[l];
+                    net[link.dst][t] += *f;
+                    net[link.src][t - 1] -= *f;
+                }
+                for (v, row) in net.iter_mut().enumerate() {
+                    if chunk.pre.contains(&v) {
+                        continue;
+                    }
+                    for s in 0..steps {
+                        let wait = vars.add(variable().min(0.0));
+                        row[s] -= wait;
+                        row[s + 1] += wait;
+                    }
+                    for (s, balance) in row.iter().enumerate() {
                         let demand = if v == d && s == steps { 1.0 } else { 0.0 };
-                        constraints.push(constraint!(net == demand));
+                        constraints.push(constraint!(balance.clone() == demand));
                     }
                 }
             }

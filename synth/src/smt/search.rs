@@ -247,6 +247,12 @@ impl<'a> Searcher<'a> {
                 break;
             }
             let previous = frontier.last().map(|a| a.rounds_per_chunk());
+            // Every step takes a round, so with S or more steps R/C ≥ S / max_chunks: past
+            // that, only more chunks than the cap could beat the frontier.
+            let fewest = Ratio::new(steps as u64, limits.max_chunks.max(1) as u64);
+            if previous.is_some_and(|p| fewest >= p) {
+                break;
+            }
             let (best, decided) = self.best_ratio_at(steps, previous, bounds, limits)?;
             complete &= decided;
             if let Some(a) = best {

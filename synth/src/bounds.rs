@@ -6,10 +6,12 @@ use crate::collective::Collective;
 use crate::topology::{Capacities, Topology};
 use anyhow::{bail, Result};
 use good_lp::{
-    constraint, highs, variable, Expression, ProblemVariables, Solution, SolverModel, Variable,
+    constraint, highs, variable, Expression, ProblemVariables, Solution, SolutionStatus,
+    SolverModel, Variable,
 };
 use num_rational::Ratio;
 use serde::Serialize;
+use std::time::Instant;
 
 /// Above this many flow variables the LP is skipped and only the cut bounds are used.
 const MAX_LP_VARIABLES: usize = 400_000;
@@ -186,25 +188,30 @@ fn flow_lp_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> R
     let solution = model
         .solve()
         .map_err(|e| anyhow::anyhow!("bandwidth lower-bound LP failed: {e}"))?;
+    // Only an optimum is a lower bound; any other feasible point is above it.
+    if !matches!(solution.status(), SolutionStatus::Optimal) {
+        bail!("bandwidth lower-bound LP stopped before its optimum");
+    }
     Ok(solution.value(rho))
 }
 
 /// A lower bound on R/C for algorithms with exactly `steps` steps, from the time-expanded
 /// multicast flow LP (see [`StepLp`]): with `chunks` given, every step takes at least one
-/// round, so rho_s ≥ 1/C. `None` when the LP would exceed the variable cap; infinity when
-/// no algorithm has that many steps.
+/// round, so rho_s ≥ 1/C. `None` when the LP would exceed the variable cap or was not
+/// solved to optimality by `deadline`; infinity when no algorithm has that many steps.
 pub fn step_bound(
     topology: &Topology,
     coll: &Collective,
     steps: usize,
     chunks: Option<usize>,
+    deadline: Instant,
 ) -> Result<Option<f64>> {
     let min_rho = chunks.map_or(0.0, |c| 1.0 / c as f64);
     let Some(lp) = StepLp::new(topology, coll, steps, min_rho)? else {
         return Ok(None);
     };
     let objective: Expression = lp.rho.iter().sum();
-    lp.optimum(objective, None).map(Some)
+    lp.optimum(objective, None, deadline)
 }
 
 /// For an instance (S, R, C), the most rounds each step can have in any algorithm: the
@@ -217,6 +224,7 @@ pub fn step_round_caps(
     steps: usize,
     rounds: usize,
     chunks: usize,
+    deadline: Instant,
 ) -> Result<Option<Vec<usize>>> {
     if lp_variables(coll, topology, steps) > MAX_CAPS_LP_VARIABLES {
         return Ok(None);
@@ -228,7 +236,10 @@ pub fn step_round_caps(
             return Ok(None);
         };
         let objective = -Expression::from(lp.rho[s]);
-        let most = -lp.optimum(objective, Some(total))?;
+        let Some(least) = lp.optimum(objective, Some(total), deadline)? else {
+            return Ok(None);
+        };
+        let most = -least;
         if !most.is_finite() {
             return Ok(None);
         }
@@ -371,10 +382,23 @@ impl StepLp {
     }
 
     /// The least value of `objective`, with Σ rho ≤ `total` when given; infinity when
-    /// infeasible.
-    fn optimum(self, objective: Expression, total: Option<f64>) -> Result<f64> {
+    /// infeasible; `None` when HiGHS did not reach the optimum by `deadline`.
+    fn optimum(
+        self,
+        objective: Expression,
+        total: Option<f64>,
+        deadline: Instant,
+    ) -> Result<Option<f64>> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Ok(None);
+        }
         let sum: Expression = self.rho.iter().sum();
-        let mut model = self.vars.minimise(objective.clone()).using(highs);
+        let mut model = self
+            .vars
+            .minimise(objective.clone())
+            .using(highs)
+            .set_time_limit(remaining.as_secs_f64());
         model.set_verbose(false);
         for c in self.constraints {
             model = model.with(c);
@@ -383,8 +407,12 @@ impl StepLp {
             model = model.with(constraint!(sum <= total));
         }
         match model.solve() {
-            Ok(solution) => Ok(solution.eval(&objective)),
-            Err(good_lp::ResolutionError::Infeasible) => Ok(f64::INFINITY),
+            // Only an optimum is a bound; any other feasible point is above it.
+            Ok(solution) if matches!(solution.status(), SolutionStatus::Optimal) => {
+                Ok(Some(solution.eval(&objective)))
+            }
+            Ok(_) => Ok(None),
+            Err(good_lp::ResolutionError::Infeasible) => Ok(Some(f64::INFINITY)),
             Err(e) => bail!("step-limited bandwidth LP failed: {e}"),
         }
     }
@@ -408,6 +436,11 @@ pub fn to_ratio_floor(value: f64) -> Ratio<u64> {
 mod tests {
     use super::*;
     use crate::collective::{Collective, Kind};
+    use std::time::Duration;
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(600)
+    }
 
     fn dgx1_allgather() -> (Topology, Collective) {
         let topo = crate::topology::load("dgx1").unwrap();
@@ -418,7 +451,7 @@ mod tests {
     #[test]
     fn step_bound_on_dgx1_allgather_matches_the_frontier() {
         let (topo, coll) = dgx1_allgather();
-        let at = |s, c| step_bound(&topo, &coll, s, c).unwrap().unwrap();
+        let at = |s, c| step_bound(&topo, &coll, s, c, far()).unwrap().unwrap();
         // One step cannot reach the ranks two hops away.
         assert!(at(1, None).is_infinite());
         // Two steps need 3/2 rounds per chunk: (2,3,2) is optimal at two steps.
@@ -434,7 +467,9 @@ mod tests {
         let (topo, coll) = dgx1_allgather();
         // (3,7,6): no step can take more than 3 rounds (the LP admits exactly the six round
         // splits with every step at most 3).
-        let caps = step_round_caps(&topo, &coll, 3, 7, 6).unwrap().unwrap();
+        let caps = step_round_caps(&topo, &coll, 3, 7, 6, far())
+            .unwrap()
+            .unwrap();
         assert_eq!(caps, vec![3, 3, 3]);
     }
 }

@@ -90,8 +90,15 @@ impl<'a> Searcher<'a> {
         let collective = (self.make)(chunks)?;
         let symmetries = collective_symmetries(&collective, &self.automorphisms);
         let round_caps = if rounds > steps {
-            step_round_caps(self.topology, &(self.make)(1)?, steps, rounds, chunks)?
-                .unwrap_or_default()
+            step_round_caps(
+                self.topology,
+                &(self.make)(1)?,
+                steps,
+                rounds,
+                chunks,
+                deadline,
+            )?
+            .unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -210,7 +217,7 @@ impl<'a> Searcher<'a> {
     ) -> Result<Found> {
         let cap = self.round_cap(chunks)?;
         for steps in bounds.steps.max(1)..=limits.max_steps {
-            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks)? else {
+            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks, limits.deadline)? else {
                 continue;
             };
             let (found, decided) =
@@ -282,7 +289,7 @@ impl<'a> Searcher<'a> {
         bounds: &Bounds,
         limits: &Limits,
     ) -> Result<(Option<Algorithm>, bool)> {
-        let Some(bound) = self.ratio_lower_bound(bounds, steps)? else {
+        let Some(bound) = self.ratio_lower_bound(bounds, steps, limits.deadline)? else {
             return Ok((None, true));
         };
         if previous.is_some_and(|p| bound >= p) {
@@ -303,7 +310,7 @@ impl<'a> Searcher<'a> {
             if hi.is_some_and(|h| h < rounds_floor(bound, chunks)) {
                 return Ok(());
             }
-            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks)? else {
+            let Some(lo) = self.rounds_lower_bound(bounds, steps, chunks, limits.deadline)? else {
                 return Ok(());
             };
             if hi.is_some_and(|h| h < lo) {
@@ -356,9 +363,16 @@ impl<'a> Searcher<'a> {
         bounds: &Bounds,
         steps: usize,
         chunks: usize,
+        deadline: Instant,
     ) -> Result<Option<usize>> {
         let lo = rounds_floor(bounds.rounds_per_chunk, chunks).max(steps);
-        match step_bound(self.topology, &(self.make)(1)?, steps, Some(chunks))? {
+        match step_bound(
+            self.topology,
+            &(self.make)(1)?,
+            steps,
+            Some(chunks),
+            deadline,
+        )? {
             Some(v) if v.is_infinite() => Ok(None),
             Some(v) => Ok(Some(lo.max((v * chunks as f64 - LP_SLACK).ceil() as usize))),
             None => Ok(Some(lo)),
@@ -367,8 +381,13 @@ impl<'a> Searcher<'a> {
 
     /// The least R/C any algorithm with S steps can have (step-limited LP, or the step-free
     /// bound when the LP is too large); `None` when S steps cannot do the collective.
-    fn ratio_lower_bound(&self, bounds: &Bounds, steps: usize) -> Result<Option<Ratio<u64>>> {
-        match step_bound(self.topology, &(self.make)(1)?, steps, None)? {
+    fn ratio_lower_bound(
+        &self,
+        bounds: &Bounds,
+        steps: usize,
+        deadline: Instant,
+    ) -> Result<Option<Ratio<u64>>> {
+        match step_bound(self.topology, &(self.make)(1)?, steps, None, deadline)? {
             Some(v) if v.is_infinite() => Ok(None),
             Some(v) => Ok(Some(to_ratio_floor(v).max(bounds.rounds_per_chunk))),
             None => Ok(Some(bounds.rounds_per_chunk)),

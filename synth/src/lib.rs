@@ -15,6 +15,7 @@ pub mod progress;
 pub mod simulate;
 pub mod sketch;
 pub mod smt;
+pub mod symmetry;
 pub mod synthesize;
 pub mod topology;
 pub mod util;

@@ -8,7 +8,6 @@
 //! the caller as their dual on the reversed fabric (see [`crate::synthesize`]).
 
 pub mod model;
-pub mod symmetry;
 
 use crate::algorithm::Algorithm;
 use crate::check::check;

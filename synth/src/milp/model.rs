@@ -12,10 +12,10 @@
 //! link is used); `d[s] >= beta_k * bytes * load(k,s)` for every switch constraint k.
 //! Objective: minimize the sum of the d[s].
 
-use super::symmetry::Group;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
 use crate::sketch::Routing;
+use crate::symmetry::Group;
 use crate::topology::Topology;
 use good_lp::{
     constraint, highs, variable, Expression, ProblemVariables, ResolutionError, Solution,

@@ -17,9 +17,10 @@
 //! their arrival at one rank (any solution can be permuted into that order).
 
 use super::race::Race;
-use super::symmetry::{ordered_classes, Orbits, Symmetry};
+use super::symmetry::ordered_classes;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
+use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -52,9 +53,9 @@ pub struct Instance<'a> {
     pub steps: usize,
     /// Total rounds R (≥ S).
     pub rounds: usize,
-    /// Symmetries the schedule must be invariant under (empty: the full instance). A
+    /// A group the schedule must be invariant under (`None`: the full instance). A
     /// restriction: SAT gives a valid schedule, UNSAT proves nothing.
-    pub symmetries: &'a [Symmetry],
+    pub symmetry: Option<&'a Group>,
     /// The most rounds each step may take (empty: up to what R allows), from a sound bound.
     pub round_caps: &'a [usize],
 }
@@ -172,14 +173,16 @@ impl Encoding {
 
         // Symmetric schedules share one variable per orbit; constraints are stated for
         // representatives only (a member's would be the same constraint).
-        let orbits = Orbits::new(topo, coll, inst.symmetries);
+        let group = inst.symmetry;
+        let chunk_rank_rep = |c, r| group.map_or((c, r), |g| g.chunk_rank_rep(c, r));
+        let chunk_link_rep = |c, l| group.map_or((c, l), |g| g.chunk_link_rep(c, l));
 
         // at[c][r][s] ⇔ chunk c is on rank r after step s.
         let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
         for (c, chunk) in coll.chunks.iter().enumerate() {
             let mut per_rank: Vec<Vec<Bool>> = Vec::with_capacity(n);
             for r in 0..n {
-                let (rc, rr) = orbits.chunk_rank(c, r);
+                let (rc, rr) = chunk_rank_rep(c, r);
                 if (rc, rr) != (c, r) {
                     let shared = if rc == c { &per_rank[rr] } else { &at[rc][rr] };
                     per_rank.push(shared.clone());
@@ -208,10 +211,9 @@ impl Encoding {
             at.push(per_rank);
         }
 
-        // Sends, with the sound reachability pruning; `own[i]` marks representatives.
+        // Sends, with the sound reachability pruning.
         let mut sends: Vec<(usize, usize, usize, Bool)> = Vec::new();
-        let mut own: Vec<bool> = Vec::new();
-        // var_of[i]: the send whose variable send i shares (itself when it owns one).
+        // var_of[i]: the send whose variable send i shares (i itself for a representative).
         let mut var_of: Vec<usize> = Vec::new();
         let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
         let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
@@ -227,7 +229,7 @@ impl Encoding {
                 if chunk.pre.contains(&v) {
                     continue;
                 }
-                let (rc, rl) = orbits.chunk_link(c, l);
+                let (rc, rl) = chunk_link_rep(c, l);
                 for s in 1..=steps {
                     let sender_can = nearest(inst.distances, &chunk.pre, u).is_some_and(|d| d < s);
                     let useful = needers
@@ -235,7 +237,6 @@ impl Encoding {
                         .any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
                     if sender_can && useful {
                         let shared = send_index.get(&(rc, rl, s)).copied();
-                        own.push(shared.is_none());
                         var_of.push(shared.unwrap_or(sends.len()));
                         let x = match shared {
                             Some(i) => sends[i].3.clone(),
@@ -248,7 +249,8 @@ impl Encoding {
                 }
             }
         }
-        for (&(c, l, s, ref x), _) in sends.iter().zip(&own).filter(|(_, &own)| own) {
+        let representatives = sends.iter().enumerate().filter(|&(i, _)| var_of[i] == i);
+        for (_, &(c, l, s, ref x)) in representatives {
             let link = &topo.links[l];
             solver.assert(x.implies(&at[c][link.src][s - 1]));
             solver.assert(x.implies(&at[c][link.dst][s]));
@@ -257,7 +259,7 @@ impl Encoding {
         // Arrival needs exactly one sender in that step.
         for (c, chunk) in coll.chunks.iter().enumerate() {
             for v in (0..n).filter(|v| !chunk.pre.contains(v)) {
-                if orbits.chunk_rank(c, v) != (c, v) {
+                if chunk_rank_rep(c, v) != (c, v) {
                     continue;
                 }
                 for s in 1..=steps {
@@ -365,7 +367,13 @@ impl Encoding {
             }
             for (g, ids) in per_group.iter().enumerate() {
                 let cap = groups[g].0 as usize;
-                if ids.len() <= cap || (g < switch_base && !orbits.is_link_representative(g)) {
+                // A constraint whose link or switch is not its orbit's representative is the
+                // same constraint as the representative's.
+                let represents = group.is_none_or(|grp| match g.checked_sub(switch_base) {
+                    None => grp.link_rep(g) == g,
+                    Some(k) => grp.switch_rep(k) == k,
+                });
+                if ids.len() <= cap || !represents {
                     continue;
                 }
                 let xs = distinct_literals(solver, &sends, &var_of, ids);
@@ -384,7 +392,7 @@ impl Encoding {
         }
 
         // Symmetry: interchangeable pieces (same pre and post) arrive in order at one rank.
-        for (members, pivot) in ordered_classes(coll, inst.symmetries) {
+        for (members, pivot) in ordered_classes(coll, group) {
             for pair in members.windows(2) {
                 for (later, earlier) in at[pair[1]][pivot].iter().zip(&at[pair[0]][pivot]).skip(1) {
                     solver.assert(later.implies(earlier));
@@ -502,10 +510,10 @@ fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Opt
 mod tests {
     use super::*;
     use crate::collective::Kind;
-    use crate::smt::symmetry::{collective_symmetries, symmetry_ladder};
+    use crate::smt::symmetry::symmetry_ladder;
 
-    /// Solves ring:4 allgather (2, 2, 1) under `symmetries`.
-    fn ring4_allgather(symmetries: &[Symmetry]) -> Outcome {
+    /// Solves ring:4 allgather (2, 2, 1) under `symmetry`.
+    fn ring4_allgather(symmetry: Option<&Group>) -> Outcome {
         let topology = crate::topology::load("ring:4").unwrap();
         let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
         let instance = Instance {
@@ -515,7 +523,7 @@ mod tests {
             collective: &collective,
             steps: 2,
             rounds: 2,
-            symmetries,
+            symmetry,
             round_caps: &[],
         };
         instance.solve(
@@ -528,13 +536,12 @@ mod tests {
     fn a_symmetric_restriction_can_be_unsat_when_the_instance_is_not() {
         let topology = crate::topology::load("ring:4").unwrap();
         let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
-        let group = collective_symmetries(&collective, &topology.automorphisms(64));
-        let ladder = symmetry_ladder(&group);
+        let ladder = symmetry_ladder(&topology, &collective, &topology.automorphisms(64));
         // A reflection fixing rank r would have r receive the opposite chunk from both sides.
-        assert!(matches!(ring4_allgather(&ladder[0]), Outcome::Unsat));
+        assert!(matches!(ring4_allgather(Some(&ladder[0])), Outcome::Unsat));
         // The rotations admit the schedule, and so does the full instance.
-        assert!(matches!(ring4_allgather(&ladder[1]), Outcome::Sat(_)));
-        let Outcome::Sat(algorithm) = ring4_allgather(&[]) else {
+        assert!(matches!(ring4_allgather(Some(&ladder[1])), Outcome::Sat(_)));
+        let Outcome::Sat(algorithm) = ring4_allgather(None) else {
             panic!("ring:4 allgather (2,2,1) is SAT");
         };
         crate::check::check(&algorithm, &topology).unwrap();

@@ -4,12 +4,13 @@
 
 use super::encoding::{Instance, Outcome, SolveOptions};
 use super::race::Race;
-use super::symmetry::{collective_symmetries, symmetry_ladder, Symmetry};
+use super::symmetry::symmetry_ladder;
 use crate::algorithm::Algorithm;
 use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
 use crate::check::check;
 use crate::collective::Collective;
 use crate::progress::Progress;
+use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology};
 use anyhow::{bail, Result};
 use num_rational::Ratio;
@@ -88,7 +89,6 @@ impl<'a> Searcher<'a> {
             "solving steps={steps} rounds={rounds} chunks={chunks}"
         ));
         let collective = (self.make)(chunks)?;
-        let symmetries = collective_symmetries(&collective, &self.automorphisms);
         let round_caps = if rounds > steps {
             step_round_caps(
                 self.topology,
@@ -109,10 +109,10 @@ impl<'a> Searcher<'a> {
             collective: &collective,
             steps,
             rounds,
-            symmetries: &[],
+            symmetry: None,
             round_caps: &round_caps,
         };
-        let ladder = symmetry_ladder(&symmetries);
+        let ladder = symmetry_ladder(self.topology, &collective, &self.automorphisms);
         let outcome = if ladder.is_empty() {
             traced(&full, deadline, SolveOptions::default(), "full")
         } else {
@@ -407,7 +407,7 @@ impl<'a> Searcher<'a> {
 /// full one and, when it is SAT, usually far faster to satisfy, but its time to a model is
 /// heavy-tailed over seeds, which restarts cut off; its UNSAT proves nothing (the next
 /// group is tried), so only the full solve can answer UNSAT.
-fn race(full: &Instance, ladder: &[Vec<Symmetry>], deadline: Instant) -> Outcome {
+fn race(full: &Instance, ladder: &[Group], deadline: Instant) -> Outcome {
     let race = Race::new();
     std::thread::scope(|scope| {
         let full_run = scope.spawn(|| {
@@ -424,14 +424,14 @@ fn race(full: &Instance, ladder: &[Vec<Symmetry>], deadline: Instant) -> Outcome
         let mut found = None;
         for group in ladder {
             let symmetric = Instance {
-                symmetries: group,
+                symmetry: Some(group),
                 ..*full
             };
             let options = SolveOptions {
                 restarts: true,
                 race: Some(&race),
             };
-            let label = format!("symmetric({})", group.len());
+            let label = format!("symmetric({})", group.order());
             match traced(&symmetric, deadline, options, &label) {
                 Outcome::Sat(a) => {
                     race.finish();

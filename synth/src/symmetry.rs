@@ -1,5 +1,6 @@
-//! The symmetry group of a sketch on one fabric and collective: rank, link, switch and chunk
-//! permutations, and orbit representatives used to tie variables together.
+//! A symmetry group of one fabric and collective: rank, link, switch and chunk permutations,
+//! and orbit representatives used to tie variables together. The MILP builds it from a
+//! sketch's symmetries, the SMT search from the topology's automorphisms.
 
 use crate::collective::Collective;
 use crate::topology::Topology;

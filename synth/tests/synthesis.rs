@@ -144,13 +144,6 @@ fn dgx1_alltoall_3_3_1() {
     check(&a, &topology::load("dgx1").unwrap()).unwrap();
 }
 
-/// DGX-1 alltoall (8,8,3), which SCCL does not finish in 15 minutes: the symmetric
-/// restriction finds it. Checked by the checker inside the search.
-#[test]
-fn dgx1_alltoall_8_8_3() {
-    assert!(instance("dgx1", Kind::AllToAll, 8, 8, 3).is_some());
-}
-
 /// The ring's whole automorphism group admits no (2,2,1) allgather schedule (a reflection
 /// fixing a rank would have it receive the opposite chunk from both sides); the search must
 /// not take that for UNSAT.

@@ -317,24 +317,12 @@ fn allreduce(req: &Request, milp: Option<&Sketch>) -> Result<Synthesis> {
             true,
         ),
         Search::LeastSteps { chunks, rounds } => {
-            let (_, a) = rs.run(
-                Search::LeastSteps {
-                    chunks,
-                    rounds: None,
-                },
-                &req.limits,
-                req.progress,
-                req.topology,
-            )?;
-            let (_, b) = ag.run(
-                Search::LeastSteps {
-                    chunks,
-                    rounds: None,
-                },
-                &req.limits,
-                req.progress,
-                req.topology,
-            )?;
+            let half = Search::LeastSteps {
+                chunks,
+                rounds: None,
+            };
+            let (_, a) = rs.run(half, &req.limits, req.progress, req.topology)?;
+            let (_, b) = ag.run(half, &req.limits, req.progress, req.topology)?;
             let composed: Vec<Algorithm> = a
                 .algorithms
                 .iter()

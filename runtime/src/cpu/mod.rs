@@ -17,7 +17,8 @@ mod sync;
 
 pub use element::{DataType, Element, ReduceOp};
 pub use sweep::{
-    format_table, parse_dtype, parse_op, parse_sizes, rows_by_size, sweep, SweepOptions, SweepRow,
+    format_table, parse_dtype, parse_op, parse_sizes, rows_by_size, sweep, sweep_modes, RunPoint,
+    SweepOptions, SweepRow,
 };
 
 use crate::ir::Program;
@@ -77,16 +78,17 @@ impl RunOptions {
     pub fn for_bytes(p: &Program, bytes: u64, dtype: DataType) -> RunOptions {
         RunOptions {
             dtype,
-            elements: elements_for(p, bytes, dtype),
+            elements: elements_for(p, bytes, dtype.size()),
             ..RunOptions::default()
         }
     }
 }
 
-/// Element count of the larger buffer for a message size, rounded to whole chunks.
-pub fn elements_for(p: &Program, bytes: u64, dtype: DataType) -> usize {
+/// Element count of the larger buffer for a message size, with elements of `element_size`
+/// bytes, rounded down to whole chunks (at least one element per chunk).
+pub fn elements_for(p: &Program, bytes: u64, element_size: usize) -> usize {
     let n = p.nchunksperloop.max(1);
-    let e = (bytes as usize) / dtype.size();
+    let e = (bytes as usize) / element_size;
     (e / n).max(1) * n
 }
 

@@ -57,6 +57,65 @@ pub struct SweepRow {
     pub wrong: usize,
 }
 
+/// What one run of a sweep was: its size, element type, operator and mode.
+pub struct RunPoint<'a> {
+    /// Elements of the larger buffer.
+    pub elements: usize,
+    /// Bytes of the larger buffer.
+    pub bytes: u64,
+    /// Element type name.
+    pub dtype: &'a str,
+    /// Reduction operator name (shown only for collectives that reduce).
+    pub op: &'a str,
+    /// In place or out of place.
+    pub inplace: bool,
+}
+
+impl SweepRow {
+    /// The nccl-tests row of one run of `p`: redop "none" for collectives that do not reduce,
+    /// root -1 for unrooted ones, algbw = size / time and busbw = algbw × the bus factor.
+    pub fn new(p: &Program, point: &RunPoint, time_us: f64, wrong: usize) -> SweepRow {
+        let algbw = point.bytes as f64 / (time_us * 1e3);
+        SweepRow {
+            size: point.bytes,
+            count: point.elements,
+            dtype: point.dtype.to_string(),
+            redop: if p.collective.is_reduction() {
+                point.op.to_string()
+            } else {
+                "none".to_string()
+            },
+            root: if p.collective.is_rooted() {
+                p.root as i64
+            } else {
+                -1
+            },
+            inplace: point.inplace,
+            time_us,
+            algbw,
+            busbw: algbw * p.collective.busbw_factor(p.ngpus),
+            wrong,
+        }
+    }
+}
+
+/// The modes a sweep runs (false: out of place, true: in place): those requested that the
+/// program allows; an error when none is left.
+pub fn sweep_modes(p: &Program, outofplace: bool, inplace: bool) -> Result<Vec<bool>> {
+    let modes: Vec<bool> = [
+        (false, outofplace && p.outofplace),
+        (true, inplace && p.inplace),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(m, _)| m)
+    .collect();
+    if modes.is_empty() {
+        bail!("no requested mode is valid for program {}", p.name);
+    }
+    Ok(modes)
+}
+
 /// Verifies the program once, then runs it at every size in every requested mode it allows.
 pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
     verify_with(
@@ -66,20 +125,10 @@ pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
         },
     )
     .context("the program does not verify")?;
-    let modes: Vec<bool> = [
-        (false, opts.outofplace && p.outofplace),
-        (true, opts.inplace && p.inplace),
-    ]
-    .into_iter()
-    .filter(|(_, on)| *on)
-    .map(|(m, _)| m)
-    .collect();
-    if modes.is_empty() {
-        bail!("no requested mode is valid for program {}", p.name);
-    }
+    let modes = sweep_modes(p, opts.outofplace, opts.inplace)?;
     let mut rows = Vec::new();
     for &size in &opts.sizes {
-        let elements = elements_for(p, size, opts.run.dtype);
+        let elements = elements_for(p, size, opts.run.dtype.size());
         for &inplace in &modes {
             let run = RunOptions {
                 elements,
@@ -87,27 +136,14 @@ pub fn sweep(p: &Program, opts: &SweepOptions) -> Result<Vec<SweepRow>> {
                 ..opts.run.clone()
             };
             let r = run_verified(p, &run)?;
-            let algbw = r.bytes as f64 / (r.time_us * 1e3);
-            rows.push(SweepRow {
-                size: r.bytes,
-                count: r.elements,
-                dtype: r.dtype.name().to_string(),
-                redop: if p.collective.is_reduction() {
-                    r.op.name().to_string()
-                } else {
-                    "none".to_string()
-                },
-                root: if p.collective.is_rooted() {
-                    p.root as i64
-                } else {
-                    -1
-                },
+            let point = RunPoint {
+                elements: r.elements,
+                bytes: r.bytes,
+                dtype: r.dtype.name(),
+                op: r.op.name(),
                 inplace,
-                time_us: r.time_us,
-                algbw,
-                busbw: algbw * p.collective.busbw_factor(p.ngpus),
-                wrong: r.wrong,
-            });
+            };
+            rows.push(SweepRow::new(p, &point, r.time_us, r.wrong));
         }
     }
     Ok(rows)

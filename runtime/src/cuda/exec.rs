@@ -4,7 +4,7 @@
 use super::data::{input_chunk, wrong_in_output_chunk, Dtype};
 use super::schedule::{piece, Action, Loc, Schedule};
 use super::{kernel_names, kernel_shape, kernel_source, CudaOptions, KERNEL_THREADS};
-use crate::cpu::SweepRow;
+use crate::cpu::{elements_for, sweep_modes, RunPoint, SweepRow};
 use crate::ir::{Buffer, Program};
 use crate::semantics::Semantics;
 use crate::verify::verify;
@@ -535,29 +535,12 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Elements of the larger buffer for a message size, rounded down to whole chunks (at least
-/// one element per chunk).
-pub fn elements_for(p: &Program, bytes: u64, dtype: Dtype) -> usize {
-    let n = p.nchunksperloop.max(1);
-    ((bytes as usize / dtype.size()) / n).max(1) * n
-}
-
 /// Verifies the program, then runs it on the GPU(s) at every size in every requested mode it
 /// allows; rows as the CPU executor's (nccl-tests' columns).
 pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
     verify(p).context("the program does not verify")?;
     let dev = Devices::new(p.ngpus, opts.single_gpu)?;
-    let modes: Vec<bool> = [
-        (false, opts.outofplace && p.outofplace),
-        (true, opts.inplace && p.inplace),
-    ]
-    .into_iter()
-    .filter(|(_, on)| *on)
-    .map(|(m, _)| m)
-    .collect();
-    if modes.is_empty() {
-        bail!("no requested mode is valid for program {}", p.name);
-    }
+    let modes = sweep_modes(p, opts.outofplace, opts.inplace)?;
     let scheds = modes
         .iter()
         .map(|&m| Schedule::new(p, m, opts.slices))
@@ -565,7 +548,7 @@ pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
     let bound = opts.dtype.input_bound(p.ngpus);
     let mut rows = Vec::new();
     for &size in &opts.sizes {
-        let elements = elements_for(p, size, opts.dtype);
+        let elements = elements_for(p, size, opts.dtype.size());
         let chunk = elements / p.nchunksperloop;
         for (&inplace, sched) in modes.iter().zip(&scheds) {
             let sem = Semantics::of(p, inplace).map_err(anyhow::Error::msg)?;
@@ -585,27 +568,14 @@ pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
             }
             let time_us = inst.time(opts.warmup, opts.iters.max(1))?;
             let bytes = (elements * opts.dtype.size()) as u64;
-            let algbw = bytes as f64 / (time_us * 1e3);
-            rows.push(SweepRow {
-                size: bytes,
-                count: elements,
-                dtype: opts.dtype.name().to_string(),
-                redop: if p.collective.is_reduction() {
-                    "sum".into()
-                } else {
-                    "none".into()
-                },
-                root: if p.collective.is_rooted() {
-                    p.root as i64
-                } else {
-                    -1
-                },
+            let point = RunPoint {
+                elements,
+                bytes,
+                dtype: opts.dtype.name(),
+                op: "sum",
                 inplace,
-                time_us,
-                algbw,
-                busbw: algbw * p.collective.busbw_factor(p.ngpus),
-                wrong,
-            });
+            };
+            rows.push(SweepRow::new(p, &point, time_us, wrong));
         }
     }
     Ok(rows)

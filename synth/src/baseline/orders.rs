@@ -366,9 +366,14 @@ fn entry_exit(groups: &[Vec<usize>], node: &[usize], c: usize) -> (usize, usize)
     (e, x)
 }
 
-fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
+/// A list of ranks.
+type RankSet = Vec<usize>;
+
+/// Every node's ranks, its GPUs grouped by NIC, and the fewest NIC groups of any node; an
+/// error when some node has no GPU with an inter-node link.
+fn nic_groups_per_node(topo: &Topology) -> Result<(Vec<RankSet>, Vec<Vec<RankSet>>, usize)> {
     let nodes = node_ranks(topo);
-    let groups: Vec<Vec<Vec<usize>>> = nodes.iter().map(|n| nic_groups(topo, n)).collect();
+    let groups: Vec<Vec<RankSet>> = nodes.iter().map(|n| nic_groups(topo, n)).collect();
     let count = groups.iter().map(Vec::len).min().unwrap_or(0);
     if count == 0 {
         bail!(
@@ -376,6 +381,11 @@ fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
             topo.name
         );
     }
+    Ok((nodes, groups, count))
+}
+
+fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
+    let (nodes, groups, count) = nic_groups_per_node(topo)?;
     let k = nodes.len();
     let mut rings = Vec::new();
     for c in 0..count {
@@ -468,15 +478,7 @@ pub fn tree_parents(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<
             })
             .collect());
     }
-    let nodes = node_ranks(topo);
-    let groups: Vec<Vec<Vec<usize>>> = nodes.iter().map(|nd| nic_groups(topo, nd)).collect();
-    let count = groups.iter().map(Vec::len).min().unwrap_or(0);
-    if count == 0 {
-        bail!(
-            "topology '{}': some node has no GPU with an inter-node link",
-            topo.name
-        );
-    }
+    let (nodes, groups, count) = nic_groups_per_node(topo)?;
     let k = nodes.len();
     let nch = channels.unwrap_or(count.max(2)).max(1);
     let mut out = Vec::with_capacity(nch);

@@ -6,8 +6,7 @@ use crate::catalog::{self, bytes_label, Options};
 use crate::collective::Kind;
 use crate::progress::Progress;
 use crate::simulate::{SimOptions, DEFAULT_LOCAL_BANDWIDTH};
-use crate::sketch::Sketch;
-use crate::synthesize::{Method, Search};
+use crate::synthesize::Search;
 use crate::topology;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -31,12 +30,8 @@ pub struct CatalogArgs {
     /// Output folder (default `results/catalog/TOPO`); the XML files go to its `algos/`.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Encoding: smt, milp or auto (smt for one node of at most 8 ranks, milp otherwise).
-    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "auto"])]
-    method: String,
-    /// TACCL-style communication sketch (TOML) for the MILP encoding.
-    #[arg(long)]
-    sketch: Option<String>,
+    #[command(flatten)]
+    encoding: super::method_args::MethodArgs,
     /// Main search per collective: the Pareto frontier or the least steps at C = 1.
     #[arg(long, default_value = "pareto", value_parser = ["pareto", "least-steps"])]
     search: String,
@@ -98,15 +93,7 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if let Some(k) = kinds.iter().find(|k| k.to_ir().is_none()) {
         bail!("--colls: {k} cannot be catalogued (no MSCCL collective)");
     }
-    let method = match args.method.as_str() {
-        "smt" => Method::Smt,
-        "milp" => Method::Milp,
-        _ => Method::Auto,
-    };
-    if method == Method::Smt && args.sketch.is_some() {
-        bail!("--sketch applies to the MILP encoding; use --method milp or auto");
-    }
-    let sketch = args.sketch.as_deref().map(Sketch::load).transpose()?;
+    let (method, sketch) = args.encoding.resolve()?;
     let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
     if !(args.local_bw > 0.0 && args.local_bw.is_finite()) {
         bail!("--local-bw must be a positive number of GB/s");

@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod catalog_cmd;
 mod lower_args;
+mod method_args;
 mod run_cmd;
 mod simulate_cmd;
 mod synth_cmd;

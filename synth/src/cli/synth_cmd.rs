@@ -4,7 +4,6 @@ use crate::algorithm::Algorithm;
 use crate::bounds::lower_bounds;
 use crate::collective::{Collective, Kind};
 use crate::progress::Progress;
-use crate::sketch::Sketch;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, Method, Request, Search};
 use crate::topology::{self, Topology};
@@ -56,13 +55,8 @@ pub struct SynthArgs {
     /// printed and marked partial when it is reached.
     #[arg(long, default_value_t = 300.0)]
     time_limit: f64,
-    /// Encoding: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
-    /// sketches, multi-node) or `auto` (smt for one node of at most 8 ranks, milp otherwise).
-    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "auto"])]
-    method: String,
-    /// TACCL-style communication sketch (TOML, see `sketches/`) restricting the MILP encoding.
-    #[arg(long)]
-    sketch: Option<String>,
+    #[command(flatten)]
+    encoding: super::method_args::MethodArgs,
     /// Folder the algorithms are written to.
     #[arg(long, default_value = "results")]
     out: PathBuf,
@@ -122,15 +116,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_chunks: args.max_chunks,
         deadline: started + Duration::from_secs_f64(args.time_limit),
     };
-    let method = match args.method.as_str() {
-        "smt" => Method::Smt,
-        "milp" => Method::Milp,
-        _ => Method::Auto,
-    };
-    if method == Method::Smt && args.sketch.is_some() {
-        bail!("--sketch applies to the MILP encoding; use --method milp or auto");
-    }
-    let sketch = args.sketch.as_deref().map(Sketch::load).transpose()?;
+    let (method, sketch) = args.encoding.resolve()?;
     let progress = Progress::new(true);
     let request = Request {
         topology: &topo,

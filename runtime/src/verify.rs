@@ -380,6 +380,10 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
 /// Sorted multiset of contributions; `None` = undefined data.
 type Content = Option<Vec<Contribution>>;
 
+/// Above this many threadblocks in a program, vector clocks cover each rank's own
+/// threadblocks only (full clocks per dependency would need steps × threadblocks memory).
+pub const FULL_CLOCK_THREADBLOCKS: usize = 4096;
+
 struct Message {
     from: StepRef,
     count: usize,
@@ -408,12 +412,21 @@ struct Execution<'a> {
     depth: usize,
     /// Next step of each threadblock, per rank.
     pc: Vec<Vec<usize>>,
-    /// Global index of (rank, tb) in vector clocks.
+    /// Index of (rank, tb) in vector clocks: global, or within its rank when `local`.
     tb_index: Vec<Vec<usize>>,
+    /// Clocks over each rank's own threadblocks only (for programs with more than
+    /// [`FULL_CLOCK_THREADBLOCKS`] threadblocks): orders established only through other
+    /// ranks are then not seen, so the race check is stricter, never weaker.
+    local: bool,
     /// Current clock per threadblock, per rank.
     clock: Vec<Vec<Vec<u32>>>,
-    /// Clock after each step, per rank, tb.
+    /// Clock after each step, per rank, tb, restricted to the rank's own threadblocks (all
+    /// that race checks compare): full clocks per step would take steps × threadblocks.
     step_clock: Vec<Vec<Vec<Vec<u32>>>>,
+    /// Full clock after each step that another step depends on.
+    dep_clock: HashMap<(usize, usize, usize), Vec<u32>>,
+    /// Steps that are dependency targets.
+    dep_targets: std::collections::HashSet<(usize, usize, usize)>,
     /// Memory: rank → region → chunk → content.
     mem: Vec<[Vec<Content>; 3]>,
     fifos: BTreeMap<Connection, VecDeque<Message>>,
@@ -447,6 +460,15 @@ impl<'a> Execution<'a> {
             })
             .collect();
         let total = next;
+        let local = total > FULL_CLOCK_THREADBLOCKS;
+        let tb_index: Vec<Vec<usize>> = if local {
+            p.gpus
+                .iter()
+                .map(|g| (0..g.threadblocks.len()).collect())
+                .collect()
+        } else {
+            tb_index
+        };
         let mut ex = Execution {
             p,
             sem,
@@ -460,8 +482,12 @@ impl<'a> Execution<'a> {
             clock: p
                 .gpus
                 .iter()
-                .map(|g| vec![vec![0; total]; g.threadblocks.len()])
+                .map(|g| {
+                    let width = if local { g.threadblocks.len() } else { total };
+                    vec![vec![0; width]; g.threadblocks.len()]
+                })
                 .collect(),
+            local,
             step_clock: p
                 .gpus
                 .iter()
@@ -470,6 +496,18 @@ impl<'a> Execution<'a> {
                         .iter()
                         .map(|tb| Vec::with_capacity(tb.steps.len()))
                         .collect()
+                })
+                .collect(),
+            dep_clock: HashMap::new(),
+            dep_targets: p
+                .gpus
+                .iter()
+                .flat_map(|g| {
+                    g.threadblocks.iter().flat_map(move |tb| {
+                        tb.steps
+                            .iter()
+                            .flat_map(move |st| st.deps.iter().map(move |d| (g.rank, d.tb, d.step)))
+                    })
                 })
                 .collect(),
             tb_index,
@@ -656,7 +694,11 @@ impl<'a> Execution<'a> {
         };
         let mut clock = self.clock[rank][tbi].clone();
         for d in &step.deps {
-            join(&mut clock, &self.step_clock[rank][d.tb][d.step]);
+            if self.local {
+                join(&mut clock, &self.step_clock[rank][d.tb][d.step]);
+            } else {
+                join(&mut clock, &self.dep_clock[&(rank, d.tb, d.step)]);
+            }
         }
         let received = if step.op.receives() {
             let conn = self.recv_conn(rank, tb).expect("checked");
@@ -675,7 +717,9 @@ impl<'a> Execution<'a> {
                     recv_count: step.count,
                 });
             }
-            join(&mut clock, &msg.clock);
+            if !self.local {
+                join(&mut clock, &msg.clock);
+            }
             Some(msg.data)
         } else {
             None
@@ -688,11 +732,20 @@ impl<'a> Execution<'a> {
                 from: at,
                 count: step.count,
                 data,
-                clock: clock.clone(),
+                clock: if self.local {
+                    Vec::new()
+                } else {
+                    clock.clone()
+                },
             };
             self.fifos.entry(conn).or_default().push_back(msg);
         }
-        self.step_clock[rank][tbi].push(clock.clone());
+        let base = self.tb_index[rank][0];
+        let own = p.gpus[rank].threadblocks.len();
+        self.step_clock[rank][tbi].push(clock[base..base + own].to_vec());
+        if !self.local && self.dep_targets.contains(&(rank, tbi, si)) {
+            self.dep_clock.insert((rank, tbi, si), clock.clone());
+        }
         self.clock[rank][tbi] = clock;
         self.pc[rank][tbi] += 1;
         Ok(())
@@ -826,7 +879,7 @@ impl<'a> Execution<'a> {
             return a.step <= b.step;
         }
         let clock_b = &self.step_clock[rank][b.tb][b.step];
-        clock_b[self.tb_index[rank][a.tb]] as usize > a.step
+        clock_b[a.tb] as usize > a.step
     }
 
     fn check_races(&self) -> Result<(), VerifyError> {

@@ -49,8 +49,9 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
     Ok(bound)
 }
 
-/// Both lower bounds for a non-combining collective `coll` (with C = 1).
-pub fn lower_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
+/// Both lower bounds for a non-combining collective `coll` (with C = 1). The flow LP stops
+/// at `deadline`; the cut and max-flow bounds are used alone when it does not finish.
+pub fn lower_bounds(topology: &Topology, coll: &Collective, deadline: Instant) -> Result<Bounds> {
     let cuts = cut_bounds(topology, coll)?;
     let caps = topology.capacities()?;
     let demands: usize = coll
@@ -61,7 +62,10 @@ pub fn lower_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
     if demands * topology.links.len() > MAX_LP_VARIABLES {
         return Ok(cuts);
     }
-    let lp = to_ratio_floor(flow_lp_bound(topology, &caps, coll)?);
+    let Some(lp) = flow_lp_bound(topology, &caps, coll, deadline)? else {
+        return Ok(cuts);
+    };
+    let lp = to_ratio_floor(lp);
     Ok(Bounds {
         rounds_per_chunk: lp.max(cuts.rounds_per_chunk),
         from_lp: true,
@@ -97,11 +101,42 @@ pub fn cut_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
             }
         }
     }
+    if let Some(exact) = flow_rounds_bound(topology, &caps, coll) {
+        bound = bound.max(exact);
+    }
     Ok(Bounds {
         steps,
         rounds_per_chunk: bound,
         from_lp: false,
     })
+}
+
+/// The exact bandwidth optimum in rounds per chunk for allgather and broadcast (maximum
+/// flow over the integer capacities, see [`crate::flow`]): every root streams one chunk at
+/// the optimum rate x (chunks per round), so R/C ≥ 1/x. `None` for other collectives.
+fn flow_rounds_bound(
+    topology: &Topology,
+    caps: &Capacities,
+    coll: &Collective,
+) -> Option<Ratio<u64>> {
+    use crate::collective::Kind;
+    use crate::flow::{allgather_rate, broadcast_rate, FlowNetwork};
+    let net = FlowNetwork::with_capacities(topology, &caps.links, &caps.switches);
+    let rate = match coll.kind {
+        Kind::AllGather => {
+            allgather_rate(&net, &crate::cutbound::allgather_targets(topology)).ok()?
+        }
+        Kind::Broadcast => broadcast_rate(&net, coll.root).ok()?,
+        _ => return None,
+    };
+    let (num, den) = (*rate.gbps.numer(), *rate.gbps.denom());
+    if num <= 0 {
+        return None;
+    }
+    Some(Ratio::new(
+        u64::try_from(den).ok()?,
+        u64::try_from(num).ok()?,
+    ))
 }
 
 /// Capacity into (`incoming`) or out of rank `r`: the sum of its links' capacities, or a
@@ -135,7 +170,18 @@ fn rank_capacity(topology: &Topology, caps: &Capacities, r: usize, incoming: boo
 /// from the chunk's sources (conserved at every other rank, so no circulation can justify
 /// itself); a link's use of a chunk is the largest flow of that chunk over it; every link
 /// and switch constraint carries at most capacity × rho. Minimizes rho.
-fn flow_lp_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> Result<f64> {
+fn flow_lp_bound(
+    topology: &Topology,
+    caps: &Capacities,
+    coll: &Collective,
+    deadline: Instant,
+) -> Result<Option<f64>> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    if left <= 0.0 {
+        return Ok(None);
+    }
     let mut vars = ProblemVariables::new();
     let rho = vars.add(variable().min(0.0));
     let nlinks = topology.links.len();
@@ -180,19 +226,18 @@ fn flow_lp_bound(topology: &Topology, caps: &Capacities, coll: &Collective) -> R
         }
         constraints.push(constraint!(total <= caps.switches[k] as f64 * rho));
     }
-    let mut model = vars.minimise(rho).using(highs);
+    let mut model = vars.minimise(rho).using(highs).set_time_limit(left);
     model.set_verbose(false);
     for c in constraints {
         model = model.with(c);
     }
-    let solution = model
-        .solve()
-        .map_err(|e| anyhow::anyhow!("bandwidth lower-bound LP failed: {e}"))?;
-    // Only an optimum is a lower bound; any other feasible point is above it.
-    if !matches!(solution.status(), SolutionStatus::Optimal) {
-        bail!("bandwidth lower-bound LP stopped before its optimum");
+    // Only an optimum is a lower bound; a time-out or any other stop gives none.
+    match model.solve() {
+        Ok(solution) if matches!(solution.status(), SolutionStatus::Optimal) => {
+            Ok(Some(solution.value(rho)))
+        }
+        _ => Ok(None),
     }
-    Ok(solution.value(rho))
 }
 
 /// A lower bound on R/C for algorithms with exactly `steps` steps, from the time-expanded

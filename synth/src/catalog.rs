@@ -47,7 +47,7 @@ use crate::algorithm::Algorithm;
 use crate::baseline::{self, BaselineOptions};
 use crate::collective::{Collective, Kind};
 use crate::cutbound::CutBound;
-use crate::lower::{lower, LowerOptions};
+use crate::lower::{lower_to_xml, LowerOptions};
 use crate::progress::Progress;
 use crate::simulate::{elements_for, simulate, SimOptions, ELEMENT_BYTES};
 use crate::sketch::Sketch;
@@ -441,13 +441,10 @@ fn lower_mode(
         inplace,
         instances,
         protocol: Protocol::Simple,
-        min_bytes: 0,
-        max_bytes: 0,
+        ..LowerOptions::default()
     };
-    let program = lower(algorithm, &options)?;
     let mode = if inplace { "in place" } else { "out of place" };
-    runtime::verify::verify(&program).map_err(|e| anyhow!("{mode}: does not verify: {e}"))?;
-    runtime::xml::write(&program, flavor).map_err(|e| anyhow!("{mode}: cannot be written: {e}"))?;
+    let (program, _) = lower_to_xml(algorithm, &options).map_err(|e| anyhow!("{mode}: {e:#}"))?;
     Ok(program)
 }
 

@@ -1,4 +1,10 @@
-//! Time and bus-bandwidth lower bounds of a collective on a fabric from cuts (DESIGN §6).
+//! Time and bus-bandwidth lower bounds of a collective on a fabric (DESIGN §6).
+//!
+//! For allgather, reduce-scatter, broadcast, reduce and allreduce the bandwidth term is the
+//! exact optimum from maximum flow ([`crate::flow`]): allgather and broadcast (and their
+//! reversed duals) reach it with packed trees; for allreduce it is the smallest cut between
+//! two ranks, which every set of ranks must cross with the whole buffer in both directions.
+//! The other collectives use the cut table below.
 //!
 //! For a set X of ranks, some bytes must enter X and some must leave it whatever the
 //! algorithm (as a fraction of the nccl-tests size S, k = |X|, n ranks, ρ the root):
@@ -7,7 +13,7 @@
 //! | --- | --- | --- |
 //! | allgather | (n−k)/n | k/n |
 //! | reduce-scatter | k/n | (n−k)/n |
-//! | allreduce | 2(n−1)/n for one rank, else 1 | the same |
+//! | allreduce | 1 | 1 |
 //! | alltoall | k(n−k)/n | k(n−k)/n |
 //! | broadcast | 1 if ρ ∉ X | 1 if ρ ∈ X |
 //! | reduce | 1 if ρ ∈ X | 1 if ρ ∉ X |
@@ -17,8 +23,7 @@
 //! (nothing when X is empty or everything). The capacity of a cut is the most the links
 //! crossing it can carry together under every link bandwidth and every switch constraint (an
 //! NVSwitch port, a NIC): a small LP (HiGHS), exact for any mix of constraints. The cuts tried
-//! are every single rank and, on multi-node fabrics, every node. The allreduce single-rank
-//! figure is the classical 2(n−1)/n·S per rank (reduce-scatter then allgather).
+//! are every single rank and, on multi-node fabrics, every node.
 //!
 //! The bound on time at size S is `max(D·α, α + S·β)` where β (µs per byte) is the worst
 //! cut's need / capacity, α the smallest link latency and D the hop distance the collective
@@ -49,6 +54,65 @@ pub struct CutBound {
     pub binding: String,
     /// nccl-tests' busbw factor of the collective on this many ranks.
     pub busbw_factor: f64,
+    /// Whether the bandwidth term is the exact optimum (reachable by trees), not only a bound.
+    pub exact: bool,
+}
+
+/// The bandwidth term (µs per byte of nccl-tests size) from maximum flow, with the binding
+/// cut and whether it is the exact optimum; `None` for collectives without a flow model or
+/// fabrics whose bandwidths have no exact common denominator.
+fn flow_term(coll: Collective, topology: &Topology, root: usize) -> Option<(f64, String, bool)> {
+    use crate::flow::{allgather_rate, broadcast_rate, min_rank_cut, FlowNetwork};
+    let net = FlowNetwork::new(topology).ok()?;
+    let n = topology.ranks as f64;
+    let gbps = |r: &crate::flow::Rate| r.as_f64() * 1e3; // bytes per µs
+    let (rate, per_byte, exact) = match coll {
+        Collective::AllGather | Collective::ReduceScatter => {
+            let net = if coll == Collective::ReduceScatter {
+                net.reversed()
+            } else {
+                net
+            };
+            let targets = allgather_targets(topology);
+            let r = allgather_rate(&net, &targets).ok()?;
+            let v = 1.0 / (n * gbps(&r));
+            (r, v, net.exact)
+        }
+        Collective::Broadcast | Collective::Reduce => {
+            let net = if coll == Collective::Reduce {
+                net.reversed()
+            } else {
+                net
+            };
+            let r = broadcast_rate(&net, root).ok()?;
+            let v = 1.0 / gbps(&r);
+            (r, v, net.exact)
+        }
+        Collective::AllReduce => {
+            let r = min_rank_cut(&net).ok()?;
+            (r.clone(), 1.0 / gbps(&r), false)
+        }
+        _ => return None,
+    };
+    if !(per_byte.is_finite() && per_byte > 0.0) {
+        return None;
+    }
+    let how = if exact { "optimum" } else { "bound" };
+    Some((
+        per_byte,
+        format!("max-flow {how}; binding cut: {}", rate.describe_cut()),
+        exact,
+    ))
+}
+
+/// The ranks whose inflow the allgather flow check needs: one per orbit of the fabric's
+/// translations on large fabrics (every rank on small ones, where that is cheaper).
+pub fn allgather_targets(topology: &Topology) -> Vec<usize> {
+    if topology.ranks <= 64 {
+        (0..topology.ranks).collect()
+    } else {
+        topology.translations().representatives()
+    }
 }
 
 impl CutBound {
@@ -68,6 +132,13 @@ impl CutBound {
         }
         let mut worst = 0.0f64;
         let mut binding = String::from("none");
+        let mut exact = false;
+        if let Some((v, how, is_exact)) = flow_term(coll, topology, root) {
+            worst = v;
+            binding = how;
+            exact = is_exact;
+            sets.clear();
+        }
         for (name, inside) in &sets {
             let k = inside.iter().filter(|&&b| b).count();
             let has_root = inside.get(root).copied().unwrap_or(false);
@@ -100,6 +171,7 @@ impl CutBound {
             hops: hops_needed(coll, topology, root),
             binding,
             busbw_factor: coll.busbw_factor(n),
+            exact,
         }
     }
 
@@ -160,10 +232,11 @@ fn needs(coll: Collective, n: usize, k: usize, has_root: bool) -> (f64, f64) {
     match coll {
         Collective::AllGather => (in_frac, out_frac),
         Collective::ReduceScatter => (out_frac, in_frac),
-        Collective::AllReduce => {
-            let v = if k == 1 { 2.0 * (nf - 1.0) / nf } else { 1.0 };
-            (v, v)
-        }
+        // Every rank's result depends on every input outside X (and X's inputs on the
+        // outside's results), so the whole buffer crosses the cut both ways. The classical
+        // 2(n−1)/n per rank holds only for reduce-scatter + allgather algorithms: a star
+        // or line allreduce beats it.
+        Collective::AllReduce => (1.0, 1.0),
         Collective::AllToAll => {
             let v = kf * (nf - kf) / nf;
             (v, v)

@@ -30,7 +30,18 @@ pub struct LowerOptions {
     pub min_bytes: u64,
     /// Largest message size (bytes, inclusive; 0 = no limit).
     pub max_bytes: u64,
+    /// Channels the pieces of each chunk are spread over (per instance): piece k runs on
+    /// channel k mod this, so independent pieces (e.g. different trees) never wait behind
+    /// each other in one threadblock. 1 keeps every piece of an instance on one channel.
+    pub piece_channels: usize,
+    /// Most transfers one connection (link and channel) carries before the next transfers
+    /// move to further channels; 0 for no limit. Keeps threadblocks within the runtime's
+    /// step limit.
+    pub max_transfers: usize,
 }
+
+/// Channels a program may use (MSCCL's MAXCHANNELS).
+pub const MAX_CHANNELS: usize = 32;
 
 impl Default for LowerOptions {
     fn default() -> Self {
@@ -41,16 +52,20 @@ impl Default for LowerOptions {
             protocol: Protocol::Simple,
             min_bytes: 0,
             max_bytes: 0,
+            piece_channels: 1,
+            max_transfers: 0,
         }
     }
 }
 
 /// Which threadblock an instruction runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Ordered so that threadblocks that others depend on (local copies, receives) get the low
+/// ids: the runtime stores a dependency's threadblock id in an int8.
 enum TbKey {
     Local,
-    Send { peer: usize, channel: usize },
     Recv { peer: usize, channel: usize },
+    Send { peer: usize, channel: usize },
 }
 
 /// One rank's instructions in algorithm order, before threadblock ids are fixed.
@@ -153,7 +168,28 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         inplace: options.inplace,
     };
     let fused = options.flavor != Flavor::Rccl;
-    let channel_of = |address: usize| address % instances;
+    let spread = options
+        .piece_channels
+        .clamp(1, (MAX_CHANNELS / instances).max(1));
+    let base_channels = spread * instances;
+    let pieces = coll.chunks_per_rank;
+    let base_channel = |address: usize| {
+        ((address % pieces) / instances % spread) * instances + address % instances
+    };
+    // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
+    let mut carried: HashMap<(usize, usize, usize), usize> = HashMap::new();
+    let mut channel_of = |u: usize, v: usize, address: usize| {
+        let base = base_channel(address);
+        let count = carried.entry((u, v, base)).or_insert(0);
+        let extra = if options.max_transfers == 0 {
+            0
+        } else {
+            *count / options.max_transfers
+        };
+        *count += 1;
+        base + extra * base_channels
+    };
+    let mut channels_used = 0usize;
 
     let mut code: Vec<RankCode> = (0..n).map(|_| RankCode::default()).collect();
     // Where each (rank, address) value currently lives.
@@ -197,7 +233,8 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             .collect::<Result<_>>()?;
         for (send, src_slot) in sends.iter().zip(sources) {
             let (u, v, a) = (send.src, send.dst, send.chunk);
-            let channel = channel_of(a);
+            let channel = channel_of(u, v, a);
+            channels_used = channels_used.max(channel + 1);
             let post = coll.chunks[by_address[&a][0]].post.contains(&v);
             let recv_key = TbKey::Recv { peer: u, channel };
             let landing = if step.reduce {
@@ -253,6 +290,12 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             location.insert((v, a), landing);
         }
     }
+    if channels_used > MAX_CHANNELS {
+        bail!(
+            "{} cannot be expressed: it needs {channels_used} channels (the runtimes allow {MAX_CHANNELS})",
+            algorithm.name
+        );
+    }
     let (input_extent, output_extent) = layout.extents();
     let gpus = code
         .into_iter()
@@ -272,6 +315,87 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         max_bytes: options.max_bytes,
         gpus,
     })
+}
+
+/// Transfers per connection tried, in order, until every threadblock fits the flavour's step
+/// limit (0: no split).
+const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
+
+/// Whether a writer error is one that fewer or more channels can fix: too many steps in a
+/// threadblock (split connections), or too many threadblocks or channels (spread less).
+fn fits_with_fewer_steps(message: &str) -> bool {
+    message.contains("steps including nops")
+}
+
+fn fits_with_fewer_threadblocks(message: &str) -> bool {
+    message.contains("int8") || message.contains("threadblocks") || message.contains("channels")
+}
+
+/// Lowers `algorithm` with `options` for the runtimes: its pieces spread over as many
+/// channels as fit, and connections split over more channels until every threadblock is
+/// within the flavour's step limit. The program is verified; returns it with its XML, or
+/// the reason it cannot be expressed.
+pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
+    let mut spread = algorithm.chunks().clamp(1, MAX_CHANNELS);
+    let mut last: Option<anyhow::Error> = None;
+    // The busiest link's transfers: splits that need more than MAX_CHANNELS are not tried.
+    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
+    for s in algorithm.steps.iter().flat_map(|s| &s.sends) {
+        *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
+    }
+    let busiest = per_link.values().copied().max().unwrap_or(0);
+    loop {
+        let base = spread * options.instances.max(1);
+        let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
+            let per_channel = busiest.div_ceil(spread);
+            if l == 0 {
+                per_channel <= 64
+            } else {
+                per_channel.div_ceil(l) * base <= MAX_CHANNELS
+            }
+        });
+        for limit in limits {
+            let attempt = LowerOptions {
+                piece_channels: spread,
+                max_transfers: limit,
+                ..options.clone()
+            };
+            let mut program = match lower(algorithm, &attempt) {
+                Ok(p) => p,
+                Err(e) if e.to_string().contains("channels") => {
+                    last = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            if options.inplace {
+                program.name.push_str("-inplace");
+            }
+            match runtime::xml::write(&program, options.flavor) {
+                Ok(xml) => {
+                    runtime::verify::verify(&program).with_context(|| {
+                        format!("internal error: lowered {} does not verify", program.name)
+                    })?;
+                    return Ok((program, xml));
+                }
+                Err(e) if fits_with_fewer_steps(&e.to_string()) => last = Some(e.into()),
+                Err(e) if fits_with_fewer_threadblocks(&e.to_string()) => {
+                    last = Some(e.into());
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if spread == 1 {
+            return Err(last.unwrap_or_else(|| {
+                anyhow::anyhow!(
+                    "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of threadblocks hold",
+                    algorithm.name
+                )
+            }));
+        }
+        spread /= 2;
+    }
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot

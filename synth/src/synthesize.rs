@@ -4,35 +4,22 @@
 //! allgather on explicit buffers (n·C addresses per rank), composed here.
 
 use crate::algorithm::Algorithm;
-use crate::bounds::{lower_bounds, Bounds};
+use crate::bounds::Bounds;
 use crate::check::check;
 use crate::collective::{Collective, Kind};
-use crate::milp;
+use crate::engine::{Engine, Found, Limits, Problem};
+use crate::milp::{self, MilpEngine};
 use crate::progress::Progress;
 use crate::sketch::Sketch;
-use crate::smt::{Found, Limits, Searcher};
-use crate::topology::Topology;
+use crate::smt::SmtEngine;
+use crate::topology::{Topology, TopologyIndex};
+use crate::trees::TreeEngine;
 use anyhow::{bail, Context, Result};
 use num_rational::Ratio;
 use serde::Serialize;
+use std::time::Instant;
 
-/// Which search to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Search {
-    /// One instance (steps S, rounds R, chunks C).
-    Instance {
-        steps: usize,
-        rounds: usize,
-        chunks: usize,
-    },
-    /// The least steps at C chunks (and at most R rounds if given).
-    LeastSteps {
-        chunks: usize,
-        rounds: Option<usize>,
-    },
-    /// The Pareto frontier over (steps, rounds per chunk).
-    Pareto,
-}
+pub use crate::engine::Search;
 
 /// Which encoding solves a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +28,11 @@ pub enum Method {
     Smt,
     /// The MILP encoding with per-link alpha/beta costs and an optional sketch.
     Milp,
-    /// SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks with integer capacities and no
-    /// sketch; MILP otherwise.
+    /// Throughput-optimal tree packing (allgather, reduce-scatter, allreduce, broadcast,
+    /// reduce).
+    Trees,
+    /// With a sketch: MILP. Without: SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks
+    /// with integer capacities; tree packing for the collectives it builds; MILP otherwise.
     Auto,
 }
 
@@ -50,19 +40,30 @@ pub enum Method {
 pub const AUTO_SMT_MAX_RANKS: usize = 8;
 
 impl Method {
-    /// Resolves `Auto` for `topology` (and whether a sketch was given).
-    pub fn resolve(self, topology: &Topology, sketched: bool) -> Method {
+    /// Resolves `Auto` for `topology`, the collective's kind and whether a sketch was given.
+    pub fn resolve(self, topology: &Topology, kind: Kind, sketched: bool) -> Method {
+        if self != Method::Auto {
+            return self;
+        }
+        let integral = topology.capacities().is_ok();
+        if sketched {
+            Method::Milp
+        } else if topology.nodes() <= 1 && topology.ranks <= AUTO_SMT_MAX_RANKS && integral {
+            Method::Smt
+        } else if integral && trees_build(kind) {
+            Method::Trees
+        } else {
+            Method::Milp
+        }
+    }
+
+    /// Lower-case name (`smt`, `milp`, `trees`, `auto`).
+    pub fn name(self) -> &'static str {
         match self {
-            Method::Auto
-                if !sketched
-                    && topology.nodes() <= 1
-                    && topology.ranks <= AUTO_SMT_MAX_RANKS
-                    && topology.capacities().is_ok() =>
-            {
-                Method::Smt
-            }
-            Method::Auto => Method::Milp,
-            m => m,
+            Method::Smt => "smt",
+            Method::Milp => "milp",
+            Method::Trees => "trees",
+            Method::Auto => "auto",
         }
     }
 }
@@ -98,47 +99,75 @@ pub struct Synthesis {
     pub algorithms: Vec<Algorithm>,
     /// False when a cap, the deadline or an undecided solve cut the search short.
     pub complete: bool,
-    /// The encoding that produced them (`Smt` or `Milp`).
+    /// The engine that produced them (never `Auto`).
     pub method: Method,
+}
+
+/// Whether tree packing builds `kind` (directly or as a dual or composition).
+pub fn trees_build(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::AllGather | Kind::ReduceScatter | Kind::AllReduce | Kind::Broadcast | Kind::Reduce
+    )
 }
 
 /// How a collective is solved: directly, or as the dual on the reversed topology.
 struct Plan<'a> {
     topology: Topology,
+    index: TopologyIndex,
     make: Box<dyn Fn(usize) -> Result<Collective> + Sync + 'a>,
     original: Box<dyn Fn(usize) -> Result<Collective> + Sync + 'a>,
     dual: bool,
-    /// `Some` for the MILP encoding: the sketch, already reversed for duals.
-    milp: Option<Sketch>,
+    engine: Box<dyn Engine + 'a>,
 }
 
 impl<'a> Plan<'a> {
-    fn new(topology: &Topology, base: &'a Collective, milp: Option<&Sketch>) -> Result<Plan<'a>> {
+    fn new(
+        topology: &Topology,
+        base: &'a Collective,
+        method: Method,
+        sketch: Option<&Sketch>,
+    ) -> Result<Plan<'a>> {
         let original = move |c: usize| resplit(base, c);
-        if base.dual()?.is_some() {
-            Ok(Plan {
-                topology: topology.reversed(),
-                make: Box::new(move |c| Ok(resplit(base, c)?.dual()?.expect("combining"))),
-                original: Box::new(original),
-                dual: true,
-                milp: milp.map(Sketch::reversed),
-            })
+        let dual = base.dual()?.is_some();
+        let sketch = sketch.cloned().unwrap_or_default();
+        let sketch = if dual { sketch.reversed() } else { sketch };
+        let engine: Box<dyn Engine> = match method {
+            Method::Smt => Box::new(SmtEngine),
+            Method::Trees => Box::new(TreeEngine),
+            Method::Milp | Method::Auto => Box::new(MilpEngine { sketch }),
+        };
+        let (topology, make): (Topology, Box<dyn Fn(usize) -> Result<Collective> + Sync>) = if dual
+        {
+            (
+                topology.reversed(),
+                Box::new(move |c| Ok(resplit(base, c)?.dual()?.expect("combining"))),
+            )
         } else {
-            Ok(Plan {
-                topology: topology.clone(),
-                make: Box::new(original),
-                original: Box::new(original),
-                dual: false,
-                milp: milp.cloned(),
-            })
+            (topology.clone(), Box::new(original))
+        };
+        Ok(Plan {
+            index: topology.index(),
+            topology,
+            make,
+            original: Box::new(original),
+            dual,
+            engine,
+        })
+    }
+
+    fn problem<'p>(&'p self, progress: &'p Progress, deadline: Instant) -> Problem<'p> {
+        Problem {
+            topology: &self.topology,
+            index: &self.index,
+            make: self.make.as_ref(),
+            progress,
+            deadline,
         }
     }
 
-    fn bounds(&self) -> Result<Bounds> {
-        if self.milp.is_some() {
-            return crate::bounds::cut_bounds(&self.topology, &(self.make)(1)?);
-        }
-        lower_bounds(&self.topology, &(self.make)(1)?)
+    fn bounds(&self, progress: &Progress, deadline: Instant) -> Result<Bounds> {
+        self.engine.bounds(&self.problem(progress, deadline))
     }
 
     /// Turns an algorithm of the solved problem into one for the requested collective.
@@ -167,48 +196,9 @@ impl<'a> Plan<'a> {
         progress: &Progress,
         topology: &Topology,
     ) -> Result<(Bounds, Found)> {
-        if let Some(sketch) = &self.milp {
-            let bounds = self.bounds()?;
-            let sketch = milp_sketch(sketch, search);
-            let found = milp::search(
-                &self.topology,
-                self.make.as_ref(),
-                &sketch,
-                limits.deadline,
-                progress,
-            )?;
-            let algorithms = found
-                .algorithms
-                .into_iter()
-                .map(|a| self.finish(a, topology))
-                .collect::<Result<_>>()?;
-            return Ok((
-                bounds,
-                Found {
-                    algorithms,
-                    complete: found.complete,
-                },
-            ));
-        }
-        let bounds = self.bounds()?;
-        let searcher = Searcher::new(&self.topology, self.make.as_ref(), progress)?;
-        let mut found = match search {
-            Search::Instance {
-                steps,
-                rounds,
-                chunks,
-            } => Found {
-                algorithms: searcher
-                    .instance(steps, rounds, chunks, limits.deadline)?
-                    .into_iter()
-                    .collect(),
-                complete: true,
-            },
-            Search::LeastSteps { chunks, rounds } => {
-                searcher.least_steps(&bounds, chunks, rounds, limits)?
-            }
-            Search::Pareto => searcher.pareto(&bounds, limits)?,
-        };
+        let problem = self.problem(progress, limits.deadline);
+        let bounds = self.engine.bounds(&problem)?;
+        let mut found = self.engine.search(&problem, search, limits)?;
         found.algorithms = found
             .algorithms
             .into_iter()
@@ -216,20 +206,6 @@ impl<'a> Plan<'a> {
             .collect::<Result<_>>()?;
         Ok((bounds, found))
     }
-}
-
-/// The sketch a MILP search runs under: explicit `--chunks`/`--steps` override its own.
-fn milp_sketch(sketch: &Sketch, search: Search) -> Sketch {
-    let mut sketch = sketch.clone();
-    match search {
-        Search::Instance { steps, chunks, .. } => {
-            sketch.chunks = vec![chunks];
-            sketch.steps = (steps, Some(steps));
-        }
-        Search::LeastSteps { chunks, .. } => sketch.chunks = vec![chunks],
-        Search::Pareto => {}
-    }
-    sketch
 }
 
 /// Re-splits a C = 1 collective into C pieces.
@@ -266,9 +242,7 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    let method = method.resolve(req.topology, sketch.is_some());
-    let default = Sketch::default();
-    let milp = (method == Method::Milp).then(|| sketch.unwrap_or(&default));
+    let method = method.resolve(req.topology, req.collective.kind, sketch.is_some());
     if req.collective.ranks != req.topology.ranks {
         bail!(
             "the collective has {} ranks but topology `{}` has {}",
@@ -278,9 +252,9 @@ pub fn synthesize_with(
         );
     }
     if req.collective.kind == Kind::AllReduce {
-        return allreduce(req, milp);
+        return allreduce(req, method, sketch);
     }
-    let plan = Plan::new(req.topology, &req.collective, milp)?;
+    let plan = Plan::new(req.topology, &req.collective, method, sketch)?;
     let (bounds, found) = plan.run(req.search, &req.limits, req.progress, req.topology)?;
     Ok(Synthesis {
         bounds: BoundsReport {
@@ -294,13 +268,17 @@ pub fn synthesize_with(
 }
 
 /// Allreduce = reduce-scatter then allgather over n·C addresses.
-fn allreduce(req: &Request, milp: Option<&Sketch>) -> Result<Synthesis> {
+fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<Synthesis> {
     let n = req.topology.ranks;
     let rs_base = Collective::new(Kind::ReduceScatter, n, 0, 1)?;
     let ag_base = Collective::new(Kind::AllGather, n, 0, 1)?;
-    let rs = Plan::new(req.topology, &rs_base, milp)?;
-    let ag = Plan::new(req.topology, &ag_base, milp)?;
-    let (rs_bounds, ag_bounds) = (rs.bounds()?, ag.bounds()?);
+    let rs = Plan::new(req.topology, &rs_base, method, sketch)?;
+    let ag = Plan::new(req.topology, &ag_base, method, sketch)?;
+    let deadline = req.limits.deadline;
+    let (rs_bounds, ag_bounds) = (
+        rs.bounds(req.progress, deadline)?,
+        ag.bounds(req.progress, deadline)?,
+    );
     let bounds = BoundsReport {
         steps: rs_bounds.steps + ag_bounds.steps,
         rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
@@ -344,17 +322,15 @@ fn allreduce(req: &Request, milp: Option<&Sketch>) -> Result<Synthesis> {
                     all.push(compose(x, y, req.topology)?);
                 }
             }
-            let kept = match milp {
-                Some(sketch) => milp::pareto_by_time(all, req.topology, &sketch.sizes).0,
-                None => pareto_filter(all),
+            let kept = match method {
+                Method::Milp => {
+                    let sizes = sketch.map_or_else(|| Sketch::default().sizes, |s| s.sizes.clone());
+                    milp::pareto_by_time(all, req.topology, &sizes).0
+                }
+                _ => pareto_filter(all),
             };
             (kept, a.complete && b.complete)
         }
-    };
-    let method = if milp.is_some() {
-        Method::Milp
-    } else {
-        Method::Smt
     };
     Ok(Synthesis {
         bounds,

@@ -131,12 +131,29 @@ fn reducescatter_and_allreduce_through_synthesize() {
 }
 
 #[test]
-fn auto_picks_smt_for_one_small_node() {
+fn auto_picks_smt_for_one_small_node_and_trees_at_scale() {
     let dgx1 = topology::load("dgx1").unwrap();
     let a100 = topology::load("dgx-a100x2").unwrap();
-    assert_eq!(Method::Auto.resolve(&dgx1, false), Method::Smt);
-    assert_eq!(Method::Auto.resolve(&dgx1, true), Method::Milp);
-    assert_eq!(Method::Auto.resolve(&a100, false), Method::Milp);
+    assert_eq!(
+        Method::Auto.resolve(&dgx1, Kind::AllGather, false),
+        Method::Smt
+    );
+    assert_eq!(
+        Method::Auto.resolve(&dgx1, Kind::AllGather, true),
+        Method::Milp
+    );
+    assert_eq!(
+        Method::Auto.resolve(&a100, Kind::AllGather, false),
+        Method::Trees
+    );
+    assert_eq!(
+        Method::Auto.resolve(&a100, Kind::AllReduce, false),
+        Method::Trees
+    );
+    assert_eq!(
+        Method::Auto.resolve(&a100, Kind::AllToAll, false),
+        Method::Milp
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! verifies and writes an algorithm in both buffer modes.
 
 use crate::algorithm::Algorithm;
-use crate::lower::{lower, LowerOptions};
+use crate::lower::{lower_to_xml, LowerOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use runtime::ir::{Flavor, Protocol};
@@ -59,28 +59,34 @@ impl LowerArgs {
             protocol: Protocol::from_name(&self.proto).context("unknown --proto")?,
             min_bytes: self.min_bytes,
             max_bytes: self.max_bytes,
+            ..LowerOptions::default()
         })
     }
 }
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
-/// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths.
-pub fn write_xml(algorithm: &Algorithm, dir: &Path, args: &LowerArgs) -> Result<Vec<String>> {
-    let mut paths = Vec::new();
+/// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and the out-of-place
+/// program. Nothing is written unless both programs can be expressed.
+pub fn write_xml(
+    algorithm: &Algorithm,
+    dir: &Path,
+    args: &LowerArgs,
+) -> Result<(Vec<String>, runtime::ir::Program)> {
+    let mut files = Vec::new();
+    let mut programs = Vec::new();
     for inplace in [false, true] {
-        let mut program = lower(algorithm, &args.options(inplace)?)?;
-        if inplace {
-            program.name.push_str("-inplace");
-        }
-        runtime::verify::verify(&program)
-            .with_context(|| format!("internal error: lowered {} does not verify", program.name))?;
-        let xml = runtime::xml::write(&program, args.flavor())?;
+        let (program, xml) = lower_to_xml(algorithm, &args.options(inplace)?)?;
         let path = dir.join(format!(
             "{}.xml",
             program.name.replace("-inplace", ".inplace")
         ));
+        files.push((path, xml));
+        programs.push(program);
+    }
+    let mut paths = Vec::new();
+    for (path, xml) in files {
         std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
         paths.push(path.display().to_string());
     }
-    Ok(paths)
+    Ok((paths, programs.swap_remove(0)))
 }

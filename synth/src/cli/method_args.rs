@@ -8,9 +8,11 @@ use clap::Args;
 /// Which encoding solves a request, and the sketch that guides the MILP.
 #[derive(Debug, Args, Clone)]
 pub struct MethodArgs {
-    /// Encoding: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
-    /// sketches, multi-node) or `auto` (smt for one node of at most 8 ranks, milp otherwise).
-    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "auto"])]
+    /// Engine: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
+    /// sketches), `trees` (throughput-optimal tree packing at any scale) or `auto` (milp with
+    /// a sketch; else smt for one node of at most 8 ranks, trees for allgather,
+    /// reduce-scatter, allreduce, broadcast and reduce, milp otherwise).
+    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "trees", "auto"])]
     pub method: String,
     /// TACCL-style communication sketch (TOML, see `sketches/`) restricting the MILP encoding.
     #[arg(long)]
@@ -23,9 +25,10 @@ impl MethodArgs {
         let method = match self.method.as_str() {
             "smt" => Method::Smt,
             "milp" => Method::Milp,
+            "trees" => Method::Trees,
             _ => Method::Auto,
         };
-        if method == Method::Smt && self.sketch.is_some() {
+        if matches!(method, Method::Smt | Method::Trees) && self.sketch.is_some() {
             bail!("--sketch applies to the MILP encoding; use --method milp or auto");
         }
         let sketch = self.sketch.as_deref().map(Sketch::load).transpose()?;

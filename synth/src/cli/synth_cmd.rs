@@ -1,8 +1,9 @@
 //! The main command: `synth --topo T --coll C [search options]`.
 
 use crate::algorithm::Algorithm;
-use crate::bounds::lower_bounds;
+use crate::bounds::{cut_bounds, lower_bounds};
 use crate::collective::{Collective, Kind};
+use crate::cutbound::CutBound;
 use crate::progress::Progress;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, Method, Request, Search};
@@ -147,14 +148,31 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
     }
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
-    let xml_files = match synthesis.algorithms[0].collective.kind {
-        Kind::Custom => vec![Vec::new(); synthesis.algorithms.len()],
-        _ => synthesis
-            .algorithms
-            .iter()
-            .map(|a| super::lower_args::write_xml(a, &args.out, &args.lowering))
-            .collect::<Result<_>>()?,
-    };
+    let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> =
+        match synthesis.algorithms[0].collective.kind {
+            Kind::Custom => vec![(Vec::new(), None); synthesis.algorithms.len()],
+            _ => synthesis
+                .algorithms
+                .iter()
+                .map(|a| {
+                    super::lower_args::write_xml(a, &args.out, &args.lowering)
+                        .map(|(paths, p)| (paths, Some(p)))
+                })
+                .collect::<Result<_>>()?,
+        };
+    let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
+    let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
+    if let Some(v) = &versus {
+        if v.loses_to_nccl() {
+            eprintln!(
+                "warning: the best algorithm simulates at {:.1} GB/s busbw at 1 GB, slower than NCCL's {} ({:.1} GB/s) on {}",
+                v.busbw,
+                v.nccl_name(),
+                v.nccl_best(),
+                topo.name
+            );
+        }
+    }
     let seconds = started.elapsed().as_secs_f64();
     if json {
         let algorithms: Vec<_> = synthesis
@@ -169,7 +187,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "bounds": synthesis.bounds,
             "algorithms": algorithms,
             "complete": synthesis.complete,
-            "method": format!("{:?}", synthesis.method).to_lowercase(),
+            "method": synthesis.method.name(),
+            "at_1gb": versus,
             "seconds": seconds,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -226,10 +245,103 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let how = match synthesis.method {
         Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
+        Method::Trees => "tree packing",
         _ => "SMT",
     };
+    if let Some(v) = &versus {
+        writeln!(
+            out,
+            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}",
+            v.busbw,
+            100.0 * v.busbw / v.bound,
+            if v.exact { "exact optimum" } else { "bound" },
+            v.bound,
+            v.ring.map_or("-".into(), |x| format!("{x:.1}")),
+            v.tree.map_or("-".into(), |x| format!("{x:.1}")),
+        )?;
+    }
     writeln!(out, "search {status} ({how}); {seconds:.2} s")?;
     Ok(())
+}
+
+/// Largest fabric on which the main command simulates its result against NCCL (the
+/// baselines' programs grow with ranks × steps).
+const COMPARE_MAX_RANKS: usize = 256;
+
+/// Size at which results are compared with NCCL (nccl-tests' 1 GB).
+const COMPARE_BYTES: u64 = 1 << 30;
+
+/// The best synthesized algorithm against NCCL's ring and tree at 1 GB, simulated.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Versus {
+    /// Best busbw (GB/s) among the algorithms.
+    busbw: f64,
+    /// NCCL ring's busbw, where defined.
+    ring: Option<f64>,
+    /// NCCL tree's busbw, where defined.
+    tree: Option<f64>,
+    /// The bandwidth bound (busbw at 1 GB).
+    bound: f64,
+    /// Whether the bound is the exact optimum.
+    exact: bool,
+}
+
+impl Versus {
+    fn nccl_best(&self) -> f64 {
+        self.ring.unwrap_or(0.0).max(self.tree.unwrap_or(0.0))
+    }
+
+    fn nccl_name(&self) -> &'static str {
+        if self.tree.unwrap_or(0.0) > self.ring.unwrap_or(0.0) {
+            "tree"
+        } else {
+            "ring"
+        }
+    }
+
+    fn loses_to_nccl(&self) -> bool {
+        self.busbw < self.nccl_best() * (1.0 - 1e-9)
+    }
+}
+
+/// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
+/// collectives and fabrics over [`COMPARE_MAX_RANKS`] ranks).
+fn compare_with_nccl(
+    lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
+    topo: &Topology,
+    synthesis: &crate::synthesize::Synthesis,
+) -> Result<Option<Versus>> {
+    use crate::baseline::{self, BaselineOptions};
+    use crate::simulate::{simulate, SimOptions};
+    if topo.ranks > COMPARE_MAX_RANKS {
+        return Ok(None);
+    }
+    let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
+        return Ok(None);
+    };
+    let sim = SimOptions::default();
+    let mut best = 0.0f64;
+    for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
+        best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
+    }
+    let root = synthesis.algorithms[0].collective.root;
+    let options = BaselineOptions {
+        channels: None,
+        root,
+    };
+    let baseline = |p: Result<runtime::ir::Program>| -> Option<f64> {
+        simulate(&p.ok()?, topo, COMPARE_BYTES, &sim)
+            .ok()
+            .map(|r| r.busbw)
+    };
+    let bound = CutBound::new(ir, topo, root);
+    Ok(Some(Versus {
+        busbw: best,
+        ring: baseline(baseline::ring(ir, topo, &options)),
+        tree: baseline(baseline::tree(ir, topo, &options)),
+        bound: bound.busbw_at(COMPARE_BYTES),
+        exact: bound.exact,
+    }))
 }
 
 /// Writes each algorithm as `DIR/NAME.json`; returns the paths.
@@ -247,10 +359,17 @@ fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>>
         .collect()
 }
 
-/// `synth bounds`: the lower bounds of a collective on a topology.
+/// How long `synth bounds` lets the multicast flow LP run before it reports the cut and
+/// max-flow bounds alone.
+const BOUNDS_LP_SECONDS: u64 = 60;
+
+/// `synth bounds`: the lower bounds of a collective on a topology: steps and rounds per chunk
+/// (what the main command reports for the engine `auto` picks), and the bandwidth optimum.
 pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Write) -> Result<()> {
     let topo = topology::load(topo)?;
     let collective = load_collective(coll, &topo, root)?;
+    let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);
+    let with_lp = Method::Auto.resolve(&topo, collective.kind, false) == Method::Smt;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![
             (
@@ -270,40 +389,65 @@ pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Wri
     let mut steps = 0;
     let mut rpc = num_rational::Ratio::from_integer(0u64);
     for (c, t) in &parts {
-        let b = lower_bounds(t, c)?;
+        let b = if with_lp {
+            lower_bounds(t, c, deadline)?
+        } else {
+            cut_bounds(t, c)?
+        };
         steps += b.steps;
         rpc += b.rounds_per_chunk;
     }
-    // Bandwidth bound from cuts (per-rank and per-node ingress/egress), in nccl-tests busbw.
     let cut = collective
         .kind
         .to_ir()
-        .map(|ir| crate::cutbound::CutBound::new(ir, &topo, collective.root));
+        .map(|ir| CutBound::new(ir, &topo, collective.root));
+    // Allreduce: what reduce-scatter then allgather can reach, beside the cut bound.
+    let two_phase = (collective.kind == Kind::AllReduce).then(|| {
+        use runtime::ir::Collective as Ir;
+        let rs = CutBound::new(Ir::ReduceScatter, &topo, 0);
+        let ag = CutBound::new(Ir::AllGather, &topo, 0);
+        Ir::AllReduce.busbw_factor(topo.ranks) / ((rs.us_per_byte + ag.us_per_byte) * 1e3)
+    });
     if json {
         let doc = json!({
             "topology": topo.name,
             "collective": collective.kind.name(),
             "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()},
             "busbw_bound_gbps": cut.as_ref().map(|c| c.busbw()),
+            "busbw_exact_optimum": cut.as_ref().map(|c| c.exact),
+            "binding_cut": cut.as_ref().map(|c| c.binding.clone()),
+            "two_phase_busbw_gbps": two_phase,
             "time_bound_us": cut.as_ref().map(|c| [(1e3, c.time_us(1_000)), (1e6, c.time_us(1_000_000)), (1e9, c.time_us(1_000_000_000))]),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-    } else {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
+        collective.kind, topo.name
+    )?;
+    if let Some(c) = &cut {
+        let what = if c.exact {
+            "bandwidth optimum (exact)"
+        } else {
+            "bandwidth bound"
+        };
         writeln!(
             out,
-            "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
-            collective.kind, topo.name
+            "{what}: busbw at most {:.1} GB/s ({}); time at least {:.2} us at 1 KB, {:.2} us at 1 MB, {:.1} us at 1 GB",
+            c.busbw(),
+            c.binding,
+            c.time_us(1_000),
+            c.time_us(1_000_000),
+            c.time_us(1_000_000_000)
         )?;
-        if let Some(c) = &cut {
-            writeln!(
-                out,
-                "cut bound: busbw at most {:.1} GB/s; time at least {:.2} us at 1 KB, {:.2} us at 1 MB, {:.1} us at 1 GB",
-                c.busbw(),
-                c.time_us(1_000),
-                c.time_us(1_000_000),
-                c.time_us(1_000_000_000)
-            )?;
-        }
+    }
+    if let Some(b) = two_phase {
+        writeln!(
+            out,
+            "reduce-scatter + allgather optimum: busbw {b:.1} GB/s (what a two-phase allreduce reaches)"
+        )?;
     }
     Ok(())
 }

@@ -303,3 +303,48 @@ pub fn time_lower_bound(
     }
     latency.max(cut)
 }
+
+/// The MILP engine: the k-synchronous step model with alpha/beta costs, under a sketch.
+pub struct MilpEngine {
+    /// The sketch (already reversed for the dual of a combining collective).
+    pub sketch: Sketch,
+}
+
+impl crate::engine::Engine for MilpEngine {
+    fn name(&self) -> &'static str {
+        "milp"
+    }
+
+    fn bounds(&self, problem: &crate::engine::Problem) -> Result<crate::bounds::Bounds> {
+        crate::bounds::cut_bounds(problem.topology, &(problem.make)(1)?)
+    }
+
+    fn search(
+        &self,
+        problem: &crate::engine::Problem,
+        request: crate::engine::Search,
+        limits: &crate::engine::Limits,
+    ) -> Result<crate::engine::Found> {
+        use crate::engine::Search as S;
+        let mut sketch = self.sketch.clone();
+        match request {
+            S::Instance { steps, chunks, .. } => {
+                sketch.chunks = vec![chunks];
+                sketch.steps = (steps, Some(steps));
+            }
+            S::LeastSteps { chunks, .. } => sketch.chunks = vec![chunks],
+            S::Pareto => {}
+        }
+        let found = search(
+            problem.topology,
+            problem.make,
+            &sketch,
+            limits.deadline,
+            problem.progress,
+        )?;
+        Ok(crate::engine::Found {
+            algorithms: found.algorithms,
+            complete: found.complete,
+        })
+    }
+}

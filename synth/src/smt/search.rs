@@ -8,7 +8,6 @@ use super::symmetry::symmetry_ladder;
 use crate::algorithm::Algorithm;
 use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
 use crate::check::check;
-use crate::collective::Collective;
 use crate::progress::Progress;
 use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology};
@@ -21,28 +20,7 @@ use std::time::Instant;
 /// The most topology automorphisms used to restrict a solve to symmetric schedules.
 const MAX_SYMMETRIES: usize = 64;
 
-/// Builds the (non-combining) collective split into C pieces.
-pub type MakeCollective<'a> = dyn Fn(usize) -> Result<Collective> + Sync + 'a;
-
-/// Limits of a search.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Largest step count tried.
-    pub max_steps: usize,
-    /// Largest chunk count C tried.
-    pub max_chunks: usize,
-    /// Wall-clock deadline for the whole search.
-    pub deadline: Instant,
-}
-
-/// The answer of a search: the algorithms found and whether the search finished.
-#[derive(Debug, Clone)]
-pub struct Found {
-    /// Checked algorithms (for Pareto: the frontier, by increasing steps).
-    pub algorithms: Vec<Algorithm>,
-    /// False when a cap or the deadline stopped the search early, or a solve was undecided.
-    pub complete: bool,
-}
+pub use crate::engine::{Found, Limits, MakeCollective};
 
 /// The shared, read-only context of every solve in one search.
 pub struct Searcher<'a> {

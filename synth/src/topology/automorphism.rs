@@ -248,6 +248,38 @@ impl Topology {
         Some(total)
     }
 
+    /// Up to `limit` automorphisms that map rank `from` to rank `to` and fix no rank (none
+    /// if the two ranks differ in their links or switch memberships).
+    pub fn derangements_mapping(&self, from: usize, to: usize, limit: usize) -> Vec<Vec<usize>> {
+        if from == to {
+            return Vec::new();
+        }
+        self.mapping(from, to, limit, true)
+    }
+
+    /// Up to `limit` automorphisms that map rank `from` to rank `to`.
+    pub fn automorphisms_mapping(&self, from: usize, to: usize, limit: usize) -> Vec<Vec<usize>> {
+        self.mapping(from, to, limit, false)
+    }
+
+    fn mapping(&self, from: usize, to: usize, limit: usize, derange: bool) -> Vec<Vec<usize>> {
+        if limit == 0 || from >= self.ranks || to >= self.ranks {
+            return Vec::new();
+        }
+        let mut search = self.searcher(limit);
+        if !search.candidates[from].contains(&to) {
+            return Vec::new();
+        }
+        if derange {
+            for (v, c) in search.candidates.iter_mut().enumerate() {
+                c.retain(|&img| img != v);
+            }
+        }
+        search.candidates[from] = vec![to];
+        search.run(0);
+        search.found
+    }
+
     fn search_automorphisms(&self, limit: usize) -> (Vec<Vec<usize>>, bool) {
         if limit == 0 || self.ranks == 0 {
             return (Vec::new(), limit != 0);

@@ -11,17 +11,21 @@ pub mod builtin;
 pub mod capacities;
 pub mod dot;
 pub mod generators;
+pub mod index;
 pub mod model;
 pub mod multinode;
 pub mod nvsmi;
 pub mod summary;
 pub mod toml_format;
+pub mod translations;
 
 pub use capacities::Capacities;
+pub use index::TopologyIndex;
 pub use model::{Link, SwitchConstraint, Topology};
 pub use multinode::{Network, NicFacts, NicPlacement};
 pub use nvsmi::{parse_nvsmi, NvsmiOptions};
 pub use summary::Summary;
+pub use translations::Translations;
 
 use anyhow::{anyhow, bail, Result};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,180 @@
+//! The tree-packing engine (`--method trees`): throughput-optimal allgather and broadcast by
+//! packing spanning out-trees (ForestColl style), the other collectives by duality.
+//!
+//! 1. The exact optimum rate comes from maximum flow ([`crate::flow`]).
+//! 2. Trees are packed fractionally by column generation ([`packing`]), one representative
+//!    root per orbit of a semiregular symmetry group (translations), until the packing
+//!    reaches the optimum or no cheaper tree exists.
+//! 3. Weights become integer piece counts and the trees a k-synchronous schedule
+//!    ([`schedule`]), checked like every other algorithm.
+//!
+//! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
+//! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
+//! the allgather and broadcast of the reversed fabric by [`crate::synthesize`]; allreduce is
+//! reduce-scatter followed by allgather.
+
+pub mod arborescence;
+pub mod packing;
+pub mod schedule;
+
+use crate::algorithm::Algorithm;
+use crate::bounds::{cut_bounds, Bounds};
+use crate::collective::{Collective, Kind};
+use crate::engine::{Engine, Found, Limits, Problem, Search};
+use crate::flow::{allgather_rate, broadcast_rate, FlowNetwork};
+use crate::topology::{Topology, TopologyIndex, Translations};
+use anyhow::{bail, Result};
+use packing::{pack, Orbits};
+
+/// What tree packing found, with the rates that judge it (GB/s per root for allgather, of
+/// the root for broadcast).
+#[derive(Debug, Clone)]
+pub struct TreeResult {
+    /// The algorithm: the fewest pieces per root whose rounding is within 0.1% of the best
+    /// piece count tried (more pieces of the same trees simulate slower: more threadblocks).
+    pub algorithm: Algorithm,
+    /// The exact optimum rate (maximum flow).
+    pub optimum_gbps: f64,
+    /// The rate of the fractional packing.
+    pub packing_gbps: f64,
+    /// The rate of the integer piece counts actually scheduled.
+    pub scheduled_gbps: f64,
+    /// Order of the symmetry group used.
+    pub symmetry: usize,
+    /// Column-generation rounds.
+    pub rounds: usize,
+}
+
+/// Packs trees for `coll` (allgather or broadcast, any C) on `topology`.
+pub fn synthesize_trees(
+    topology: &Topology,
+    index: &TopologyIndex,
+    coll: &Collective,
+    limits: &Limits,
+    progress: &crate::progress::Progress,
+) -> Result<TreeResult> {
+    let net = FlowNetwork::new(topology)?;
+    let (group, roots, optimum) = match coll.kind {
+        Kind::AllGather => {
+            progress.message("finding the fabric's translations");
+            let mut group = topology.translations();
+            if Orbits::new(topology, index, &group).is_none() {
+                group = Translations::trivial(topology.ranks);
+            }
+            let roots = group.representatives();
+            progress.message("computing the exact bandwidth optimum");
+            let rate = allgather_rate(&net, &roots)?;
+            (group, roots, rate)
+        }
+        Kind::Broadcast => {
+            let rate = broadcast_rate(&net, coll.root)?;
+            (Translations::trivial(topology.ranks), vec![coll.root], rate)
+        }
+        other => bail!("the tree-packing engine builds allgather and broadcast (and by duality reduce-scatter, reduce and allreduce), not {other}"),
+    };
+    let optimum_gbps = optimum.as_f64();
+    if optimum_gbps <= 0.0 {
+        bail!(
+            "`{}` is not connected: {} cannot reach every rank",
+            topology.name,
+            optimum.describe_cut()
+        );
+    }
+    progress.message(&format!("packing trees for {} root(s)", roots.len()));
+    let mut packing = pack(
+        topology,
+        index,
+        &group,
+        &roots,
+        Some(optimum_gbps),
+        limits.deadline,
+    )?;
+    add_symmetric_images(topology, &mut packing);
+    let orbits = Orbits::new(topology, index, &group).expect("checked above");
+    let usages: Vec<Vec<Vec<f64>>> = packing
+        .roots
+        .iter()
+        .map(|r| {
+            r.trees
+                .iter()
+                .map(|(t, _)| orbits.usage_of(t, index))
+                .collect()
+        })
+        .collect();
+    let (chunks, counts, scheduled) =
+        schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, limits.max_chunks);
+    let algorithm = schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts)?;
+    Ok(TreeResult {
+        algorithm,
+        optimum_gbps,
+        packing_gbps: packing.rate_gbps,
+        scheduled_gbps: scheduled,
+        symmetry: group.order(),
+        rounds: packing.rounds,
+    })
+}
+
+/// Automorphisms fixing a root tried per root to vary its trees.
+const STABILIZER_IMAGES: usize = 48;
+
+/// Adds to each root's pool (with weight 0) the images of its trees under automorphisms
+/// that fix the root: on a torus, the rotations of a tree use the directions evenly, which
+/// integer rounding can then combine.
+fn add_symmetric_images(topology: &Topology, packing: &mut packing::Packing) {
+    for root in &mut packing.roots {
+        let stabilizer = topology.automorphisms_mapping(root.root, root.root, STABILIZER_IMAGES);
+        let mut extra = Vec::new();
+        for (tree, _) in &root.trees {
+            for sigma in &stabilizer {
+                let mut image: packing::Tree = vec![None; tree.len()];
+                for (v, p) in tree.iter().enumerate() {
+                    image[sigma[v]] = p.map(|p| sigma[p]);
+                }
+                if !root.trees.iter().any(|(t, _)| *t == image) && !extra.contains(&image) {
+                    extra.push(image);
+                }
+            }
+        }
+        root.trees.extend(extra.into_iter().map(|t| (t, 0.0)));
+    }
+}
+
+/// The tree-packing engine.
+pub struct TreeEngine;
+
+impl Engine for TreeEngine {
+    fn name(&self) -> &'static str {
+        "trees"
+    }
+
+    fn bounds(&self, problem: &Problem) -> Result<Bounds> {
+        cut_bounds(problem.topology, &(problem.make)(1)?)
+    }
+
+    fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found> {
+        if let Search::Instance { .. } = search {
+            bail!("--method trees chooses its own steps, rounds and chunks; drop --steps/--rounds");
+        }
+        let coll = (problem.make)(1)?;
+        let result = synthesize_trees(
+            problem.topology,
+            problem.index,
+            &coll,
+            limits,
+            problem.progress,
+        )?;
+        let complete = result.packing_gbps >= result.optimum_gbps * (1.0 - 1e-6);
+        let summary = format!(
+            "trees: optimum {:.3} GB/s per root, packing {:.3}, scheduled {:.3} ({} symmetries, {} LP rounds)",
+            result.optimum_gbps, result.packing_gbps, result.scheduled_gbps, result.symmetry, result.rounds
+        );
+        if std::env::var_os("SYNTH_TRACE").is_some() {
+            eprintln!("{summary}");
+        }
+        problem.progress.message(&summary);
+        Ok(Found {
+            algorithms: vec![result.algorithm],
+            complete,
+        })
+    }
+}

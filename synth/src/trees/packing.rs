@@ -1,0 +1,339 @@
+//! Fractional packing of spanning trees by column generation, reduced by symmetry.
+//!
+//! Every root must stream one unit of data to every rank along weighted spanning out-trees
+//! (weights summing to 1 per root); the packing minimizes the time T in which every link and
+//! switch constraint carries its load: `Σ_t w_t · uses_t(e) ≤ bandwidth(e) · T`. Trees of the
+//! roots in one orbit of a [`Translations`] group are images of the representative root's
+//! trees, so one row per *orbit* of resources suffices (a resource orbit O carries
+//! `|G|/|O|` times the representative's use of O on each member), and one set of columns per
+//! representative root. The master LP (HiGHS) starts from breadth-first trees; its prices
+//! make the cheapest tree of each root (a minimum-cost arborescence) the column to add, until
+//! no tree is cheaper than its root's current ones, the target rate is reached, or the
+//! iteration cap or deadline stops it. Every tree is over real links, so the packing is
+//! always feasible; its rate is reported as found.
+
+use super::arborescence::{min_arborescence, Edge};
+use crate::topology::{Topology, TopologyIndex, Translations};
+use anyhow::{bail, Result};
+use good_lp::{
+    highs, variable, DualValues, Expression, ProblemVariables, Solution, SolutionWithDual,
+    SolverModel, Variable,
+};
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// Most column-generation rounds.
+const MAX_ROUNDS: usize = 400;
+
+/// Relative improvement below which a new tree is not added.
+const PRICE_TOLERANCE: f64 = 1e-7;
+
+/// A spanning out-tree as the parent of each rank (`None` for the root).
+pub type Tree = Vec<Option<usize>>;
+
+/// The trees of one representative root with their weights (summing to 1; trees of weight
+/// 0 are candidates for integer rounding).
+#[derive(Debug, Clone)]
+pub struct RootTrees {
+    /// The representative root.
+    pub root: usize,
+    /// Trees and weights.
+    pub trees: Vec<(Tree, f64)>,
+}
+
+/// A fractional tree packing.
+#[derive(Debug, Clone)]
+pub struct Packing {
+    /// Per representative root, its weighted trees.
+    pub roots: Vec<RootTrees>,
+    /// The rate (GB/s of data per root) the weights reach.
+    pub rate_gbps: f64,
+    /// The group that maps representatives' trees to the other roots.
+    pub group: Translations,
+    /// Column-generation rounds run.
+    pub rounds: usize,
+}
+
+/// Resource orbits: every link and switch constraint mapped to its orbit under the group.
+pub(crate) struct Orbits {
+    /// Orbit of link `i`.
+    pub link: Vec<usize>,
+    /// Orbit of switch constraint `j`.
+    pub switch: Vec<usize>,
+    /// Bandwidth (GB/s) of each orbit's members.
+    pub bandwidth: Vec<f64>,
+    /// |G| / |O| for each orbit.
+    pub factor: Vec<f64>,
+}
+
+impl Orbits {
+    /// The orbits of `topology`'s links and switch constraints under `group`, or `None` when
+    /// an element does not map them to themselves.
+    pub(crate) fn new(
+        topology: &Topology,
+        index: &TopologyIndex,
+        group: &Translations,
+    ) -> Option<Orbits> {
+        let key = |srcs: &[usize], dsts: &[usize], g: &[u32]| {
+            let mut a: Vec<u32> = srcs.iter().map(|&r| g[r]).collect();
+            let mut b: Vec<u32> = dsts.iter().map(|&r| g[r]).collect();
+            a.sort_unstable();
+            a.dedup();
+            b.sort_unstable();
+            b.dedup();
+            (a, b)
+        };
+        let identity = &group.elements[0];
+        let switch_of: HashMap<(Vec<u32>, Vec<u32>), usize> = topology
+            .switches
+            .iter()
+            .enumerate()
+            .map(|(j, s)| (key(&s.srcs, &s.dsts, identity), j))
+            .collect();
+        let (nl, ns) = (topology.links.len(), topology.switches.len());
+        let mut orbit = vec![usize::MAX; nl + ns];
+        let mut bandwidth = Vec::new();
+        let mut factor = Vec::new();
+        for res in 0..nl + ns {
+            if orbit[res] != usize::MAX {
+                continue;
+            }
+            let id = bandwidth.len();
+            let mut size = 0usize;
+            for g in &group.elements {
+                let image = if res < nl {
+                    let l = &topology.links[res];
+                    *index.link_of.get(&(g[l.src] as usize, g[l.dst] as usize))?
+                } else {
+                    let s = &topology.switches[res - nl];
+                    nl + *switch_of.get(&key(&s.srcs, &s.dsts, g))?
+                };
+                if orbit[image] == usize::MAX {
+                    orbit[image] = id;
+                    size += 1;
+                } else if orbit[image] != id {
+                    return None;
+                }
+            }
+            bandwidth.push(if res < nl {
+                topology.links[res].bandwidth
+            } else {
+                topology.switches[res - nl].bandwidth
+            });
+            factor.push(group.order() as f64 / size as f64);
+        }
+        Some(Orbits {
+            link: orbit[..nl].to_vec(),
+            switch: orbit[nl..].to_vec(),
+            bandwidth,
+            factor,
+        })
+    }
+
+    /// Per orbit, what one unit of a representative's tree puts on each member.
+    pub(crate) fn usage_of(&self, tree: &Tree, index: &TopologyIndex) -> Vec<f64> {
+        let mut u = vec![0.0; self.bandwidth.len()];
+        for (v, p) in tree.iter().enumerate() {
+            if let Some(p) = *p {
+                let l = index.link_of[&(p, v)];
+                u[self.link[l]] += self.factor[self.link[l]];
+                for &j in &index.governing[l] {
+                    u[self.switch[j]] += self.factor[self.switch[j]];
+                }
+            }
+        }
+        u
+    }
+}
+
+/// A breadth-first (shortest-path) spanning tree of `root`, or `None` if a rank is unreachable.
+fn bfs_tree(topology: &Topology, index: &TopologyIndex, root: usize) -> Option<Tree> {
+    let mut parent: Tree = vec![None; topology.ranks];
+    let mut seen = vec![false; topology.ranks];
+    seen[root] = true;
+    let mut queue = VecDeque::from([root]);
+    while let Some(u) = queue.pop_front() {
+        for &l in &index.out_links[u] {
+            let v = topology.links[l].dst;
+            if !seen[v] {
+                seen[v] = true;
+                parent[v] = Some(u);
+                queue.push_back(v);
+            }
+        }
+    }
+    seen.iter().all(|&s| s).then_some(parent)
+}
+
+/// Packs trees for the roots in `roots` (representatives of `group`'s orbits), stopping at
+/// `target_gbps` per root (the exact optimum, if known), the round cap or `deadline`.
+pub fn pack(
+    topology: &Topology,
+    index: &TopologyIndex,
+    group: &Translations,
+    roots: &[usize],
+    target_gbps: Option<f64>,
+    deadline: Instant,
+) -> Result<Packing> {
+    let Some(orbits) = Orbits::new(topology, index, group) else {
+        bail!(
+            "internal error: the symmetry group does not map `{}` to itself",
+            topology.name
+        );
+    };
+    let mut columns: Vec<(usize, Tree, Vec<f64>)> = Vec::new();
+    for (k, &r) in roots.iter().enumerate() {
+        let Some(tree) = bfs_tree(topology, index, r) else {
+            bail!(
+                "`{}` is not connected: rank {r} cannot reach every rank",
+                topology.name
+            );
+        };
+        let u = orbits.usage_of(&tree, index);
+        columns.push((k, tree, u));
+    }
+    // Distance from each root, for a tie-break towards shallow trees.
+    let mut rounds = 0;
+    loop {
+        let (time, weights, prices) = solve_master(&orbits, roots.len(), &columns)?;
+        rounds += 1;
+        let rate = 1.0 / time;
+        let done = target_gbps.is_some_and(|t| rate >= t * (1.0 - 1e-9))
+            || rounds >= MAX_ROUNDS
+            || Instant::now() >= deadline;
+        let mut added = false;
+        if !done {
+            for (k, &root) in roots.iter().enumerate() {
+                let current = columns
+                    .iter()
+                    .zip(&weights)
+                    .filter(|((c, _, _), &w)| *c == k && w > 1e-12)
+                    .map(|((_, _, u), _)| dot(u, &prices))
+                    .fold(f64::INFINITY, f64::min);
+                if let Some(tree) = cheapest_tree(topology, index, &orbits, &prices, root) {
+                    let u = orbits.usage_of(&tree, index);
+                    if dot(&u, &prices) < current * (1.0 - PRICE_TOLERANCE)
+                        && !columns.iter().any(|(c, t, _)| *c == k && *t == tree)
+                    {
+                        columns.push((k, tree, u));
+                        added = true;
+                    }
+                }
+            }
+        }
+        if done || !added {
+            let mut per_root: Vec<RootTrees> = roots
+                .iter()
+                .map(|&root| RootTrees {
+                    root,
+                    trees: Vec::new(),
+                })
+                .collect();
+            // Every column stays in the pool (weight 0 if unused): integer rounding may
+            // prefer trees the fractional optimum did not need.
+            for ((k, tree, _), w) in columns.into_iter().zip(weights) {
+                per_root[k].trees.push((tree, w.max(0.0)));
+            }
+            for r in &mut per_root {
+                let total: f64 = r.trees.iter().map(|t| t.1).sum();
+                r.trees.iter_mut().for_each(|t| t.1 /= total);
+            }
+            return Ok(Packing {
+                roots: per_root,
+                rate_gbps: rate,
+                group: group.clone(),
+                rounds,
+            });
+        }
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The master LP: the least time T, the column weights and the price of each resource orbit.
+fn solve_master(
+    orbits: &Orbits,
+    roots: usize,
+    columns: &[(usize, Tree, Vec<f64>)],
+) -> Result<(f64, Vec<f64>, Vec<f64>)> {
+    let mut vars = ProblemVariables::new();
+    let time = vars.add(variable().min(0.0));
+    let w: Vec<Variable> = columns
+        .iter()
+        .map(|_| vars.add(variable().min(0.0)))
+        .collect();
+    let mut model = vars.minimise(time).using(highs);
+    model.set_verbose(false);
+    let mut rows = Vec::new();
+    for o in 0..orbits.bandwidth.len() {
+        let load: Expression = columns
+            .iter()
+            .zip(&w)
+            .filter(|((_, _, u), _)| u[o] > 0.0)
+            .map(|((_, _, u), &x)| u[o] * x)
+            .sum();
+        rows.push(model.add_constraint(load.leq(orbits.bandwidth[o] * time)));
+    }
+    for k in 0..roots {
+        let total: Expression = columns
+            .iter()
+            .zip(&w)
+            .filter(|((c, _, _), _)| *c == k)
+            .map(|(_, &x)| Expression::from(x))
+            .sum();
+        model.add_constraint(total.geq(1.0));
+    }
+    let mut solution = match model.solve() {
+        Ok(s) => s,
+        Err(e) => bail!("tree packing LP failed: {e}"),
+    };
+    let t = solution.value(time);
+    let weights: Vec<f64> = w.iter().map(|&x| solution.value(x)).collect();
+    let duals = solution.compute_dual();
+    let prices: Vec<f64> = rows.iter().map(|r| duals.dual(r.clone()).abs()).collect();
+    if !(t.is_finite() && t > 0.0) {
+        bail!("tree packing LP gave no positive time");
+    }
+    Ok((t, weights, prices))
+}
+
+/// The cheapest spanning tree of `root` under orbit prices, shallow trees first among equals.
+fn cheapest_tree(
+    topology: &Topology,
+    index: &TopologyIndex,
+    orbits: &Orbits,
+    prices: &[f64],
+    root: usize,
+) -> Option<Tree> {
+    let scale = prices.iter().copied().fold(0.0, f64::max).max(1e-12);
+    let dist = &index.distances[root];
+    let edges: Vec<Edge> = topology
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut cost = prices[orbits.link[i]] * orbits.factor[orbits.link[i]];
+            for &j in &index.governing[i] {
+                cost += prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]];
+            }
+            // Tie-break towards shallow trees: among equally priced edges, prefer tails near
+            // the root (on symmetric fabrics which rank relays does not change any load).
+            let tail = dist[l.src].unwrap_or(topology.ranks) as f64;
+            let forward = matches!((dist[l.src], dist[l.dst]), (Some(a), Some(b)) if b == a + 1);
+            cost += scale * 1e-7 * (tail + if forward { 0.0 } else { 1.0 });
+            Edge {
+                from: l.src,
+                to: l.dst,
+                cost,
+            }
+        })
+        .collect();
+    let chosen = min_arborescence(topology.ranks, root, &edges)?;
+    let mut tree: Tree = vec![None; topology.ranks];
+    for i in chosen {
+        tree[edges[i].to] = Some(edges[i].from);
+    }
+    Some(tree)
+}

@@ -1,0 +1,271 @@
+//! From a fractional tree packing to a k-synchronous [`Algorithm`]: tree weights become
+//! integer numbers of pieces (chunks) per root, the representative roots' trees are mapped
+//! to every root of their orbit, and a piece crosses the edge into a rank at depth d in step
+//! d (plus its index among a lone root's pieces, so a broadcast pipelines). Each step takes
+//! the rounds its busiest link or switch constraint needs.
+
+use super::packing::{Packing, Tree};
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::{Collective, Kind};
+use crate::topology::{Topology, TopologyIndex};
+use anyhow::{bail, Result};
+
+/// Piece counts per representative root's trees at `chunks` pieces, by largest remainder.
+fn piece_counts(packing: &Packing, chunks: usize) -> Vec<Vec<usize>> {
+    packing
+        .roots
+        .iter()
+        .map(|r| {
+            let exact: Vec<f64> = r.trees.iter().map(|(_, w)| w * chunks as f64).collect();
+            let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+            let mut left = chunks.saturating_sub(counts.iter().sum());
+            let mut order: Vec<usize> = (0..exact.len()).collect();
+            order.sort_by(|&a, &b| {
+                let fa = exact[a] - exact[a].floor();
+                let fb = exact[b] - exact[b].floor();
+                fb.total_cmp(&fa).then(a.cmp(&b))
+            });
+            for &i in order.iter().cycle().take(exact.len() * chunks) {
+                if left == 0 {
+                    break;
+                }
+                counts[i] += 1;
+                left -= 1;
+            }
+            counts
+        })
+        .collect()
+}
+
+/// The time (per unit of data per root, in s/GB) that piece counts give: the busiest resource
+/// orbit's load over its bandwidth.
+fn realized_time(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    counts: &[Vec<usize>],
+    chunks: usize,
+) -> f64 {
+    let mut load = vec![0.0; bandwidth.len()];
+    for (r, root) in packing.roots.iter().enumerate() {
+        for (t, _) in root.trees.iter().enumerate() {
+            let share = counts[r][t] as f64 / chunks as f64;
+            for (o, u) in usages[r][t].iter().enumerate() {
+                load[o] += share * u;
+            }
+        }
+    }
+    load.iter()
+        .zip(bandwidth)
+        .map(|(l, b)| l / b)
+        .fold(0.0, f64::max)
+}
+
+/// Most single-piece moves of the rounding's local search.
+const MAX_MOVES: usize = 400;
+
+/// Improves integer piece counts by moving one piece at a time from one tree of a root to
+/// another tree of the same root's pool while the busiest resource orbit gets less loaded
+/// (ties: a smaller sum of squared loads). Deterministic: the first best move wins.
+fn improve_counts(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    counts: &mut [Vec<usize>],
+) {
+    let orbits = bandwidth.len();
+    let mut load = vec![0.0; orbits];
+    for (r, root) in packing.roots.iter().enumerate() {
+        for t in 0..root.trees.len() {
+            for o in 0..orbits {
+                load[o] += counts[r][t] as f64 * usages[r][t][o] / bandwidth[o];
+            }
+        }
+    }
+    let score = |load: &[f64]| {
+        let max = load.iter().copied().fold(0.0, f64::max);
+        (max, load.iter().map(|x| x * x).sum::<f64>())
+    };
+    for _ in 0..MAX_MOVES {
+        let current = score(&load);
+        // Only moves that unload the busiest orbit can lower the maximum.
+        let hot = (0..orbits)
+            .max_by(|&x, &y| load[x].total_cmp(&load[y]))
+            .unwrap_or(0);
+        let mut best: Option<((f64, f64), usize, usize, usize)> = None;
+        for (r, root) in packing.roots.iter().enumerate() {
+            for a in (0..root.trees.len()).filter(|&a| counts[r][a] > 0) {
+                for b in (0..root.trees.len())
+                    .filter(|&b| b != a && usages[r][b][hot] <= usages[r][a][hot])
+                {
+                    let moved: Vec<f64> = (0..orbits)
+                        .map(|o| load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o])
+                        .collect();
+                    let s = score(&moved);
+                    let better = |x: (f64, f64), y: (f64, f64)| {
+                        x.0 < y.0 * (1.0 - 1e-12)
+                            || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
+                    };
+                    if better(s, current) && best.is_none_or(|(bs, ..)| better(s, bs)) {
+                        best = Some((s, r, a, b));
+                    }
+                }
+            }
+        }
+        let Some((_, r, a, b)) = best else { break };
+        counts[r][a] -= 1;
+        counts[r][b] += 1;
+        for o in 0..orbits {
+            load[o] += (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
+        }
+    }
+}
+
+/// The smallest piece count (at most `max_chunks`) whose integer counts lose at most 0.1%
+/// against the best count tried, with its counts and its rate (GB/s per root).
+pub fn choose_chunks(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    max_chunks: usize,
+) -> (usize, Vec<Vec<usize>>, f64) {
+    let tried: Vec<(usize, Vec<Vec<usize>>, f64)> = (1..=max_chunks.max(1))
+        .map(|c| {
+            let mut counts = piece_counts(packing, c);
+            improve_counts(packing, usages, bandwidth, &mut counts);
+            let t = realized_time(packing, usages, bandwidth, &counts, c);
+            (c, counts, t)
+        })
+        .collect();
+    let best = tried.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
+    let (c, counts, t) = tried
+        .into_iter()
+        .find(|x| x.2 <= best * (1.0 + 1e-3))
+        .expect("at least one chunk count");
+    (c, counts, 1.0 / t)
+}
+
+/// Depth of every rank in a tree (the root has depth 0).
+fn depths(tree: &Tree) -> Vec<usize> {
+    let n = tree.len();
+    let mut depth = vec![usize::MAX; n];
+    for v in 0..n {
+        let mut chain = Vec::new();
+        let mut x = v;
+        while depth[x] == usize::MAX {
+            match tree[x] {
+                Some(p) => {
+                    chain.push(x);
+                    x = p;
+                }
+                None => {
+                    depth[x] = 0;
+                }
+            }
+        }
+        let mut d = depth[x];
+        for &y in chain.iter().rev() {
+            d += 1;
+            depth[y] = d;
+        }
+    }
+    depth
+}
+
+/// The algorithm of `packing` at `chunks` pieces per root with the given piece counts, for
+/// `kind` (allgather: every root; broadcast: the packing's one root).
+pub fn algorithm(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &Packing,
+    kind: Kind,
+    chunks: usize,
+    counts: &[Vec<usize>],
+) -> Result<Algorithm> {
+    let Some(caps) = index.capacities.as_ref() else {
+        bail!(
+            "the bandwidths of `{}` have no common unit, so a k-synchronous schedule cannot be checked",
+            topology.name
+        );
+    };
+    let root = packing.roots[0].root;
+    let collective = Collective::new(kind, topology.ranks, root, chunks)?;
+    let pipelined = kind == Kind::Broadcast;
+    let mut steps: Vec<Vec<Send>> = Vec::new();
+    for (r, rep) in packing.roots.iter().enumerate() {
+        let mut piece = 0;
+        for ((tree, _), &count) in rep.trees.iter().zip(&counts[r]) {
+            let depth = depths(tree);
+            for _ in 0..count {
+                for g in &packing.group.elements {
+                    let owner = g[rep.root] as usize;
+                    let chunk = if kind == Kind::Broadcast {
+                        piece
+                    } else {
+                        owner * chunks + piece
+                    };
+                    for (v, p) in tree.iter().enumerate() {
+                        let Some(p) = *p else { continue };
+                        let step = depth[v] - 1 + if pipelined { piece } else { 0 };
+                        if steps.len() <= step {
+                            steps.resize_with(step + 1, Vec::new);
+                        }
+                        steps[step].push(Send {
+                            chunk,
+                            src: g[p] as usize,
+                            dst: g[v] as usize,
+                        });
+                    }
+                }
+                piece += 1;
+            }
+        }
+    }
+    let steps: Vec<Step> = steps
+        .into_iter()
+        .map(|sends| Step {
+            rounds: rounds_needed(topology, index, caps, &sends),
+            reduce: false,
+            sends,
+        })
+        .collect();
+    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    Ok(Algorithm {
+        name: format!(
+            "{}-{}-trees-s{}-r{}-c{}",
+            kind,
+            topology.name.replace([':', '/'], "_"),
+            steps.len(),
+            rounds,
+            chunks
+        ),
+        topology: topology.name.clone(),
+        collective,
+        steps,
+    })
+}
+
+/// The rounds a step needs: its busiest link or switch constraint's load over its capacity.
+fn rounds_needed(
+    topology: &Topology,
+    index: &TopologyIndex,
+    caps: &crate::topology::Capacities,
+    sends: &[Send],
+) -> u32 {
+    let mut link_load = vec![0u64; topology.links.len()];
+    let mut switch_load = vec![0u64; topology.switches.len()];
+    for s in sends {
+        let l = index.link_of[&(s.src, s.dst)];
+        link_load[l] += 1;
+        for &j in &index.governing[l] {
+            switch_load[j] += 1;
+        }
+    }
+    let need = |load: u64, cap: u32| load.div_ceil(cap.max(1) as u64);
+    let links = link_load.iter().zip(&caps.links).map(|(&l, &c)| need(l, c));
+    let switches = switch_load
+        .iter()
+        .zip(&caps.switches)
+        .map(|(&l, &c)| need(l, c));
+    links.chain(switches).max().unwrap_or(1).max(1) as u32
+}

@@ -7,7 +7,8 @@
 //!
 //! 1. **Candidates.** The algorithms of a search ([`Options::search`], the Pareto frontier by
 //!    default) with [`synthesize_with`], plus any extra instances ([`Options::extra`]); if
-//!    both give nothing, the least-steps algorithm at C = 1. Each is lowered with every
+//!    both give nothing, the least-steps algorithm at C = 1; with the default method, tree
+//!    packing is a candidate too wherever it applies. Each is lowered with every
 //!    replication count of [`Options::instances`] (1, 2, 4 by default: the algorithm runs on N
 //!    channels, each carrying 1/N of every chunk), in place and out of place; a variant that
 //!    fails to lower, to verify ([`runtime::verify::verify`]) or to serialize is dropped with a
@@ -22,11 +23,13 @@
 //!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
 //!    form one range. Between two ranges the switch point is found by bisection on the
 //!    byte count with the same rule, so a range starts where its algorithm starts to win.
+//!    Grid sizes where NCCL's own ring or tree (simulated the same way) is faster than every
+//!    candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL there.
 //! 4. **Ranges.** Inclusive `[minBytes, maxBytes]` with the executor's semantics
 //!    (msccl-ir.md §2.1: selected when `minBytes ≤ nBytes` and (`maxBytes == 0` or
-//!    `nBytes ≤ maxBytes`), `nBytes` = nccl-tests size). The first range starts at 1 B, each
-//!    next one at the previous `maxBytes + 1`, and the last has `maxBytes = 0` (no upper
-//!    limit): the ranges are disjoint and cover every size from 1 B (16 GiB and beyond). A
+//!    `nBytes ≤ maxBytes`), `nBytes` = nccl-tests size). The ranges (ours and NCCL's) start
+//!    at 1 B, each next one at the previous `maxBytes + 1`, and the last has `maxBytes = 0`
+//!    (no upper limit): they are disjoint and cover every size from 1 B. A
 //!    file is still skipped by the runtime at sizes whose element count is not a multiple of
 //!    its `nchunksperloop` (NCCL then runs its own algorithm).
 //!
@@ -220,6 +223,11 @@ pub struct CollectiveCatalog {
     pub baselines: Vec<Baseline>,
     /// The ranges, increasing and disjoint.
     pub ranges: Vec<Range>,
+    /// `[minBytes, maxBytes]` (0 = unlimited) of the sizes left to NCCL's own algorithms
+    /// (faster there in the simulator): no file covers them. With `ranges` they cover every
+    /// size from 1 B.
+    #[serde(default)]
+    pub left_to_nccl: Vec<[u64; 2]>,
     /// The busbw plot, relative to the output folder.
     pub svg: String,
     /// Things dropped or worked around.
@@ -337,6 +345,7 @@ fn run_search(
     topology: &Topology,
     kind: Kind,
     search: Search,
+    method: Method,
     options: &Options,
     progress: &Progress,
 ) -> Result<Synthesis> {
@@ -351,7 +360,7 @@ fn run_search(
         },
         progress,
     };
-    synthesize_with(&request, options.method, options.sketch.as_ref())
+    synthesize_with(&request, method, options.sketch.as_ref())
 }
 
 fn search_label(search: Search) -> String {
@@ -393,7 +402,7 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         let search = searches[i];
         i += 1;
         progress.message(&format!("{kind}: {}", search_label(search)));
-        match run_search(topology, kind, search, options, progress) {
+        match run_search(topology, kind, search, options.method, options, progress) {
             Ok(s) => {
                 found.bounds.get_or_insert(s.bounds);
                 found.method.get_or_insert(s.method);
@@ -424,6 +433,32 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         }
         if i == searches.len() && found.algorithms.is_empty() && !searches.contains(&fallback) {
             searches.push(fallback);
+        }
+    }
+    // Tree packing is a candidate wherever it applies, beside what `auto` picked.
+    let trees_apply = options.method == Method::Auto
+        && options.sketch.is_none()
+        && crate::synthesize::trees_build(kind)
+        && topology.capacities().is_ok()
+        && found.method != Some(Method::Trees);
+    if trees_apply {
+        progress.message(&format!("{kind}: tree packing"));
+        match run_search(
+            topology,
+            kind,
+            Search::Pareto,
+            Method::Trees,
+            options,
+            progress,
+        ) {
+            Ok(s) => {
+                for a in s.algorithms {
+                    if !found.algorithms.contains(&a) {
+                        found.algorithms.push(a);
+                    }
+                }
+            }
+            Err(e) => found.notes.push(format!("tree packing failed: {e:#}")),
         }
     }
     found
@@ -582,16 +617,57 @@ fn build_one(
         );
     }
 
-    // Winner per grid size, then ranges with bisected switch points.
+    // NCCL's ring and tree, simulated the same way, and the bound.
+    let base = BaselineOptions {
+        channels: None,
+        root: 0,
+    };
+    let ring = baseline::ring(coll, topology, &base).ok();
+    let tree = baseline::tree(coll, topology, &base).ok();
+    let bound = CutBound::new(coll, topology, 0);
+    let sim = |p: &Option<Program>, size: u64| {
+        p.as_ref()
+            .and_then(|p| simulate(p, topology, size, &options.sim).ok())
+    };
+    let name = kind.name();
+    if ring.is_none() {
+        notes.push(format!("no NCCL ring baseline for {name}"));
+    }
+    let baselines: Vec<Baseline> = options
+        .sizes
+        .iter()
+        .map(|&size| {
+            let (r, t) = (sim(&ring, size), sim(&tree, size));
+            let best_time_us = [&r, &t]
+                .into_iter()
+                .flatten()
+                .map(|x| x.time_us)
+                .reduce(f64::min);
+            Baseline {
+                size,
+                ring: r.map(|x| x.busbw),
+                tree: t.map(|x| x.busbw),
+                bound: bound.busbw_at(size),
+                best_time_us,
+            }
+        })
+        .collect();
+
+    // Winner per grid size (`None`: NCCL's own algorithm is faster, so the size is left to
+    // it: MSCCL falls back to NCCL where no file covers a size), then ranges.
     let refs: Vec<&Candidate> = candidates.iter().collect();
-    let winners: Vec<usize> = (0..options.sizes.len())
+    let winners: Vec<Option<usize>> = (0..options.sizes.len())
         .map(|i| {
             let times: Vec<f64> = candidates.iter().map(|c| c.points[i].time_us).collect();
-            pick(&refs, &times)
+            let w = pick(&refs, &times);
+            let nccl_faster = baselines[i]
+                .best_time_us
+                .is_some_and(|b| b * (1.0 + TIE) < times[w]);
+            (!nccl_faster).then_some(w)
         })
         .collect();
     // (winner, first grid index, last grid index)
-    let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+    let mut spans: Vec<(Option<usize>, usize, usize)> = Vec::new();
     for (i, &w) in winners.iter().enumerate() {
         match spans.last_mut() {
             Some(last) if last.0 == w => last.2 = i,
@@ -600,17 +676,43 @@ fn build_one(
     }
     let mut starts = vec![1u64];
     for pair in spans.windows(2) {
-        let (a, b) = (&candidates[pair[0].0], &candidates[pair[1].0]);
-        let bounds = (options.sizes[pair[0].2], options.sizes[pair[1].1]);
-        starts.push(switch_point(a, b, topology, bounds, &options.sim)?);
+        let start = match (pair[0].0, pair[1].0) {
+            (Some(a), Some(b)) => {
+                let bounds = (options.sizes[pair[0].2], options.sizes[pair[1].1]);
+                switch_point(
+                    &candidates[a],
+                    &candidates[b],
+                    topology,
+                    bounds,
+                    &options.sim,
+                )?
+            }
+            // Next to NCCL, a range ends at the last grid size its winner won.
+            _ => options.sizes[pair[0].2] + 1,
+        };
+        starts.push(start);
     }
 
-    let name = kind.name();
     let mut ranges = Vec::new();
+    let mut uncovered = Vec::new();
+    let mut left_to_nccl = Vec::new();
     for (k, &(w, first, last)) in spans.iter().enumerate() {
-        let c = &candidates[w];
         let min_bytes = starts[k];
         let max_bytes = starts.get(k + 1).map_or(0, |next| next - 1);
+        let Some(w) = w else {
+            left_to_nccl.push([min_bytes, max_bytes]);
+            uncovered.push(format!(
+                "{}..{}",
+                bytes_label(min_bytes),
+                if max_bytes == 0 {
+                    "".to_string()
+                } else {
+                    bytes_label(max_bytes)
+                }
+            ));
+            continue;
+        };
+        let c = &candidates[w];
         let short = c
             .label
             .strip_prefix(&format!("{name}-"))
@@ -649,40 +751,12 @@ fn build_one(
         });
     }
 
-    // Baselines and bound.
-    let base = BaselineOptions {
-        channels: None,
-        root: 0,
-    };
-    let ring = baseline::ring(coll, topology, &base).ok();
-    let tree = baseline::tree(coll, topology, &base).ok();
-    let bound = CutBound::new(coll, topology, 0);
-    let sim = |p: &Option<Program>, size: u64| {
-        p.as_ref()
-            .and_then(|p| simulate(p, topology, size, &options.sim).ok())
-    };
-    if ring.is_none() {
-        notes.push(format!("no NCCL ring baseline for {name}"));
+    if !uncovered.is_empty() {
+        notes.push(format!(
+            "left to NCCL (its ring/tree simulate faster; no file covers these sizes): {}",
+            uncovered.join(", ")
+        ));
     }
-    let baselines: Vec<Baseline> = options
-        .sizes
-        .iter()
-        .map(|&size| {
-            let (r, t) = (sim(&ring, size), sim(&tree, size));
-            let best_time_us = [&r, &t]
-                .into_iter()
-                .flatten()
-                .map(|x| x.time_us)
-                .reduce(f64::min);
-            Baseline {
-                size,
-                ring: r.map(|x| x.busbw),
-                tree: t.map(|x| x.busbw),
-                bound: bound.busbw_at(size),
-                best_time_us,
-            }
-        })
-        .collect();
 
     // Where NCCL's own algorithms beat the catalog in the same simulator, say so.
     let chosen = |size: u64| {
@@ -726,6 +800,7 @@ fn build_one(
         candidates,
         baselines,
         ranges,
+        left_to_nccl,
         svg,
         notes,
     })

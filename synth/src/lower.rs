@@ -218,7 +218,9 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
 
     for step in &algorithm.steps {
         let mut sends = step.sends.clone();
-        sends.sort_by_key(|s| (s.src, s.dst, s.chunk));
+        // Grouped by link; within a link the algorithm's order is kept (engines put the
+        // sends that feed the longest paths first).
+        sends.sort_by_key(|s| (s.src, s.dst));
         // All sends read the state before the step.
         let sources: Vec<Slot> = sends
             .iter()
@@ -321,81 +323,56 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
 /// limit (0: no split).
 const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
 
-/// Whether a writer error is one that fewer or more channels can fix: too many steps in a
-/// threadblock (split connections), or too many threadblocks or channels (spread less).
-fn fits_with_fewer_steps(message: &str) -> bool {
-    message.contains("steps including nops")
-}
-
-fn fits_with_fewer_threadblocks(message: &str) -> bool {
-    message.contains("int8") || message.contains("threadblocks") || message.contains("channels")
-}
-
-/// Lowers `algorithm` with `options` for the runtimes: its pieces spread over as many
-/// channels as fit, and connections split over more channels until every threadblock is
-/// within the flavour's step limit. The program is verified; returns it with its XML, or
-/// the reason it cannot be expressed.
+/// Lowers `algorithm` with `options` for the runtimes: connections are split over more
+/// channels until every threadblock is within the flavour's step limit (pieces stay on the
+/// channels `options` gives them: spreading them wider simulates slower, as more
+/// threadblocks share each link). The program is verified; returns it with its XML, or the
+/// reason it cannot be expressed (nothing is written by this function).
 pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
-    let mut spread = algorithm.chunks().clamp(1, MAX_CHANNELS);
-    let mut last: Option<anyhow::Error> = None;
     // The busiest link's transfers: splits that need more than MAX_CHANNELS are not tried.
     let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
     for s in algorithm.steps.iter().flat_map(|s| &s.sends) {
         *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
     }
     let busiest = per_link.values().copied().max().unwrap_or(0);
-    loop {
-        let base = spread * options.instances.max(1);
-        let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
-            let per_channel = busiest.div_ceil(spread);
-            if l == 0 {
-                per_channel <= 64
-            } else {
-                per_channel.div_ceil(l) * base <= MAX_CHANNELS
-            }
-        });
-        for limit in limits {
-            let attempt = LowerOptions {
-                piece_channels: spread,
-                max_transfers: limit,
-                ..options.clone()
-            };
-            let mut program = match lower(algorithm, &attempt) {
-                Ok(p) => p,
-                Err(e) if e.to_string().contains("channels") => {
-                    last = Some(e);
-                    break;
-                }
-                Err(e) => return Err(e),
-            };
-            if options.inplace {
-                program.name.push_str("-inplace");
-            }
-            match runtime::xml::write(&program, options.flavor) {
-                Ok(xml) => {
-                    runtime::verify::verify(&program).with_context(|| {
-                        format!("internal error: lowered {} does not verify", program.name)
-                    })?;
-                    return Ok((program, xml));
-                }
-                Err(e) if fits_with_fewer_steps(&e.to_string()) => last = Some(e.into()),
-                Err(e) if fits_with_fewer_threadblocks(&e.to_string()) => {
-                    last = Some(e.into());
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            }
+    let spread = options.piece_channels.max(1);
+    let base = spread * options.instances.max(1);
+    let per_channel = busiest.div_ceil(spread);
+    let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
+        if l == 0 {
+            per_channel <= 64
+        } else {
+            per_channel.div_ceil(l) * base <= MAX_CHANNELS
         }
-        if spread == 1 {
-            return Err(last.unwrap_or_else(|| {
-                anyhow::anyhow!(
-                    "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of threadblocks hold",
-                    algorithm.name
-                )
-            }));
+    });
+    let mut last: Option<anyhow::Error> = None;
+    for limit in limits {
+        let attempt = LowerOptions {
+            max_transfers: limit,
+            ..options.clone()
+        };
+        let mut program = lower(algorithm, &attempt)?;
+        if options.inplace {
+            program.name.push_str("-inplace");
         }
-        spread /= 2;
+        match runtime::xml::write(&program, options.flavor) {
+            Ok(xml) => {
+                runtime::verify::verify(&program).with_context(|| {
+                    format!("internal error: lowered {} does not verify", program.name)
+                })?;
+                return Ok((program, xml));
+            }
+            // Too many steps in a threadblock: split connections further.
+            Err(e) if e.to_string().contains("steps including nops") => last = Some(e.into()),
+            Err(e) => return Err(e.into()),
+        }
     }
+    Err(last.unwrap_or_else(|| {
+        anyhow::anyhow!(
+            "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of 64-step threadblocks hold",
+            algorithm.name
+        )
+    }))
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot

@@ -11,3 +11,25 @@ pub fn toml_error(path: &str, text: &str, err: &toml::de::Error) -> anyhow::Erro
         None => anyhow::anyhow!("{path}: {message}"),
     }
 }
+
+/// This process's peak resident memory (MB) and CPU time (user + system, seconds) so far,
+/// read from `/proc/self` (`None` where there is no such file, e.g. off Linux). Reported by
+/// the main command's `--json` so that benchmarks can record what a run cost.
+pub fn resources() -> Option<serde_json::Value> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let peak_kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    let cpu = (ticks(11)? + ticks(12)?) / 100.0;
+    Some(serde_json::json!({"peak_rss_mb": peak_kb / 1024.0, "cpu_seconds": cpu}))
+}

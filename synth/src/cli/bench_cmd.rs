@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Cases to time: dgx1-allgather-pareto, dgx1-reducescatter-pareto,
-    /// dgx1-alltoall-8-8-3 (comma-separated).
+    /// dgx1-alltoall-8-8-3, or `scale` (the main command's default allgather on the scale
+    /// fabrics, each in its own process: wall and CPU time, peak memory, simulated busbw
+    /// against the exact optimum and NCCL ring) (comma-separated).
     #[arg(long, default_value = "dgx1-allgather-pareto,dgx1-alltoall-8-8-3")]
     cases: String,
     /// Runs per case.
@@ -25,11 +27,17 @@ pub struct BenchArgs {
     /// Time limit per run, seconds.
     #[arg(long, default_value_t = 900.0)]
     time_limit: f64,
+    /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale issue).
+    #[arg(long)]
+    fabrics: Option<String>,
 }
 
 /// Runs `synth bench`.
 pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut report = Vec::new();
+    if args.cases.split(',').any(|c| c.trim() == "scale") {
+        return scale(args, json, out);
+    }
     for case in args
         .cases
         .split(',')
@@ -89,6 +97,95 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
+/// The fabrics of `synth bench --cases scale`.
+const SCALE_FABRICS: [&str; 10] = [
+    "torus-2d:4x4",
+    "torus-2d:8x8",
+    "torus-2d:16x16",
+    "torus-2d:32x32",
+    "dgx-a100x2",
+    "dgx-a100x4",
+    "dgx-a100x8",
+    "dgx-h100x4",
+    "mi250-16",
+    "mi250-16x2",
+];
+
+/// `synth bench --cases scale [--scale-fabrics ..]`: runs the main command (default method,
+/// allgather) once per fabric in a child process and prints a markdown table.
+fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let dir = std::env::temp_dir().join(format!("synth-bench-scale-{}", std::process::id()));
+    let fabrics: Vec<String> = match &args.fabrics {
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+        None => SCALE_FABRICS.iter().map(|s| s.to_string()).collect(),
+    };
+    let mut rows = Vec::new();
+    if !json {
+        writeln!(out, "| fabric | ranks | wall s | CPU s | peak MB | busbw 1 GB | % of optimum | optimum | NCCL ring 1 GB | busbw 1 MB | ring 1 MB | algorithm |")?;
+        writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+    }
+    for fabric in &fabrics {
+        let child = std::process::Command::new(&exe)
+            .args([
+                "--topo",
+                fabric,
+                "--coll",
+                "allgather",
+                "--json",
+                "--time-limit",
+            ])
+            .arg(args.time_limit.to_string())
+            .arg("--out")
+            .arg(&dir)
+            .output()?;
+        if !child.status.success() {
+            let err = String::from_utf8_lossy(&child.stderr);
+            let line = err.lines().last().unwrap_or("failed").to_string();
+            if !json {
+                writeln!(out, "| {fabric} | | | | | | | | | | | {line} |")?;
+            }
+            rows.push(json!({"fabric": fabric, "error": line}));
+            continue;
+        }
+        let doc: serde_json::Value = serde_json::from_slice(&child.stdout)?;
+        let f = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
+        let at = &doc["at_1gb"];
+        let busbw = at["busbw"].as_f64();
+        let bound = at["bound"].as_f64();
+        let pct = match (busbw, bound) {
+            (Some(b), Some(o)) if o > 0.0 => format!("{:.1}%", 100.0 * b / o),
+            _ => "-".into(),
+        };
+        let name = doc["algorithms"][0]["file"]
+            .as_str()
+            .and_then(|p| std::path::Path::new(p).file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !json {
+            writeln!(
+                out,
+                "| {fabric} | {} | {} | {} | {} | {} | {pct} | {} | {} | {} | {} | {name} |",
+                topology::load(fabric).map(|t| t.ranks).unwrap_or(0),
+                f(&doc["seconds"]),
+                f(&doc["resources"]["cpu_seconds"]),
+                f(&doc["resources"]["peak_rss_mb"]),
+                f(&at["busbw"]),
+                f(&at["bound"]),
+                f(&at["ring"]),
+                f(&at["at_1mb"][0]),
+                f(&at["at_1mb"][1]),
+            )?;
+        }
+        rows.push(json!({"fabric": fabric, "result": doc}));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     }
     Ok(())
 }

@@ -141,9 +141,15 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             _ if synthesis.complete => {
                 bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
             }
-            _ => bail!(
+            _ if started.elapsed().as_secs_f64() >= args.time_limit => bail!(
                 "time limit of {} s reached before any algorithm was found",
                 args.time_limit
+            ),
+            _ => bail!(
+                "no algorithm found after {:.1} s: the caps (--max-steps {}, --max-chunks {}) or a solve the solver could not decide stopped the search",
+                started.elapsed().as_secs_f64(),
+                args.max_steps,
+                args.max_chunks
             ),
         }
     }
@@ -190,6 +196,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "method": synthesis.method.name(),
             "at_1gb": versus,
             "seconds": seconds,
+            "resources": crate::util::resources(),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
@@ -266,7 +273,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
 
 /// Largest fabric on which the main command simulates its result against NCCL (the
 /// baselines' programs grow with ranks × steps).
-const COMPARE_MAX_RANKS: usize = 256;
+const COMPARE_MAX_RANKS: usize = 1024;
 
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
@@ -284,6 +291,8 @@ struct Versus {
     bound: f64,
     /// Whether the bound is the exact optimum.
     exact: bool,
+    /// The best busbw at 1 MB, and NCCL ring's.
+    at_1mb: (f64, Option<f64>),
 }
 
 impl Versus {
@@ -320,25 +329,27 @@ fn compare_with_nccl(
         return Ok(None);
     };
     let sim = SimOptions::default();
-    let mut best = 0.0f64;
+    let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
     for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
         best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
+        best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
     }
     let root = synthesis.algorithms[0].collective.root;
     let options = BaselineOptions {
         channels: None,
         root,
     };
-    let baseline = |p: Result<runtime::ir::Program>| -> Option<f64> {
-        simulate(&p.ok()?, topo, COMPARE_BYTES, &sim)
-            .ok()
-            .map(|r| r.busbw)
+    let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
+        let p = p.as_ref().ok()?;
+        simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
     };
     let bound = CutBound::new(ir, topo, root);
+    let ring = baseline::ring(ir, topo, &options);
     Ok(Some(Versus {
         busbw: best,
-        ring: baseline(baseline::ring(ir, topo, &options)),
-        tree: baseline(baseline::tree(ir, topo, &options)),
+        at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
+        ring: baseline(&ring, COMPARE_BYTES),
+        tree: baseline(&baseline::tree(ir, topo, &options), COMPARE_BYTES),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
     }))

@@ -81,6 +81,10 @@ const BUILTINS: &[Builtin] = &[
         "mi250",
         "AMD MI250X node: 8 GCDs, 200 GB/s in-package, 100/50 GB/s across; 4 NICs"
     ),
+    builtin!(
+        "mi250-16",
+        "AMD MI250 node: 16 GCDs on xGMI (50 GB/s links, 350 GB/s per GCD); 16 GB/s NIC per GCD"
+    ),
 ];
 
 /// Multi-node examples listed by [`names`] (any `<node>x<K>` works).
@@ -96,6 +100,14 @@ const MULTINODE_EXAMPLES: &[(&str, &str)] = &[
     (
         "dgx-h100x2",
         "2 DGX-H100 nodes, fat-tree of 50 GB/s NDR NICs (one per GPU)",
+    ),
+    (
+        "dgx-a100x8",
+        "8 DGX-A100 nodes (64 GPUs), fat-tree of 25 GB/s HDR NICs (one per GPU)",
+    ),
+    (
+        "mi250-16x2",
+        "2 MI250 nodes of 16 GCDs, fat-tree of 16 GB/s NICs (one per GCD)",
     ),
     (
         "ndv2x2",

@@ -170,27 +170,6 @@ impl Topology {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::topology::load;
-
-    #[test]
-    fn tori_and_clusters_are_transitive() {
-        for spec in ["ring:8", "torus-2d:4x4", "dgx-a100x2", "dgx1"] {
-            let t = load(spec).unwrap();
-            let g = t.translations();
-            assert_eq!(g.order(), t.ranks, "{spec}");
-            assert_eq!(g.representatives(), vec![0], "{spec}");
-            for e in &g.elements {
-                for l in &t.links {
-                    let image = t.link(e[l.src] as usize, e[l.dst] as usize);
-                    assert_eq!(image.map(|i| i.bandwidth), Some(l.bandwidth), "{spec}");
-                }
-            }
-        }
-    }
-}
-
-#[cfg(test)]
 mod shift_tests {
     use crate::topology::load;
 

@@ -172,6 +172,19 @@ fn depths(tree: &Tree) -> Vec<usize> {
     depth
 }
 
+/// Height of every rank in a tree: the most hops from it down to a leaf.
+fn heights(tree: &Tree, depth: &[usize]) -> Vec<usize> {
+    let mut height = vec![0usize; tree.len()];
+    let mut order: Vec<usize> = (0..tree.len()).collect();
+    order.sort_by_key(|&v| std::cmp::Reverse(depth[v]));
+    for v in order {
+        if let Some(p) = tree[v] {
+            height[p] = height[p].max(height[v] + 1);
+        }
+    }
+    height
+}
+
 /// The algorithm of `packing` at `chunks` pieces per root with the given piece counts, for
 /// `kind` (allgather: every root; broadcast: the packing's one root).
 pub fn algorithm(
@@ -191,11 +204,17 @@ pub fn algorithm(
     let root = packing.roots[0].root;
     let collective = Collective::new(kind, topology.ranks, root, chunks)?;
     let pipelined = kind == Kind::Broadcast;
-    let mut steps: Vec<Vec<Send>> = Vec::new();
+    // Sends with the height of the subtree they feed, so each step can put the sends on the
+    // longest remaining paths first.
+    let mut steps: Vec<Vec<(usize, Send)>> = Vec::new();
     for (r, rep) in packing.roots.iter().enumerate() {
         let mut piece = 0;
         for ((tree, _), &count) in rep.trees.iter().zip(&counts[r]) {
+            if count == 0 {
+                continue;
+            }
             let depth = depths(tree);
+            let height = heights(tree, &depth);
             for _ in 0..count {
                 for g in &packing.group.elements {
                     let owner = g[rep.root] as usize;
@@ -210,11 +229,14 @@ pub fn algorithm(
                         if steps.len() <= step {
                             steps.resize_with(step + 1, Vec::new);
                         }
-                        steps[step].push(Send {
-                            chunk,
-                            src: g[p] as usize,
-                            dst: g[v] as usize,
-                        });
+                        steps[step].push((
+                            height[v],
+                            Send {
+                                chunk,
+                                src: g[p] as usize,
+                                dst: g[v] as usize,
+                            },
+                        ));
                     }
                 }
                 piece += 1;
@@ -223,6 +245,10 @@ pub fn algorithm(
     }
     let steps: Vec<Step> = steps
         .into_iter()
+        .map(|mut tagged| {
+            tagged.sort_by_key(|&(h, s)| (std::cmp::Reverse(h), s.chunk));
+            tagged.into_iter().map(|(_, s)| s).collect::<Vec<Send>>()
+        })
         .map(|sends| Step {
             rounds: rounds_needed(topology, index, caps, &sends),
             reduce: false,

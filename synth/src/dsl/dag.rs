@@ -124,12 +124,20 @@ fn pslot(r: &super::builder::PRef) -> PSlot {
 /// The instruction DAG of a traced program.
 pub(crate) struct Dag {
     pub instrs: Vec<Instr>,
+    /// Per rank, scratch slots of [`TEMP`] used to receive before a separate reduce.
+    pub temp: Vec<usize>,
 }
 
+/// The scratch buffer number of the compiler's own receive slots (laid out after the
+/// program's named scratch buffers).
+pub(crate) const TEMP: usize = usize::MAX;
+
 impl Dag {
-    /// Pass 1: instructions and their read/write dependencies.
-    pub fn build(t: &Tracer) -> Dag {
+    /// Pass 1: instructions and their read/write dependencies. Without `fused` (RCCL) a
+    /// reduce across ranks receives into a scratch slot of its own, then reduces locally.
+    pub fn build(t: &Tracer, fused: bool) -> Dag {
         let mut instrs: Vec<Instr> = Vec::new();
+        let mut temp = vec![0usize; t.collective.ranks];
         for (order, o) in t.ops.iter().enumerate() {
             let (s, d) = (o.src, o.dst);
             let Pins { sendtb, recvtb, .. } = o.pins;
@@ -145,13 +153,24 @@ impl Dag {
             send.send = Some(d.rank);
             send.sendtb = sendtb;
             send.order = order;
-            let op = if o.reduce {
+            let split = o.reduce && !fused;
+            let landing = if split {
+                temp[d.rank] += s.size;
+                PSlot {
+                    buf: PBuf::Scratch(TEMP),
+                    index: temp[d.rank] - s.size,
+                }
+            } else {
+                pslot(&d)
+            };
+            send.dst = landing;
+            let op = if o.reduce && fused {
                 Op::RecvReduceCopy
             } else {
                 Op::Recv
             };
             let src = if o.reduce { pslot(&d) } else { pslot(&s) };
-            let mut recv = Instr::new(d.rank, op, src, pslot(&d), s.size, o);
+            let mut recv = Instr::new(d.rank, op, src, landing, s.size, o);
             recv.recv = Some(s.rank);
             recv.recvtb = recvtb;
             recv.order = order;
@@ -160,6 +179,12 @@ impl Dag {
             recv.prev = Some(k);
             instrs.push(send);
             instrs.push(recv);
+            if split {
+                let mut reduce = Instr::new(d.rank, Op::Reduce, landing, pslot(&d), s.size, o);
+                reduce.sendtb = recvtb;
+                reduce.order = order;
+                instrs.push(reduce);
+            }
         }
         // Read/write dependencies per (rank, slot).
         #[derive(Default)]
@@ -207,7 +232,7 @@ impl Dag {
             }
             instrs[k].preds = preds;
         }
-        Dag { instrs }
+        Dag { instrs, temp }
     }
 
     /// The first instruction of the transfer chain `k` belongs to.

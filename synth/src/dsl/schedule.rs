@@ -8,7 +8,7 @@
 //! not yet sent (the verifier checks the program again with bounded FIFOs).
 
 use super::builder::{PBuf, Tracer};
-use super::dag::{Dag, Instr, PSlot};
+use super::dag::{Dag, Instr, PSlot, TEMP};
 use super::error::{DslError, DslResult};
 use super::Policy;
 use runtime::ir::{self, Dep, Gpu, Op, Slot, Step, Threadblock};
@@ -145,6 +145,8 @@ fn order(dag: &Dag, channel_of: &HashMap<usize, usize>) -> DslResult<Vec<usize>>
 /// send peer and one receive peer, and each peer and direction belongs to one threadblock.
 #[derive(Debug, Clone, Default)]
 struct Lane {
+    /// Whether a lone send to p and a lone receive from p share a threadblock.
+    pair: bool,
     peers: Vec<(Option<usize>, Option<usize>)>,
     parent: Vec<usize>,
     by_send: HashMap<usize, usize>,
@@ -173,11 +175,13 @@ impl Lane {
         t
     }
 
-    /// The threadblock for an instruction with these peers, or `None` on a conflict.
+    /// The threadblock for an instruction with these peers, or `None` on a conflict. Local
+    /// work goes to the lane's first threadblock (or a local one when there is none).
     fn place(&mut self, send: Option<usize>, recv: Option<usize>) -> Option<usize> {
         if send.is_none() && recv.is_none() {
             return Some(match self.local {
                 Some(t) => self.find(t),
+                None if !self.peers.is_empty() => self.find(0),
                 None => {
                     let t = self.open(None, None);
                     self.local = Some(t);
@@ -214,7 +218,33 @@ impl Lane {
                     b
                 }),
             },
-            (None, None) => Some(self.open(send, recv)),
+            (None, None) => Some(self.pair(send, recv)),
+        }
+    }
+
+    /// A new threadblock, except that a lone send to p and a lone receive from p share one
+    /// (as a hand-written program would): fewer threadblocks, one per peer.
+    fn pair(&mut self, send: Option<usize>, recv: Option<usize>) -> usize {
+        if !self.pair {
+            return self.open(send, recv);
+        }
+        let partner = match (send, recv) {
+            (Some(w), None) => self.by_recv.get(&w).map(|&t| self.find(t)),
+            (None, Some(u)) => self.by_send.get(&u).map(|&t| self.find(t)),
+            _ => None,
+        };
+        match partner {
+            Some(t) if send.is_some() && self.peers[t].0.is_none() => {
+                self.peers[t].0 = send;
+                self.by_send.insert(send.expect("matched Some"), t);
+                t
+            }
+            Some(t) if recv.is_some() && self.peers[t].1.is_none() => {
+                self.peers[t].1 = recv;
+                self.by_recv.insert(recv.expect("matched Some"), t);
+                t
+            }
+            _ => self.open(send, recv),
         }
     }
 }
@@ -297,8 +327,12 @@ fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
 
 /// Pass 4 for the automatic policy: each transfer chain goes on the first channel (or its
 /// pinned one) where every instruction fits a threadblock with one send and one receive peer.
-fn assign_auto(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
+fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assignment> {
     let mut a = Assignment::default();
+    let fresh = Lane {
+        pair,
+        ..Lane::default()
+    };
     let limit = chains.len() + 1;
     for members in chains {
         let first = &dag.instrs[members[0]];
@@ -320,7 +354,7 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
                 let i = &dag.instrs[m];
                 let lane = trial
                     .entry(i.rank)
-                    .or_insert_with(|| a.lanes.get(&(i.rank, c)).cloned().unwrap_or_default());
+                    .or_insert_with(|| a.lanes.get(&(i.rank, c)).unwrap_or(&fresh).clone());
                 lane.place(i.send, i.recv).map(|t| ids.push((m, t))).is_some()
             });
             if fits {
@@ -375,35 +409,41 @@ fn place_locals(a: &mut Assignment, dag: &Dag, position: &HashMap<usize, usize>)
     }
 }
 
-/// Scratch offsets: each rank's named buffers, name after name, in one buffer `s`.
-pub(crate) fn scratch_layout(t: &Tracer) -> Vec<HashMap<usize, usize>> {
+/// Scratch offsets: each rank's named buffers, name after name, then the compiler's receive
+/// slots, in one buffer `s`; returns the offsets and the total per rank.
+fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize>>, Vec<usize>) {
     t.scratch
         .iter()
-        .map(|bufs| {
+        .zip(&dag.temp)
+        .map(|(bufs, &temp)| {
             let mut base = 0;
-            bufs.iter()
+            let mut at: HashMap<usize, usize> = bufs
+                .iter()
                 .map(|&(k, len)| {
                     base += len;
                     (k, base - len)
                 })
-                .collect()
+                .collect();
+            at.insert(TEMP, base);
+            (at, base + temp)
         })
-        .collect()
+        .unzip()
 }
 
-/// One instance of the program in the IR (no replication yet).
-pub(crate) fn schedule(t: &Tracer, dag: &Dag) -> DslResult<Vec<Gpu>> {
+/// One instance of the program in the IR (no replication yet). With `pair`, the automatic
+/// policy lets a lone send to p and a lone receive from p share a threadblock.
+pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>> {
     let chains = chains(dag);
     let mut a = match t.options.policy {
         Policy::Manual => assign_manual(dag, &chains)?,
-        Policy::Auto => assign_auto(dag, &chains)?,
+        Policy::Auto => assign_auto(dag, &chains, pair)?,
     };
     let list = order(dag, &a.channel_of)?;
     let position: HashMap<usize, usize> = list.iter().enumerate().map(|(p, &k)| (k, p)).collect();
     if t.options.policy == Policy::Auto {
         place_locals(&mut a, dag, &position);
     }
-    let layout = scratch_layout(t);
+    let (layout, scratch_total) = scratch_layout(t, dag);
     let slot = |rank: usize, s: PSlot| -> Slot {
         match s.buf {
             PBuf::Input => Slot::new(ir::Buffer::Input, s.index),
@@ -480,7 +520,7 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag) -> DslResult<Vec<Gpu>> {
             } else {
                 0
             },
-            scratch_chunks: t.scratch[rank].iter().map(|(_, len)| len).sum(),
+            scratch_chunks: scratch_total[rank],
             threadblocks,
         })
         .collect())

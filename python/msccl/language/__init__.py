@@ -74,7 +74,8 @@ def _int(x, what):
 class MSCCLProgram:
     def __init__(self, name, topo, collective, instances, protocol="Simple",
                  threadblock_policy=ThreadblockPolicy.auto, interleaved_replication=True,
-                 instr_fusion=True, check_xml=True, dependence_nop=False, **kwargs):
+                 instr_fusion=True, check_xml=True, dependence_nop=False,
+                 instr_order="priority", **kwargs):
         self.name = name
         self.topo = topo
         self.collective = collective
@@ -85,6 +86,8 @@ class MSCCLProgram:
         self.instr_fusion = instr_fusion
         self.check_xml = check_xml
         self.dependence_nop = dependence_nop
+        # synth's addition: "program" keeps each threadblock in the written order.
+        self.instr_order = instr_order
         self.num_ranks = collective.num_ranks
         self.file, self.line = _caller()
         self.events = []
@@ -117,6 +120,7 @@ class MSCCLProgram:
             "interleaved_replication": bool(self.interleaved_replication),
             "instr_fusion": bool(self.instr_fusion),
             "dependence_nop": bool(self.dependence_nop),
+            "instr_order": str(self.instr_order),
             "events": self.events,
         }
 

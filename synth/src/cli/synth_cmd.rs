@@ -62,6 +62,10 @@ pub struct SynthArgs {
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
+    /// Also write each algorithm as an MSCCLang program (`DIR/NAME.py`) to hand-tune and
+    /// compile with `synth compile`.
+    #[arg(long)]
+    emit_dsl: bool,
 }
 
 /// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
@@ -155,6 +159,12 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             .map(|a| super::lower_args::write_xml(a, &args.out, &args.lowering))
             .collect::<Result<_>>()?,
     };
+    if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {
+        let spec = required(&args.topo, "--topo")?;
+        for path in crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)? {
+            eprintln!("wrote {path}");
+        }
+    }
     let seconds = started.elapsed().as_secs_f64();
     if json {
         let algorithms: Vec<_> = synthesis

@@ -52,6 +52,10 @@ pub struct Options {
     pub instr_fusion: bool,
     /// Accepted for compatibility: multiple dependencies always become nops in the XML.
     pub dependence_nop: bool,
+    /// Run each threadblock's instructions in the order they were written (synth's
+    /// `instr_order="program"`) instead of by priority; programs written by `--emit-dsl` use
+    /// it to reproduce the synthesized schedule exactly.
+    pub program_order: bool,
     /// The runtime the XML is for; RCCL runs no fused instructions, so fusion is off there.
     pub flavor: Flavor,
 }
@@ -65,6 +69,7 @@ impl Default for Options {
             interleaved_replication: true,
             instr_fusion: true,
             dependence_nop: false,
+            program_order: false,
             flavor: Flavor::Nccl,
         }
     }

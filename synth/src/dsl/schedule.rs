@@ -35,10 +35,14 @@ fn chains(dag: &Dag) -> Vec<Vec<usize>> {
 
 /// The global order: a list schedule of the instruction graph (same-rank dependencies plus
 /// send → receive), taking the ready instruction of least depth first, then the one with the
-/// longest path to the end. A receive is ready only once every earlier send on its
+/// longest path to the end (with `program_order`: the one written first). A receive is ready only once every earlier send on its
 /// connection (ranks and channel) has been received, so both ends of every connection list
 /// its messages in the same order.
-fn order(dag: &Dag, channel_of: &HashMap<usize, usize>) -> DslResult<Vec<usize>> {
+fn order(
+    dag: &Dag,
+    channel_of: &HashMap<usize, usize>,
+    program_order: bool,
+) -> DslResult<Vec<usize>> {
     let n = dag.instrs.len();
     let alive = |k: usize| dag.instrs[k].alive;
     let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -86,7 +90,11 @@ fn order(dag: &Dag, channel_of: &HashMap<usize, usize>) -> DslResult<Vec<usize>>
             reach[k] = reach[k].max(reach[w] + 1);
         }
     }
-    let key = |k: usize| Reverse((depth[k], Reverse(reach[k]), dag.instrs[k].order, k));
+    // With `program_order` the order operations were written in decides instead.
+    let key = |k: usize| {
+        let (d, r) = if program_order { (0, 0) } else { (depth[k], reach[k]) };
+        Reverse((d, Reverse(r), dag.instrs[k].order, k))
+    };
     let conn = |k: usize| {
         let i = &dag.instrs[k];
         (i.recv.unwrap_or(usize::MAX), i.rank, channel_of[&k])
@@ -438,7 +446,7 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
         Policy::Manual => assign_manual(dag, &chains)?,
         Policy::Auto => assign_auto(dag, &chains, pair)?,
     };
-    let list = order(dag, &a.channel_of)?;
+    let list = order(dag, &a.channel_of, t.options.program_order)?;
     let position: HashMap<usize, usize> = list.iter().enumerate().map(|(p, &k)| (k, p)).collect();
     if t.options.policy == Policy::Auto {
         place_locals(&mut a, dag, &position);

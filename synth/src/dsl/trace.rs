@@ -38,6 +38,9 @@ pub struct TraceProgram {
     pub instr_fusion: bool,
     /// Dependency nops (accepted, always on in the XML writer).
     pub dependence_nop: bool,
+    /// `priority` (the default) or `program`.
+    #[serde(default)]
+    pub instr_order: Option<String>,
     /// Operations in program order.
     pub events: Vec<Event>,
 }
@@ -208,6 +211,15 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
         "manual" => Policy::Manual,
         other => return Err(bad(format!("unknown threadblock policy '{other}'"))),
     };
+    let program_order = match t.instr_order.as_deref() {
+        None | Some("priority") => false,
+        Some("program") => true,
+        Some(other) => {
+            return Err(bad(format!(
+                "unknown instr_order '{other}' (priority or program)"
+            )))
+        }
+    };
     let instances = match o.instances {
         Some(i) => i,
         None => index(t.instances, "instances", &loc)?,
@@ -219,6 +231,7 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
         interleaved_replication: t.interleaved_replication,
         instr_fusion: t.instr_fusion,
         dependence_nop: t.dependence_nop,
+        program_order,
         flavor: o.flavor.unwrap_or(Flavor::Nccl),
     };
     let spec = topology.spec.clone();

@@ -4,7 +4,8 @@
 //! local copy/reduce). Per (rank, buffer, slot) the last writer and the readers since give
 //! read-after-write, write-after-read and write-after-write edges, all inside one rank; a
 //! send and its receive are linked as partners. Fusion then turns a receive whose result is
-//! sent on by its only reader-in-waiting into `rcs` (or `rrcs` after a reduction), and an
+//! read only by a send into `rcs` (or `rrcs` after a reduction; other readers would wait for
+//! the forward to finish), and an
 //! `rrcs` whose stored result is overwritten before anyone reads it into `rrs`.
 
 use super::builder::{Operation, PBuf, Pins, Tracer};
@@ -290,6 +291,7 @@ impl Dag {
             && ri.send.is_none()
             && ri.dst == si.src
             && ri.count == si.count
+            && ri.readers == [s]
             && (ri.ch.is_none() || si.ch.is_none() || ri.ch == si.ch)
             && (policy == Policy::Auto || (ri.recvtb.is_some() && ri.recvtb == si.sendtb));
         ok.then_some(r)

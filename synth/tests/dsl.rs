@@ -30,11 +30,16 @@ fn compile(name: &str, args: &[&str], flavor: Flavor) -> Program {
         ..Overrides::default()
     };
     let r = replay(&traced[0], &overrides).expect("the example replays");
-    assert!(r.wants_xml && !r.checks.is_empty(), "{name} calls XML() and Check()");
+    assert!(
+        r.wants_xml && !r.checks.is_empty(),
+        "{name} calls XML() and Check()"
+    );
     for c in &r.checks {
         c.clone().expect("Check() passes");
     }
-    r.program.compile().expect("the example compiles and verifies")
+    r.program
+        .compile()
+        .expect("the example compiles and verifies")
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -184,7 +189,11 @@ fn times(p: &Program, topo: &str) -> Vec<f64> {
     let topo = topology::load(topo).unwrap();
     [1u64 << 10, 1 << 15, 1 << 20, 1 << 25, 1 << 30]
         .iter()
-        .map(|&s| simulate(p, &topo, s, &SimOptions::default()).unwrap().time_us)
+        .map(|&s| {
+            simulate(p, &topo, s, &SimOptions::default())
+                .unwrap()
+                .time_us
+        })
         .collect()
 }
 
@@ -200,8 +209,20 @@ fn assert_close(a: &[f64], b: &[f64], tolerance: f64, what: &str) {
 fn synthesized_algorithms_round_trip_through_the_dsl() {
     let dir = temp_dir("roundtrip");
     let d = dir.to_str().unwrap();
-    let out = synth_bin(&["--topo", "dgx1", "--coll", "allgather", "--emit-dsl", "--out", d]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = synth_bin(&[
+        "--topo",
+        "dgx1",
+        "--coll",
+        "allgather",
+        "--emit-dsl",
+        "--out",
+        d,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -217,7 +238,11 @@ fn synthesized_algorithms_round_trip_through_the_dsl() {
             "--out",
             compiled.to_str().unwrap(),
         ]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let direct = runtime::xml::read_file(dir.join(format!("{stem}.xml"))).unwrap();
         let back = runtime::xml::read_file(compiled.join(format!("{stem}.xml"))).unwrap();
         runtime::verify::verify(&back).unwrap();
@@ -240,8 +265,64 @@ fn dgx1_allgather_example_equals_the_smt_optimum() {
         "--out",
         d,
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let smt = runtime::xml::read_file(dir.join("allgather-dgx1-s2-r2-c1.xml")).unwrap();
     let ours = compile("allgather_dgx1.py", &["1"], Flavor::Nccl);
-    assert_close(&times(&ours, "dgx1"), &times(&smt, "dgx1"), 0.015, "dgx1 allgather");
+    assert_close(
+        &times(&ours, "dgx1"),
+        &times(&smt, "dgx1"),
+        0.015,
+        "dgx1 allgather",
+    );
+}
+
+/// Every program under `tests/dsl_bad/` fails with one line naming its file and the line
+/// marked `# error here`, and the reason given in its `# expect:` header; none panics.
+#[test]
+fn bad_programs_give_one_line_errors_with_file_and_line() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dsl_bad");
+    let out_dir = temp_dir("bad");
+    let mut count = 0;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expect = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{}: no `# expect:` header", path.display()));
+        let line = 1 + text
+            .lines()
+            .position(|l| l.ends_with("# error here"))
+            .unwrap_or_else(|| panic!("{}: no `# error here` marker", path.display()));
+        let out = synth_bin(&[
+            "compile",
+            path.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{name}:{line}: ")),
+            "{name}:{line}: {stderr}"
+        );
+        assert!(
+            stderr.contains(expect),
+            "{name}: `{expect}` not in {stderr}"
+        );
+        count += 1;
+    }
+    assert!(count >= 20, "only {count} bad programs");
 }

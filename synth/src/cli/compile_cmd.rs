@@ -87,7 +87,11 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(&path, &xml).with_context(|| format!("{}: cannot write", path.display()))?;
         let path = path.display().to_string();
         let tbs: usize = program.gpus.iter().map(|g| g.threadblocks.len()).sum();
-        let mode = if program.inplace { "in-place" } else { "out-of-place" };
+        let mode = if program.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        };
         let simulate = replayed
             .spec
             .as_ref()
@@ -126,7 +130,11 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
     }
     if json && !args.stdout && !args.check {
-        writeln!(out, "{}", serde_json::to_string_pretty(&json!({ "programs": docs }))?)?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({ "programs": docs }))?
+        )?;
     }
     Ok(())
 }
@@ -135,7 +143,13 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
 fn file_stem(name: &str) -> String {
     let stem: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if stem.is_empty() {
         "program".into()

@@ -143,7 +143,10 @@ impl Tracer {
         for rank in 0..collective.ranks {
             for i in 0..collective.size(ir::Buffer::Input) {
                 let (buf, index) = collective.resolve(rank, ir::Buffer::Input, i);
-                state.insert((rank, pbuf(buf), index), vec![Contribution { rank, chunk: i }]);
+                state.insert(
+                    (rank, pbuf(buf), index),
+                    vec![Contribution { rank, chunk: i }],
+                );
             }
         }
         Ok(Tracer {

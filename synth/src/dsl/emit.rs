@@ -48,7 +48,11 @@ fn topology(spec: &str, ranks: usize) -> (String, &'static str) {
 fn operations(p: &Program) -> Result<Vec<String>> {
     let partner: HashMap<StepRef, StepRef> = p.transfer_pairs().into_iter().collect();
     let receiving: std::collections::HashSet<StepRef> = partner.values().copied().collect();
-    let mut pc: Vec<Vec<usize>> = p.gpus.iter().map(|g| vec![0; g.threadblocks.len()]).collect();
+    let mut pc: Vec<Vec<usize>> = p
+        .gpus
+        .iter()
+        .map(|g| vec![0; g.threadblocks.len()])
+        .collect();
     let total = p.step_count();
     let mut lines = Vec::with_capacity(total);
     let mut done = 0;
@@ -73,7 +77,9 @@ fn operations(p: &Program) -> Result<Vec<String>> {
                     continue;
                 }
                 let pin = format!("sendtb={tb}, ch={}", block.channel);
-                let here = |b: Buffer, off: usize| format!("chunk({}, {}, {off}, size={})", g.rank, buffer(b), s.count);
+                let here = |b: Buffer, off: usize| {
+                    format!("chunk({}, {}, {off}, size={})", g.rank, buffer(b), s.count)
+                };
                 match s.op {
                     Op::Copy => lines.push(format!(
                         "{}.copy({}, {}, {}, {pin})",
@@ -106,7 +112,13 @@ fn operations(p: &Program) -> Result<Vec<String>> {
                                 rs.dst.offset
                             )),
                             Op::RecvReduceCopy => {
-                                let acc = format!("chunk({}, {}, {}, size={})", r.rank, buffer(rs.dst.buffer), rs.dst.offset, rs.count);
+                                let acc = format!(
+                                    "chunk({}, {}, {}, size={})",
+                                    r.rank,
+                                    buffer(rs.dst.buffer),
+                                    rs.dst.offset,
+                                    rs.count
+                                );
                                 if rs.src != rs.dst {
                                     lines.push(format!(
                                         "chunk({}, {}, {}, size={}).copy({}, {}, {}, sendtb={}, ch={})",

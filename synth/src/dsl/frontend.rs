@@ -9,8 +9,14 @@ use std::process::Command;
 
 /// The package files, relative to the `python/` folder of the repository.
 const PACKAGE: [(&str, &str); 6] = [
-    ("msccl/__init__.py", include_str!("../../../python/msccl/__init__.py")),
-    ("msccl/_run.py", include_str!("../../../python/msccl/_run.py")),
+    (
+        "msccl/__init__.py",
+        include_str!("../../../python/msccl/__init__.py"),
+    ),
+    (
+        "msccl/_run.py",
+        include_str!("../../../python/msccl/_run.py"),
+    ),
     (
         "msccl/language/__init__.py",
         include_str!("../../../python/msccl/language/__init__.py"),
@@ -85,7 +91,9 @@ pub fn run_script(script: &str, args: &[String]) -> Result<Vec<TraceProgram>> {
         .env("SYNTH_MSCCL_TRACE", &trace_path)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
-        .map_err(|e| anyhow::anyhow!("cannot run python3 ({e}); run scripts/setup to install it"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("cannot run python3 ({e}); run scripts/setup to install it")
+        })?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let last = stderr

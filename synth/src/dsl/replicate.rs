@@ -127,7 +127,11 @@ pub(crate) fn replicate(
 /// The pieces of a step in copy `i`: `count / g` steps of g slots (one step when there is
 /// one copy); the first piece keeps the step's dependencies.
 fn split(s: &Step, rank: usize, i: usize, map: &SlotMap) -> Vec<Step> {
-    let unit = if map.instances == 1 { s.count } else { map.granule };
+    let unit = if map.instances == 1 {
+        s.count
+    } else {
+        map.granule
+    };
     let at = |slot: Slot, j: usize| map.map(rank, Slot::new(slot.buffer, slot.offset + j), i);
     (0..s.count / unit)
         .map(|p| Step {

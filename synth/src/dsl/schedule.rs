@@ -92,7 +92,11 @@ fn order(
     }
     // With `program_order` the order operations were written in decides instead.
     let key = |k: usize| {
-        let (d, r) = if program_order { (0, 0) } else { (depth[k], reach[k]) };
+        let (d, r) = if program_order {
+            (0, 0)
+        } else {
+            (depth[k], reach[k])
+        };
         Reverse((d, Reverse(r), dag.instrs[k].order, k))
     };
     let conn = |k: usize| {
@@ -113,7 +117,9 @@ fn order(
         out.push(k);
         let i = &dag.instrs[k];
         if i.prev.is_some() {
-            let q = queues.get_mut(&conn(k)).expect("a receive is queued by its send");
+            let q = queues
+                .get_mut(&conn(k))
+                .expect("a receive is queued by its send");
             q.pop_front();
             if let Some(&f) = q.front() {
                 if deg[f] == 0 {
@@ -197,8 +203,12 @@ impl Lane {
                 }
             });
         }
-        let a = send.and_then(|w| self.by_send.get(&w)).map(|&t| self.find(t));
-        let b = recv.and_then(|u| self.by_recv.get(&u)).map(|&t| self.find(t));
+        let a = send
+            .and_then(|w| self.by_send.get(&w))
+            .map(|&t| self.find(t));
+        let b = recv
+            .and_then(|u| self.by_recv.get(&u))
+            .map(|&t| self.find(t));
         match (a, b) {
             (Some(a), Some(b)) if a == b => Some(a),
             (Some(a), Some(b)) => {
@@ -279,8 +289,7 @@ struct Assignment {
 /// Pass 4 for the manual policy: the user's threadblocks, checked.
 fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
     let mut a = Assignment::default();
-    let mut peers: HashMap<(usize, usize), (Option<usize>, Option<usize>, usize)> =
-        HashMap::new();
+    let mut peers: HashMap<(usize, usize), (Option<usize>, Option<usize>, usize)> = HashMap::new();
     let mut owner: HashMap<(usize, usize, usize, bool), usize> = HashMap::new();
     for members in chains {
         let ch = members.iter().find_map(|&m| dag.instrs[m].ch).unwrap_or(0);
@@ -290,11 +299,17 @@ fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
                 let which = if i.op.receives() { "recvtb" } else { "sendtb" };
                 return Err(DslError::new(
                     &i.loc,
-                    format!("the manual threadblock policy needs {which} on this operation (rank {})", i.rank),
+                    format!(
+                        "the manual threadblock policy needs {which} on this operation (rank {})",
+                        i.rank
+                    ),
                 ));
             };
             let entry = peers.entry((i.rank, tb)).or_insert((None, None, ch));
-            let sides = [(i.send, &mut entry.0, "sends to"), (i.recv, &mut entry.1, "receives from")];
+            let sides = [
+                (i.send, &mut entry.0, "sends to"),
+                (i.recv, &mut entry.1, "receives from"),
+            ];
             for (mine, have, dir) in sides {
                 let Some(p) = mine else { continue };
                 match *have {
@@ -363,7 +378,9 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assign
                 let lane = trial
                     .entry(i.rank)
                     .or_insert_with(|| a.lanes.get(&(i.rank, c)).unwrap_or(&fresh).clone());
-                lane.place(i.send, i.recv).map(|t| ids.push((m, t))).is_some()
+                lane.place(i.send, i.recv)
+                    .map(|t| ids.push((m, t)))
+                    .is_some()
             });
             if fits {
                 for (rank, lane) in trial {
@@ -403,7 +420,11 @@ fn place_locals(a: &mut Assignment, dag: &Dag, position: &HashMap<usize, usize>)
             Some(p) => a.tb_of[p],
             None => {
                 let lane = a.lanes.entry((i.rank, 0)).or_default();
-                (0, lane.place(None, None).expect("a local threadblock always fits"))
+                (
+                    0,
+                    lane.place(None, None)
+                        .expect("a local threadblock always fits"),
+                )
             }
         };
         a.tb_of.insert(m, key);

@@ -203,7 +203,10 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
     let protocol = match o.protocol {
         Some(p) => p,
         None => Protocol::from_name(&t.protocol).ok_or_else(|| {
-            bad(format!("unknown protocol '{}' (Simple, LL, LL128)", t.protocol))
+            bad(format!(
+                "unknown protocol '{}' (Simple, LL, LL128)",
+                t.protocol
+            ))
         })?,
     };
     let policy = match t.threadblock_policy.as_str() {
@@ -275,7 +278,12 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
                 let s = reference(src, &at)?;
                 let pins = pins(*sendtb, *recvtb, *ch);
                 program.with_tracer(|tr| {
-                    tr.reduce((d.0, &d.1, d.2, d.3), (s.0, &s.1, s.2, s.3), pins, at.clone())
+                    tr.reduce(
+                        (d.0, &d.1, d.2, d.3),
+                        (s.0, &s.1, s.2, s.3),
+                        pins,
+                        at.clone(),
+                    )
                 })?;
             }
             Event::Xml { .. } => wants_xml = true,

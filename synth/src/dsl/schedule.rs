@@ -289,7 +289,9 @@ struct Assignment {
 /// Pass 4 for the manual policy: the user's threadblocks, checked.
 fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
     let mut a = Assignment::default();
-    let mut peers: HashMap<(usize, usize), (Option<usize>, Option<usize>, usize)> = HashMap::new();
+    // (send peer, receive peer, channel) of each (rank, user threadblock).
+    type Peers = (Option<usize>, Option<usize>, usize);
+    let mut peers: HashMap<(usize, usize), Peers> = HashMap::new();
     let mut owner: HashMap<(usize, usize, usize, bool), usize> = HashMap::new();
     for members in chains {
         let ch = members.iter().find_map(|&m| dag.instrs[m].ch).unwrap_or(0);

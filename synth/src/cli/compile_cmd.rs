@@ -66,10 +66,7 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         if args.check {
             if replayed.checks.is_empty() {
-                replayed
-                    .program
-                    .with_tracer_check()
-                    .map_err(anyhow::Error::from)?;
+                replayed.program.check_end().map_err(anyhow::Error::from)?;
             }
             writeln!(out, "Check passed: {}", t.name)?;
             continue;

@@ -517,7 +517,7 @@ impl Program {
     }
 
     /// `Check()` at the end of the program, reported at the `MSCCLProgram` line.
-    pub fn with_tracer_check(&self) -> DslResult<()> {
+    pub fn check_end(&self) -> DslResult<()> {
         let t = self.inner.borrow();
         t.check(&t.loc)
     }

@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod catalog_cmd;
+mod compile_cmd;
 mod lower_args;
 mod method_args;
 mod run_cmd;
@@ -42,6 +43,8 @@ enum Command {
     Simulate(simulate_cmd::SimulateArgs),
     /// Build a catalog: the best synthesized algorithm per size range as MSCCL XML files.
     Catalog(catalog_cmd::CatalogArgs),
+    /// Compile a hand-written MSCCLang program (.py) to verified MSCCL XML.
+    Compile(compile_cmd::CompileArgs),
 }
 
 /// Arguments of `synth bounds`.
@@ -77,6 +80,7 @@ where
         Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
         Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
         Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
+        Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),
     }
 }
 

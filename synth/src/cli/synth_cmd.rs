@@ -63,6 +63,10 @@ pub struct SynthArgs {
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
+    /// Also write each algorithm as an MSCCLang program (`DIR/NAME.py`) to hand-tune and
+    /// compile with `synth compile`.
+    #[arg(long)]
+    emit_dsl: bool,
 }
 
 /// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
@@ -167,6 +171,12 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 .collect::<Result<_>>()?,
         };
     let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
+    if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {
+        let spec = required(&args.topo, "--topo")?;
+        for path in crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)? {
+            eprintln!("wrote {path}");
+        }
+    }
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     if let Some(v) = &versus {
         if v.loses_to_nccl() {

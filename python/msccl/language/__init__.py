@@ -1,0 +1,280 @@
+"""MSCCLang's program interface: MSCCLProgram, chunk, Buffer, XML, Check, ...
+
+Operations are recorded with the file and line that wrote them. Under `synth compile` (the
+environment variable SYNTH_MSCCL_TRACE names a file) the record is written there as JSON and
+synth compiles it. Run directly (`python3 prog.py`), XML() and Check() call the synth binary
+(on PATH, or named by SYNTH) on the record.
+"""
+
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from enum import Enum
+
+from msccl.language.collectives import *  # noqa: F401,F403 (MSCCLang re-exports them)
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TRACE = os.environ.get("SYNTH_MSCCL_TRACE")
+_programs = []
+_current = None
+_SCRIPT = None  # set by msccl._run: the script whose lines errors should name
+
+
+class Buffer(Enum):
+    input = "input"
+    output = "output"
+    scratch = "scratch"
+
+    def __str__(self):
+        return self.value
+
+
+class ThreadblockPolicy(Enum):
+    auto = "auto"
+    manual = "manual"
+
+
+class ChannelPolicy(Enum):
+    One = "One"
+    MatchTopology = "MatchTopology"
+
+
+class InstancePolicy(Enum):
+    dup = "dup"
+
+
+def _caller():
+    """(file, line) of the first frame outside this package."""
+    f = sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PACKAGE):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+def _buffer_name(buffer):
+    if isinstance(buffer, Buffer):
+        return buffer.value
+    if isinstance(buffer, str):
+        return buffer
+    raise TypeError(f"a buffer is Buffer.input, Buffer.output or a scratch name, not {buffer!r}")
+
+
+def _int(x, what):
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"{what} must be an integer, not {x!r}")
+    return x
+
+
+class MSCCLProgram:
+    def __init__(self, name, topo, collective, instances, protocol="Simple",
+                 threadblock_policy=ThreadblockPolicy.auto, interleaved_replication=True,
+                 instr_fusion=True, check_xml=True, dependence_nop=False,
+                 instr_order="priority", **kwargs):
+        self.name = name
+        self.topo = topo
+        self.collective = collective
+        self.instances = _int(instances, "instances")
+        self.protocol = protocol
+        self.threadblock_policy = threadblock_policy
+        self.interleaved_replication = interleaved_replication
+        self.instr_fusion = instr_fusion
+        self.check_xml = check_xml
+        self.dependence_nop = dependence_nop
+        # synth's addition: "program" keeps each threadblock in the written order.
+        self.instr_order = instr_order
+        self.num_ranks = collective.num_ranks
+        self.file, self.line = _caller()
+        self.events = []
+        self._scratch = {}
+
+    def __enter__(self):
+        global _current
+        if _current is not None:
+            raise RuntimeError("MSCCLProgram blocks cannot be nested")
+        _current = self
+        _programs.append(self)
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        global _current
+        _current = None
+        return False
+
+    def _describe(self):
+        policy = self.threadblock_policy
+        return {
+            "name": self.name,
+            "file": self.file,
+            "line": self.line,
+            "topology": self.topo._describe(),
+            "collective": self.collective._describe(),
+            "instances": self.instances,
+            "protocol": str(self.protocol),
+            "threadblock_policy": policy.value if isinstance(policy, Enum) else str(policy),
+            "interleaved_replication": bool(self.interleaved_replication),
+            "instr_fusion": bool(self.instr_fusion),
+            "dependence_nop": bool(self.dependence_nop),
+            "instr_order": str(self.instr_order),
+            "events": self.events,
+        }
+
+    def _record(self, event):
+        event["file"], event["line"] = _caller()
+        self.events.append(event)
+
+    def _scratch_len(self, rank, name):
+        return self._scratch.get((rank, name), 0)
+
+    def _grow(self, rank, name, end):
+        if name not in ("input", "output"):
+            self._scratch[(rank, name)] = max(self._scratch_len(rank, name), end)
+
+
+def _prog():
+    if _current is None:
+        raise RuntimeError("chunk operations must be inside `with MSCCLProgram(...):`")
+    return _current
+
+
+class Ref:
+    """A reference to `size` consecutive chunk slots of one rank's buffer."""
+
+    def __init__(self, prog, rank, buffer, index, size):
+        self.prog = prog
+        self.rank = rank
+        self.buffer = buffer
+        self.index = index
+        self.size = size
+
+    def _desc(self):
+        return [self.rank, _buffer_name(self.buffer), self.index, self.size]
+
+    def copy(self, dst, buffer=None, index=-1, sendtb=-1, recvtb=-1, ch=-1):
+        _int(dst, "rank")
+        if buffer is None:
+            buffer = self.buffer
+            if index == -1:
+                index = self.index
+        name = _buffer_name(buffer)
+        if index == -1:
+            index = self.prog._scratch_len(dst, name) if name not in ("input", "output") else self.index
+        _int(index, "index")
+        self.prog._record({"op": "copy", "src": self._desc(), "dst": [dst, name, index],
+                           "sendtb": sendtb, "recvtb": recvtb, "ch": ch})
+        self.prog._grow(dst, name, index + self.size)
+        return Ref(self.prog, dst, buffer, index, self.size)
+
+    def reduce(self, other, buffer=None, index=-1, sendtb=-1, recvtb=-1, ch=-1):
+        if isinstance(other, Ref):
+            self.prog._record({"op": "reduce", "dst": self._desc(), "src": other._desc(),
+                               "sendtb": sendtb, "recvtb": recvtb, "ch": ch})
+            return self
+        # The older form reduce(dst_rank, buffer, index): dst <- dst + self.
+        target = Ref(self.prog, _int(other, "rank"), buffer if buffer is not None else self.buffer,
+                     self.index if index == -1 else index, self.size)
+        self.prog._record({"op": "reduce", "dst": target._desc(), "src": self._desc(),
+                           "sendtb": sendtb, "recvtb": recvtb, "ch": ch})
+        return target
+
+    def split(self, num):
+        if num <= 0 or self.size % num:
+            raise ValueError(f"cannot split {self.size} chunks into {num} equal parts")
+        part = self.size // num
+        return [Ref(self.prog, self.rank, self.buffer, self.index + k * part, part)
+                for k in range(num)]
+
+    def group(self, other):
+        if (other.rank, _buffer_name(other.buffer)) != (self.rank, _buffer_name(self.buffer)) \
+                or self.index + self.size != other.index:
+            raise ValueError("group needs two adjacent chunk references of one buffer")
+        return Ref(self.prog, self.rank, self.buffer, self.index, self.size + other.size)
+
+    def __repr__(self):
+        return f"Ref(rank={self.rank}, buffer={_buffer_name(self.buffer)}, index={self.index}, size={self.size})"
+
+
+def chunk(rank, buffer, index, size=1):
+    """A reference to `size` slots of `rank`'s `buffer` starting at `index`."""
+    return Ref(_prog(), _int(rank, "rank"), buffer, _int(index, "index"), _int(size, "size"))
+
+
+def create_scratch(rank, name):
+    """Declares a named scratch buffer (it grows as chunks are copied into it)."""
+    _prog()._scratch.setdefault((rank, name), 0)
+    return name
+
+
+def _synth(args, program):
+    exe = os.environ.get("SYNTH") or shutil.which("synth")
+    if not exe:
+        sys.exit("msccl: XML() and Check() need the synth binary: put it on PATH or set SYNTH")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([program._describe()], f)
+        path = f.name
+    try:
+        return subprocess.run([exe, "compile", path] + args, capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+
+
+def XML():
+    """Prints the program's MSCCL XML (compiled and verified by synth)."""
+    prog = _prog()
+    if _TRACE:
+        prog._record({"op": "xml"})
+        return
+    flavor = os.environ.get("SYNTH_FLAVOR", "nccl")
+    done = _synth(["--stdout", "--flavor", flavor], prog)
+    if done.returncode != 0:
+        sys.exit(done.stderr.strip())
+    sys.stdout.write(done.stdout)
+
+
+def Check():
+    """Checks the collective's postcondition on the program so far; returns True if it holds."""
+    prog = _prog()
+    if _TRACE:
+        prog._record({"op": "check"})
+        return True
+    done = _synth(["--check"], prog)
+    ok = done.returncode == 0
+    print("Check passed" if ok else "Check failed: " + done.stderr.strip(), file=sys.stderr)
+    return ok
+
+
+def Print():
+    """Prints the number of recorded operations."""
+    print(f"{len(_prog().events)} operations recorded", file=sys.stderr)
+
+
+def _write_trace():
+    with open(_TRACE, "w") as f:
+        json.dump([p._describe() for p in _programs], f)
+
+
+def _one_line_errors(kind, value, tb):
+    """Under synth compile, an exception becomes one line: file:line: type: message."""
+    where, mine = ("<unknown>", 0), None
+    if isinstance(value, SyntaxError) and value.filename:
+        where = mine = (value.filename, value.lineno or 0)
+    while tb is not None:
+        f = tb.tb_frame.f_code.co_filename
+        if os.path.abspath(f) == _SCRIPT:
+            mine = (f, tb.tb_lineno)
+        elif not os.path.abspath(f).startswith(_PACKAGE):
+            where = (f, tb.tb_lineno)
+        tb = tb.tb_next
+    where = mine or where
+    message = " ".join(str(value).split())
+    sys.stderr.write(f"{where[0]}:{where[1]}: {kind.__name__}: {message}\n")
+
+
+if _TRACE:
+    atexit.register(_write_trace)
+    sys.excepthook = _one_line_errors

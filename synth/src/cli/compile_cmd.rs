@@ -1,0 +1,156 @@
+//! `synth compile PROGRAM.py --out DIR`: compiles a hand-written MSCCLang program (or a trace
+//! of one) to verified MSCCL XML.
+
+use crate::dsl::frontend;
+use crate::dsl::trace::{self, Overrides};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use runtime::ir::{Flavor, Protocol};
+use serde_json::json;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `synth compile`.
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// An MSCCLang program (`.py`, run with synth's `msccl` package) or its trace (`.json`).
+    file: String,
+    /// Folder the XML files are written to.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Print the XML to stdout instead of writing files (what `XML()` in a program does).
+    #[arg(long, conflicts_with = "check")]
+    stdout: bool,
+    /// Only check the collective's postcondition (what `Check()` in a program does).
+    #[arg(long)]
+    check: bool,
+    /// XML dialect: nccl, rccl (no fused instructions) or legacy.
+    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
+    flavor: String,
+    /// Instances, instead of the program's own.
+    #[arg(long)]
+    instances: Option<usize>,
+    /// Protocol (Simple, LL, LL128), instead of the program's own.
+    #[arg(long, value_parser = ["Simple", "LL", "LL128"])]
+    proto: Option<String>,
+    /// Arguments passed to the program (after `--`), e.g. `-- 8 1 --protocol LL`.
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+/// Runs `synth compile`.
+pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let programs = if args.file.ends_with(".json") {
+        trace::read(&args.file)?
+    } else {
+        frontend::run_script(&args.file, &args.args)?
+    };
+    let flavor = match args.flavor.as_str() {
+        "rccl" => Flavor::Rccl,
+        "legacy" => Flavor::Legacy,
+        _ => Flavor::Nccl,
+    };
+    let overrides = Overrides {
+        instances: args.instances,
+        protocol: args.proto.as_deref().and_then(Protocol::from_name),
+        flavor: Some(flavor),
+    };
+    if args.instances == Some(0) {
+        bail!("--instances must be at least 1");
+    }
+    let mut docs = Vec::new();
+    for t in &programs {
+        let replayed = trace::replay(t, &overrides)?;
+        for c in &replayed.checks {
+            c.clone()?;
+        }
+        if args.check {
+            if replayed.checks.is_empty() {
+                replayed.program.check_end().map_err(anyhow::Error::from)?;
+            }
+            writeln!(out, "Check passed: {}", t.name)?;
+            continue;
+        }
+        let program = replayed.program.compile()?;
+        let xml = runtime::xml::write(&program, flavor)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", t.file, t.line))?;
+        if args.stdout {
+            out.write_all(xml.as_bytes())?;
+            continue;
+        }
+        std::fs::create_dir_all(&args.out)
+            .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
+        let path = args.out.join(format!("{}.xml", file_stem(&program.name)));
+        std::fs::write(&path, &xml).with_context(|| format!("{}: cannot write", path.display()))?;
+        let path = path.display().to_string();
+        let tbs: usize = program.gpus.iter().map(|g| g.threadblocks.len()).sum();
+        let mode = if program.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        };
+        let simulate = replayed
+            .spec
+            .as_ref()
+            .map(|s| format!("synth simulate {path} --topo {s} --sizes 1K:1G"));
+        if json {
+            docs.push(json!({
+                "name": program.name,
+                "file": path,
+                "collective": program.collective.to_string(),
+                "ngpus": program.ngpus,
+                "instances": replayed.program.instances(),
+                "threadblocks": tbs,
+                "steps": program.step_count(),
+                "channels": program.nchannels(),
+                "mode": mode,
+                "verified": true,
+                "run": format!("synth run {path} --size 1M"),
+                "simulate": simulate,
+            }));
+            continue;
+        }
+        writeln!(
+            out,
+            "{}: {} on {} ranks, {} threadblocks, {} steps, {} channels; verified ({mode})",
+            program.name,
+            program.collective,
+            program.ngpus,
+            tbs,
+            program.step_count(),
+            program.nchannels()
+        )?;
+        writeln!(out, "wrote {path}")?;
+        writeln!(out, "run:      synth run {path} --size 1M")?;
+        if let Some(s) = simulate {
+            writeln!(out, "simulate: {s}")?;
+        }
+    }
+    if json && !args.stdout && !args.check {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({ "programs": docs }))?
+        )?;
+    }
+    Ok(())
+}
+
+/// A file name for a program name (path separators and odd characters become `_`).
+fn file_stem(name: &str) -> String {
+    let stem: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if stem.is_empty() {
+        "program".into()
+    } else {
+        stem
+    }
+}

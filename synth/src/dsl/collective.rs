@@ -1,0 +1,205 @@
+//! The collectives a DSL program can implement: buffer sizes, what the input holds at the
+//! start, how buffers alias in place, and the postcondition (delegated to
+//! `runtime::semantics`, the same rules the verifier checks).
+
+use anyhow::{bail, Result};
+use runtime::ir;
+use runtime::semantics::{Contribution, Semantics};
+
+/// Which collective (MSCCLang's `AllReduce`, `AllGather`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Every output slot i is the sum over ranks of input slot i.
+    AllReduce,
+    /// Output slot r*f+i holds rank r's input slot i.
+    AllGather,
+    /// Rank r's output slot i is the sum over ranks of input slot r*f+i.
+    ReduceScatter,
+    /// Output slot s*f+i of rank d holds input slot d*f+i of rank s.
+    AllToAll,
+    /// Every rank's output holds the root's input.
+    Broadcast,
+}
+
+impl Kind {
+    /// The kind named as in MSCCLang or synth (`AllReduce`, `allreduce`, `reduce_scatter`, ...).
+    pub fn parse(name: &str) -> Result<Kind> {
+        let key: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        Ok(match key.as_str() {
+            "allreduce" => Kind::AllReduce,
+            "allgather" => Kind::AllGather,
+            "reducescatter" => Kind::ReduceScatter,
+            "alltoall" => Kind::AllToAll,
+            "broadcast" => Kind::Broadcast,
+            _ => bail!("unknown collective `{name}` (AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast)"),
+        })
+    }
+
+    /// MSCCLang's class name.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "AllReduce",
+            Kind::AllGather => "AllGather",
+            Kind::ReduceScatter => "ReduceScatter",
+            Kind::AllToAll => "AllToAll",
+            Kind::Broadcast => "Broadcast",
+        }
+    }
+}
+
+/// A DSL buffer as a program names it, before in-place aliasing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Buffer {
+    /// `Buffer.input`.
+    Input,
+    /// `Buffer.output`.
+    Output,
+    /// A named scratch buffer (`'scratch'`, `f'copy_{n}'`, `Buffer.scratch`).
+    Scratch(String),
+}
+
+impl Buffer {
+    /// A named scratch buffer.
+    pub fn scratch(name: &str) -> Buffer {
+        Buffer::Scratch(name.to_string())
+    }
+
+    /// The buffer named in a trace: `input`, `output`, anything else is scratch.
+    pub fn from_name(name: &str) -> Buffer {
+        match name {
+            "input" | "i" => Buffer::Input,
+            "output" | "o" => Buffer::Output,
+            other => Buffer::Scratch(other.to_string()),
+        }
+    }
+
+    /// How the program names it.
+    pub fn name(&self) -> &str {
+        match self {
+            Buffer::Input => "input",
+            Buffer::Output => "output",
+            Buffer::Scratch(s) => s,
+        }
+    }
+}
+
+/// A collective instance: kind, ranks, chunks per rank slice, in-placeness and root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collective {
+    /// Which collective.
+    pub kind: Kind,
+    /// Number of ranks.
+    pub ranks: usize,
+    /// MSCCLang's `chunk_factor`: chunks per rank slice.
+    pub chunk_factor: usize,
+    /// Whether send and receive buffers alias.
+    pub inplace: bool,
+    /// Root rank (broadcast).
+    pub root: usize,
+}
+
+impl Collective {
+    /// A collective after checking its geometry.
+    pub fn new(
+        kind: Kind,
+        ranks: usize,
+        chunk_factor: usize,
+        inplace: bool,
+        root: usize,
+    ) -> Result<Collective> {
+        if ranks == 0 {
+            bail!("a collective needs at least one rank");
+        }
+        if chunk_factor == 0 {
+            bail!("chunk_factor must be at least 1");
+        }
+        if root >= ranks {
+            bail!("root {root} is not a rank (the collective has {ranks})");
+        }
+        Ok(Collective {
+            kind,
+            ranks,
+            chunk_factor,
+            inplace,
+            root,
+        })
+    }
+
+    /// The IR collective.
+    pub fn ir(&self) -> ir::Collective {
+        match self.kind {
+            Kind::AllReduce => ir::Collective::AllReduce,
+            Kind::AllGather => ir::Collective::AllGather,
+            Kind::ReduceScatter => ir::Collective::ReduceScatter,
+            Kind::AllToAll => ir::Collective::AllToAll,
+            Kind::Broadcast => ir::Collective::Broadcast,
+        }
+    }
+
+    /// Chunk slots of the logical input or output buffer.
+    pub fn size(&self, buffer: ir::Buffer) -> usize {
+        let (n, f) = (self.ranks, self.chunk_factor);
+        match (self.kind, buffer) {
+            (_, ir::Buffer::Scratch) => 0,
+            (Kind::AllGather, ir::Buffer::Input) => f,
+            (Kind::ReduceScatter, ir::Buffer::Output) => f,
+            (Kind::AllReduce | Kind::Broadcast, _) => f,
+            _ => n * f,
+        }
+    }
+
+    /// `nchunksperloop` of one instance: the larger buffer's size.
+    pub fn nchunks(&self) -> usize {
+        self.size(ir::Buffer::Input)
+            .max(self.size(ir::Buffer::Output))
+    }
+
+    /// Chunks of one rank slice of a buffer (the whole buffer where no slicing applies):
+    /// instances replicate within slices so that each copy keeps the collective's meaning.
+    pub fn slice(&self) -> usize {
+        match self.kind {
+            Kind::AllReduce | Kind::Broadcast => self.nchunks(),
+            _ => self.chunk_factor,
+        }
+    }
+
+    /// Where a logical slot of `rank` lives once in-place aliasing is applied, following
+    /// msccl-tools: in place, allreduce/alltoall/broadcast use only the input, allgather only
+    /// the output (the input is the rank's slice), reduce-scatter only the input.
+    pub fn resolve(&self, rank: usize, buffer: ir::Buffer, index: usize) -> (ir::Buffer, usize) {
+        use ir::Buffer::*;
+        if !self.inplace {
+            return (buffer, index);
+        }
+        let f = self.chunk_factor;
+        match (self.kind, buffer) {
+            (_, Scratch) => (Scratch, index),
+            (Kind::AllGather, Input) => (Output, rank * f + index),
+            (Kind::AllGather, Output) => (Output, index),
+            (Kind::ReduceScatter, Output) => (Input, rank * f + index),
+            (Kind::ReduceScatter, Input) => (Input, index),
+            (_, _) => (Input, index),
+        }
+    }
+
+    /// The IR semantics of one instance (initial contents and postcondition).
+    pub fn semantics(&self) -> Semantics {
+        Semantics::new(
+            self.ir(),
+            self.ranks,
+            self.nchunks(),
+            self.root,
+            self.inplace,
+        )
+        .expect("the geometry was checked in Collective::new")
+    }
+
+    /// What logical output slot `index` of `rank` must hold at the end (sorted), if anything.
+    pub fn expected(&self, rank: usize, index: usize) -> Option<Vec<Contribution>> {
+        self.semantics().expected_output(rank, index)
+    }
+}

@@ -1,0 +1,59 @@
+//! The compiler driver: DAG, fusion, scheduling, instances, then the independent verifier.
+
+use super::builder::Tracer;
+use super::dag::Dag;
+use super::error::{DslError, DslResult};
+use super::{replicate, schedule};
+use runtime::ir::{Flavor, Program};
+
+/// Compiles a traced program to an IR program and verifies it with `runtime::verify`.
+pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
+    if t.ops.is_empty() {
+        return Err(DslError::new(&t.loc, "the program has no chunk operations"));
+    }
+    let fused = t.options.flavor != Flavor::Rccl;
+    let mut dag = Dag::build(t, fused);
+    if t.options.instr_fusion && fused {
+        dag.fuse(t.options.policy);
+    }
+    // One threadblock per peer is compact, but when both sides queue several messages to
+    // each other before receiving it can fill the connections (the verifier's bounded
+    // FIFOs); then one threadblock per peer and direction.
+    match build(t, &dag, true) {
+        Err(e) if e.message.contains("deadlock") => build(t, &dag, false),
+        other => other,
+    }
+}
+
+/// Schedules, replicates and verifies.
+fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
+    let gpus = schedule::schedule(t, dag, pair)?;
+    let instances = t.options.instances;
+    let gpus = replicate::replicate(
+        gpus,
+        &t.collective,
+        instances,
+        t.options.interleaved_replication,
+    );
+    let inplace = t.collective.inplace;
+    let program = Program {
+        name: t.name.clone(),
+        collective: t.collective.ir(),
+        root: t.collective.root,
+        protocol: t.options.protocol,
+        ngpus: t.collective.ranks,
+        nchunksperloop: t.collective.nchunks() * instances,
+        inplace,
+        outofplace: !inplace,
+        min_bytes: 0,
+        max_bytes: 0,
+        gpus,
+    };
+    runtime::verify::verify(&program).map_err(|e| {
+        DslError::new(
+            &t.loc,
+            format!("the compiled program fails verification: {e}"),
+        )
+    })?;
+    Ok(program)
+}

@@ -1,0 +1,625 @@
+//! Passes 3 to 5 and the checks of pass 8: priorities, a global order, threadblock and
+//! channel assignment (automatic or manual), dependencies, and the send/receive-order check.
+//! The result is one instance of the program in the IR.
+//!
+//! Order: one global list of instructions (see [`order`]); every threadblock runs its
+//! instructions in that order, so both ends of every connection see its messages in the same
+//! order, and running the list front to back is a schedule that never waits on a message
+//! not yet sent (the verifier checks the program again with bounded FIFOs).
+
+use super::builder::{PBuf, Tracer};
+use super::dag::{Dag, Instr, PSlot, TEMP};
+use super::error::{DslError, DslResult};
+use super::Policy;
+use runtime::ir::{self, Dep, Gpu, Op, Slot, Step, Threadblock};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+
+/// Where an instruction runs: rank, threadblock index on that rank, step index.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    tb: usize,
+    step: usize,
+}
+
+/// Transfer chains (a send, its forwarding `rcs`/`rrcs`, the final receive) and lone local
+/// instructions, in program order.
+fn chains(dag: &Dag) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = (0..dag.instrs.len())
+        .filter(|&k| dag.instrs[k].alive && dag.instrs[k].prev.is_none())
+        .map(|k| dag.chain(k))
+        .collect();
+    out.sort_by_key(|c| c.iter().map(|&k| dag.instrs[k].order).min());
+    out
+}
+
+/// The global order: a list schedule of the instruction graph (same-rank dependencies plus
+/// send → receive), taking the ready instruction of least depth first, then the one with the
+/// longest path to the end (with `program_order`: the one written first). A receive is ready only once every earlier send on its
+/// connection (ranks and channel) has been received, so both ends of every connection list
+/// its messages in the same order.
+fn order(
+    dag: &Dag,
+    channel_of: &HashMap<usize, usize>,
+    program_order: bool,
+) -> DslResult<Vec<usize>> {
+    let n = dag.instrs.len();
+    let alive = |k: usize| dag.instrs[k].alive;
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut indeg = vec![0usize; n];
+    for k in (0..n).filter(|&k| alive(k)) {
+        let i = &dag.instrs[k];
+        for &p in i.preds.iter().chain(i.prev.iter()) {
+            succ[p].push(k);
+            indeg[k] += 1;
+        }
+    }
+    // Depth and reach over a topological order (program order breaks ties).
+    let mut topo = Vec::with_capacity(n);
+    let mut deg = indeg.clone();
+    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = (0..n)
+        .filter(|&k| alive(k) && deg[k] == 0)
+        .map(|k| Reverse((dag.instrs[k].order, k)))
+        .collect();
+    while let Some(Reverse((_, k))) = ready.pop() {
+        topo.push(k);
+        for &w in &succ[k] {
+            deg[w] -= 1;
+            if deg[w] == 0 {
+                ready.push(Reverse((dag.instrs[w].order, w)));
+            }
+        }
+    }
+    let live = (0..n).filter(|&k| alive(k)).count();
+    if topo.len() != live {
+        let stuck = (0..n).find(|&k| alive(k) && deg[k] > 0).unwrap_or(0);
+        return Err(DslError::new(
+            &dag.instrs[stuck].loc,
+            "dependency cycle: this operation waits (through others on the same ranks) for itself",
+        ));
+    }
+    let mut depth = vec![0usize; n];
+    for &k in &topo {
+        for &w in &succ[k] {
+            depth[w] = depth[w].max(depth[k] + 1);
+        }
+    }
+    let mut reach = vec![0usize; n];
+    for &k in topo.iter().rev() {
+        for &w in &succ[k] {
+            reach[k] = reach[k].max(reach[w] + 1);
+        }
+    }
+    // With `program_order` the order operations were written in decides instead.
+    let key = |k: usize| {
+        let (d, r) = if program_order {
+            (0, 0)
+        } else {
+            (depth[k], reach[k])
+        };
+        Reverse((d, Reverse(r), dag.instrs[k].order, k))
+    };
+    let conn = |k: usize| {
+        let i = &dag.instrs[k];
+        (i.recv.unwrap_or(usize::MAX), i.rank, channel_of[&k])
+    };
+    let mut queues: HashMap<(usize, usize, usize), VecDeque<usize>> = HashMap::new();
+    let front = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
+        queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
+    };
+    let mut deg = indeg;
+    let mut ready: BinaryHeap<_> = (0..n)
+        .filter(|&k| alive(k) && deg[k] == 0)
+        .map(key)
+        .collect();
+    let mut out = Vec::with_capacity(live);
+    while let Some(Reverse((_, _, _, k))) = ready.pop() {
+        out.push(k);
+        let i = &dag.instrs[k];
+        if i.prev.is_some() {
+            let q = queues
+                .get_mut(&conn(k))
+                .expect("a receive is queued by its send");
+            q.pop_front();
+            if let Some(&f) = q.front() {
+                if deg[f] == 0 {
+                    ready.push(key(f));
+                }
+            }
+        }
+        if let Some(r) = i.next {
+            queues.entry(conn(r)).or_default().push_back(r);
+        }
+        for &w in &succ[k] {
+            deg[w] -= 1;
+            if deg[w] == 0 && (dag.instrs[w].prev.is_none() || front(&queues, w)) {
+                ready.push(key(w));
+            }
+        }
+    }
+    if out.len() != live {
+        let stuck = (0..n)
+            .find(|&k| alive(k) && dag.instrs[k].prev.is_some() && !out.contains(&k))
+            .unwrap_or(0);
+        let i = &dag.instrs[stuck];
+        return Err(DslError::new(
+            &i.loc,
+            format!(
+                "the transfers from rank {} to rank {} on channel {} cannot be received in the order they are sent; give some of them another ch",
+                i.recv.unwrap_or(0),
+                i.rank,
+                channel_of[&stuck]
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// The threadblocks of one (rank, channel) under the automatic policy: each has at most one
+/// send peer and one receive peer, and each peer and direction belongs to one threadblock.
+#[derive(Debug, Clone, Default)]
+struct Lane {
+    /// Whether a lone send to p and a lone receive from p share a threadblock.
+    pair: bool,
+    peers: Vec<(Option<usize>, Option<usize>)>,
+    parent: Vec<usize>,
+    by_send: HashMap<usize, usize>,
+    by_recv: HashMap<usize, usize>,
+    local: Option<usize>,
+}
+
+impl Lane {
+    fn find(&self, mut t: usize) -> usize {
+        while self.parent[t] != t {
+            t = self.parent[t];
+        }
+        t
+    }
+
+    fn open(&mut self, send: Option<usize>, recv: Option<usize>) -> usize {
+        let t = self.peers.len();
+        self.peers.push((send, recv));
+        self.parent.push(t);
+        if let Some(w) = send {
+            self.by_send.insert(w, t);
+        }
+        if let Some(u) = recv {
+            self.by_recv.insert(u, t);
+        }
+        t
+    }
+
+    /// The threadblock for an instruction with these peers, or `None` on a conflict. Local
+    /// work goes to the lane's first threadblock (or a local one when there is none).
+    fn place(&mut self, send: Option<usize>, recv: Option<usize>) -> Option<usize> {
+        if send.is_none() && recv.is_none() {
+            return Some(match self.local {
+                Some(t) => self.find(t),
+                None if !self.peers.is_empty() => self.find(0),
+                None => {
+                    let t = self.open(None, None);
+                    self.local = Some(t);
+                    t
+                }
+            });
+        }
+        let a = send
+            .and_then(|w| self.by_send.get(&w))
+            .map(|&t| self.find(t));
+        let b = recv
+            .and_then(|u| self.by_recv.get(&u))
+            .map(|&t| self.find(t));
+        match (a, b) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            (Some(a), Some(b)) => {
+                let ok = self.peers[a].1.is_none() && self.peers[b].0.is_none();
+                ok.then(|| {
+                    self.parent[b] = a;
+                    self.peers[a].1 = self.peers[b].1;
+                    self.by_recv.insert(recv.expect("b comes from recv"), a);
+                    a
+                })
+            }
+            (Some(a), None) => match recv {
+                None => Some(a),
+                Some(u) => self.peers[a].1.is_none().then(|| {
+                    self.peers[a].1 = Some(u);
+                    self.by_recv.insert(u, a);
+                    a
+                }),
+            },
+            (None, Some(b)) => match send {
+                None => Some(b),
+                Some(w) => self.peers[b].0.is_none().then(|| {
+                    self.peers[b].0 = Some(w);
+                    self.by_send.insert(w, b);
+                    b
+                }),
+            },
+            (None, None) => Some(self.pair(send, recv)),
+        }
+    }
+
+    /// A new threadblock, except that a lone send to p and a lone receive from p share one
+    /// (as a hand-written program would): fewer threadblocks, one per peer.
+    fn pair(&mut self, send: Option<usize>, recv: Option<usize>) -> usize {
+        if !self.pair {
+            return self.open(send, recv);
+        }
+        let partner = match (send, recv) {
+            (Some(w), None) => self.by_recv.get(&w).map(|&t| self.find(t)),
+            (None, Some(u)) => self.by_send.get(&u).map(|&t| self.find(t)),
+            _ => None,
+        };
+        match partner {
+            Some(t) if send.is_some() && self.peers[t].0.is_none() => {
+                self.peers[t].0 = send;
+                self.by_send.insert(send.expect("matched Some"), t);
+                t
+            }
+            Some(t) if recv.is_some() && self.peers[t].1.is_none() => {
+                self.peers[t].1 = recv;
+                self.by_recv.insert(recv.expect("matched Some"), t);
+                t
+            }
+            _ => self.open(send, recv),
+        }
+    }
+}
+
+/// Threadblock key of an instruction before renumbering: (channel, lane-local id) for the
+/// automatic policy, (user tb, 0) for the manual one.
+type TbKey = (usize, usize);
+
+/// Threadblocks and channels chosen so far.
+#[derive(Default)]
+struct Assignment {
+    /// Threadblock of each instruction.
+    tb_of: HashMap<usize, TbKey>,
+    /// Channel of each threadblock, per rank.
+    tb_channel: HashMap<(usize, TbKey), usize>,
+    /// Channel of each instruction (its chain's).
+    channel_of: HashMap<usize, usize>,
+    /// Local instructions left for [`place_locals`] (automatic policy).
+    locals: Vec<usize>,
+    /// Automatic threadblocks per (rank, channel).
+    lanes: HashMap<(usize, usize), Lane>,
+}
+
+/// Pass 4 for the manual policy: the user's threadblocks, checked.
+fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
+    let mut a = Assignment::default();
+    // (send peer, receive peer, channel) of each (rank, user threadblock).
+    type Peers = (Option<usize>, Option<usize>, usize);
+    let mut peers: HashMap<(usize, usize), Peers> = HashMap::new();
+    let mut owner: HashMap<(usize, usize, usize, bool), usize> = HashMap::new();
+    for members in chains {
+        let ch = members.iter().find_map(|&m| dag.instrs[m].ch).unwrap_or(0);
+        for &m in members {
+            let i = &dag.instrs[m];
+            let Some(tb) = i.tb_pin() else {
+                let which = if i.op.receives() { "recvtb" } else { "sendtb" };
+                return Err(DslError::new(
+                    &i.loc,
+                    format!(
+                        "the manual threadblock policy needs {which} on this operation (rank {})",
+                        i.rank
+                    ),
+                ));
+            };
+            let entry = peers.entry((i.rank, tb)).or_insert((None, None, ch));
+            let sides = [
+                (i.send, &mut entry.0, "sends to"),
+                (i.recv, &mut entry.1, "receives from"),
+            ];
+            for (mine, have, dir) in sides {
+                let Some(p) = mine else { continue };
+                match *have {
+                    Some(q) if q != p => {
+                        return Err(DslError::new(
+                            &i.loc,
+                            format!("threadblock {tb} of rank {} already {dir} rank {q}; a threadblock has one send peer and one receive peer, so it cannot also use rank {p}", i.rank),
+                        ))
+                    }
+                    _ => *have = Some(p),
+                }
+            }
+            let talks = i.send.is_some() || i.recv.is_some();
+            if entry.2 != ch && talks {
+                return Err(DslError::new(
+                    &i.loc,
+                    format!("threadblock {tb} of rank {} is on channel {}; this operation uses channel {ch}", i.rank, entry.2),
+                ));
+            }
+            for (p, is_send) in [(i.send, true), (i.recv, false)] {
+                let Some(p) = p else { continue };
+                let o = *owner.entry((i.rank, ch, p, is_send)).or_insert(tb);
+                if o != tb {
+                    let dir = if is_send { "send to" } else { "receive from" };
+                    return Err(DslError::new(
+                        &i.loc,
+                        format!("threadblocks {o} and {tb} of rank {} both {dir} rank {p} on channel {ch}; one threadblock per peer, direction and channel", i.rank),
+                    ));
+                }
+            }
+            a.tb_of.insert(m, (tb, 0));
+            a.tb_channel.insert((i.rank, (tb, 0)), entry.2);
+            a.channel_of.insert(m, ch);
+        }
+    }
+    Ok(a)
+}
+
+/// Pass 4 for the automatic policy: each transfer chain goes on the first channel (or its
+/// pinned one) where every instruction fits a threadblock with one send and one receive peer.
+fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assignment> {
+    let mut a = Assignment::default();
+    let fresh = Lane {
+        pair,
+        ..Lane::default()
+    };
+    let limit = chains.len() + 1;
+    for members in chains {
+        let first = &dag.instrs[members[0]];
+        if members.len() == 1 && first.send.is_none() && first.recv.is_none() {
+            a.locals.push(members[0]);
+            a.channel_of.insert(members[0], 0);
+            continue;
+        }
+        let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
+        let candidates: Vec<usize> = match pinned {
+            Some(c) => vec![c],
+            None => (0..limit).collect(),
+        };
+        let mut placed = false;
+        for c in candidates {
+            let mut trial: HashMap<usize, Lane> = HashMap::new();
+            let mut ids = Vec::new();
+            let fits = members.iter().all(|&m| {
+                let i = &dag.instrs[m];
+                let lane = trial
+                    .entry(i.rank)
+                    .or_insert_with(|| a.lanes.get(&(i.rank, c)).unwrap_or(&fresh).clone());
+                lane.place(i.send, i.recv)
+                    .map(|t| ids.push((m, t)))
+                    .is_some()
+            });
+            if fits {
+                for (rank, lane) in trial {
+                    a.lanes.insert((rank, c), lane);
+                }
+                for (m, t) in ids {
+                    a.tb_of.insert(m, (c, t));
+                    a.channel_of.insert(m, c);
+                }
+                placed = true;
+                break;
+            }
+        }
+        if !placed {
+            return Err(DslError::new(
+                &first.loc,
+                format!("no threadblock on channel {} can take this transfer: a threadblock has one send peer and one receive peer (pin another ch)", pinned.unwrap_or(0)),
+            ));
+        }
+    }
+    Ok(a)
+}
+
+/// Automatic policy, after ordering: local work runs on the threadblock of its latest
+/// producer on the rank, else on the rank's local threadblock; merged threadblocks resolve.
+fn place_locals(a: &mut Assignment, dag: &Dag, position: &HashMap<usize, usize>) {
+    let mut locals = std::mem::take(&mut a.locals);
+    locals.sort_by_key(|m| position[m]);
+    for m in locals {
+        let i = &dag.instrs[m];
+        let latest = i
+            .preds
+            .iter()
+            .filter(|p| a.tb_of.contains_key(p))
+            .max_by_key(|p| position[p]);
+        let key = match latest {
+            Some(p) => a.tb_of[p],
+            None => {
+                let lane = a.lanes.entry((i.rank, 0)).or_default();
+                (
+                    0,
+                    lane.place(None, None)
+                        .expect("a local threadblock always fits"),
+                )
+            }
+        };
+        a.tb_of.insert(m, key);
+    }
+    for (m, key) in a.tb_of.iter_mut() {
+        let rank = dag.instrs[*m].rank;
+        if let Some(lane) = a.lanes.get(&(rank, key.0)) {
+            key.1 = lane.find(key.1);
+        }
+        a.tb_channel.insert((rank, *key), key.0);
+    }
+}
+
+/// Scratch offsets: each rank's named buffers, name after name, then the compiler's receive
+/// slots, in one buffer `s`; returns the offsets and the total per rank.
+fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize>>, Vec<usize>) {
+    t.scratch
+        .iter()
+        .zip(&dag.temp)
+        .map(|(bufs, &temp)| {
+            let mut base = 0;
+            let mut at: HashMap<usize, usize> = bufs
+                .iter()
+                .map(|&(k, len)| {
+                    base += len;
+                    (k, base - len)
+                })
+                .collect();
+            at.insert(TEMP, base);
+            (at, base + temp)
+        })
+        .unzip()
+}
+
+/// One instance of the program in the IR (no replication yet). With `pair`, the automatic
+/// policy lets a lone send to p and a lone receive from p share a threadblock.
+pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>> {
+    let chains = chains(dag);
+    let mut a = match t.options.policy {
+        Policy::Manual => assign_manual(dag, &chains)?,
+        Policy::Auto => assign_auto(dag, &chains, pair)?,
+    };
+    let list = order(dag, &a.channel_of, t.options.program_order)?;
+    let position: HashMap<usize, usize> = list.iter().enumerate().map(|(p, &k)| (k, p)).collect();
+    if t.options.policy == Policy::Auto {
+        place_locals(&mut a, dag, &position);
+    }
+    let (layout, scratch_total) = scratch_layout(t, dag);
+    let slot = |rank: usize, s: PSlot| -> Slot {
+        match s.buf {
+            PBuf::Input => Slot::new(ir::Buffer::Input, s.index),
+            PBuf::Output => Slot::new(ir::Buffer::Output, s.index),
+            PBuf::Scratch(k) => Slot::new(ir::Buffer::Scratch, layout[rank][&k] + s.index),
+        }
+    };
+    let n = t.collective.ranks;
+    // Threadblock numbering per rank, in first-use order; steps in the global order.
+    let mut numbering: Vec<BTreeMap<TbKey, usize>> = vec![BTreeMap::new(); n];
+    let mut tbs: Vec<Vec<Threadblock>> = vec![Vec::new(); n];
+    let mut place: HashMap<usize, Place> = HashMap::new();
+    for &m in &list {
+        let i = &dag.instrs[m];
+        let key = a.tb_of[&m];
+        let next = numbering[i.rank].len();
+        let tb = *numbering[i.rank].entry(key).or_insert(next);
+        if tb == tbs[i.rank].len() {
+            tbs[i.rank].push(Threadblock {
+                send: None,
+                recv: None,
+                channel: a.tb_channel[&(i.rank, key)],
+                steps: Vec::new(),
+            });
+        }
+        let block = &mut tbs[i.rank][tb];
+        block.send = block.send.or(i.send);
+        block.recv = block.recv.or(i.recv);
+        place.insert(
+            m,
+            Place {
+                tb,
+                step: block.steps.len(),
+            },
+        );
+        block.steps.push(step(i, dag, &slot));
+    }
+    // Dependencies: the latest producer per other threadblock.
+    for &m in &list {
+        let i = &dag.instrs[m];
+        let here = place[&m];
+        let mut latest: BTreeMap<usize, usize> = BTreeMap::new();
+        for p in &i.preds {
+            let there = place[p];
+            if there.tb != here.tb {
+                let e = latest.entry(there.tb).or_insert(there.step);
+                *e = (*e).max(there.step);
+            }
+        }
+        tbs[i.rank][here.tb].steps[here.step].deps = latest
+            .into_iter()
+            .map(|(tb, step)| Dep { tb, step })
+            .collect();
+    }
+    check_transfer_order(dag, &place, &tbs)?;
+    let uses = |g: &[Threadblock], b: ir::Buffer| {
+        g.iter().flat_map(|tb| &tb.steps).any(|s| {
+            (s.op.reads_src() && s.src.buffer == b)
+                || ((s.op.writes_dst() || s.op == Op::RecvReduceSend) && s.dst.buffer == b)
+        })
+    };
+    Ok(tbs
+        .into_iter()
+        .enumerate()
+        .map(|(rank, threadblocks)| Gpu {
+            rank,
+            input_chunks: if uses(&threadblocks, ir::Buffer::Input) {
+                t.collective.size(ir::Buffer::Input)
+            } else {
+                0
+            },
+            output_chunks: if uses(&threadblocks, ir::Buffer::Output) {
+                t.collective.size(ir::Buffer::Output)
+            } else {
+                0
+            },
+            scratch_chunks: scratch_total[rank],
+            threadblocks,
+        })
+        .collect())
+}
+
+/// The IR step of an instruction; `s`/`r` name the remote slot in their unused field.
+fn step(i: &Instr, dag: &Dag, slot: &dyn Fn(usize, PSlot) -> Slot) -> Step {
+    let (src, dst) = match i.op {
+        Op::Send => {
+            let local = slot(i.rank, i.src);
+            let to = i.next.map(|n| &dag.instrs[n]);
+            (local, to.map_or(local, |r| slot(r.rank, r.dst)))
+        }
+        Op::Recv => {
+            let local = slot(i.rank, i.dst);
+            let from = i.prev.map(|p| &dag.instrs[p]);
+            (from.map_or(local, |s| slot(s.rank, s.src)), local)
+        }
+        Op::RecvCopySend => (slot(i.rank, i.dst), slot(i.rank, i.dst)),
+        _ => (slot(i.rank, i.src), slot(i.rank, i.dst)),
+    };
+    Step::new(i.op, src, dst, i.count)
+}
+
+/// Pass 8's order check: on every connection the k-th send pairs with the k-th receive.
+fn check_transfer_order(
+    dag: &Dag,
+    place: &HashMap<usize, Place>,
+    tbs: &[Vec<Threadblock>],
+) -> DslResult<()> {
+    // For each (receiving rank, receiving tb), the sends that feed it in the sender's order.
+    let mut fed: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
+    let mut got: BTreeMap<(usize, usize), Vec<(usize, usize)>> = BTreeMap::new();
+    for (k, i) in dag.instrs.iter().enumerate() {
+        if !i.alive {
+            continue;
+        }
+        if let Some(r) = i.next {
+            let there = place[&r];
+            let here = place[&k];
+            fed.entry((dag.instrs[r].rank, there.tb, here.tb))
+                .or_default()
+                .push(k);
+            got.entry((dag.instrs[r].rank, there.tb))
+                .or_default()
+                .push((there.step, k));
+        }
+    }
+    for ((rank, tb), mut recvs) in got {
+        recvs.sort_unstable();
+        let mut by_sender: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (_, s) in recvs {
+            by_sender.entry(place[&s].tb).or_default().push(s);
+        }
+        for (stb, order) in by_sender {
+            let mut sent = fed[&(rank, tb, stb)].clone();
+            sent.sort_by_key(|s| place[s].step);
+            if sent != order {
+                let i = &dag.instrs[order[0]];
+                return Err(DslError::new(
+                    &i.loc,
+                    format!(
+                        "sends and receives between rank {} and rank {rank} (channel {}) happen in different orders on the two sides",
+                        i.rank, tbs[rank][tb].channel
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! The record a front end hands to the compiler: a JSON list of programs, each with its
+//! header (`MSCCLProgram` arguments, topology, collective) and its events (copies, reduces,
+//! `XML()` and `Check()` calls), every event with the file and line that wrote it. The Python
+//! package writes it; [`replay`] feeds it through the same [`Program`] builder as the Rust
+//! API.
+
+use super::builder::{Connectivity, Pins, Program};
+use super::collective::{Buffer, Collective, Kind};
+use super::error::{DslError, DslResult, Loc};
+use super::{Options, Policy};
+use anyhow::{Context, Result};
+use runtime::ir::{Flavor, Protocol};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// One traced program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TraceProgram {
+    /// `MSCCLProgram`'s name (the XML `name`).
+    pub name: String,
+    /// File of the `MSCCLProgram` statement.
+    pub file: String,
+    /// Its line.
+    pub line: u32,
+    /// The topology.
+    pub topology: TraceTopology,
+    /// The collective.
+    pub collective: TraceCollective,
+    /// Instances.
+    pub instances: i64,
+    /// Protocol name.
+    pub protocol: String,
+    /// `auto` or `manual`.
+    pub threadblock_policy: String,
+    /// Interleaved replication.
+    pub interleaved_replication: bool,
+    /// Instruction fusion.
+    pub instr_fusion: bool,
+    /// Dependency nops (accepted, always on in the XML writer).
+    pub dependence_nop: bool,
+    /// `priority` (the default) or `program`.
+    #[serde(default)]
+    pub instr_order: Option<String>,
+    /// Operations in program order.
+    pub events: Vec<Event>,
+}
+
+/// A topology as the front end describes it: a synth spec, explicit links, or both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TraceTopology {
+    /// Name for messages.
+    pub name: String,
+    /// Ranks (0 when the spec decides).
+    pub ranks: usize,
+    /// A synth topology name or file.
+    pub spec: Option<String>,
+    /// Directed (src, dst) pairs; `None` to take them from the spec.
+    pub links: Option<Vec<(usize, usize)>>,
+}
+
+/// A collective as the front end describes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TraceCollective {
+    /// `allreduce`, `allgather`, ..., or `custom:NAME`.
+    pub kind: String,
+    /// Ranks.
+    #[serde(default)]
+    pub ranks: i64,
+    /// Chunks per rank slice.
+    #[serde(default)]
+    pub chunk_factor: i64,
+    /// In place.
+    #[serde(default)]
+    pub inplace: bool,
+    /// Root rank.
+    #[serde(default)]
+    pub root: i64,
+}
+
+/// A chunk reference: rank, buffer name, index, size.
+pub type TraceRef = (i64, String, i64, i64);
+
+/// One recorded event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Event {
+    /// `src.copy(dst...)`.
+    Copy {
+        /// Source reference.
+        src: TraceRef,
+        /// Destination rank, buffer, index.
+        dst: (i64, String, i64),
+        /// Pins (-1 = none).
+        sendtb: i64,
+        /// Pins (-1 = none).
+        recvtb: i64,
+        /// Pins (-1 = none).
+        ch: i64,
+        /// Where.
+        file: String,
+        /// Where.
+        line: u32,
+    },
+    /// `dst.reduce(src)`.
+    Reduce {
+        /// Reduced in place.
+        dst: TraceRef,
+        /// Added.
+        src: TraceRef,
+        /// Pins (-1 = none).
+        sendtb: i64,
+        /// Pins (-1 = none).
+        recvtb: i64,
+        /// Pins (-1 = none).
+        ch: i64,
+        /// Where.
+        file: String,
+        /// Where.
+        line: u32,
+    },
+    /// `XML()`.
+    Xml {
+        /// Where.
+        file: String,
+        /// Where.
+        line: u32,
+    },
+    /// `Check()`.
+    Check {
+        /// Where.
+        file: String,
+        /// Where.
+        line: u32,
+    },
+}
+
+/// Reads a trace file (a JSON list of programs).
+pub fn read(path: &str) -> Result<Vec<TraceProgram>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: bad trace: {e}", e.line()))
+}
+
+/// What the command line overrides in a program.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    /// Instances instead of the program's.
+    pub instances: Option<usize>,
+    /// Protocol instead of the program's.
+    pub protocol: Option<Protocol>,
+    /// Target runtime.
+    pub flavor: Option<Flavor>,
+}
+
+/// A replayed program: the builder, and what its `Check()` calls found.
+#[derive(Debug)]
+pub struct Replayed {
+    /// The program, ready to compile.
+    pub program: Program,
+    /// One result per `Check()` call, in order.
+    pub checks: Vec<DslResult<()>>,
+    /// Whether the program called `XML()`.
+    pub wants_xml: bool,
+    /// The synth topology it can be simulated on, if known.
+    pub spec: Option<String>,
+}
+
+fn pin(v: i64) -> Option<usize> {
+    usize::try_from(v).ok()
+}
+
+fn index(v: i64, what: &str, loc: &Loc) -> DslResult<usize> {
+    usize::try_from(v).map_err(|_| DslError::new(loc, format!("{what} {v} is negative")))
+}
+
+/// Replays a traced program through the builder; the first bad operation is the error.
+pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
+    let loc = Loc::new(&t.file, t.line);
+    let bad = |m: String| DslError::new(&loc, m);
+    let c = &t.collective;
+    if let Some(name) = c.kind.strip_prefix("custom:") {
+        return Err(bad(format!("custom collective {name}: synth compiles AllReduce, AllGather, ReduceScatter, AllToAll and Broadcast (the MSCCL runtimes know no others)")));
+    }
+    let kind = Kind::parse(&c.kind).map_err(|e| bad(e.to_string()))?;
+    let ranks = index(c.ranks, "num_ranks", &loc)?;
+    let collective = Collective::new(
+        kind,
+        ranks,
+        index(c.chunk_factor, "chunk_factor", &loc)?,
+        c.inplace,
+        index(c.root, "root", &loc)?,
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    let topology = match (&t.topology.links, &t.topology.spec) {
+        (Some(links), spec) => Connectivity {
+            name: t.topology.name.clone(),
+            ranks: t.topology.ranks,
+            links: links.iter().copied().collect::<BTreeSet<_>>(),
+            spec: spec.clone(),
+        },
+        (None, Some(spec)) => Connectivity::load(spec).map_err(|e| bad(format!("{e:#}")))?,
+        (None, None) => return Err(bad("the topology has neither links nor a synth name".into())),
+    };
+    let protocol = match o.protocol {
+        Some(p) => p,
+        None => Protocol::from_name(&t.protocol).ok_or_else(|| {
+            bad(format!(
+                "unknown protocol '{}' (Simple, LL, LL128)",
+                t.protocol
+            ))
+        })?,
+    };
+    let policy = match t.threadblock_policy.as_str() {
+        "auto" => Policy::Auto,
+        "manual" => Policy::Manual,
+        other => return Err(bad(format!("unknown threadblock policy '{other}'"))),
+    };
+    let program_order = match t.instr_order.as_deref() {
+        None | Some("priority") => false,
+        Some("program") => true,
+        Some(other) => {
+            return Err(bad(format!(
+                "unknown instr_order '{other}' (priority or program)"
+            )))
+        }
+    };
+    let instances = match o.instances {
+        Some(i) => i,
+        None => index(t.instances, "instances", &loc)?,
+    };
+    let options = Options {
+        instances,
+        protocol,
+        policy,
+        interleaved_replication: t.interleaved_replication,
+        instr_fusion: t.instr_fusion,
+        dependence_nop: t.dependence_nop,
+        program_order,
+        flavor: o.flavor.unwrap_or(Flavor::Nccl),
+    };
+    let spec = topology.spec.clone();
+    let program = Program::at(&t.name, topology, collective, options, loc)?;
+    let mut checks = Vec::new();
+    let mut wants_xml = false;
+    for e in &t.events {
+        match e {
+            Event::Copy {
+                src,
+                dst,
+                sendtb,
+                recvtb,
+                ch,
+                file,
+                line,
+            } => {
+                let at = Loc::new(file, *line);
+                let s = reference(src, &at)?;
+                let d = (
+                    index(dst.0, "rank", &at)?,
+                    Buffer::from_name(&dst.1),
+                    index(dst.2, "index", &at)?,
+                );
+                let pins = pins(*sendtb, *recvtb, *ch);
+                program.with_tracer(|tr| {
+                    tr.copy((s.0, &s.1, s.2, s.3), d.0, &d.1, d.2, pins, at.clone())
+                })?;
+            }
+            Event::Reduce {
+                dst,
+                src,
+                sendtb,
+                recvtb,
+                ch,
+                file,
+                line,
+            } => {
+                let at = Loc::new(file, *line);
+                let d = reference(dst, &at)?;
+                let s = reference(src, &at)?;
+                let pins = pins(*sendtb, *recvtb, *ch);
+                program.with_tracer(|tr| {
+                    tr.reduce(
+                        (d.0, &d.1, d.2, d.3),
+                        (s.0, &s.1, s.2, s.3),
+                        pins,
+                        at.clone(),
+                    )
+                })?;
+            }
+            Event::Xml { .. } => wants_xml = true,
+            Event::Check { file, line } => {
+                let at = Loc::new(file, *line);
+                checks.push(program.with_tracer(|tr| tr.check(&at)));
+            }
+        }
+    }
+    Ok(Replayed {
+        program,
+        checks,
+        wants_xml,
+        spec,
+    })
+}
+
+fn pins(sendtb: i64, recvtb: i64, ch: i64) -> Pins {
+    Pins {
+        sendtb: pin(sendtb),
+        recvtb: pin(recvtb),
+        ch: pin(ch),
+    }
+}
+
+fn reference(r: &TraceRef, at: &Loc) -> DslResult<(usize, Buffer, usize, usize)> {
+    Ok((
+        index(r.0, "rank", at)?,
+        Buffer::from_name(&r.1),
+        index(r.2, "index", at)?,
+        index(r.3, "size", at)?,
+    ))
+}

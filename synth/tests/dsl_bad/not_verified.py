@@ -1,0 +1,8 @@
+# expect: fails verification
+from msccl.language import *
+from msccl.language.collectives import *
+from msccl.topologies import *
+with MSCCLProgram("p", fully_connected(2), AllGather(2, 1, False), 1):  # error here
+    chunk(0, Buffer.input, 0).copy(1, Buffer.output, 0)
+    chunk(1, Buffer.input, 0).copy(0, Buffer.output, 1)
+    XML()

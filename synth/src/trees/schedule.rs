@@ -121,6 +121,65 @@ fn improve_counts(
     }
 }
 
+/// Moves pieces to shallower trees of the same root while the busiest resource orbit gets
+/// no busier: at equal load, shallow trees fill and drain their pipelines sooner.
+fn shorten(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    counts: &mut [Vec<usize>],
+) {
+    let orbits = bandwidth.len();
+    let depth_of: Vec<Vec<usize>> = packing
+        .roots
+        .iter()
+        .map(|r| {
+            r.trees
+                .iter()
+                .map(|(t, _)| depths(t).into_iter().max().unwrap_or(0))
+                .collect()
+        })
+        .collect();
+    let mut load = vec![0.0; orbits];
+    for (r, root) in packing.roots.iter().enumerate() {
+        for t in 0..root.trees.len() {
+            for o in 0..orbits {
+                load[o] += counts[r][t] as f64 * usages[r][t][o] / bandwidth[o];
+            }
+        }
+    }
+    let max = load.iter().copied().fold(0.0, f64::max);
+    for _ in 0..MAX_MOVES {
+        let mut moved = false;
+        'search: for (r, root) in packing.roots.iter().enumerate() {
+            for a in (0..root.trees.len()).filter(|&a| counts[r][a] > 0) {
+                let mut shallower: Vec<usize> = (0..root.trees.len())
+                    .filter(|&b| depth_of[r][b] < depth_of[r][a])
+                    .collect();
+                shallower.sort_by_key(|&b| (depth_of[r][b], b));
+                for b in shallower {
+                    let fits = (0..orbits).all(|o| {
+                        load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o]
+                            <= max * (1.0 + 1e-9)
+                    });
+                    if fits {
+                        counts[r][a] -= 1;
+                        counts[r][b] += 1;
+                        for o in 0..orbits {
+                            load[o] += (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
+                        }
+                        moved = true;
+                        break 'search;
+                    }
+                }
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+}
+
 /// The smallest piece count (at most `max_chunks`) whose integer counts lose at most 0.1%
 /// against the best count tried, with its counts and its rate (GB/s per root).
 pub fn choose_chunks(
@@ -133,6 +192,7 @@ pub fn choose_chunks(
         .map(|c| {
             let mut counts = piece_counts(packing, c);
             improve_counts(packing, usages, bandwidth, &mut counts);
+            shorten(packing, usages, bandwidth, &mut counts);
             let t = realized_time(packing, usages, bandwidth, &counts, c);
             (c, counts, t)
         })

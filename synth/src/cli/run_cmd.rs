@@ -34,10 +34,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "sum")]
     op: String,
     /// Timed iterations per size.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::limits::iterations)]
     iters: usize,
     /// Untimed warm-up iterations per size.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::limits::iterations)]
     warmup: usize,
     /// Executor backend: cpu (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]

@@ -396,7 +396,7 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
         (step.op.writes_dst(), step.dst),
     ] {
         let extent = g.chunks(slot.buffer);
-        if used && slot.offset + step.count > extent {
+        if used && slot.offset.saturating_add(step.count) > extent {
             return Err(VerifyError::OutOfBounds {
                 at,
                 slot,

@@ -93,3 +93,22 @@ fn run_rejects_buffers_beyond_the_memory_limit() {
     assert!(e.contains("limit 4096 MiB"), "{e}");
     assert_one_line(&e);
 }
+
+#[test]
+fn offset_plus_count_overflow_is_an_error() {
+    // Found by the fuzz target `program_json`: a program from JSON with offset usize::MAX.
+    let mut p = direct_allgather(2);
+    p.gpus[0].threadblocks[0].steps[0].src.offset = usize::MAX;
+    let e = verify(&p).unwrap_err().to_string();
+    assert!(e.contains("out of bounds"), "{e}");
+    assert_one_line(&e);
+}
+
+#[test]
+fn errors_quoting_a_value_with_a_line_break_stay_one_line() {
+    // Found by the fuzz target `msccl_xml`.
+    let text = base().replacen("dstbuf=\"o\"", "dstbuf=\"\no\"", 1);
+    let e = error(&text);
+    assert_eq!(e.attribute.as_deref(), Some("dstbuf"), "{e}");
+    assert_one_line(&e);
+}

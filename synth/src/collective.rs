@@ -244,7 +244,7 @@ impl Collective {
         }
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
         let file: File = if path.ends_with(".json") {
-            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()))?
+            serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))?
         } else {
             toml::from_str(&text).map_err(|e| crate::util::toml_error(path, &text, &e))?
         };

@@ -11,3 +11,10 @@ pub fn toml_error(path: &str, text: &str, err: &toml::de::Error) -> anyhow::Erro
         None => anyhow::anyhow!("{path}: {message}"),
     }
 }
+
+/// Turns a JSON parse error into one line: `FILE:LINE: MESSAGE` (a key quoted in the message
+/// may hold line breaks).
+pub fn json_error(path: &str, err: &serde_json::Error) -> anyhow::Error {
+    let message = err.to_string().replace('\n', "\\n").replace('\r', "\\r");
+    anyhow::anyhow!("{path}:{}: {message}", err.line())
+}

@@ -273,3 +273,13 @@ fn xml_sizes_beyond_the_limits() {
         "is not between 0 and 10000",
     );
 }
+
+#[test]
+fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
+    // Found by the fuzz target `collective_files`.
+    let dir = temp_dir("json-key");
+    let file = write(&dir, "c.json", r#"{"ranks": 3, "ch\nk": []}"#);
+    let e = format!("{:#}", synth::collective::Collective::from_file(&file, 1).unwrap_err());
+    assert!(e.contains("unknown field `ch\\nk`"), "{e}");
+    assert!(!e.contains('\n'), "{e}");
+}

@@ -61,7 +61,9 @@ impl fmt::Display for XmlError {
         if let Some(a) = &self.attribute {
             write!(f, ", attribute {a}")?;
         }
-        write!(f, ": {}", self.message)
+        // Values quoted in the message may hold line breaks; the error stays one line.
+        let message = self.message.replace('\n', "\\n").replace('\r', "\\r");
+        write!(f, ": {message}")
     }
 }
 

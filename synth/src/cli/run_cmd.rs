@@ -58,8 +58,7 @@ impl RunArgs {
 pub fn read_program(path: &str) -> Result<Program> {
     if path.ends_with(".json") {
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-        return serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()));
+        return serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e));
     }
     runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }

@@ -19,6 +19,10 @@ use std::fmt;
 /// of 4 steps.
 pub const DEFAULT_FIFO_DEPTH: usize = 2;
 
+/// Most memory the symbolic execution may need, in bytes (README "Limits"): a program that
+/// needs more is rejected before anything is allocated.
+pub const MAX_VERIFY_BYTES: u64 = 4 << 30;
+
 /// Which buffer arrangement a check ran under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -206,12 +210,43 @@ pub fn verify_with(p: &Program, opts: &VerifyOptions) -> Result<(), VerifyError>
     check_structure(p)?;
     for inplace in p.modes() {
         let sem = Semantics::of(p, inplace).map_err(VerifyError::Malformed)?;
+        check_size(p, &sem)?;
         let mut exec = Execution::run(p, sem, opts.fifo_depth.max(1))?;
         exec.check_races()?;
         if let Some(e) = exec.deferred.take() {
             return Err(e);
         }
         exec.check_postcondition()?;
+    }
+    Ok(())
+}
+
+/// Buffer slots (chunks) of all ranks' regions in the mode of `sem`, saturating.
+pub fn chunk_slots(p: &Program, sem: &Semantics) -> u64 {
+    p.gpus
+        .iter()
+        .flat_map(|g| Region::ALL.map(|r| sem.region_chunks(r).unwrap_or(g.scratch_chunks) as u64))
+        .fold(0, u64::saturating_add)
+}
+
+/// Rejects a program whose symbolic execution would need more than [`MAX_VERIFY_BYTES`]: about
+/// 48 bytes per buffer slot and a vector clock (8 bytes per threadblock) per threadblock.
+fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
+    let slots = chunk_slots(p, sem);
+    let tbs = p
+        .gpus
+        .iter()
+        .map(|g| g.threadblocks.len() as u64)
+        .sum::<u64>();
+    let bytes = slots
+        .saturating_mul(48)
+        .saturating_add(tbs.saturating_mul(tbs).saturating_mul(8));
+    if bytes > MAX_VERIFY_BYTES {
+        return Err(VerifyError::Malformed(format!(
+            "too large to verify: {slots} buffer chunks and {tbs} threadblocks need about {} MiB (limit {} MiB)",
+            bytes >> 20,
+            MAX_VERIFY_BYTES >> 20
+        )));
     }
     Ok(())
 }
@@ -361,7 +396,7 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
         (step.op.writes_dst(), step.dst),
     ] {
         let extent = g.chunks(slot.buffer);
-        if used && slot.offset + step.count > extent {
+        if used && slot.offset.saturating_add(step.count) > extent {
             return Err(VerifyError::OutOfBounds {
                 at,
                 slot,

@@ -159,7 +159,7 @@ impl Algorithm {
     /// Reads an algorithm from its JSON file.
     pub fn read(path: &str) -> Result<Algorithm> {
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()))
+        serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))
     }
 }
 

@@ -151,10 +151,11 @@ impl Collective {
         if ranks < 2 {
             bail!("a collective needs at least 2 ranks (got {ranks})");
         }
+        crate::topology::check_size(ranks, 0)?;
         if c == 0 {
             bail!("chunks must be at least 1");
         }
-        if kind.is_rooted() && root >= ranks {
+        if root >= ranks {
             bail!(
                 "--root {root} is out of range: the topology has ranks 0..{}",
                 ranks - 1
@@ -243,15 +244,27 @@ impl Collective {
         }
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
         let file: File = if path.ends_with(".json") {
-            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()))?
+            serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))?
         } else {
             toml::from_str(&text).map_err(|e| crate::util::toml_error(path, &text, &e))?
         };
         if c == 0 {
             bail!("chunks must be at least 1");
         }
+        if file.ranks < 2 {
+            bail!(
+                "{path}: ranks: a collective needs at least 2 ranks (got {})",
+                file.ranks
+            );
+        }
+        crate::topology::check_size(file.ranks, 0)
+            .map_err(|e| anyhow::anyhow!("{path}: ranks: {e}"))?;
+        let max_address = file.ranks * file.ranks;
         let mut chunks = Vec::new();
         for (i, fc) in file.chunks.iter().enumerate() {
+            if let Some(a) = fc.address.filter(|&a| a >= max_address) {
+                bail!("{path}: chunk[{i}].address: {a} is not below ranks x ranks = {max_address}");
+            }
             for (field, list) in [("pre", &fc.pre), ("post", &fc.post)] {
                 if let Some(r) = list.iter().find(|&&r| r >= file.ranks) {
                     bail!(

@@ -12,6 +12,13 @@ pub fn toml_error(path: &str, text: &str, err: &toml::de::Error) -> anyhow::Erro
     }
 }
 
+/// Turns a JSON parse error into one line: `FILE:LINE: MESSAGE` (a key quoted in the message
+/// may hold line breaks).
+pub fn json_error(path: &str, err: &serde_json::Error) -> anyhow::Error {
+    let message = err.to_string().replace('\n', "\\n").replace('\r', "\\r");
+    anyhow::anyhow!("{path}:{}: {message}", err.line())
+}
+
 /// This process's peak resident memory (MB) and CPU time (user + system, seconds) so far,
 /// read from `/proc/self` (`None` where there is no such file, e.g. off Linux). Reported by
 /// the main command's `--json` so that benchmarks can record what a run cost.

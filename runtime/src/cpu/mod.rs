@@ -23,7 +23,7 @@ pub use sweep::{
 
 use crate::ir::Program;
 use crate::semantics::Semantics;
-use crate::verify::{verify_with, VerifyOptions, DEFAULT_FIFO_DEPTH};
+use crate::verify::{chunk_slots, verify_with, VerifyOptions, DEFAULT_FIFO_DEPTH};
 use anyhow::{bail, Context, Result};
 use memory::Memory;
 use plan::Plan;
@@ -31,6 +31,10 @@ use serde::{Deserialize, Serialize};
 use std::sync::Barrier;
 use std::time::Instant;
 use sync::{Fifo, Progress};
+
+/// Most memory the buffers of one run may take, in bytes (README "Limits"), checked before
+/// they are allocated.
+pub const MAX_RUN_BYTES: u64 = 4 << 30;
 
 /// Options of one executor run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +143,22 @@ fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
         );
     }
     let sem = Semantics::of(p, opts.inplace).map_err(anyhow::Error::msg)?;
+    // Every region, plus the logical inputs kept for the reference.
+    let inputs =
+        (p.ngpus as u64).saturating_mul(sem.extent(crate::ir::Buffer::Input).unwrap_or(0) as u64);
+    let bytes = chunk_slots(p, &sem)
+        .saturating_add(inputs)
+        .saturating_mul((opts.elements / p.nchunksperloop) as u64)
+        .saturating_mul(opts.dtype.size() as u64);
+    if bytes > MAX_RUN_BYTES {
+        bail!(
+            "a message of {} bytes needs {} MiB of buffers on {} ranks (limit {} MiB): use a smaller size",
+            opts.elements.saturating_mul(opts.dtype.size()),
+            bytes >> 20,
+            p.ngpus,
+            MAX_RUN_BYTES >> 20
+        );
+    }
     match opts.dtype {
         DataType::F32 => run_typed::<f32>(p, sem, opts),
         DataType::F64 => run_typed::<f64>(p, sem, opts),

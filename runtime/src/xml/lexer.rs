@@ -9,6 +9,9 @@ use super::XmlError;
 pub const MAX_ATTRS: usize = 16;
 /// Names and values must stay below this length.
 pub const MAX_STR_LEN: usize = 255;
+/// Deepest element nesting read (MSCCL XML needs 4: algo, gpu, tb, step); deeper input is
+/// rejected instead of recursing without bound.
+pub const MAX_DEPTH: usize = 16;
 
 /// One element with its attributes (in order) and children.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,24 +166,23 @@ impl<'a> Lexer<'a> {
 
     /// Reads the next node (skipping comments); None at end of input.
     fn node(&mut self) -> Result<Option<Node>, XmlError> {
-        let Some(c) = self.skip_space() else {
-            return Ok(None);
-        };
-        if c != '<' {
-            return Err(self.err(
-                "",
-                format!("XML Parse error : expecting '<', got '{}'", show_char(c)),
-            ));
-        }
-        let line = self.line;
-        if self.chars.peek() == Some(&'!') {
-            let opener: String = self.chars.clone().take(3).collect();
-            if opener == "!--" {
-                self.chars.nth(2);
-                self.skip_comment()?;
-                return self.node();
+        let line = loop {
+            let Some(c) = self.skip_space() else {
+                return Ok(None);
+            };
+            if c != '<' {
+                return Err(self.err(
+                    "",
+                    format!("XML Parse error : expecting '<', got '{}'", show_char(c)),
+                ));
             }
-        }
+            let opener: String = self.chars.clone().take(3).collect();
+            if opener != "!--" {
+                break self.line;
+            }
+            self.chars.nth(2);
+            self.skip_comment()?;
+        };
         let (name, _, last) = self.token("", false)?;
         if name.is_empty() && last == '/' {
             let (close, _, last) = self.token("", false)?;
@@ -222,6 +224,14 @@ impl<'a> Lexer<'a> {
                 ));
             };
             slots += 1;
+            if el.attrs.iter().any(|(k, _)| *k == key) {
+                return Err(XmlError::new(
+                    self.line,
+                    &el.name,
+                    Some(&key),
+                    "duplicate attribute (the runtime would read only the first)",
+                ));
+            }
             if slots > MAX_ATTRS {
                 return Err(XmlError::new(self.line, &el.name, Some(&key), format!(
                     "more than {MAX_ATTRS} attributes: the runtime ignores this one and any after it"
@@ -248,8 +258,14 @@ impl<'a> Lexer<'a> {
         Ok(Node::Open(el))
     }
 
-    /// Reads the children of an open element up to its closing tag.
-    fn children(&mut self, el: &mut Element) -> Result<(), XmlError> {
+    /// Reads the children of an open element, `depth` levels deep, up to its closing tag.
+    fn children(&mut self, el: &mut Element, depth: usize) -> Result<(), XmlError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err(
+                &el.name,
+                format!("elements nested deeper than {MAX_DEPTH} levels"),
+            ));
+        }
         loop {
             match self.node()? {
                 None => return Err(self.err(&el.name, "XML Parse : Unexpected EOF")),
@@ -266,7 +282,7 @@ impl<'a> Lexer<'a> {
                 }
                 Some(Node::SelfClosed(child)) => el.children.push(child),
                 Some(Node::Open(mut child)) => {
-                    self.children(&mut child)?;
+                    self.children(&mut child, depth + 1)?;
                     el.children.push(child);
                 }
             }
@@ -293,7 +309,7 @@ pub fn parse_document(text: &str) -> Result<Element, XmlError> {
         }
         Some(Node::SelfClosed(el)) => el,
         Some(Node::Open(mut el)) => {
-            lx.children(&mut el)?;
+            lx.children(&mut el, 1)?;
             el
         }
     };

@@ -17,6 +17,9 @@ use std::fmt;
 
 /// Most `re` steps the runtime fuses into one transmission.
 pub const MAX_REDUCE_FUSION: usize = 16;
+/// Most GPUs (`ngpus`) the reader accepts (README "Limits"; synth's fabrics have at most as
+/// many ranks), checked before anything per GPU is allocated.
+pub const MAX_NGPUS: usize = 4096;
 
 /// A reader error: where (line, element, attribute) and what, in the runtime's words where it
 /// has some.
@@ -58,7 +61,9 @@ impl fmt::Display for XmlError {
         if let Some(a) = &self.attribute {
             write!(f, ", attribute {a}")?;
         }
-        write!(f, ": {}", self.message)
+        // Values quoted in the message may hold line breaks; the error stays one line.
+        let message = self.message.replace('\n', "\\n").replace('\r', "\\r");
+        write!(f, ": {message}")
     }
 }
 

@@ -4,7 +4,7 @@
 //! become in-memory indices.
 
 use super::lexer::{parse_document, Element};
-use super::{XmlError, MAX_REDUCE_FUSION};
+use super::{XmlError, MAX_NGPUS, MAX_REDUCE_FUSION};
 use crate::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use crate::semantics::Semantics;
 use std::collections::HashMap;
@@ -228,8 +228,9 @@ fn read_algo(el: &Element) -> Result<Header, XmlError> {
         )
     })?;
     let nchannels = int_in(el, "nchannels", 1, MAX_CHANNELS)? as usize;
-    let nchunks = int_in(el, "nchunksperloop", 1, i64::from(i32::MAX))? as usize;
-    let ngpus = int_in(el, "ngpus", 1, i64::from(i32::MAX))? as usize;
+    // Every collective has a buffer of nchunksperloop chunks that offsets (int16) must reach.
+    let nchunks = int_in(el, "nchunksperloop", 1, MAX_OFFSET + 1)? as usize;
+    let ngpus = int_in(el, "ngpus", 1, MAX_NGPUS as i64)? as usize;
     let coll = attr(el, "coll")?;
     let collective = Collective::from_xml_name(coll)
         .ok_or_else(|| err(el, "coll", format!("MSCCL: unsupported collective: {coll}")))?;
@@ -283,6 +284,16 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
             el,
             "s_chunks",
             "MSCCL: nScratchChunks must be not negative.",
+        ));
+    }
+    if s > MAX_OFFSET + 1 {
+        return Err(err(
+            el,
+            "s_chunks",
+            format!(
+                "s_chunks={s}: offsets (int16) reach at most {} chunks",
+                MAX_OFFSET + 1
+            ),
         ));
     }
     let scratch_chunks = s as usize;

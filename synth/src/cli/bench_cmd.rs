@@ -22,10 +22,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "dgx1-allgather-pareto,dgx1-alltoall-8-8-3")]
     cases: String,
     /// Runs per case.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::limits::iterations)]
     repeat: usize,
     /// Time limit per run, seconds.
-    #[arg(long, default_value_t = 900.0)]
+    #[arg(long, default_value_t = 900.0, allow_negative_numbers = true, value_parser = super::limits::seconds)]
     time_limit: f64,
     /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale issue).
     #[arg(long)]

@@ -2,6 +2,7 @@
 //! algorithm per message-size range, as MSCCL XML files with disjoint `[minBytes, maxBytes]`
 //! ranges, a manifest, a README and busbw plots (see [`crate::catalog`]).
 
+use super::limits;
 use crate::catalog::{self, bytes_label, Options};
 use crate::collective::Kind;
 use crate::progress::Progress;
@@ -41,16 +42,17 @@ pub struct CatalogArgs {
     add: Vec<String>,
     /// Wall-clock limit of each search in seconds (a cut-short Pareto search keeps what it
     /// found).
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, allow_negative_numbers = true, value_parser = limits::seconds)]
     time_limit: f64,
     /// Cap on the steps a search tries.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = limits::max_steps)]
     max_steps: usize,
     /// Cap on the chunks a search tries.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = limits::chunks)]
     max_chunks: usize,
-    /// Replication counts (channels) each algorithm is lowered with, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    /// Replication counts (channels, at most 32) each algorithm is lowered with,
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4", value_parser = limits::instances)]
     instances: Vec<usize>,
     /// Size grid (nccl-tests bytes): `MIN:MAX[:FACTOR]` with K/M/G suffixes.
     #[arg(long, default_value = catalog::DEFAULT_SIZES)]
@@ -73,7 +75,10 @@ fn parse_add(spec: &str) -> Result<(Kind, usize, usize, usize)> {
         .collect::<std::result::Result<_, _>>()
         .map_err(|_| bad())?;
     match nums.as_slice() {
-        &[s, r, c] if s >= 1 && r >= 1 && c >= 1 => Ok((kind, s, r, c)),
+        &[s, r, c] => {
+            limits::instance(s, r, c).map_err(|e| anyhow!("--add {spec}: {e}"))?;
+            Ok((kind, s, r, c))
+        }
         _ => Err(bad()),
     }
 }

@@ -16,8 +16,8 @@ pub struct LowerArgs {
     /// explicit maxBytes).
     #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
     pub flavor: String,
-    /// Replicate the algorithm over N channels, each with 1/N of every chunk.
-    #[arg(long, default_value_t = 1)]
+    /// Replicate the algorithm over N channels (at most 32), each with 1/N of every chunk.
+    #[arg(long, default_value_t = 1, value_parser = super::limits::instances)]
     pub instances: usize,
     /// NCCL protocol written in the XML: Simple, LL or LL128.
     #[arg(long, default_value = "Simple", value_parser = ["Simple", "LL", "LL128"])]

@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod catalog_cmd;
 mod compile_cmd;
+mod limits;
 mod lower_args;
 mod method_args;
 mod run_cmd;
@@ -56,9 +57,9 @@ struct BoundsArgs {
     /// Collective name, or a custom collective file (.toml/.json).
     #[arg(long)]
     coll: String,
-    /// Root rank of broadcast, reduce, gather and scatter.
-    #[arg(long, default_value_t = 0)]
-    root: usize,
+    /// Root rank of broadcast, reduce, gather and scatter (default 0).
+    #[arg(long)]
+    root: Option<usize>,
 }
 
 /// Parses `args` (including the program name) and runs the command, writing results to

@@ -34,10 +34,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "sum")]
     op: String,
     /// Timed iterations per size.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::limits::iterations)]
     iters: usize,
     /// Untimed warm-up iterations per size.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::limits::iterations)]
     warmup: usize,
     /// Executor backend: cpu (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
@@ -58,8 +58,7 @@ impl RunArgs {
 pub fn read_program(path: &str) -> Result<Program> {
     if path.ends_with(".json") {
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-        return serde_json::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("{path}:{}: {e}", e.line()));
+        return serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e));
     }
     runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }

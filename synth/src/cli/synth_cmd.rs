@@ -1,5 +1,6 @@
 //! The main command: `synth --topo T --coll C [search options]`.
 
+use super::limits;
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, lower_bounds};
 use crate::collective::{Collective, Kind};
@@ -28,17 +29,17 @@ pub struct SynthArgs {
     /// scatter) or a custom collective file (.toml/.json).
     #[arg(long)]
     coll: Option<String>,
-    /// Root rank of broadcast, reduce, gather and scatter.
-    #[arg(long, default_value_t = 0)]
-    root: usize,
+    /// Root rank of broadcast, reduce, gather and scatter (default 0).
+    #[arg(long)]
+    root: Option<usize>,
     /// Solve one instance with this many steps (needs --rounds and --chunks).
-    #[arg(long, requires_all = ["rounds"])]
+    #[arg(long, requires_all = ["rounds"], value_parser = limits::steps)]
     steps: Option<usize>,
     /// Total rounds R (with --steps: one instance; with --least-steps: at most R).
-    #[arg(long)]
+    #[arg(long, value_parser = limits::rounds)]
     rounds: Option<usize>,
     /// Chunks C each original chunk is split into.
-    #[arg(long)]
+    #[arg(long, value_parser = limits::chunks)]
     chunks: Option<usize>,
     /// Find the least number of steps (then the least rounds for it).
     #[arg(long, conflicts_with_all = ["steps", "pareto"])]
@@ -47,14 +48,14 @@ pub struct SynthArgs {
     #[arg(long)]
     pareto: bool,
     /// Cap on the number of steps a search tries (per phase for allreduce).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = limits::max_steps)]
     max_steps: usize,
     /// Cap on the number of chunks a search tries.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = limits::chunks)]
     max_chunks: usize,
     /// Wall-clock limit for the whole search, in seconds; the frontier found so far is
     /// printed and marked partial when it is reached.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = limits::seconds)]
     time_limit: f64,
     #[command(flatten)]
     encoding: super::method_args::MethodArgs,
@@ -70,11 +71,15 @@ pub struct SynthArgs {
 }
 
 /// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
-pub fn load_collective(coll: &str, topo: &Topology, root: usize) -> Result<Collective> {
+/// `root` is `--root`, checked by [`limits::root`].
+pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Result<Collective> {
     let collective = if coll.ends_with(".toml") || coll.ends_with(".json") {
+        limits::root(None, root, topo.ranks)?;
         Collective::from_file(coll, 1)?
     } else {
-        Collective::new(coll.parse::<Kind>()?, topo.ranks, root, 1)?
+        let kind = coll.parse::<Kind>()?;
+        let root = limits::root(Some(kind), root, topo.ranks)?;
+        Collective::new(kind, topo.ranks, root, 1)?
     };
     if collective.ranks != topo.ranks {
         bail!(
@@ -386,7 +391,13 @@ const BOUNDS_LP_SECONDS: u64 = 60;
 
 /// `synth bounds`: the lower bounds of a collective on a topology: steps and rounds per chunk
 /// (what the main command reports for the engine `auto` picks), and the bandwidth optimum.
-pub fn bounds(topo: &str, coll: &str, root: usize, json: bool, out: &mut dyn Write) -> Result<()> {
+pub fn bounds(
+    topo: &str,
+    coll: &str,
+    root: Option<usize>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
     let topo = topology::load(topo)?;
     let collective = load_collective(coll, &topo, root)?;
     let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);

@@ -6,6 +6,7 @@
 
 use super::model::{Link, SwitchConstraint, Topology};
 use anyhow::{bail, Result};
+use std::collections::HashSet;
 
 /// The families [`generate`] knows, with their default size and a one-line description.
 pub const GENERATORS: &[(&str, &str, &str)] = &[
@@ -86,9 +87,11 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
     let mut switches = Vec::new();
     let n = match (name, size) {
         ("torus-2d", GenSize::Grid(r, c)) => {
-            if r == 0 || c == 0 || r * c < 2 {
+            let n = r.saturating_mul(c);
+            if r == 0 || c == 0 || n < 2 {
                 bail!("torus-2d needs at least 2 ranks, got {r}x{c}");
             }
+            super::check_size(n, n.saturating_mul(4))?;
             for i in 0..r {
                 for j in 0..c {
                     let me = i * c + j;
@@ -110,6 +113,11 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
             if n < 2 {
                 bail!("{name} needs at least 2 ranks, got {n}");
             }
+            let links = match name {
+                "fully-connected" | "hub-and-spoke" => n.saturating_mul(n - 1),
+                _ => n.saturating_mul(2),
+            };
+            super::check_size(n, links)?;
             match name {
                 "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),
                 "line" => pairs.extend((0..n - 1).map(|i| (i, i + 1))),
@@ -134,9 +142,10 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
         _ => bail!("unknown generator '{name}'"),
     };
     let mut links: Vec<Link> = Vec::new();
+    let mut seen = HashSet::new();
     for (a, b) in pairs {
         for (src, dst) in [(a, b), (b, a)] {
-            if src != dst && !links.iter().any(|l| l.src == src && l.dst == dst) {
+            if src != dst && seen.insert((src, dst)) {
                 links.push(Link {
                     src,
                     dst,

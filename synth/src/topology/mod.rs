@@ -33,6 +33,24 @@ use std::path::{Path, PathBuf};
 /// How deep multi-node files may include other files (guards against cycles).
 const MAX_DEPTH: usize = 8;
 
+/// Most ranks a fabric may have (README "Limits"); checked before anything is allocated.
+pub const MAX_RANKS: usize = 4096;
+/// Most directed links a fabric may have (a fat-tree of 128 DGX-A100 nodes has about 1.05
+/// million); checked before the links are built.
+pub const MAX_LINKS: usize = 1 << 21;
+
+/// Checks a fabric's size against [`MAX_RANKS`] and [`MAX_LINKS`] before it is built
+/// (callers compute sizes with saturating arithmetic, so overflow reads as too large).
+pub fn check_size(ranks: usize, links: usize) -> Result<()> {
+    if ranks > MAX_RANKS {
+        bail!("{ranks} ranks exceed the limit of {MAX_RANKS}");
+    }
+    if links > MAX_LINKS {
+        bail!("{links} links exceed the limit of {MAX_LINKS}");
+    }
+    Ok(())
+}
+
 /// A loaded topology with the NIC facts of its file (used when it becomes a node).
 pub(crate) struct Loaded {
     pub topology: Topology,

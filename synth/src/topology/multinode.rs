@@ -76,6 +76,15 @@ pub fn compose(
     if g == 0 {
         bail!("node '{}' has no ranks", node.name);
     }
+    let ranks = g.saturating_mul(nodes);
+    let remote = match network {
+        Network::FatTree => ranks - g,
+        Network::Rail => nodes - 1,
+    };
+    let links =
+        (node.links.len().saturating_mul(nodes)).saturating_add(ranks.saturating_mul(remote));
+    super::check_size(ranks, links)
+        .map_err(|e| anyhow::anyhow!("{nodes} nodes of {g} GPUs: {e}"))?;
     if !(nic.bandwidth.is_finite() && nic.bandwidth > 0.0) {
         bail!("NIC bandwidth must be positive, got {}", nic.bandwidth);
     }

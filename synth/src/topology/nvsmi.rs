@@ -16,6 +16,9 @@ use anyhow::{anyhow, bail, Result};
 
 /// The most NVLinks any GPU generation has (H100: 18); more in one row means an NVSwitch.
 pub const MAX_DIRECT_NVLINKS: u32 = 18;
+/// The largest `NV#` cell accepted: no GPU has more NVLinks (or NVSwitch ports) than this,
+/// so a larger count is a corrupt file, not a fabric.
+pub const MAX_CELL_NVLINKS: u32 = 64;
 
 /// Parameters of the import.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +89,7 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
     let h = header_line(&lines).ok_or_else(|| anyhow!("no header row starting with GPU0"))?;
     let header: Vec<&str> = lines[h].split_whitespace().collect();
     let n = header.iter().take_while(|t| gpu_index(t).is_some()).count();
+    super::check_size(n, 0).map_err(|e| anyhow!("line {}: header: {e}", h + 1))?;
     for (i, t) in header.iter().take(n).enumerate() {
         if gpu_index(t) != Some(i) {
             bail!(
@@ -132,6 +136,12 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
                     no + 1
                 );
             };
+            if k > MAX_CELL_NVLINKS {
+                bail!(
+                    "line {}: {first} column GPU{j}: cell '{cell}' has more NVLinks than any GPU (at most {MAX_CELL_NVLINKS})",
+                    no + 1
+                );
+            }
             if i == j && k != 0 {
                 bail!("line {}: {first} has NVLinks to itself", no + 1);
             }

@@ -277,6 +277,13 @@ impl Builder<'_, '_> {
                 format!("non-positive bandwidth {}", l.bandwidth),
             ));
         }
+        if self.links.len() >= super::MAX_LINKS {
+            return Err(self.src.err(
+                span,
+                field,
+                format!("more than {} links (the limit)", super::MAX_LINKS),
+            ));
+        }
         if let Some(&i) = self.index.get(&(l.src, l.dst)) {
             return Err(self.src.err(
                 span,
@@ -292,6 +299,33 @@ impl Builder<'_, '_> {
         self.from.push(field.to_string());
         Ok(())
     }
+}
+
+/// Checks the ranks and the links the matrix and the NVSwitch will add (to `base` links)
+/// against the limits before any is built.
+fn check_size(src: &Source, file: &TopologyFile, ranks: usize, base: usize) -> Result<()> {
+    let span = file.ranks.as_ref().map(Spanned::span);
+    let span = span.or_else(|| file.matrix.as_ref().map(Spanned::span));
+    super::check_size(ranks, 0).map_err(|e| src.err(span, "ranks", e))?;
+    let mut links = base;
+    if let Some(m) = &file.matrix {
+        let rows = m.get_ref().iter();
+        let nonzero: usize = rows
+            .map(|r| r.get_ref().iter().filter(|&&k| k != 0).count())
+            .sum();
+        links = links.saturating_add(nonzero);
+        super::check_size(ranks, links).map_err(|e| src.err(sp(m), "matrix", e))?;
+    }
+    if let Some(nv) = &file.nvswitch {
+        let members = nv
+            .get_ref()
+            .ranks
+            .as_ref()
+            .map_or(ranks, |r| r.get_ref().len());
+        links = links.saturating_add(members.saturating_mul(members));
+        super::check_size(ranks, links).map_err(|e| src.err(sp(nv), "nvswitch", e))?;
+    }
+    Ok(())
 }
 
 fn positive(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
@@ -403,6 +437,12 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         let span = file.ranks.as_ref().and_then(sp);
         return Err(src.err(span, "ranks", "must be at least 1"));
     }
+    check_size(
+        src,
+        &file,
+        ranks,
+        base.as_ref().map_or(0, |(t, _)| t.links.len()),
+    )?;
 
     let mut b = Builder {
         src,
@@ -599,6 +639,13 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
                 sp(n),
                 "node_of",
                 format!("has {} entries but ranks = {ranks}", n.get_ref().len()),
+            ));
+        }
+        if let Some(k) = n.get_ref().iter().find(|&&k| k >= ranks) {
+            return Err(src.err(
+                sp(n),
+                "node_of",
+                format!("node {k} is not below ranks = {ranks}"),
             ));
         }
         node_of = n.get_ref().clone();

@@ -1,0 +1,112 @@
+//! Limits on the command line's numeric options (README "Limits"), as clap value parsers: a
+//! value outside its limit is rejected in one line before anything is loaded or solved.
+
+use crate::collective::Kind;
+use anyhow::{bail, Result};
+
+/// Most steps of one instance (`--steps`).
+pub const MAX_STEPS: usize = 256;
+/// Most rounds of one instance or search (`--rounds`).
+pub const MAX_ROUNDS: usize = 256;
+/// Highest step cap of a search (`--max-steps`).
+pub const MAX_SEARCH_STEPS: usize = 1024;
+/// Most chunks each original chunk is split into (`--chunks`, `--max-chunks`).
+pub const MAX_CHUNKS: usize = 64;
+/// Most channels an algorithm is replicated over (`--instances`; the runtimes' MAXCHANNELS).
+pub const MAX_INSTANCES: usize = 32;
+/// Longest time limit in seconds (`--time-limit`): one year.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+/// Most timed or warm-up iterations (`--iters`, `--warmup`) and bench runs (`--repeat`).
+pub const MAX_ITERS: usize = 10_000;
+
+/// Parses an integer in `lo..=hi`.
+fn integer(text: &str, lo: usize, hi: usize) -> Result<usize, String> {
+    let v: usize = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected an integer from {lo} to {hi}"))?;
+    if v < lo || v > hi {
+        return Err(format!("{v} is not between {lo} and {hi}"));
+    }
+    Ok(v)
+}
+
+/// `--steps`: 1 to [`MAX_STEPS`].
+pub fn steps(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_STEPS)
+}
+
+/// `--rounds`: 1 to [`MAX_ROUNDS`].
+pub fn rounds(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_ROUNDS)
+}
+
+/// `--max-steps`: 1 to [`MAX_SEARCH_STEPS`].
+pub fn max_steps(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_SEARCH_STEPS)
+}
+
+/// `--chunks` and `--max-chunks`: 1 to [`MAX_CHUNKS`].
+pub fn chunks(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_CHUNKS)
+}
+
+/// `--instances`: 1 to [`MAX_INSTANCES`].
+pub fn instances(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_INSTANCES)
+}
+
+/// `--iters`, `--warmup` and `--repeat`: 0 to [`MAX_ITERS`].
+pub fn iterations(text: &str) -> Result<usize, String> {
+    integer(text, 0, MAX_ITERS)
+}
+
+/// `--time-limit`: a positive number of seconds up to [`MAX_SECONDS`].
+pub fn seconds(text: &str) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds".to_string())?;
+    if !(v > 0.0 && v <= MAX_SECONDS) {
+        return Err(format!(
+            "must be a positive number of seconds, at most {MAX_SECONDS} (a year)"
+        ));
+    }
+    Ok(v)
+}
+
+/// Checks the steps, rounds and chunks of one instance (`synth catalog --add`) against their
+/// limits.
+pub fn instance(steps: usize, rounds: usize, chunks: usize) -> Result<()> {
+    for (what, v, hi) in [
+        ("steps", steps, MAX_STEPS),
+        ("rounds", rounds, MAX_ROUNDS),
+        ("chunks", chunks, MAX_CHUNKS),
+    ] {
+        if v == 0 || v > hi {
+            bail!("{what} {v} is not between 1 and {hi}");
+        }
+    }
+    Ok(())
+}
+
+/// The root of a collective: `--root` only for rooted collectives (`kind` None is a custom
+/// collective file, which has none), and only a rank of the topology; 0 when not given.
+pub fn root(kind: Option<Kind>, root: Option<usize>, ranks: usize) -> Result<usize> {
+    let Some(r) = root else { return Ok(0) };
+    match kind {
+        Some(k) if k.is_rooted() => {
+            if r >= ranks {
+                bail!(
+                    "--root {r} is out of range: the topology has ranks 0..{}",
+                    ranks.saturating_sub(1)
+                );
+            }
+            Ok(r)
+        }
+        Some(k) => {
+            bail!("--root {r}: {k} has no root (only broadcast, reduce, gather and scatter do)")
+        }
+        None => bail!("--root {r}: a custom collective file has no root"),
+    }
+}

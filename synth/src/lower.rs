@@ -181,11 +181,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let mut channel_of = |u: usize, v: usize, address: usize| {
         let base = base_channel(address);
         let count = carried.entry((u, v, base)).or_insert(0);
-        let extra = if options.max_transfers == 0 {
-            0
-        } else {
-            *count / options.max_transfers
-        };
+        let extra = count.checked_div(options.max_transfers).unwrap_or(0);
         *count += 1;
         base + extra * base_channels
     };

@@ -91,11 +91,19 @@ impl<'a> Searcher<'a> {
             round_caps: &round_caps,
         };
         let ladder = symmetry_ladder(self.topology, &collective, &self.automorphisms);
-        let outcome = if ladder.is_empty() {
+        let mut outcome = if ladder.is_empty() {
             traced(&full, deadline, SolveOptions::default(), "full")
         } else {
             race(&full, &ladder, deadline)
         };
+        // A model from the raced, restarted solves has (rarely, under heavy load) violated the
+        // round budget; such a model is discarded and the full formula solved once more
+        // without restarts. A second bad model is an error: nothing unchecked gets out.
+        let invalid =
+            |a: &Algorithm| a.rounds() as usize > rounds || check(a, self.topology).is_err();
+        if matches!(&outcome, Outcome::Sat(a) if invalid(a)) {
+            outcome = traced(&full, deadline, SolveOptions::default(), "full (re-solve)");
+        }
         Ok(match outcome {
             Outcome::Sat(algorithm) => {
                 if algorithm.rounds() as usize > rounds {

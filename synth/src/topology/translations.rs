@@ -83,7 +83,7 @@ impl Translations {
 /// cycles first, so that few generators reach the whole group.
 fn numbering_shifts(n: usize) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
-    for block in (2..=n).rev().filter(|b| n % b == 0) {
+    for block in (2..=n).rev().filter(|b| n.is_multiple_of(*b)) {
         out.push(
             (0..n)
                 .map(|r| (r / block) * block + (r % block + 1) % block)

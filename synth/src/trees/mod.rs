@@ -101,8 +101,9 @@ pub fn synthesize_trees(
                 .collect()
         })
         .collect();
+    let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let (chunks, counts, scheduled) =
-        schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, limits.max_chunks);
+        schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
     let algorithm = schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts)?;
     Ok(TreeResult {
         algorithm,
@@ -112,6 +113,15 @@ pub fn synthesize_trees(
         symmetry: group.order(),
         rounds: packing.rounds,
     })
+}
+
+/// The most pieces per root whose lowered program still fits the runtimes: an allgather puts
+/// about N(N−1)·C transfers on the fabric's links, and one link's connections hold at most
+/// 32 channels of 64-step threadblocks; half of that leaves room for uneven links.
+fn expressible_chunks(topology: &Topology) -> usize {
+    let n = topology.ranks as f64;
+    let per_link = (crate::lower::MAX_CHANNELS * 64) as f64 / 2.0;
+    ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
 }
 
 /// Automorphisms fixing a root tried per root to vary its trees.

@@ -230,7 +230,10 @@ pub fn chunk_slots(p: &Program, sem: &Semantics) -> u64 {
 }
 
 /// Rejects a program whose symbolic execution would need more than [`MAX_VERIFY_BYTES`]: about
-/// 48 bytes per buffer slot and a vector clock (8 bytes per threadblock) per threadblock.
+/// 48 bytes per buffer slot plus the vector clocks (4 bytes an entry): with full clocks, one
+/// per threadblock and per dependency target, as wide as the program's threadblocks; with
+/// rank-local clocks (over [`FULL_CLOCK_THREADBLOCKS`]), one per threadblock and per step, as
+/// wide as the rank's threadblocks.
 fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
     let slots = chunk_slots(p, sem);
     let tbs = p
@@ -238,9 +241,31 @@ fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
         .iter()
         .map(|g| g.threadblocks.len() as u64)
         .sum::<u64>();
-    let bytes = slots
-        .saturating_mul(48)
-        .saturating_add(tbs.saturating_mul(tbs).saturating_mul(8));
+    let clocks = if tbs as usize > FULL_CLOCK_THREADBLOCKS {
+        p.gpus
+            .iter()
+            .map(|g| {
+                let n = g.threadblocks.len() as u64;
+                let steps: u64 = g.threadblocks.iter().map(|t| t.steps.len() as u64).sum();
+                n.saturating_mul(n.saturating_add(steps)).saturating_mul(4)
+            })
+            .fold(0u64, u64::saturating_add)
+    } else {
+        let targets: std::collections::HashSet<(usize, usize, usize)> = p
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.threadblocks.iter().flat_map(move |t| {
+                    t.steps
+                        .iter()
+                        .flat_map(move |st| st.deps.iter().map(move |d| (g.rank, d.tb, d.step)))
+                })
+            })
+            .collect();
+        tbs.saturating_mul(tbs.saturating_add(targets.len() as u64))
+            .saturating_mul(4)
+    };
+    let bytes = slots.saturating_mul(48).saturating_add(clocks);
     if bytes > MAX_VERIFY_BYTES {
         return Err(VerifyError::Malformed(format!(
             "too large to verify: {slots} buffer chunks and {tbs} threadblocks need about {} MiB (limit {} MiB)",

@@ -90,6 +90,7 @@ impl Algorithm {
                 sends: s
                     .sends
                     .iter()
+                    .rev()
                     .map(|x| Send {
                         chunk: x.chunk,
                         src: x.dst,

@@ -100,17 +100,8 @@ impl FlowNetwork {
             merged.insert((inside(j), outside(j)), cap);
         }
         // Constraints governing each link, those that look like a sender's port first.
-        let mut governing: Vec<Vec<usize>> = vec![Vec::new(); topology.links.len()];
+        let mut governing = topology.governing_constraints(&topology.out_link_ids());
         let mut slowest_ok = true;
-        for (j, sw) in topology.switches.iter().enumerate() {
-            let srcs: HashSet<usize> = sw.srcs.iter().copied().collect();
-            let dsts: HashSet<usize> = sw.dsts.iter().copied().collect();
-            for (i, l) in topology.links.iter().enumerate() {
-                if srcs.contains(&l.src) && dsts.contains(&l.dst) {
-                    governing[i].push(j);
-                }
-            }
-        }
         for (i, l) in topology.links.iter().enumerate() {
             let chain = &mut governing[i];
             chain.sort_by_key(|&j| {

@@ -100,16 +100,16 @@ pub fn allgather_rate(net: &FlowNetwork, targets: &[usize]) -> Result<Rate> {
     if net.ranks < 2 {
         bail!("a collective needs at least 2 ranks");
     }
-    // Start from the best single-rank cut.
-    let mut best: Option<(i128, i128, Vec<usize>)> = None;
-    for r in 0..net.ranks {
-        let mut inside = vec![false; net.vertices];
-        inside[r] = true;
-        let cap = net.out_capacity(&inside);
-        if best.as_ref().is_none_or(|(b, _, _)| cap < *b) {
-            best = Some((cap, 1, vec![r]));
+    // Start from the best single-rank cut (every edge leaving a rank, in one pass).
+    let mut leaving = vec![0i128; net.ranks];
+    for &(a, _, c) in &net.edges {
+        if a < net.ranks {
+            leaving[a] += c;
         }
     }
+    let best = (0..net.ranks)
+        .min_by_key(|&r| leaving[r])
+        .map(|r| (leaving[r], 1i128, vec![r]));
     let (mut num, mut den, mut cut) = best.expect("at least two ranks");
     let mut state = Broadcasters::new(net);
     // Dinkelbach: each round either proves the rate or finds a cut with a smaller ratio.

@@ -12,8 +12,6 @@ pub struct TopologyIndex {
     pub link_of: HashMap<(usize, usize), usize>,
     /// Ids of the links leaving each rank.
     pub out_links: Vec<Vec<usize>>,
-    /// Ids of the links entering each rank.
-    pub in_links: Vec<Vec<usize>>,
     /// Ids of the switch constraints governing each link.
     pub governing: Vec<Vec<usize>>,
     /// Hop distances (`None`: unreachable).
@@ -23,39 +21,52 @@ pub struct TopologyIndex {
 }
 
 impl Topology {
-    /// Builds the [`TopologyIndex`] of this topology.
-    pub fn index(&self) -> TopologyIndex {
-        let n = self.ranks;
-        let mut link_of = HashMap::with_capacity(self.links.len());
-        let mut out_links = vec![Vec::new(); n];
-        let mut in_links = vec![Vec::new(); n];
+    /// Ids of the links leaving each rank.
+    pub(crate) fn out_link_ids(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new(); self.ranks];
         for (i, l) in self.links.iter().enumerate() {
-            link_of.insert((l.src, l.dst), i);
-            out_links[l.src].push(i);
-            in_links[l.dst].push(i);
+            out[l.src].push(i);
         }
-        // Constraints by source rank, then filtered by destination: linear in what they cover.
+        out
+    }
+
+    /// Ids of the switch constraints governing each link: each constraint's sources' links,
+    /// filtered by destination (linear in what the constraints cover, not links × constraints).
+    pub(crate) fn governing_constraints(&self, out_links: &[Vec<usize>]) -> Vec<Vec<usize>> {
+        let n = self.ranks;
         let mut governing = vec![Vec::new(); self.links.len()];
+        let mut is_dst = vec![false; n];
         for (j, sw) in self.switches.iter().enumerate() {
-            let mut is_dst = vec![false; n];
-            for &d in &sw.dsts {
-                if d < n {
-                    is_dst[d] = true;
-                }
-            }
+            sw.dsts
+                .iter()
+                .filter(|&&d| d < n)
+                .for_each(|&d| is_dst[d] = true);
             for &s in &sw.srcs {
                 for &i in out_links.get(s).map_or(&[][..], |v| v.as_slice()) {
-                    if is_dst[self.links[i].dst] && !governing[i].contains(&j) {
+                    if is_dst[self.links[i].dst] && governing[i].last() != Some(&j) {
                         governing[i].push(j);
                     }
                 }
             }
+            sw.dsts
+                .iter()
+                .filter(|&&d| d < n)
+                .for_each(|&d| is_dst[d] = false);
         }
+        governing
+    }
+
+    /// Builds the [`TopologyIndex`] of this topology.
+    pub fn index(&self) -> TopologyIndex {
+        let mut link_of = HashMap::with_capacity(self.links.len());
+        for (i, l) in self.links.iter().enumerate() {
+            link_of.insert((l.src, l.dst), i);
+        }
+        let out_links = self.out_link_ids();
         TopologyIndex {
             link_of,
+            governing: self.governing_constraints(&out_links),
             out_links,
-            in_links,
-            governing,
             distances: self.distances(),
             capacities: self.capacities().ok(),
         }

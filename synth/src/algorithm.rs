@@ -40,6 +40,11 @@ pub struct Algorithm {
     pub collective: Collective,
     /// The steps in order.
     pub steps: Vec<Step>,
+    /// Channels the lowering spreads each chunk's pieces over (piece k on channel k mod
+    /// this), set by engines whose pieces follow disjoint paths (rings) and must not wait
+    /// behind each other in one threadblock; `None` leaves it to the lowering options.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub piece_channels: Option<usize>,
 }
 
 impl Algorithm {
@@ -104,6 +109,7 @@ impl Algorithm {
             topology: self.topology.clone(),
             collective,
             steps,
+            piece_channels: self.piece_channels,
         }
     }
 
@@ -154,6 +160,7 @@ impl Algorithm {
             topology: self.topology.clone(),
             collective,
             steps,
+            piece_channels: self.piece_channels,
         }
     }
 

@@ -170,6 +170,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let fused = options.flavor != Flavor::Rccl;
     let spread = options
         .piece_channels
+        .max(algorithm.piece_channels.unwrap_or(1))
         .clamp(1, (MAX_CHANNELS / instances).max(1));
     let base_channels = spread * instances;
     let pieces = coll.chunks_per_rank;
@@ -331,7 +332,9 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
         *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
     }
     let busiest = per_link.values().copied().max().unwrap_or(0);
-    let spread = options.piece_channels.max(1);
+    let spread = options
+        .piece_channels
+        .max(algorithm.piece_channels.unwrap_or(1));
     let base = spread * options.instances.max(1);
     let per_channel = busiest.div_ceil(spread);
     let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {

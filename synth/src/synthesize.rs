@@ -393,6 +393,12 @@ fn allreduce_instance(
 /// least common chunk count (an algorithm at C chunks runs at k·C chunks with k× the rounds).
 fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algorithm> {
     let c = num_integer_lcm(rs.chunks(), ag.chunks());
+    // A channel hint survives only where neither half is re-split and both agree.
+    let piece_channels = if rs.chunks() == c && ag.chunks() == c {
+        rs.piece_channels.max(ag.piece_channels)
+    } else {
+        None
+    };
     let (x, y) = (rs.refined(c), ag.refined(c));
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
@@ -408,6 +414,7 @@ fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algori
         topology: topology.name.clone(),
         collective,
         steps,
+        piece_channels,
     };
     check(&algorithm, topology).with_context(|| {
         format!(

@@ -483,5 +483,6 @@ pub fn build_algorithm(
         topology: topology.name.clone(),
         collective: coll.clone(),
         steps,
+        piece_channels: None,
     })
 }

@@ -449,6 +449,7 @@ impl Encoding {
             topology: inst.topology.name.clone(),
             collective: coll.clone(),
             steps,
+            piece_channels: None,
         }
     }
 }

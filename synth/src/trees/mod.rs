@@ -15,6 +15,7 @@
 
 pub mod arborescence;
 pub mod packing;
+pub mod rings;
 pub mod schedule;
 
 use crate::algorithm::Algorithm;
@@ -33,6 +34,8 @@ pub struct TreeResult {
     /// The algorithm: the fewest pieces per root whose rounding is within 0.1% of the best
     /// piece count tried (more pieces of the same trees simulate slower: more threadblocks).
     pub algorithm: Algorithm,
+    /// The same pieces and trees list-scheduled one round per step (more steps, fewer rounds).
+    pub listed: Algorithm,
     /// The exact optimum rate (maximum flow).
     pub optimum_gbps: f64,
     /// The rate of the fractional packing.
@@ -104,9 +107,20 @@ pub fn synthesize_trees(
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let (chunks, counts, scheduled) =
         schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
-    let algorithm = schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts)?;
+    let algorithm =
+        schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
+    let listed = schedule::list_scheduled(
+        topology,
+        index,
+        &packing,
+        coll.kind,
+        chunks,
+        &counts,
+        MAX_LISTED_STEPS,
+    )?;
     Ok(TreeResult {
         algorithm,
+        listed,
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
         scheduled_gbps: scheduled,
@@ -123,6 +137,9 @@ fn expressible_chunks(topology: &Topology) -> usize {
     let per_link = (crate::lower::MAX_CHANNELS * 64) as f64 / 2.0;
     ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
 }
+
+/// Most steps of a list-scheduled tree algorithm.
+const MAX_LISTED_STEPS: usize = 1 << 14;
 
 /// Automorphisms fixing a root tried per root to vary its trees.
 const STABILIZER_IMAGES: usize = 48;
@@ -182,8 +199,21 @@ impl Engine for TreeEngine {
             eprintln!("{summary}");
         }
         problem.progress.message(&summary);
+        let mut algorithms = vec![result.algorithm, result.listed];
+        // NCCL's rings as paths: shallower pipelines that the runtime may run faster than
+        // the packed trees; the caller simulates both.
+        if let Some(ring) = rings::ring_algorithm(
+            problem.topology,
+            problem.index,
+            coll.kind,
+            coll.root,
+            limits.max_chunks.max(1),
+        )? {
+            algorithms.push(ring);
+        }
+        // Candidates dominated in (steps, rounds per chunk) are dropped before lowering.
         Ok(Found {
-            algorithms: vec![result.algorithm],
+            algorithms: crate::synthesize::pareto_filter(algorithms),
             complete,
         })
     }

@@ -246,7 +246,9 @@ fn heights(tree: &Tree, depth: &[usize]) -> Vec<usize> {
 }
 
 /// The algorithm of `packing` at `chunks` pieces per root with the given piece counts, for
-/// `kind` (allgather: every root; broadcast: the packing's one root).
+/// `kind` (allgather: every root; broadcast: the packing's one root). A broadcast's pieces
+/// enter their trees one step apart: numbered across all trees, or with `per_tree`, within
+/// each tree (for trees that share no links, such as rings, so they pipeline side by side).
 pub fn algorithm(
     topology: &Topology,
     index: &TopologyIndex,
@@ -254,6 +256,7 @@ pub fn algorithm(
     kind: Kind,
     chunks: usize,
     counts: &[Vec<usize>],
+    per_tree: bool,
 ) -> Result<Algorithm> {
     let Some(caps) = index.capacities.as_ref() else {
         bail!(
@@ -269,23 +272,31 @@ pub fn algorithm(
     let mut steps: Vec<Vec<(usize, Send)>> = Vec::new();
     for (r, rep) in packing.roots.iter().enumerate() {
         let mut piece = 0;
-        for ((tree, _), &count) in rep.trees.iter().zip(&counts[r]) {
+        for (t, ((tree, _), &count)) in rep.trees.iter().zip(&counts[r]).enumerate() {
             if count == 0 {
                 continue;
             }
             let depth = depths(tree);
             let height = heights(tree, &depth);
-            for _ in 0..count {
+            for in_tree in 0..count {
+                let offset = if per_tree { in_tree } else { piece };
+                // Per-tree pieces are numbered round-robin over the trees, so piece k follows
+                // tree k mod trees (and runs on that channel when lowered with as many).
+                let id = if per_tree {
+                    in_tree * rep.trees.len() + t
+                } else {
+                    piece
+                };
                 for g in &packing.group.elements {
                     let owner = g[rep.root] as usize;
                     let chunk = if kind == Kind::Broadcast {
-                        piece
+                        id
                     } else {
-                        owner * chunks + piece
+                        owner * chunks + id
                     };
                     for (v, p) in tree.iter().enumerate() {
                         let Some(p) = *p else { continue };
-                        let step = depth[v] - 1 + if pipelined { piece } else { 0 };
+                        let step = depth[v] - 1 + if pipelined { offset } else { 0 };
                         if steps.len() <= step {
                             steps.resize_with(step + 1, Vec::new);
                         }
@@ -328,6 +339,7 @@ pub fn algorithm(
         topology: topology.name.clone(),
         collective,
         steps,
+        piece_channels: None,
     })
 }
 
@@ -354,4 +366,185 @@ fn rounds_needed(
         .zip(&caps.switches)
         .map(|(&l, &c)| need(l, c));
     links.chain(switches).max().unwrap_or(1).max(1) as u32
+}
+
+/// One copy of a representative's tree that a piece travels: the piece's chunk, the
+/// representative root and tree it follows, and the group element that maps it.
+struct Copy {
+    chunk: usize,
+    root: usize,
+    tree: usize,
+    element: usize,
+}
+
+/// A send waiting for its link: copy `copy` crosses the edge into the representative tree's
+/// vertex `vertex`; it has waited since step `since`.
+#[derive(Clone, Copy)]
+struct Pending {
+    copy: usize,
+    vertex: usize,
+    since: usize,
+}
+
+/// The algorithm of `packing` (as [`algorithm`]) scheduled by list scheduling in the
+/// time-expanded fabric instead of by depth: every step is one round, each link and switch
+/// constraint carries at most its capacity per step, and a send leaves as soon as its piece
+/// has arrived and its link has room (longest remaining path first, then oldest). This
+/// balances the steps' loads, so rounds per chunk approach the packing's rate, and each
+/// link's sends come in the order the runtime can pipeline. Errors past `max_steps` steps.
+pub fn list_scheduled(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &Packing,
+    kind: Kind,
+    chunks: usize,
+    counts: &[Vec<usize>],
+    max_steps: usize,
+) -> Result<Algorithm> {
+    let Some(caps) = index.capacities.as_ref() else {
+        bail!(
+            "the bandwidths of `{}` have no common unit, so a k-synchronous schedule cannot be checked",
+            topology.name
+        );
+    };
+    let root = packing.roots[0].root;
+    let collective = Collective::new(kind, topology.ranks, root, chunks)?;
+    // Children and heights of every representative tree.
+    let shapes: Vec<Vec<(Vec<Vec<usize>>, Vec<usize>)>> = packing
+        .roots
+        .iter()
+        .map(|r| {
+            r.trees
+                .iter()
+                .map(|(tree, _)| {
+                    let mut children = vec![Vec::new(); tree.len()];
+                    for (v, p) in tree.iter().enumerate() {
+                        if let Some(p) = p {
+                            children[*p].push(v);
+                        }
+                    }
+                    let height = heights(tree, &depths(tree));
+                    (children, height)
+                })
+                .collect()
+        })
+        .collect();
+    let mut copies = Vec::new();
+    let mut ready = Vec::new();
+    for (r, rep) in packing.roots.iter().enumerate() {
+        let mut piece = 0;
+        for (t, &count) in counts[r].iter().enumerate() {
+            for _ in 0..count {
+                for (e, g) in packing.group.elements.iter().enumerate() {
+                    let owner = g[rep.root] as usize;
+                    let chunk = if kind == Kind::Broadcast {
+                        piece
+                    } else {
+                        owner * chunks + piece
+                    };
+                    for &v in &shapes[r][t].0[rep.root] {
+                        ready.push(Pending {
+                            copy: copies.len(),
+                            vertex: v,
+                            since: 0,
+                        });
+                    }
+                    copies.push(Copy {
+                        chunk,
+                        root: r,
+                        tree: t,
+                        element: e,
+                    });
+                }
+                piece += 1;
+            }
+        }
+    }
+    let mut link_load = vec![0u32; topology.links.len()];
+    let mut switch_load = vec![0u32; topology.switches.len()];
+    let mut steps: Vec<Step> = Vec::new();
+    while !ready.is_empty() {
+        if steps.len() >= max_steps {
+            bail!(
+                "list scheduling of the trees on `{}` needs more than {max_steps} steps",
+                topology.name
+            );
+        }
+        let now = steps.len();
+        let height = |p: &Pending| {
+            let c = &copies[p.copy];
+            shapes[c.root][c.tree].1[p.vertex]
+        };
+        ready.sort_by_key(|p| (std::cmp::Reverse(height(p)), p.since, copies[p.copy].chunk));
+        let mut sends = Vec::new();
+        let mut waiting = Vec::new();
+        let mut arrived = Vec::new();
+        let mut touched = Vec::new();
+        for p in ready.drain(..) {
+            let c = &copies[p.copy];
+            let g = &packing.group.elements[c.element];
+            let tree = &packing.roots[c.root].trees[c.tree].0;
+            let parent = tree[p.vertex].expect("a pending send enters a non-root vertex");
+            let (src, dst) = (g[parent] as usize, g[p.vertex] as usize);
+            let l = index.link_of[&(src, dst)];
+            let fits = link_load[l] < caps.links[l]
+                && index.governing[l]
+                    .iter()
+                    .all(|&j| switch_load[j] < caps.switches[j]);
+            if !fits {
+                waiting.push(p);
+                continue;
+            }
+            link_load[l] += 1;
+            for &j in &index.governing[l] {
+                switch_load[j] += 1;
+            }
+            touched.push(l);
+            sends.push(Send {
+                chunk: c.chunk,
+                src,
+                dst,
+            });
+            let (children, _) = &shapes[c.root][c.tree];
+            arrived.extend(children[p.vertex].iter().map(|&v| Pending {
+                copy: p.copy,
+                vertex: v,
+                since: now + 1,
+            }));
+        }
+        for l in touched {
+            link_load[l] = 0;
+            for &j in &index.governing[l] {
+                switch_load[j] = 0;
+            }
+        }
+        if sends.is_empty() {
+            bail!(
+                "list scheduling of the trees on `{}` is stuck: a link or switch has no capacity",
+                topology.name
+            );
+        }
+        steps.push(Step {
+            rounds: rounds_needed(topology, index, caps, &sends),
+            reduce: false,
+            sends,
+        });
+        ready = waiting;
+        ready.extend(arrived);
+    }
+    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    Ok(Algorithm {
+        name: format!(
+            "{}-{}-listed-s{}-r{}-c{}",
+            kind,
+            topology.name.replace([':', '/'], "_"),
+            steps.len(),
+            rounds,
+            chunks
+        ),
+        topology: topology.name.clone(),
+        collective,
+        steps,
+        piece_channels: None,
+    })
 }

@@ -390,12 +390,13 @@ fn cli_numeric_options() {
 
 #[test]
 fn generator_sizes() {
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 7] = [
         "ring",
         "line",
         "star",
         "fully-connected",
         "hub-and-spoke",
+        "shared-hub",
         "torus-2d",
     ];
     let strategy = (prop::sample::select(&NAMES[..]), number());

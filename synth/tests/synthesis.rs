@@ -253,3 +253,14 @@ fn checker_rejects_corruptions() {
         .to_string()
         .contains("more than once"));
 }
+
+/// `hub-and-spoke` is SCCL's HubAndSpoke (per-rank out- and in-groups of one link's
+/// bandwidth), where allgather (1,3,1) on 4 ranks is SAT; on `shared-hub` (one hub for all
+/// traffic) the 12 sends of one step cannot fit into 3 rounds.
+#[test]
+fn hub_and_spoke_is_sccls_and_shared_hub_is_one_hub() {
+    let a = instance("hub-and-spoke:4", Kind::AllGather, 1, 3, 1).expect("(1,3,1) is SAT");
+    check(&a, &topology::load("hub-and-spoke:4").unwrap()).unwrap();
+    assert!(instance("shared-hub:4", Kind::AllGather, 1, 3, 1).is_none());
+    assert!(instance("shared-hub:4", Kind::AllGather, 1, 12, 1).is_some());
+}

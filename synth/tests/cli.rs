@@ -477,3 +477,59 @@ fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
     assert!(e.contains("unknown field `ch\\nk`"), "{e}");
     assert!(!e.contains('\n'), "{e}");
 }
+
+#[test]
+fn extra_memory_option() {
+    let dir = temp_dir("extra-memory");
+    let d = dir.to_str().unwrap();
+    let line3 = [
+        "--topo", "line:3", "--coll", "alltoall", "--steps", "2", "--rounds", "2", "--chunks", "1",
+        "--method", "smt", "--out", d,
+    ];
+    fails_with(&[&line3[..], &["--extra-memory", "0"]].concat(), "UNSAT");
+    let out = synth(&[&line3[..], &["--extra-memory", "1", "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["extra_memory"], 1);
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "reducescatter",
+            "--extra-memory",
+            "1",
+            "--out",
+            d,
+        ],
+        "--extra-memory applies to non-combining collectives",
+    );
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--method",
+            "trees",
+            "--extra-memory",
+            "1",
+        ],
+        "--extra-memory needs --method smt or milp",
+    );
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--extra-memory",
+            "x",
+        ],
+        "--extra-memory",
+    );
+}

@@ -12,8 +12,12 @@ use std::io::Write;
 /// Arguments of `synth verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// MSCCL XML file (ours or anyone's), or a program JSON file.
+    /// MSCCL XML file (ours or anyone's), a program JSON file, or an algorithm JSON file
+    /// (synth's, or msccl-tools' with `msccl_type`), detected from the content.
     file: String,
+    /// Topology of an algorithm JSON file (default: the one it embeds or names).
+    #[arg(long)]
+    topo: Option<String>,
 }
 
 /// Arguments of `synth run`.
@@ -65,11 +69,14 @@ pub fn read_program(path: &str) -> Result<Program> {
 
 /// Runs `synth verify`.
 pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let program = read_program(&args.file)?;
+    let (program, loaded) = super::lower_cmd::read_any(&args.file, args.topo.as_deref())?;
     let result = runtime::verify::verify(&program);
     if json {
         let doc = serde_json::json!({
             "file": args.file,
+            "format": loaded.as_ref().map_or("msccl-xml-or-program", |l| l.format.name()),
+            "algorithm": loaded.as_ref().map(|l| &l.algorithm.name),
+            "topology": loaded.as_ref().map(|l| &l.topology.name),
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(|e| e.to_string()),
             "ngpus": program.ngpus,
@@ -83,6 +90,23 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
         return Ok(());
     }
     result.map_err(|e| anyhow::anyhow!("{}: {e}", args.file))?;
+    if let Some(l) = &loaded {
+        let a = &l.algorithm;
+        writeln!(
+            out,
+            "{}: OK ({}: {} on {} ranks of `{}`, {} steps, {} rounds, {} chunks; the checker accepts it and its lowered program verifies, {} threadblocks)",
+            args.file,
+            l.format.name(),
+            a.collective.kind,
+            a.collective.ranks,
+            l.topology.name,
+            a.num_steps(),
+            a.rounds(),
+            a.chunks(),
+            program.threadblocks().count()
+        )?;
+        return Ok(());
+    }
     writeln!(
         out,
         "{}: OK ({:?} on {} ranks, {} threadblocks, {} steps; in place: {}, out of place: {})",

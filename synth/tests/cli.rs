@@ -651,7 +651,8 @@ fn bad_algorithm_files_are_one_line_errors() {
     let dir = temp_dir("lower-bad");
     let fixture: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(msccl_fixture()).unwrap()).unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "no-instance",
             Box::new(|v| {

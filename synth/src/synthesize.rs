@@ -251,7 +251,12 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    let method = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    let resolved = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    // Tree packing has no memory model: `auto` takes the MILP instead under a memory limit.
+    let method = match (method, resolved) {
+        (Method::Auto, Method::Trees) if req.limits.extra_memory.is_some() => Method::Milp,
+        _ => resolved,
+    };
     if req.collective.ranks != req.topology.ranks {
         bail!(
             "the collective has {} ranks but topology `{}` has {}",

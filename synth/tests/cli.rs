@@ -724,3 +724,38 @@ fn bad_algorithm_files_are_one_line_errors() {
     std::fs::write(&text, "{ nope").unwrap();
     fails_with(&["lower", text.to_str().unwrap()], "not-json.json:1:");
 }
+
+#[test]
+fn verify_takes_a_custom_algorithm_json_without_lowering_it() {
+    let dir = temp_dir("verify-custom");
+    let coll = write(
+        &dir,
+        "one-way.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n[[chunk]]\npre = [3]\npost = [0]\n",
+    );
+    let d = dir.to_str().unwrap();
+    let out = synth(&[
+        "--topo",
+        "ring:4",
+        "--coll",
+        &coll,
+        "--least-steps",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let file = doc["algorithms"][0]["file"].as_str().unwrap().to_string();
+    let v = synth(&["verify", &file]);
+    let stdout = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success() && stdout.contains("the checker accepts it"),
+        "{stdout}"
+    );
+    fails_with(&["lower", &file, "--out", d], "custom collectives");
+}

@@ -80,9 +80,15 @@ pub fn read_any(path: &str, topo: Option<&str>) -> Result<(Program, Option<Loade
         Format::Xml | Format::Program => Ok((super::run_cmd::read_program(path)?, None)),
         Format::Algorithm | Format::Msccl => {
             let loaded = algo_file::read_algorithm(path, topo)?;
-            let (program, _) = lower_to_xml(&loaded.algorithm, &LowerOptions::default())
-                .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))?;
+            let program = lower_default(path, &loaded)?;
             Ok((program, Some(loaded)))
         }
     }
+}
+
+/// Lowers a loaded algorithm out of place with the default options (verified).
+pub fn lower_default(path: &str, loaded: &Loaded) -> Result<Program> {
+    let (program, _) = lower_to_xml(&loaded.algorithm, &LowerOptions::default())
+        .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))?;
+    Ok(program)
 }

@@ -57,11 +57,6 @@ pub struct SynthArgs {
     /// printed and marked partial when it is reached.
     #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = limits::seconds)]
     time_limit: f64,
-    /// SCCL's `--extra-memory M`: every rank may hold at most its postcondition's chunk
-    /// count plus M chunks it did not start with (counted in pieces of the instance; default:
-    /// no limit). Non-combining collectives, `--method smt` or `milp`.
-    #[arg(long, value_parser = limits::extra_memory)]
-    extra_memory: Option<usize>,
     #[command(flatten)]
     encoding: super::method_args::MethodArgs,
     /// Folder the algorithms are written to.
@@ -130,7 +125,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_steps: args.max_steps,
         max_chunks: args.max_chunks,
         deadline: started + Duration::from_secs_f64(args.time_limit),
-        extra_memory: args.extra_memory,
+        extra_memory: args.encoding.extra_memory,
     };
     let (method, sketch) = args.encoding.resolve()?;
     let progress = Progress::new(true);
@@ -215,7 +210,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "algorithms": algorithms,
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
-            "extra_memory": args.extra_memory,
+            "extra_memory": args.encoding.extra_memory,
             "at_1gb": versus,
             "seconds": seconds,
             "resources": crate::util::resources(),

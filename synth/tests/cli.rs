@@ -394,6 +394,10 @@ fn numeric_options_beyond_their_limits() {
         ),
         (&["--max-chunks", "0"], "0 is not between 1 and 64"),
         (
+            &["--extra-memory", "2000000"],
+            "2000000 is not between 0 and 1048576",
+        ),
+        (
             &["--time-limit", "1e308"],
             "'1e308' for '--time-limit <TIME_LIMIT>'",
         ),

@@ -43,7 +43,8 @@ enum Command {
     /// Lower an algorithm JSON (synth's or msccl-tools' `msccl_type`) to verified MSCCL XML
     /// without solving again (SCCL's `ncclize`).
     Lower(lower_cmd::LowerCmdArgs),
-    /// Execute an MSCCL XML file on the CPU executor with real data (nccl-tests table).
+    /// Execute an MSCCL XML file (or program or algorithm JSON) on the CPU executor with real
+    /// data (nccl-tests table).
     Run(run_cmd::RunArgs),
     /// Simulate an MSCCL XML file or algorithm JSON on a topology next to NCCL baselines and
     /// the cut bound.

@@ -23,7 +23,8 @@ pub struct VerifyArgs {
 /// Arguments of `synth run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// MSCCL XML file, or a program JSON file.
+    /// MSCCL XML file, a program JSON file, or an algorithm JSON file (synth's or
+    /// msccl-tools'), lowered out of place with the default options.
     file: String,
     /// One message size (nccl-tests' size: e.g. 64M, 1K, 4096).
     #[arg(long, conflicts_with = "sizes")]
@@ -169,7 +170,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         other => bail!("unknown --backend `{other}` (cpu or cuda)"),
     }
-    let program = read_program(&args.file)?;
+    let program = super::lower_cmd::read_any(&args.file, None)?.0;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
@@ -198,7 +199,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     use runtime::cuda::{CudaOptions, Dtype};
     // One line and a non-zero exit without a usable GPU.
     runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
-    let program = read_program(&args.file)?;
+    let program = super::lower_cmd::read_any(&args.file, None)?.0;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = Dtype::parse(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;

@@ -98,6 +98,9 @@ pub struct Options {
     pub flavor: Flavor,
     /// Simulator options.
     pub sim: SimOptions,
+    /// SCCL's extra-memory limit for the non-combining collectives (see
+    /// [`crate::engine::Limits::extra_memory`]); when set, tree packing is not tried.
+    pub extra_memory: Option<usize>,
 }
 
 impl Default for Options {
@@ -114,6 +117,7 @@ impl Default for Options {
             sizes: runtime::cpu::parse_sizes(DEFAULT_SIZES).expect("valid default sizes"),
             flavor: Flavor::Nccl,
             sim: SimOptions::default(),
+            extra_memory: None,
         }
     }
 }
@@ -357,6 +361,9 @@ fn run_search(
             max_steps: options.max_steps,
             max_chunks: options.max_chunks,
             deadline: Instant::now() + Duration::from_secs_f64(options.time_limit),
+            extra_memory: options
+                .extra_memory
+                .filter(|_| !matches!(kind, Kind::AllReduce | Kind::ReduceScatter | Kind::Reduce)),
         },
         progress,
     };
@@ -438,6 +445,7 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
     // Tree packing is a candidate wherever it applies, beside what `auto` picked.
     let trees_apply = options.method == Method::Auto
         && options.sketch.is_none()
+        && options.extra_memory.is_none()
         && crate::synthesize::trees_build(kind)
         && topology.capacities().is_ok()
         && found.method != Some(Method::Trees);

@@ -51,6 +51,15 @@ pub enum CheckError {
         rank: usize,
         problem: String,
     },
+    /// A rank holds more chunks than its postcondition plus the extra memory allows.
+    #[error("after step {step}, rank {rank} holds {held} chunks it did not start with, but its postcondition has {post} and the extra memory is {extra}")]
+    Memory {
+        step: usize,
+        rank: usize,
+        held: usize,
+        post: usize,
+        extra: usize,
+    },
     /// The topology's bandwidths cannot be normalized to integers.
     #[error("{0}")]
     Capacities(String),
@@ -210,6 +219,45 @@ fn overload(
             capacity,
             rounds,
         });
+    }
+    Ok(())
+}
+
+/// Checks SCCL's extra-memory limit: after every step, each rank holds at most as many
+/// addresses it did not start with as its postcondition has, plus `extra`. A received address
+/// stays where it landed (the lowering never reuses a slot), so this is the count of distinct
+/// addresses a rank has received so far that were not in its precondition.
+pub fn check_memory(algorithm: &Algorithm, extra: usize) -> Result<(), CheckError> {
+    let coll = &algorithm.collective;
+    let n = coll.ranks;
+    let mut post = vec![std::collections::BTreeSet::new(); n];
+    let mut pre = vec![std::collections::BTreeSet::new(); n];
+    for chunk in &coll.chunks {
+        for &r in chunk.post.iter().filter(|&&r| r < n) {
+            post[r].insert(chunk.address);
+        }
+        for &r in chunk.pre.iter().filter(|&&r| r < n) {
+            pre[r].insert(chunk.address);
+        }
+    }
+    let mut held = vec![std::collections::BTreeSet::new(); n];
+    for (s, step) in algorithm.steps.iter().enumerate() {
+        for send in step.sends.iter().filter(|x| x.dst < n) {
+            if !pre[send.dst].contains(&send.chunk) {
+                held[send.dst].insert(send.chunk);
+            }
+        }
+        for r in 0..n {
+            if held[r].len() > post[r].len() + extra {
+                return Err(CheckError::Memory {
+                    step: s,
+                    rank: r,
+                    held: held[r].len(),
+                    post: post[r].len(),
+                    extra,
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -25,6 +25,10 @@ pub struct Limits {
     pub max_chunks: usize,
     /// Wall-clock deadline for the whole search.
     pub deadline: Instant,
+    /// SCCL's `--extra-memory M`: every rank may hold at most its postcondition's chunk
+    /// count plus M chunks that it did not start with (`None`: no limit). Counted in the
+    /// instance's chunks (pieces); only the SMT and MILP engines honour it.
+    pub extra_memory: Option<usize>,
 }
 
 /// The answer of a search: the algorithms found and whether the search finished.

@@ -5,7 +5,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::bounds::Bounds;
-use crate::check::check;
+use crate::check::{check, check_memory};
 use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
 use crate::milp::{self, MilpEngine};
@@ -171,7 +171,12 @@ impl<'a> Plan<'a> {
     }
 
     /// Turns an algorithm of the solved problem into one for the requested collective.
-    fn finish(&self, found: Algorithm, topology: &Topology) -> Result<Algorithm> {
+    fn finish(
+        &self,
+        found: Algorithm,
+        topology: &Topology,
+        extra_memory: Option<usize>,
+    ) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
             let mut a = found.reversed((self.original)(c)?, true);
@@ -186,6 +191,10 @@ impl<'a> Plan<'a> {
         };
         check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
+        if let Some(m) = extra_memory {
+            check_memory(&algorithm, m)
+                .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
+        }
         Ok(algorithm)
     }
 
@@ -202,7 +211,7 @@ impl<'a> Plan<'a> {
         found.algorithms = found
             .algorithms
             .into_iter()
-            .map(|a| self.finish(a, topology))
+            .map(|a| self.finish(a, topology, limits.extra_memory))
             .collect::<Result<_>>()?;
         Ok((bounds, found))
     }
@@ -242,7 +251,12 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    let method = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    let resolved = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    // Tree packing has no memory model: `auto` takes the MILP instead under a memory limit.
+    let method = match (method, resolved) {
+        (Method::Auto, Method::Trees) if req.limits.extra_memory.is_some() => Method::Milp,
+        _ => resolved,
+    };
     if req.collective.ranks != req.topology.ranks {
         bail!(
             "the collective has {} ranks but topology `{}` has {}",
@@ -250,6 +264,17 @@ pub fn synthesize_with(
             req.topology.name,
             req.topology.ranks
         );
+    }
+    if req.limits.extra_memory.is_some() {
+        if req.collective.kind == Kind::AllReduce || req.collective.dual()?.is_some() {
+            bail!(
+                "--extra-memory applies to non-combining collectives (allgather, alltoall, broadcast, gather, scatter, custom without reduction), not {}",
+                req.collective.kind
+            );
+        }
+        if !matches!(method, Method::Smt | Method::Milp) {
+            bail!("--extra-memory needs --method smt or milp (tree packing has no memory model)");
+        }
     }
     if req.collective.kind == Kind::AllReduce {
         return allreduce(req, method, sketch);

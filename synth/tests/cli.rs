@@ -394,6 +394,10 @@ fn numeric_options_beyond_their_limits() {
         ),
         (&["--max-chunks", "0"], "0 is not between 1 and 64"),
         (
+            &["--extra-memory", "2000000"],
+            "2000000 is not between 0 and 1048576",
+        ),
+        (
             &["--time-limit", "1e308"],
             "'1e308' for '--time-limit <TIME_LIMIT>'",
         ),
@@ -476,4 +480,286 @@ fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
     );
     assert!(e.contains("unknown field `ch\\nk`"), "{e}");
     assert!(!e.contains('\n'), "{e}");
+}
+
+#[test]
+fn extra_memory_option() {
+    let dir = temp_dir("extra-memory");
+    let d = dir.to_str().unwrap();
+    let line3 = [
+        "--topo", "line:3", "--coll", "alltoall", "--steps", "2", "--rounds", "2", "--chunks", "1",
+        "--method", "smt", "--out", d,
+    ];
+    fails_with(&[&line3[..], &["--extra-memory", "0"]].concat(), "UNSAT");
+    let out = synth(&[&line3[..], &["--extra-memory", "1", "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["extra_memory"], 1);
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "reducescatter",
+            "--extra-memory",
+            "1",
+            "--out",
+            d,
+        ],
+        "--extra-memory applies to non-combining collectives",
+    );
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--method",
+            "trees",
+            "--extra-memory",
+            "1",
+        ],
+        "--extra-memory needs --method smt or milp",
+    );
+    fails_with(
+        &[
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--extra-memory",
+            "x",
+        ],
+        "--extra-memory",
+    );
+}
+
+/// The msccl-tools fixture written for these tests: SCCL's HubAndSpoke(4) allgather with one
+/// step of three rounds (`synth/tests/data/allgather-hub4.msccl.json`).
+fn msccl_fixture() -> String {
+    format!(
+        "{}/tests/data/allgather-hub4.msccl.json",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn lower_reads_msccl_tools_algorithm_json() {
+    let dir = temp_dir("lower-msccl");
+    let d = dir.to_str().unwrap();
+    let fixture = msccl_fixture();
+    let out = synth(&[
+        "lower",
+        &fixture,
+        "--flavor",
+        "rccl",
+        "--instances",
+        "2",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["format"], "msccl-algorithm-json");
+    assert_eq!(doc["collective"], "allgather");
+    assert_eq!(
+        (doc["steps"].as_u64(), doc["rounds"].as_u64()),
+        (Some(1), Some(3))
+    );
+    let xml = doc["xml"].as_array().unwrap();
+    assert_eq!(xml.len(), 2);
+    for x in xml {
+        let v = synth(&["verify", x.as_str().unwrap()]);
+        assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    }
+    // verify and simulate take the algorithm JSON itself.
+    let v = synth(&["verify", &fixture]);
+    let stdout = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success() && stdout.contains("OK (msccl-algorithm-json"),
+        "{stdout}"
+    );
+    let s = synth(&[
+        "simulate",
+        &fixture,
+        "--topo",
+        "hub-and-spoke:4",
+        "--sizes",
+        "1M",
+        "--json",
+    ]);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    // On one shared hub the same sends overload it: the checker says so in one line.
+    fails_with(
+        &["verify", &fixture, "--topo", "shared-hub:4"],
+        "switch constraint `hub` carries 12 chunks",
+    );
+}
+
+#[test]
+fn verify_simulate_and_lower_take_synths_algorithm_json() {
+    let dir = temp_dir("lower-own");
+    let d = dir.to_str().unwrap();
+    let out = synth(&[
+        "--topo",
+        "ring:4",
+        "--coll",
+        "allreduce",
+        "--least-steps",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let file = doc["algorithms"][0]["file"].as_str().unwrap().to_string();
+    let v = synth(&["verify", &file]);
+    let stdout = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success() && stdout.contains("OK (algorithm-json"),
+        "{stdout}"
+    );
+    let s = synth(&["simulate", &file, "--topo", "ring:4", "--sizes", "1K"]);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    let again = dir.join("again");
+    let l = synth(&[
+        "lower",
+        &file,
+        "--flavor",
+        "legacy",
+        "--proto",
+        "LL",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(l.status.success(), "{}", String::from_utf8_lossy(&l.stderr));
+    let xml = std::fs::read_dir(&again).unwrap().count();
+    assert_eq!(xml, 2);
+}
+
+#[test]
+fn bad_algorithm_files_are_one_line_errors() {
+    let dir = temp_dir("lower-bad");
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(msccl_fixture()).unwrap()).unwrap();
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "no-instance",
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("instance");
+            }),
+            "instance: missing",
+        ),
+        (
+            "bad-rank",
+            Box::new(|v| v["steps"][0]["sends"][0] = serde_json::json!([0, 0, 9])),
+            "steps[0].sends[0]: dst rank 9 out of range",
+        ),
+        (
+            "bad-addr",
+            Box::new(|v| v["collective"]["chunks"][1]["addr"] = "x".into()),
+            "collective.chunks[1].addr: expected a non-negative integer",
+        ),
+        (
+            "bad-links",
+            Box::new(|v| v["topology"]["links"][2] = serde_json::json!([1, 1])),
+            "topology.links[2]: expected a list of 4 bandwidths",
+        ),
+        (
+            "no-topology",
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("topology");
+            }),
+            "topology: missing; give one with --topo",
+        ),
+        (
+            "huge-chunks",
+            Box::new(|v| v["instance"]["chunks"] = 1_000_000_000_000u64.into()),
+            "instance.chunks",
+        ),
+        (
+            "missing-send",
+            Box::new(|v| {
+                v["steps"][0]["sends"].as_array_mut().unwrap().pop();
+            }),
+            "fails the checker",
+        ),
+        (
+            "zero-rounds",
+            Box::new(|v| v["steps"][0]["rounds"] = 0.into()),
+            "steps[0].rounds",
+        ),
+        (
+            "wrong-tag",
+            Box::new(|v| v["steps"][0]["msccl_type"] = "chunk".into()),
+            "steps[0].msccl_type: expected `step`",
+        ),
+    ];
+    for (name, edit, needle) in cases {
+        let mut v = fixture.clone();
+        edit(&mut v);
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, v.to_string()).unwrap();
+        let p = path.to_str().unwrap();
+        fails_with(&["lower", p, "--out", dir.to_str().unwrap()], needle);
+        fails_with(&["verify", p], needle);
+        assert!(
+            synth(&["lower", p])
+                .stderr
+                .starts_with(format!("error: {p}").as_bytes()),
+            "{name}: the error names the file"
+        );
+    }
+    let text = dir.join("not-json.json");
+    std::fs::write(&text, "{ nope").unwrap();
+    fails_with(&["lower", text.to_str().unwrap()], "not-json.json:1:");
+}
+
+#[test]
+fn verify_takes_a_custom_algorithm_json_without_lowering_it() {
+    let dir = temp_dir("verify-custom");
+    let coll = write(
+        &dir,
+        "one-way.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n[[chunk]]\npre = [3]\npost = [0]\n",
+    );
+    let d = dir.to_str().unwrap();
+    let out = synth(&[
+        "--topo",
+        "ring:4",
+        "--coll",
+        &coll,
+        "--least-steps",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let file = doc["algorithms"][0]["file"].as_str().unwrap().to_string();
+    let v = synth(&["verify", &file]);
+    let stdout = String::from_utf8_lossy(&v.stdout);
+    assert!(
+        v.status.success() && stdout.contains("the checker accepts it"),
+        "{stdout}"
+    );
+    fails_with(&["lower", &file, "--out", d], "custom collectives");
 }

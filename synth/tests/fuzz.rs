@@ -305,6 +305,28 @@ fn algorithm_json() {
     });
 }
 
+/// Algorithm files as `synth lower`, `verify` and `simulate` read them: msccl-tools JSON
+/// (`msccl_type`) and synth's algorithm JSON; a file that reads is lowered too.
+#[test]
+fn algorithm_files_for_lower() {
+    let mut seeds = files("synth/tests/data", ".msccl.json");
+    seeds.extend(
+        files("results/multinode/dgx-a100x2", ".json")
+            .into_iter()
+            .take(1),
+    );
+    let path = scratch("lower.json");
+    fuzz(seeds, |text| {
+        std::fs::write(&path, text).unwrap();
+        let read = synth::algo_file::read_algorithm(path.to_str().unwrap(), None);
+        if let Ok(l) = &read {
+            let options = synth::lower::LowerOptions::default();
+            one_line(text, synth::lower::lower_to_xml(&l.algorithm, &options))?;
+        }
+        one_line(text, read)
+    });
+}
+
 /// A numeric option value: an extreme number, a short integer, or number-like text. It never
 /// starts with `-` and a letter, which clap would take for a flag such as `-h`. Legal sizes
 /// stay small (large legal fabrics are only slow, and the case counts are fixed).
@@ -390,12 +412,13 @@ fn cli_numeric_options() {
 
 #[test]
 fn generator_sizes() {
-    const NAMES: [&str; 6] = [
+    const NAMES: [&str; 7] = [
         "ring",
         "line",
         "star",
         "fully-connected",
         "hub-and-spoke",
+        "shared-hub",
         "torus-2d",
     ];
     let strategy = (prop::sample::select(&NAMES[..]), number());

@@ -26,6 +26,7 @@ fn run(topo: &Topology, kind: Kind, sketch: &Sketch, seconds: u64) -> MilpFound 
         sketch,
         started + Duration::from_secs(seconds),
         &Progress::hidden(),
+        None,
     )
     .unwrap();
     eprintln!(
@@ -117,6 +118,7 @@ fn reducescatter_and_allreduce_through_synthesize() {
                 max_steps: 8,
                 max_chunks: 8,
                 deadline: Instant::now() + Duration::from_secs(600),
+                extra_memory: None,
             },
             progress: &progress,
         };
@@ -277,4 +279,37 @@ fn explore_other_sketches() {
             allgather_busbw(1e9, topo.ranks, best)
         );
     }
+}
+
+/// The MILP honours `--extra-memory` too: Line(3) alltoall in 2 steps is infeasible with
+/// M = 0 (HiGHS proves it on a model of a few binaries) and feasible with M = 1.
+#[test]
+fn milp_extra_memory_line3_alltoall() {
+    let topo = topology::load("line:3").unwrap();
+    let progress = Progress::hidden();
+    let solve = |m: Option<usize>| {
+        let request = Request {
+            topology: &topo,
+            collective: Collective::new(Kind::AllToAll, 3, 0, 1).unwrap(),
+            search: Search::Instance {
+                steps: 2,
+                rounds: 2,
+                chunks: 1,
+            },
+            limits: Limits {
+                max_steps: 2,
+                max_chunks: 1,
+                deadline: Instant::now() + Duration::from_secs(600),
+                extra_memory: m,
+            },
+            progress: &progress,
+        };
+        synthesize_with(&request, Method::Milp, None).unwrap()
+    };
+    assert!(!solve(None).algorithms.is_empty());
+    assert!(solve(Some(0)).algorithms.is_empty());
+    let one = solve(Some(1));
+    assert_eq!(one.algorithms.len(), 1);
+    check(&one.algorithms[0], &topo).unwrap();
+    synth::check::check_memory(&one.algorithms[0], 1).unwrap();
 }

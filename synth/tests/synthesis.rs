@@ -12,6 +12,15 @@ use synth::synthesize::{synthesize, Request, Search, Synthesis};
 use synth::topology;
 
 fn run(topo: &str, kind: Kind, search: Search) -> Synthesis {
+    run_with_memory(topo, kind, search, None)
+}
+
+fn run_with_memory(
+    topo: &str,
+    kind: Kind,
+    search: Search,
+    extra_memory: Option<usize>,
+) -> Synthesis {
     let topology = topology::load(topo).unwrap();
     let progress = Progress::hidden();
     let request = Request {
@@ -22,6 +31,7 @@ fn run(topo: &str, kind: Kind, search: Search) -> Synthesis {
             max_steps: 16,
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(600),
+            extra_memory,
         },
         progress: &progress,
     };
@@ -252,4 +262,43 @@ fn checker_rejects_corruptions() {
         .unwrap_err()
         .to_string()
         .contains("more than once"));
+}
+
+/// `hub-and-spoke` is SCCL's HubAndSpoke (per-rank out- and in-groups of one link's
+/// bandwidth), where allgather (1,3,1) on 4 ranks is SAT; on `shared-hub` (one hub for all
+/// traffic) the 12 sends of one step cannot fit into 3 rounds.
+#[test]
+fn hub_and_spoke_is_sccls_and_shared_hub_is_one_hub() {
+    let a = instance("hub-and-spoke:4", Kind::AllGather, 1, 3, 1).expect("(1,3,1) is SAT");
+    check(&a, &topology::load("hub-and-spoke:4").unwrap()).unwrap();
+    assert!(instance("shared-hub:4", Kind::AllGather, 1, 3, 1).is_none());
+    assert!(instance("shared-hub:4", Kind::AllGather, 1, 12, 1).is_some());
+}
+
+/// SCCL's `--extra-memory`: Line(3) alltoall (2,2,1) needs the middle rank to relay two
+/// chunks besides the two it receives for itself, so it is SAT without a limit, UNSAT with
+/// M = 0 and SAT with M = 1; the checker enforces the limit on its own.
+#[test]
+fn extra_memory_changes_line3_alltoall() {
+    let search = Search::Instance {
+        steps: 2,
+        rounds: 2,
+        chunks: 1,
+    };
+    let solve = |m| {
+        run_with_memory("line:3", Kind::AllToAll, search, m)
+            .algorithms
+            .into_iter()
+            .next()
+    };
+    let free = solve(None).expect("SAT without a memory limit");
+    assert!(solve(Some(0)).is_none(), "UNSAT with extra memory 0");
+    let one = solve(Some(1)).expect("SAT with extra memory 1");
+    let line = topology::load("line:3").unwrap();
+    check(&one, &line).unwrap();
+    synth::check::check_memory(&one, 1).unwrap();
+    let e = synth::check::check_memory(&free, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 1 holds 4 chunks"), "{e}");
 }

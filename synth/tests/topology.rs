@@ -46,6 +46,7 @@ fn every_builtin_loads_and_validates() {
         "fully-connected",
         "star",
         "hub-and-spoke",
+        "shared-hub",
         "torus-2d",
         "dgx1",
         "ndv2",
@@ -189,6 +190,10 @@ fn generator_sizes() {
     assert_eq!(load("star:6").unwrap().diameter(), Some(2));
     assert_eq!(
         load("hub-and-spoke:4").unwrap().rank_bandwidth(0),
+        (25.0, 25.0)
+    );
+    assert_eq!(
+        load("shared-hub:4").unwrap().rank_bandwidth(0),
         (25.0, 25.0)
     );
 }

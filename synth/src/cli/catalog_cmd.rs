@@ -132,6 +132,7 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             local_bandwidth: args.local_bw,
             ..SimOptions::default()
         },
+        extra_memory: args.encoding.extra_memory,
     };
     let dir = args
         .out

@@ -10,6 +10,8 @@ pub const MAX_STEPS: usize = 256;
 pub const MAX_ROUNDS: usize = 256;
 /// Highest step cap of a search (`--max-steps`).
 pub const MAX_SEARCH_STEPS: usize = 1024;
+/// Largest `--extra-memory` (chunks a rank may hold beyond its postcondition).
+pub const MAX_EXTRA_MEMORY: usize = 1 << 20;
 /// Most chunks each original chunk is split into (`--chunks`, `--max-chunks`).
 pub const MAX_CHUNKS: usize = 64;
 /// Most channels an algorithm is replicated over (`--instances`; the runtimes' MAXCHANNELS).
@@ -49,6 +51,11 @@ pub fn max_steps(text: &str) -> Result<usize, String> {
 /// `--chunks` and `--max-chunks`: 1 to [`MAX_CHUNKS`].
 pub fn chunks(text: &str) -> Result<usize, String> {
     integer(text, 1, MAX_CHUNKS)
+}
+
+/// `--extra-memory`: 0 to [`MAX_EXTRA_MEMORY`].
+pub fn extra_memory(text: &str) -> Result<usize, String> {
+    integer(text, 0, MAX_EXTRA_MEMORY)
 }
 
 /// `--instances`: 1 to [`MAX_INSTANCES`].

@@ -1,4 +1,5 @@
-//! Encoding options shared by the commands that synthesize: which encoding, and a sketch.
+//! Encoding options shared by the commands that synthesize: which encoding, a sketch, and
+//! SCCL's extra-memory limit.
 
 use crate::sketch::Sketch;
 use crate::synthesize::Method;
@@ -17,6 +18,12 @@ pub struct MethodArgs {
     /// TACCL-style communication sketch (TOML, see `sketches/`) restricting the MILP encoding.
     #[arg(long)]
     pub sketch: Option<String>,
+    /// SCCL's `--extra-memory M`: every rank may hold at most its postcondition's chunk
+    /// count plus M chunks it did not start with (counted in pieces of the instance; default:
+    /// no limit). Non-combining collectives with `--method smt` or `milp` (the catalog
+    /// applies it to its non-combining collectives and skips tree packing).
+    #[arg(long, value_parser = super::limits::extra_memory)]
+    pub extra_memory: Option<usize>,
 }
 
 impl MethodArgs {

@@ -6,6 +6,7 @@ mod catalog_cmd;
 mod compile_cmd;
 mod limits;
 mod lower_args;
+mod lower_cmd;
 mod method_args;
 mod run_cmd;
 mod simulate_cmd;
@@ -36,11 +37,17 @@ enum Command {
     Bounds(BoundsArgs),
     /// Time the fixed synthesis benchmarks (the SMT speed targets).
     Bench(bench_cmd::BenchArgs),
-    /// Check an MSCCL XML file (ours or anyone's) and explain the first problem found.
+    /// Check an MSCCL XML file (ours or anyone's), a program JSON or an algorithm JSON
+    /// (synth's or msccl-tools') and explain the first problem found.
     Verify(run_cmd::VerifyArgs),
-    /// Execute an MSCCL XML file on the CPU executor with real data (nccl-tests table).
+    /// Lower an algorithm JSON (synth's or msccl-tools' `msccl_type`) to verified MSCCL XML
+    /// without solving again (SCCL's `ncclize`).
+    Lower(lower_cmd::LowerCmdArgs),
+    /// Execute an MSCCL XML file (or program or algorithm JSON) on the CPU executor with real
+    /// data (nccl-tests table).
     Run(run_cmd::RunArgs),
-    /// Simulate an MSCCL XML algorithm on a topology next to NCCL baselines and the cut bound.
+    /// Simulate an MSCCL XML file or algorithm JSON on a topology next to NCCL baselines and
+    /// the cut bound.
     Simulate(simulate_cmd::SimulateArgs),
     /// Build a catalog: the best synthesized algorithm per size range as MSCCL XML files.
     Catalog(catalog_cmd::CatalogArgs),
@@ -79,6 +86,7 @@ where
         Some(Command::Bench(args)) => bench_cmd::run(&args, cli.json, out),
         Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),
         Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
+        Some(Command::Lower(args)) => lower_cmd::run(&args, cli.json, out),
         Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
         Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
         Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),

@@ -12,14 +12,19 @@ use std::io::Write;
 /// Arguments of `synth verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// MSCCL XML file (ours or anyone's), or a program JSON file.
+    /// MSCCL XML file (ours or anyone's), a program JSON file, or an algorithm JSON file
+    /// (synth's, or msccl-tools' with `msccl_type`), detected from the content.
     file: String,
+    /// Topology of an algorithm JSON file (default: the one it embeds or names).
+    #[arg(long)]
+    topo: Option<String>,
 }
 
 /// Arguments of `synth run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// MSCCL XML file, or a program JSON file.
+    /// MSCCL XML file, a program JSON file, or an algorithm JSON file (synth's or
+    /// msccl-tools'), lowered out of place with the default options.
     file: String,
     /// One message size (nccl-tests' size: e.g. 64M, 1K, 4096).
     #[arg(long, conflicts_with = "sizes")]
@@ -65,11 +70,50 @@ pub fn read_program(path: &str) -> Result<Program> {
 
 /// Runs `synth verify`.
 pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let program = read_program(&args.file)?;
+    use crate::algo_file::{detect, read_algorithm, Format};
+    let (program, loaded) = match detect(&args.file)? {
+        Format::Xml | Format::Program => (read_program(&args.file)?, None),
+        Format::Algorithm | Format::Msccl => {
+            let loaded = read_algorithm(&args.file, args.topo.as_deref())?;
+            let a = &loaded.algorithm;
+            if a.collective.kind == crate::collective::Kind::Custom {
+                // No MSCCL collective to lower to: the checker's verdict is the answer.
+                if json {
+                    let doc = serde_json::json!({
+                        "file": args.file,
+                        "format": loaded.format.name(),
+                        "algorithm": a.name,
+                        "topology": loaded.topology.name,
+                        "ok": true,
+                        "lowered": false,
+                        "steps": a.num_steps(),
+                    });
+                    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}: OK ({}: custom collective on {} ranks of `{}`, {} steps, {} rounds; the checker accepts it; custom collectives are not lowered)",
+                        args.file,
+                        loaded.format.name(),
+                        a.collective.ranks,
+                        loaded.topology.name,
+                        a.num_steps(),
+                        a.rounds()
+                    )?;
+                }
+                return Ok(());
+            }
+            let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
+            (program, Some(loaded))
+        }
+    };
     let result = runtime::verify::verify(&program);
     if json {
         let doc = serde_json::json!({
             "file": args.file,
+            "format": loaded.as_ref().map_or("msccl-xml-or-program", |l| l.format.name()),
+            "algorithm": loaded.as_ref().map(|l| &l.algorithm.name),
+            "topology": loaded.as_ref().map(|l| &l.topology.name),
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(|e| e.to_string()),
             "ngpus": program.ngpus,
@@ -83,6 +127,23 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
         return Ok(());
     }
     result.map_err(|e| anyhow::anyhow!("{}: {e}", args.file))?;
+    if let Some(l) = &loaded {
+        let a = &l.algorithm;
+        writeln!(
+            out,
+            "{}: OK ({}: {} on {} ranks of `{}`, {} steps, {} rounds, {} chunks; the checker accepts it and its lowered program verifies, {} threadblocks)",
+            args.file,
+            l.format.name(),
+            a.collective.kind,
+            a.collective.ranks,
+            l.topology.name,
+            a.num_steps(),
+            a.rounds(),
+            a.chunks(),
+            program.threadblocks().count()
+        )?;
+        return Ok(());
+    }
     writeln!(
         out,
         "{}: OK ({:?} on {} ranks, {} threadblocks, {} steps; in place: {}, out of place: {})",
@@ -109,7 +170,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         other => bail!("unknown --backend `{other}` (cpu or cuda)"),
     }
-    let program = read_program(&args.file)?;
+    let program = super::lower_cmd::read_any(&args.file, None)?.0;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
@@ -138,7 +199,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     use runtime::cuda::{CudaOptions, Dtype};
     // One line and a non-zero exit without a usable GPU.
     runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
-    let program = read_program(&args.file)?;
+    let program = super::lower_cmd::read_any(&args.file, None)?.0;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = Dtype::parse(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;

@@ -16,7 +16,8 @@ use std::path::PathBuf;
 /// Arguments of `synth simulate`.
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// MSCCL XML file of the algorithm.
+    /// MSCCL XML file of the algorithm, or an algorithm JSON (synth's or msccl-tools'),
+    /// lowered out of place with the default options.
     file: PathBuf,
     /// Topology: a built-in name (e.g. `dgx-a100x2`) or a TOML / nvidia-smi file.
     #[arg(long)]
@@ -46,8 +47,13 @@ struct Row {
 
 /// Runs `synth simulate`.
 pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let program =
-        runtime::xml::read_file(&args.file).map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
+    let file = args.file.display().to_string();
+    let program = match crate::algo_file::detect(&file)? {
+        crate::algo_file::Format::Xml => {
+            runtime::xml::read_file(&args.file).map_err(|e| anyhow!("{file}: {e}"))?
+        }
+        _ => super::lower_cmd::read_any(&file, Some(&args.topo))?.0,
+    };
     let topo = topology::load(&args.topo)?;
     if program.ngpus != topo.ranks {
         bail!(

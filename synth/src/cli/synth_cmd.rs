@@ -125,6 +125,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_steps: args.max_steps,
         max_chunks: args.max_chunks,
         deadline: started + Duration::from_secs_f64(args.time_limit),
+        extra_memory: args.encoding.extra_memory,
     };
     let (method, sketch) = args.encoding.resolve()?;
     let progress = Progress::new(true);
@@ -209,6 +210,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "algorithms": algorithms,
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
+            "extra_memory": args.encoding.extra_memory,
             "at_1gb": versus,
             "seconds": seconds,
             "resources": crate::util::resources(),

@@ -10,7 +10,7 @@
 pub mod model;
 
 use crate::algorithm::Algorithm;
-use crate::check::check;
+use crate::check::{check, check_memory};
 use crate::progress::Progress;
 use crate::sketch::Sketch;
 use crate::smt::search::MakeCollective;
@@ -148,6 +148,7 @@ pub fn search(
     sketch: &Sketch,
     deadline: Instant,
     progress: &Progress,
+    extra_memory: Option<usize>,
 ) -> Result<MilpFound> {
     let routing = sketch.routing(topology)?;
     let base = make(1)?;
@@ -173,6 +174,7 @@ pub fn search(
         let Some(encoding) = Encoding::new(topology, &coll, &routing, steps)? else {
             continue;
         };
+        let encoding = encoding.with_extra_memory(extra_memory);
         for &size in sizes.iter().rev() {
             // Skip a model that cannot beat what is known: the best time so far at this size
             // is already within the gap of a lower bound.
@@ -222,7 +224,8 @@ pub fn search(
             };
             match solved {
                 Some(s) => {
-                    if let Err(e) = check(&s.algorithm, topology) {
+                    let memory = extra_memory.map_or(Ok(()), |m| check_memory(&s.algorithm, m));
+                    if let Err(e) = check(&s.algorithm, topology).and(memory) {
                         bail!(
                             "internal error: the MILP algorithm {} fails the checker: {e}",
                             s.algorithm.name
@@ -341,6 +344,7 @@ impl crate::engine::Engine for MilpEngine {
             &sketch,
             limits.deadline,
             problem.progress,
+            limits.extra_memory,
         )?;
         Ok(crate::engine::Found {
             algorithms: found.algorithms,

@@ -36,6 +36,8 @@ pub struct Encoding<'a> {
     uses: Vec<(Key, Key)>,
     /// Representative keys, in variable order.
     reps: Vec<(usize, usize, usize)>,
+    /// Extra memory M: per rank, received chunks ≤ postcondition chunks + M.
+    extra_memory: Option<usize>,
 }
 
 /// The answer of one solve.
@@ -100,7 +102,16 @@ impl<'a> Encoding<'a> {
             steps,
             uses,
             reps,
+            extra_memory: None,
         }))
+    }
+
+    /// The same model with SCCL's extra-memory limit: every rank receives at most as many
+    /// chunks it did not start with as its postcondition has, plus `extra_memory` (a rank
+    /// receives a chunk at most once and keeps it, so the total bounds every step).
+    pub fn with_extra_memory(mut self, extra_memory: Option<usize>) -> Self {
+        self.extra_memory = extra_memory;
+        self
     }
 
     /// Number of binary variables (after symmetry and pruning).
@@ -171,6 +182,17 @@ impl<'a> Encoding<'a> {
                 } else if incoming.contains_key(&(c, r)) {
                     constraints.push(constraint!(total <= 1.0));
                 }
+            }
+        }
+        // Extra memory: chunks received by a rank ≤ its postcondition's chunks + M.
+        if let Some(extra) = self.extra_memory {
+            for r in 0..topo.ranks {
+                let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
+                let total: Expression = (0..coll.chunks.len())
+                    .filter_map(|c| incoming.get(&(c, r)))
+                    .flat_map(|list| list.iter().map(|&(_, x)| x))
+                    .sum();
+                constraints.push(constraint!(total <= limit as f64));
             }
         }
         // Send only what is held; latency and busy time per link.

@@ -7,7 +7,11 @@
 //! 2. a rank outside pre that gets the chunk gets it from exactly one sender, once;
 //! 3. a send leaves a rank that held the chunk before the step;
 //! 4. per step and per link or switch constraint of capacity b: sends ≤ b · r_s, with
-//!    `r_s ≥ 1` rounds per step (order-encoded) and Σ r_s ≤ R.
+//!    `r_s ≥ 1` rounds per step (order-encoded) and Σ r_s ≤ R;
+//! 5. with extra memory M (SCCL's `--extra-memory`), per rank r: the chunks r holds that it
+//!    did not start with number at most |post(r)| + M after every step (a received chunk
+//!    stays where it landed: the lowering never reuses a slot; holdings only grow, so the
+//!    last step's state is the one constrained).
 //!
 //! Everything is Boolean plus pseudo-Boolean, so z3's SAT core (logic QF_FD) solves it
 //! with native cardinality reasoning. Only provably sound reductions are applied: a chunk
@@ -58,6 +62,8 @@ pub struct Instance<'a> {
     pub symmetry: Option<&'a Group>,
     /// The most rounds each step may take (empty: up to what R allows), from a sound bound.
     pub round_caps: &'a [usize],
+    /// Extra memory M: per rank, received chunks ≤ postcondition chunks + M (`None`: no limit).
+    pub extra_memory: Option<usize>,
 }
 
 /// How one solve is run.
@@ -391,6 +397,41 @@ impl Encoding {
             }
         }
 
+        // Memory: per rank, chunks held but not started with ≤ |post(r)| + M. Holdings only
+        // grow (`at` is monotone in s), so the state after the last step bounds every step.
+        if let Some(extra) = inst.extra_memory {
+            for r in 0..n {
+                let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
+                let received: Vec<&Bool> = at
+                    .iter()
+                    .zip(&coll.chunks)
+                    .filter(|(_, chunk)| !chunk.pre.contains(&r))
+                    .map(|(rows, _)| &rows[r][steps])
+                    .collect();
+                if received.len() <= limit {
+                    continue;
+                }
+                // Symmetric rows share variables: repeats are counted through fresh literals
+                // implied by the shared one (see `distinct_literals`).
+                let mut seen: BTreeMap<(usize, usize), ()> = BTreeMap::new();
+                let literals: Vec<Bool> = (0..coll.chunks.len())
+                    .filter(|&c| !coll.chunks[c].pre.contains(&r))
+                    .zip(received)
+                    .map(|(c, held)| {
+                        if seen.insert(chunk_rank_rep(c, r), ()).is_none() {
+                            held.clone()
+                        } else {
+                            let copy = Bool::fresh_const("held");
+                            solver.assert(held.implies(&copy));
+                            copy
+                        }
+                    })
+                    .collect();
+                let terms: Vec<(&Bool, i32)> = literals.iter().map(|x| (x, 1)).collect();
+                solver.assert(Bool::pb_le(&terms, limit as i32));
+            }
+        }
+
         // Symmetry: interchangeable pieces (same pre and post) arrive in order at one rank.
         for (members, pivot) in ordered_classes(coll, group) {
             for pair in members.windows(2) {
@@ -526,6 +567,7 @@ mod tests {
             rounds: 2,
             symmetry,
             round_caps: &[],
+            extra_memory: None,
         };
         instance.solve(
             Instant::now() + Duration::from_secs(60),

@@ -25,7 +25,8 @@ impl Engine for SmtEngine {
 
     fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found> {
         let bounds = self.bounds(problem)?;
-        let searcher = Searcher::new(problem.topology, problem.make, problem.progress)?;
+        let searcher = Searcher::new(problem.topology, problem.make, problem.progress)?
+            .with_extra_memory(limits.extra_memory);
         match search {
             Search::Instance {
                 steps,

@@ -7,7 +7,7 @@ use super::race::Race;
 use super::symmetry::symmetry_ladder;
 use crate::algorithm::Algorithm;
 use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
-use crate::check::check;
+use crate::check::{check, check_memory};
 use crate::progress::Progress;
 use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology};
@@ -30,6 +30,7 @@ pub struct Searcher<'a> {
     automorphisms: Vec<Vec<usize>>,
     make: &'a MakeCollective<'a>,
     progress: &'a Progress,
+    extra_memory: Option<usize>,
 }
 
 /// What a solve says about (S, R, C), once checked.
@@ -53,7 +54,15 @@ impl<'a> Searcher<'a> {
             automorphisms: topology.automorphisms(MAX_SYMMETRIES),
             make,
             progress,
+            extra_memory: None,
         })
+    }
+
+    /// The same searcher with SCCL's extra-memory limit on every instance (see
+    /// [`Instance::extra_memory`]).
+    pub fn with_extra_memory(mut self, extra_memory: Option<usize>) -> Self {
+        self.extra_memory = extra_memory;
+        self
     }
 
     fn solve(
@@ -89,6 +98,7 @@ impl<'a> Searcher<'a> {
             rounds,
             symmetry: None,
             round_caps: &round_caps,
+            extra_memory: self.extra_memory,
         };
         let ladder = symmetry_ladder(self.topology, &collective, &self.automorphisms);
         let mut outcome = if ladder.is_empty() {
@@ -99,8 +109,13 @@ impl<'a> Searcher<'a> {
         // A model from the raced, restarted solves has (rarely, under heavy load) violated the
         // round budget; such a model is discarded and the full formula solved once more
         // without restarts. A second bad model is an error: nothing unchecked gets out.
-        let invalid =
-            |a: &Algorithm| a.rounds() as usize > rounds || check(a, self.topology).is_err();
+        let invalid = |a: &Algorithm| {
+            a.rounds() as usize > rounds
+                || check(a, self.topology).is_err()
+                || self
+                    .extra_memory
+                    .is_some_and(|m| check_memory(a, m).is_err())
+        };
         if matches!(&outcome, Outcome::Sat(a) if invalid(a)) {
             outcome = traced(&full, deadline, SolveOptions::default(), "full (re-solve)");
         }
@@ -113,6 +128,9 @@ impl<'a> Searcher<'a> {
                     );
                 }
                 if let Err(e) = check(&algorithm, self.topology) {
+                    bail!("internal error: the solver's algorithm for (S={steps}, R={rounds}, C={chunks}) fails the checker: {e}");
+                }
+                if let Some(Err(e)) = self.extra_memory.map(|m| check_memory(&algorithm, m)) {
                     bail!("internal error: the solver's algorithm for (S={steps}, R={rounds}, C={chunks}) fails the checker: {e}");
                 }
                 Verdict::Found(Box::new(algorithm))

@@ -234,6 +234,8 @@ mod tests {
 
     #[test]
     fn hub_caps_bandwidth() {
+        let t = generate("shared-hub", GenSize::Ranks(4), 5.0, 0.0).unwrap();
+        assert_eq!(t.rank_bandwidth(2), (5.0, 5.0));
         let t = generate("hub-and-spoke", GenSize::Ranks(4), 5.0, 0.0).unwrap();
         assert_eq!(t.rank_bandwidth(2), (5.0, 5.0));
         let line = generate("line", GenSize::Ranks(3), 1.0, 0.0).unwrap();

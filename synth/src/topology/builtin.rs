@@ -43,7 +43,11 @@ const BUILTINS: &[Builtin] = &[
     ),
     builtin!(
         "hub-and-spoke",
-        "all pairs through one shared 25 GB/s hub (hub-and-spoke:N, default 8)"
+        "SCCL's HubAndSpoke: all pairs linked, 25 GB/s out and 25 GB/s in per rank (hub-and-spoke:N, default 8)"
+    ),
+    builtin!(
+        "shared-hub",
+        "all pairs through one shared 25 GB/s hub (shared-hub:N, default 8)"
     ),
     builtin!(
         "torus-2d",

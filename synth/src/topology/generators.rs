@@ -1,4 +1,5 @@
-//! Parametric fabric families: ring, line, fully-connected, star, hub-and-spoke and 2-D torus.
+//! Parametric fabric families: ring, line, fully-connected, star, hub-and-spoke (SCCL's
+//! `HubAndSpoke`), shared-hub and 2-D torus.
 //!
 //! Every generator builds bidirectional links of one bandwidth and alpha. A generator is named
 //! in a TOML file with `generator = "ring"` and `size = 8` (`size = "4x4"` for the torus), or on
@@ -20,6 +21,11 @@ pub const GENERATORS: &[(&str, &str, &str)] = &[
     ("star", "8", "rank 0 linked to every other rank"),
     (
         "hub-and-spoke",
+        "8",
+        "SCCL's HubAndSpoke: every pair linked; each rank sends <= one link bandwidth in total and receives <= one",
+    ),
+    (
+        "shared-hub",
         "8",
         "every pair linked through one shared hub: all traffic together <= one link bandwidth",
     ),
@@ -114,24 +120,43 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
                 bail!("{name} needs at least 2 ranks, got {n}");
             }
             let links = match name {
-                "fully-connected" | "hub-and-spoke" => n.saturating_mul(n - 1),
+                "fully-connected" | "hub-and-spoke" | "shared-hub" => n.saturating_mul(n - 1),
                 _ => n.saturating_mul(2),
             };
             super::check_size(n, links)?;
             match name {
                 "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),
                 "line" => pairs.extend((0..n - 1).map(|i| (i, i + 1))),
-                "fully-connected" | "hub-and-spoke" => {
+                "fully-connected" | "hub-and-spoke" | "shared-hub" => {
                     for i in 0..n {
                         pairs.extend((i + 1..n).map(|j| (i, j)));
                     }
-                    if name == "hub-and-spoke" {
+                    if name == "shared-hub" {
                         switches.push(SwitchConstraint {
                             name: "hub".into(),
                             srcs: (0..n).collect(),
                             dsts: (0..n).collect(),
                             bandwidth,
                         });
+                    }
+                    if name == "hub-and-spoke" {
+                        // SCCL's HubAndSpoke(n): per rank one out-group (everything it sends)
+                        // and one in-group (everything it receives) of one link's bandwidth.
+                        for r in 0..n {
+                            let others: Vec<usize> = (0..n).filter(|&o| o != r).collect();
+                            switches.push(SwitchConstraint {
+                                name: format!("node-{r}-out"),
+                                srcs: vec![r],
+                                dsts: others.clone(),
+                                bandwidth,
+                            });
+                            switches.push(SwitchConstraint {
+                                name: format!("node-{r}-in"),
+                                srcs: others,
+                                dsts: vec![r],
+                                bandwidth,
+                            });
+                        }
                     }
                 }
                 "star" => pairs.extend((1..n).map(|i| (0, i))),
@@ -193,8 +218,11 @@ mod tests {
                 .len(),
             8
         );
-        let hub = generate("hub-and-spoke", GenSize::Ranks(4), 1.0, 0.0).unwrap();
+        let hub = generate("shared-hub", GenSize::Ranks(4), 1.0, 0.0).unwrap();
         assert_eq!((hub.links.len(), hub.switches.len()), (12, 1));
+        let spoke = generate("hub-and-spoke", GenSize::Ranks(4), 1.0, 0.0).unwrap();
+        assert_eq!((spoke.links.len(), spoke.switches.len()), (12, 8));
+        assert!(spoke.switches[0].covers(0, 3) && !spoke.switches[0].covers(1, 3));
         assert_eq!(parse_size("4x4").unwrap(), GenSize::Grid(4, 4));
         assert!(generate("ring", GenSize::Ranks(1), 1.0, 0.0).is_err());
         assert!(generate("torus-2d", GenSize::Ranks(4), 1.0, 0.0).is_err());

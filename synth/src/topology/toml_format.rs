@@ -14,7 +14,7 @@
 //! alpha = 0.7              # default latency of a link in µs (default 0.7)
 //! node_of = [0, 0, 0, 0, 1, 1, 1, 1]   # node of each rank (default: all on node 0)
 //!
-//! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke"
+//! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke", "shared-hub"
 //! # (size = ranks) or "torus-2d" (size = "ROWSxCOLS"). Links use `bandwidth` and `alpha`.
 //! # generator = "ring"
 //! # size = 8

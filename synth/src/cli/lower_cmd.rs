@@ -1,0 +1,94 @@
+//! `synth lower ALGO.json`: lowers an algorithm file (synth's algorithm JSON or SCCL /
+//! msccl-tools JSON with `msccl_type`) to verified MSCCL XML without solving again (SCCL's
+//! `ncclize`), and the reading of algorithm files shared by `verify` and `simulate`.
+
+use super::lower_args::{write_xml, LowerArgs};
+use crate::algo_file::{self, Format, Loaded};
+use crate::lower::{lower_to_xml, LowerOptions};
+use anyhow::{Context, Result};
+use clap::Args;
+use runtime::ir::Program;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Arguments of `synth lower`.
+#[derive(Debug, Args)]
+pub struct LowerCmdArgs {
+    /// Algorithm file: synth's algorithm JSON (written next to the XML) or SCCL /
+    /// msccl-tools algorithm JSON (`msccl_type`).
+    file: String,
+    /// Topology (default: the one embedded in an msccl-tools file, or named in synth's).
+    #[arg(long)]
+    topo: Option<String>,
+    /// Folder the XML files are written to.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    #[command(flatten)]
+    lowering: LowerArgs,
+}
+
+/// Runs `synth lower`: reads and checks the algorithm, then lowers, verifies and writes
+/// `OUT/NAME.xml` and `OUT/NAME.inplace.xml`.
+pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let loaded = algo_file::read_algorithm(&args.file, args.topo.as_deref())?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
+    let (paths, program) = write_xml(&loaded.algorithm, &args.out, &args.lowering)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    let a = &loaded.algorithm;
+    if json {
+        let doc = serde_json::json!({
+            "file": args.file,
+            "format": loaded.format.name(),
+            "algorithm": a.name,
+            "collective": a.collective.kind.name(),
+            "topology": loaded.topology.name,
+            "ranks": a.collective.ranks,
+            "steps": a.num_steps(),
+            "rounds": a.rounds(),
+            "chunks": a.chunks(),
+            "flavor": args.lowering.flavor,
+            "instances": args.lowering.instances,
+            "threadblocks": program.threadblocks().count(),
+            "xml": paths,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}: {} ({}) on {}: {} steps, {} rounds, {} chunks; checked, lowered and verified",
+        args.file,
+        a.name,
+        loaded.format.name(),
+        loaded.topology.name,
+        a.num_steps(),
+        a.rounds(),
+        a.chunks()
+    )?;
+    for p in paths {
+        writeln!(out, "wrote {p}")?;
+    }
+    Ok(())
+}
+
+/// Reads any file `verify` and `simulate` accept: MSCCL XML or program JSON as a program;
+/// an algorithm file (synth's or msccl-tools') is checked and lowered out of place with the
+/// default options (and returned beside its program).
+pub fn read_any(path: &str, topo: Option<&str>) -> Result<(Program, Option<Loaded>)> {
+    match algo_file::detect(path)? {
+        Format::Xml | Format::Program => Ok((super::run_cmd::read_program(path)?, None)),
+        Format::Algorithm | Format::Msccl => {
+            let loaded = algo_file::read_algorithm(path, topo)?;
+            let program = lower_default(path, &loaded)?;
+            Ok((program, Some(loaded)))
+        }
+    }
+}
+
+/// Lowers a loaded algorithm out of place with the default options (verified).
+pub fn lower_default(path: &str, loaded: &Loaded) -> Result<Program> {
+    let (program, _) = lower_to_xml(&loaded.algorithm, &LowerOptions::default())
+        .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))?;
+    Ok(program)
+}

@@ -385,6 +385,7 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         topology: topo_name,
         collective,
         steps,
+        piece_channels: None,
     };
     Ok((algorithm, topology))
 }

@@ -303,9 +303,6 @@ fn check_options(options: &Options) -> Result<()> {
     if options.sizes.windows(2).any(|w| w[0] >= w[1]) {
         bail!("sizes must increase");
     }
-    if options.flavor == Flavor::Legacy {
-        bail!("the legacy flavor reads maxBytes as exclusive (and 0 as never): catalogs are written for the nccl or rccl flavor");
-    }
     Ok(())
 }
 
@@ -926,6 +923,13 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
          protocol Simple.\n",
         manifest.algo_dir, manifest.flavor
     );
+    if options.flavor == Flavor::Legacy {
+        let _ = writeln!(
+            s,
+            "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
+             `maxBytes` is the range's last size + 1, and the last range's is 2^62.\n"
+        );
+    }
     let _ = writeln!(
         s,
         "How it was made: per collective, the candidates are the algorithms found by the \

@@ -439,7 +439,7 @@ fn numeric_options_beyond_their_limits() {
     );
     fails_with(
         &["bench", "--repeat", "100000000"],
-        "100000000 is not between 0 and 10000",
+        "100000000 is not between 1 and 10000",
     );
 }
 
@@ -461,7 +461,7 @@ fn xml_sizes_beyond_the_limits() {
     fails_with(&["run", &good, "--size", "16G"], "(limit 4096 MiB)");
     fails_with(
         &["run", &good, "--iters", "100000000"],
-        "is not between 0 and 10000",
+        "is not between 1 and 10000",
     );
 }
 
@@ -476,4 +476,141 @@ fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
     );
     assert!(e.contains("unknown field `ch\\nk`"), "{e}");
     assert!(!e.contains('\n'), "{e}");
+}
+
+// Usability issue, item 12: one convention for every command.
+
+#[test]
+fn a_missing_argument_is_named() {
+    fails_with(
+        &["bounds", "--coll", "allgather"],
+        "missing required argument --topo",
+    );
+    fails_with(&["verify"], "missing required argument <FILE>");
+    fails_with(&["run", "--size", "1K"], "missing required argument <FILE>");
+    fails_with(&["simulate", "x.xml"], "missing required argument --topo");
+    fails_with(&["--topo", "dgx1"], "missing --coll");
+}
+
+#[test]
+fn topo_help_names_its_commands() {
+    let out = synth(&["topo", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("draw"), "{text}");
+    assert!(text.contains("topo dot"), "{text}");
+}
+
+#[test]
+fn catalog_checks_chunks_and_takes_the_legacy_flavor() {
+    fails_with(
+        &["catalog", "--topo", "ring:4", "--max-chunks", "0"],
+        "0 is not between 1 and 64",
+    );
+    let dir = temp_dir("catalog-legacy");
+    let out = synth(&[
+        "catalog",
+        "--topo",
+        "ring:4",
+        "--colls",
+        "allgather",
+        "--flavor",
+        "legacy",
+        "--instances",
+        "1",
+        "--sizes",
+        "1K:1M:32",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["flavor"], "legacy");
+    let file = doc["collectives"][0]["ranges"][0]["file"].as_str().unwrap();
+    let xml = std::fs::read_to_string(dir.join(file)).unwrap();
+    // The legacy runtime's maxBytes is exclusive and 0 means never: the last range is 2^62.
+    assert!(xml.contains("maxBytes=\"4611686018427387904\""), "{xml}");
+}
+
+#[test]
+fn chunks_or_rounds_without_steps_are_an_error() {
+    fails_with(
+        &["--topo", "dgx1", "--coll", "allgather", "--chunks", "2"],
+        "--chunks needs --steps (one instance) or --least-steps",
+    );
+    fails_with(
+        &["--topo", "dgx1", "--coll", "allgather", "--rounds", "3"],
+        "--rounds needs --steps (one instance) or --least-steps",
+    );
+}
+
+#[test]
+fn zero_repeats_iterations_and_sizes_are_errors() {
+    let dir = temp_dir("zeros");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    fails_with(&["bench", "--repeat", "0"], "0 is not between 1 and 10000");
+    fails_with(&["run", &xml, "--iters", "0"], "0 is not between 1 and 10000");
+    fails_with(&["run", &xml, "--size", "0"], "is 0 bytes");
+    fails_with(&["run", &xml, "--sizes", "0:1K"], "is 0 bytes");
+    fails_with(
+        &["simulate", &xml, "--topo", "ring:2", "--sizes", "0K"],
+        "is 0 bytes",
+    );
+    // Zero warm-up iterations stay allowed.
+    let out = synth(&["run", &xml, "--size", "1K", "--iters", "1", "--warmup", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_kilobyte_is_1024_bytes_everywhere() {
+    let dir = temp_dir("kb");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    for size in ["1K", "1KB", "1KiB", "1kb"] {
+        let out = synth(&["run", &xml, "--size", size, "--iters", "1", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
+        let out = synth(&["simulate", &xml, "--topo", "ring:2", "--sizes", size, "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
+    }
+    let out = synth(&["bounds", "--topo", "dgx1", "--coll", "allgather", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["time_bound_us"][0][0], 1024.0);
+    assert_eq!(doc["time_bound_us"][2][0], 1073741824.0);
+    let size = toml::Value::String("1KB".into());
+    assert_eq!(synth::sketch::parse_size(&size), Ok(1024.0));
+    assert_eq!(synth::sketch::DEFAULT_SIZES[0], 1024.0);
+}
+
+#[test]
+fn verify_json_prints_a_document_on_a_parse_error() {
+    let dir = temp_dir("verify-json");
+    let bad = write(&dir, "bad.xml", "<algo\n");
+    let out = synth(&["verify", &bad, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    assert_eq!(doc["ok"], false);
+    assert!(doc["error"].as_str().unwrap().contains("bad.xml"), "{doc}");
+    let out = synth(&["verify", "/nonexistent/x.xml", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    assert_eq!(doc["ok"], false);
 }

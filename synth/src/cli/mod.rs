@@ -30,7 +30,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List, show or draw topologies.
+    /// List or show topologies, or print one as Graphviz text (`topo dot`).
     Topo(topo_cmd::TopoArgs),
     /// Print the lower bounds (steps, rounds per chunk) of a collective on a topology.
     Bounds(BoundsArgs),
@@ -94,6 +94,15 @@ fn clap_error(e: clap::Error) -> anyhow::Error {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             std::process::exit(0);
+        }
+        ErrorKind::MissingRequiredArgument => {
+            use clap::error::{ContextKind, ContextValue};
+            let names = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(names)) => names.join(", "),
+                Some(ContextValue::String(name)) => name.clone(),
+                _ => "an argument".to_string(),
+            };
+            anyhow::anyhow!("missing required argument {names} (see `synth --help`)")
         }
         _ => {
             let text = e.to_string();

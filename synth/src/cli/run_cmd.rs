@@ -21,10 +21,10 @@ pub struct VerifyArgs {
 pub struct RunArgs {
     /// MSCCL XML file, or a program JSON file.
     file: String,
-    /// One message size (nccl-tests' size: e.g. 64M, 1K, 4096).
+    /// One message size in bytes (e.g. 64M, 1K, 4096; binary: 1K = 1KB = 1024).
     #[arg(long, conflicts_with = "sizes")]
     size: Option<String>,
-    /// A size sweep MIN:MAX (doubling), e.g. 1K:256M.
+    /// A size sweep MIN:MAX[:FACTOR] (doubling by default), e.g. 1K:256M.
     #[arg(long)]
     sizes: Option<String>,
     /// Element type: f32 or f64.
@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5, value_parser = super::limits::iterations)]
     iters: usize,
     /// Untimed warm-up iterations per size.
-    #[arg(long, default_value_t = 1, value_parser = super::limits::iterations)]
+    #[arg(long, default_value_t = 1, value_parser = super::limits::warmup)]
     warmup: usize,
     /// Executor backend: cpu (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
@@ -65,7 +65,20 @@ pub fn read_program(path: &str) -> Result<Program> {
 
 /// Runs `synth verify`.
 pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let program = read_program(&args.file)?;
+    let program = match read_program(&args.file) {
+        Ok(p) => p,
+        Err(e) if json => {
+            // `--json` always prints a document, also when the file cannot be read.
+            let doc = serde_json::json!({
+                "file": args.file,
+                "ok": false,
+                "error": format!("{e:#}").replace('\n', " "),
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let result = runtime::verify::verify(&program);
     if json {
         let doc = serde_json::json!({
@@ -122,7 +135,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         run: RunOptions {
             dtype,
             op,
-            iters: args.iters.max(1),
+            iters: args.iters,
             warmup: args.warmup,
             ..RunOptions::default()
         },
@@ -148,7 +161,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let options = CudaOptions {
         dtype,
         sizes,
-        iters: args.iters.max(1),
+        iters: args.iters,
         warmup: args.warmup,
         ..CudaOptions::default()
     };

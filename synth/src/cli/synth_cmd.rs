@@ -16,8 +16,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Message sizes (bytes) at which the table estimates the time of each algorithm.
-const TABLE_SIZES: [(f64, &str); 3] = [(1e3, "1KB"), (1e6, "1MB"), (1e9, "1GB")];
+/// Message sizes (bytes; binary like every size of the command line, 1 KB = 1024) at which
+/// the table estimates the time of each algorithm and `synth bounds` bounds it.
+const TABLE_SIZES: [(f64, &str); 3] = [
+    (1024.0, "1KB"),
+    (1048576.0, "1MB"),
+    (1073741824.0, "1GB"),
+];
 
 /// Arguments of the main synthesis command.
 #[derive(Debug, Args)]
@@ -108,6 +113,13 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     if args.max_chunks == 0 {
         bail!("--max-chunks must be at least 1");
+    }
+    if args.steps.is_none() && !args.least_steps {
+        for (flag, given) in [("--chunks", args.chunks.is_some()), ("--rounds", args.rounds.is_some())] {
+            if given {
+                bail!("{flag} needs --steps (one instance) or --least-steps; the Pareto search tries every R and 1 to --max-chunks chunks");
+            }
+        }
     }
     let search = match (args.steps, args.least_steps) {
         (Some(steps), _) => Search::Instance {
@@ -449,7 +461,7 @@ pub fn bounds(
             "busbw_exact_optimum": cut.as_ref().map(|c| c.exact),
             "binding_cut": cut.as_ref().map(|c| c.binding.clone()),
             "two_phase_busbw_gbps": two_phase,
-            "time_bound_us": cut.as_ref().map(|c| [(1e3, c.time_us(1_000)), (1e6, c.time_us(1_000_000)), (1e9, c.time_us(1_000_000_000))]),
+            "time_bound_us": cut.as_ref().map(|c| TABLE_SIZES.map(|(b, _)| (b, c.time_us(b as u64)))),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
@@ -470,9 +482,9 @@ pub fn bounds(
             "{what}: busbw at most {:.1} GB/s ({}); time at least {:.2} us at 1 KB, {:.2} us at 1 MB, {:.1} us at 1 GB",
             c.busbw(),
             c.binding,
-            c.time_us(1_000),
-            c.time_us(1_000_000),
-            c.time_us(1_000_000_000)
+            c.time_us(1 << 10),
+            c.time_us(1 << 20),
+            c.time_us(1 << 30)
         )?;
     }
     if let Some(b) = two_phase {

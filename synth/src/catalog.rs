@@ -550,7 +550,8 @@ fn build_one(
         .to_ir()
         .context("custom collectives cannot be catalogued")?;
     let started = Instant::now();
-    let found = find(topology, kind, options, progress);
+    let mut found = find(topology, kind, options, progress);
+    crate::algorithm::name_uniquely(&mut found.algorithms, None);
     let synthesis_seconds = started.elapsed().as_secs_f64();
     let mut notes = found.notes;
     if found.algorithms.is_empty() {

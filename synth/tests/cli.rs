@@ -559,7 +559,10 @@ fn zero_repeats_iterations_and_sizes_are_errors() {
     .unwrap();
     let xml = write(&dir, "ag.xml", &xml);
     fails_with(&["bench", "--repeat", "0"], "0 is not between 1 and 10000");
-    fails_with(&["run", &xml, "--iters", "0"], "0 is not between 1 and 10000");
+    fails_with(
+        &["run", &xml, "--iters", "0"],
+        "0 is not between 1 and 10000",
+    );
     fails_with(&["run", &xml, "--size", "0"], "is 0 bytes");
     fails_with(&["run", &xml, "--sizes", "0:1K"], "is 0 bytes");
     fails_with(
@@ -588,7 +591,9 @@ fn a_kilobyte_is_1024_bytes_everywhere() {
         let out = synth(&["run", &xml, "--size", size, "--iters", "1", "--json"]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
-        let out = synth(&["simulate", &xml, "--topo", "ring:2", "--sizes", size, "--json"]);
+        let out = synth(&[
+            "simulate", &xml, "--topo", "ring:2", "--sizes", size, "--json",
+        ]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
     }
@@ -613,4 +618,138 @@ fn verify_json_prints_a_document_on_a_parse_error() {
     let out = synth(&["verify", "/nonexistent/x.xml", "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
     assert_eq!(doc["ok"], false);
+}
+
+// Usability issue, item 4: one name, and one file, per algorithm.
+
+#[test]
+fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
+    use synth::algorithm::{name_uniquely, Algorithm, Send, Step};
+    use synth::collective::{Collective, Kind};
+    // A 4-rank fabric with mixed link speeds: 0-1 at 50 GB/s, every other pair at 25.
+    let dir = temp_dir("het4");
+    let mut toml = String::from("name = \"het4\"\nranks = 4\nbandwidth = 25\n");
+    for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        let bw = if (a, b) == (0, 1) { 50 } else { 25 };
+        toml += &format!("[[link]]\nsrc = {a}\ndst = {b}\nbandwidth = {bw}\n");
+    }
+    let topo = synth::topology::load(&write(&dir, "het4.toml", &toml)).unwrap();
+    // Two different allgathers with 2 steps, 2 rounds and 1 chunk, named as the MILP names
+    // them: each rank sends its chunk one way in step 1 and the other two ways in step 2.
+    let schedule = |first: usize| {
+        let step = |offsets: &[usize]| Step {
+            rounds: 1,
+            reduce: false,
+            sends: (0..4)
+                .flat_map(|r| {
+                    offsets.iter().map(move |o| Send {
+                        chunk: r,
+                        src: r,
+                        dst: (r + o) % 4,
+                    })
+                })
+                .collect(),
+        };
+        let rest: Vec<usize> = (1..4).filter(|&o| o != first).collect();
+        Algorithm {
+            name: "allgather-het4-milp-s2-r2-c1".into(),
+            topology: "het4".into(),
+            collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+            steps: vec![step(&[first]), step(&rest)],
+        }
+    };
+    let mut found = vec![schedule(1), schedule(2)];
+    for a in &found {
+        synth::check::check(a, &topo).unwrap();
+    }
+    name_uniquely(&mut found, None);
+    assert_ne!(found[0].name, found[1].name);
+    for a in &found {
+        assert!(
+            a.name.starts_with("allgather-het4-milp-s2-r2-c1-"),
+            "{}",
+            a.name
+        );
+    }
+    // The names depend on the schedule only, not on the order or the run.
+    let mut again = vec![schedule(2), schedule(1)];
+    name_uniquely(&mut again, None);
+    assert_eq!(again[0].name, found[1].name);
+    // Identical copies get a counter.
+    let mut copies = vec![schedule(1), schedule(1)];
+    name_uniquely(&mut copies, None);
+    assert_ne!(copies[0].name, copies[1].name);
+}
+
+#[test]
+fn custom_collectives_are_named_after_their_files() {
+    let dir = temp_dir("custom-names");
+    let one = write(
+        &dir,
+        "one.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n",
+    );
+    let two = write(
+        &dir,
+        "two.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2]\n",
+    );
+    let out_dir = dir.join("out");
+    let mut all = Vec::new();
+    for (file, stem) in [(&one, "one"), (&two, "two")] {
+        let out = synth(&[
+            "--topo",
+            "ring:4",
+            "--coll",
+            file,
+            "--max-chunks",
+            "2",
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for a in doc["algorithms"].as_array().unwrap() {
+            let path = a["file"].as_str().unwrap().to_string();
+            let name = Path::new(&path).file_name().unwrap().to_string_lossy();
+            assert!(
+                name.starts_with(&format!("custom-{stem}-ring_4-")),
+                "{name}"
+            );
+            all.push(path);
+        }
+    }
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "{all:?}");
+    for path in &all {
+        assert!(Path::new(path).exists(), "{path}");
+    }
+}
+
+// Usability issue, item 2: the first command leaves `git status` clean.
+
+#[test]
+fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
+    let dir = temp_dir("default-out");
+    let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+        .args(["--topo", "dgx1", "--coll", "allgather"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Two algorithms: a JSON file and two XML files each.
+    assert!(stderr.contains("wrote 6 files to out"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 6);
+    assert!(!dir.join("results").exists());
+    // The repository ignores that folder.
+    let gitignore = include_str!("../../.gitignore");
+    assert!(gitignore.lines().any(|l| l == "/out/"), "{gitignore}");
 }

@@ -242,7 +242,9 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "M" | "MB" | "MIB" => 20,
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
-        _ => bail!("bad size {s:?} (a number of bytes with an optional unit K, M, G or T; 1K = 1024)"),
+        _ => bail!(
+            "bad size {s:?} (a number of bytes with an optional unit K, M, G or T; 1K = 1024)"
+        ),
     };
     let bytes = if num.contains('.') {
         let v: f64 = num
@@ -336,7 +338,11 @@ mod tests {
         assert!(parse_sizes("0").is_err());
         assert!(parse_sizes("0:1K").is_err());
         for one in ["1K", "1KB", "1kib", "1024", "1024B", "0.5K", "1 KiB"] {
-            assert_eq!(parse_size(one).unwrap(), 1024 >> u64::from(one == "0.5K"), "{one}");
+            assert_eq!(
+                parse_size(one).unwrap(),
+                1024 >> u64::from(one == "0.5K"),
+                "{one}"
+            );
         }
         assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
         assert!(parse_size("0.3").is_err());

@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 
 /// Message sizes (bytes; binary like every size of the command line, 1 KB = 1024) at which
 /// the table estimates the time of each algorithm and `synth bounds` bounds it.
-const TABLE_SIZES: [(f64, &str); 3] = [
-    (1024.0, "1KB"),
-    (1048576.0, "1MB"),
-    (1073741824.0, "1GB"),
-];
+const TABLE_SIZES: [(f64, &str); 3] = [(1024.0, "1KB"), (1048576.0, "1MB"), (1073741824.0, "1GB")];
+
+/// Where the main command and `synth compile` write their files unless `--out` says
+/// otherwise: a folder the repository's `.gitignore` ignores, so a first run leaves
+/// `git status` clean (`results/` holds only what is committed on purpose).
+pub const DEFAULT_OUT: &str = "out";
 
 /// Arguments of the main synthesis command.
 #[derive(Debug, Args)]
@@ -64,8 +65,8 @@ pub struct SynthArgs {
     time_limit: f64,
     #[command(flatten)]
     encoding: super::method_args::MethodArgs,
-    /// Folder the algorithms are written to.
-    #[arg(long, default_value = "results")]
+    /// Folder the algorithms are written to (default `out/`, which git ignores).
+    #[arg(long, default_value = DEFAULT_OUT)]
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
@@ -115,7 +116,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         bail!("--max-chunks must be at least 1");
     }
     if args.steps.is_none() && !args.least_steps {
-        for (flag, given) in [("--chunks", args.chunks.is_some()), ("--rounds", args.rounds.is_some())] {
+        for (flag, given) in [
+            ("--chunks", args.chunks.is_some()),
+            ("--rounds", args.rounds.is_some()),
+        ] {
             if given {
                 bail!("{flag} needs --steps (one instance) or --least-steps; the Pareto search tries every R and 1 to --max-chunks chunks");
             }
@@ -149,7 +153,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let result = synthesize_with(&request, method, sketch.as_ref());
     progress.finish();
-    let synthesis = result?;
+    let mut synthesis = result?;
+    let custom_file = (synthesis.algorithms.first()).and_then(|a| {
+        (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
+    });
+    crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     if synthesis.algorithms.is_empty() {
         match search {
             Search::Instance {
@@ -188,12 +196,12 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 .collect::<Result<_>>()?,
         };
     let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
+    let mut written = files.len() + xml_files.iter().map(Vec::len).sum::<usize>();
     if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {
         let spec = required(&args.topo, "--topo")?;
-        for path in crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)? {
-            eprintln!("wrote {path}");
-        }
+        written += crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)?.len();
     }
+    eprintln!("wrote {written} files to {}", args.out.display());
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     if let Some(v) = &versus {
         if v.loses_to_nccl() {
@@ -382,8 +390,17 @@ fn compare_with_nccl(
     }))
 }
 
-/// Writes each algorithm as `DIR/NAME.json`; returns the paths.
+/// Writes each algorithm as `DIR/NAME.json`; returns the paths. Two algorithms of one run
+/// never share a file: a repeated name is an error before anything is written (see
+/// [`crate::algorithm::name_uniquely`]).
 fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
+    let mut names = std::collections::HashSet::new();
+    if let Some(a) = algorithms.iter().find(|a| !names.insert(a.name.as_str())) {
+        bail!(
+            "internal error: two algorithms are named {}; nothing was written",
+            a.name
+        );
+    }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
     algorithms
@@ -494,4 +511,34 @@ pub fn bounds(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Send, Step};
+
+    #[test]
+    fn two_algorithms_of_one_run_never_share_a_file() {
+        let coll = Collective::new(Kind::AllGather, 2, 0, 1).unwrap();
+        let step = |rounds| Step {
+            rounds,
+            reduce: false,
+            sends: vec![Send {
+                chunk: 0,
+                src: 0,
+                dst: 1,
+            }],
+        };
+        let a = |rounds| Algorithm {
+            name: "allgather-x-s1-r1-c1".into(),
+            topology: "x".into(),
+            collective: coll.clone(),
+            steps: vec![step(rounds)],
+        };
+        let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
+        let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();
+        assert!(e.to_string().contains("two algorithms are named"), "{e}");
+        assert!(!dir.join("allgather-x-s1-r1-c1.json").exists());
+    }
 }

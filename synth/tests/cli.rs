@@ -753,3 +753,74 @@ fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
     let gitignore = include_str!("../../.gitignore");
     assert!(gitignore.lines().any(|l| l == "/out/"), "{gitignore}");
 }
+
+// Usability issue, item 10: a Pareto plot and schedule drawings.
+
+#[test]
+fn pareto_plot_and_schedule_drawings() {
+    let dir = temp_dir("draw");
+    let plot = dir.join("pareto.svg");
+    let out = synth(&[
+        "--topo",
+        "dgx1",
+        "--coll",
+        "allgather",
+        "--out",
+        dir.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["plot"], plot.to_str().unwrap());
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        svg.contains("(2, 3, 2)") && svg.contains("(3, 7, 6)"),
+        "{svg}"
+    );
+    assert!(svg.contains("R/C bound 7/6"), "{svg}");
+
+    let file = doc["algorithms"][0]["file"].as_str().unwrap();
+    let algo: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    // One arrow per link used in a step.
+    let mut links = std::collections::BTreeSet::new();
+    for (s, step) in algo["steps"].as_array().unwrap().iter().enumerate() {
+        for x in step["sends"].as_array().unwrap() {
+            links.insert((s, x["src"].as_u64(), x["dst"].as_u64()));
+        }
+    }
+    let dot = synth(&["draw", file]);
+    let dot = String::from_utf8(dot.stdout).unwrap();
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert_eq!(dot.matches(", color=blue,").count(), links.len());
+    let svg_path = dir.join("schedule.svg");
+    let out = synth(&["draw", file, "--out", svg_path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert_eq!(svg.matches("marker-end=").count(), links.len());
+    let out = synth(&["draw", file, "--format", "svg", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["drawing"].as_str().unwrap().starts_with("<svg"));
+
+    // Bad input: one line naming the file and the field.
+    let mut bad = algo.clone();
+    bad["steps"][0]["sends"][0]["dst"] = 99.into();
+    let bad = write(&dir, "bad.json", &bad.to_string());
+    fails_with(
+        &["draw", &bad],
+        "bad.json: steps[0].sends[0]: rank 99 out of range",
+    );
+    fails_with(
+        &["draw", "/nonexistent/a.json"],
+        "/nonexistent/a.json: cannot read",
+    );
+    let junk = write(&dir, "junk.json", "{\"name\": 3}");
+    fails_with(&["draw", &junk], "junk.json:1:");
+}

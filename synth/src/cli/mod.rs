@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod catalog_cmd;
 mod compile_cmd;
+mod draw_cmd;
 mod limits;
 mod lower_args;
 mod method_args;
@@ -46,6 +47,9 @@ enum Command {
     Catalog(catalog_cmd::CatalogArgs),
     /// Compile a hand-written MSCCLang program (.py) to verified MSCCL XML.
     Compile(compile_cmd::CompileArgs),
+    /// Draw a synthesized algorithm (JSON): which chunk crosses which link in which step,
+    /// as Graphviz DOT or SVG.
+    Draw(draw_cmd::DrawArgs),
 }
 
 /// Arguments of `synth bounds`.
@@ -82,6 +86,7 @@ where
         Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
         Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
         Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),
+        Some(Command::Draw(args)) => draw_cmd::run(&args, cli.json, out),
     }
 }
 

@@ -70,6 +70,10 @@ pub struct SynthArgs {
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
+    /// Also draw the algorithms found as a Pareto plot (SVG): steps across, rounds per chunk
+    /// up, with the lower bounds.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// Also write each algorithm as an MSCCLang program (`DIR/NAME.py`) to hand-tune and
     /// compile with `synth compile`.
     #[arg(long)]
@@ -202,6 +206,36 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         written += crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)?.len();
     }
     eprintln!("wrote {written} files to {}", args.out.display());
+    if let Some(path) = &args.plot {
+        let points: Vec<_> = synthesis
+            .algorithms
+            .iter()
+            .map(crate::draw::ParetoPoint::of)
+            .collect();
+        let rpc: num_rational::Ratio<u64> = synthesis
+            .bounds
+            .rounds_per_chunk
+            .parse()
+            .unwrap_or_else(|_| num_rational::Ratio::from_integer(0));
+        let title = format!(
+            "{} on {}: {} (steps, rounds, chunks){}",
+            synthesis.algorithms[0].collective.kind,
+            topo.name,
+            if synthesis.complete {
+                "Pareto frontier"
+            } else {
+                "partial frontier"
+            },
+            if points.len() == 1 {
+                "; one algorithm"
+            } else {
+                ""
+            }
+        );
+        let svg = crate::draw::pareto_svg(&title, &points, synthesis.bounds.steps, rpc);
+        std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     if let Some(v) = &versus {
         if v.loses_to_nccl() {
@@ -229,6 +263,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "algorithms": algorithms,
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
+            "plot": args.plot.as_ref().map(|p| p.display().to_string()),
             "at_1gb": versus,
             "seconds": seconds,
             "resources": crate::util::resources(),

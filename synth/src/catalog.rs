@@ -357,6 +357,7 @@ fn run_search(
         },
         progress,
     };
+    progress.deadline(request.limits.deadline);
     synthesize_with(&request, method, options.sketch.as_ref())
 }
 

@@ -111,6 +111,8 @@ fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
 /// Runs the main synthesis command.
 pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let started = Instant::now();
+    let progress = Progress::new(true);
+    progress.message("loading the topology and the collective");
     let topo = topology::load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
     if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
@@ -147,7 +149,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         deadline: started + Duration::from_secs_f64(args.time_limit),
     };
     let (method, sketch) = args.encoding.resolve()?;
-    let progress = Progress::new(true);
+    progress.deadline(limits.deadline);
     let request = Request {
         topology: &topo,
         collective,
@@ -155,9 +157,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         limits,
         progress: &progress,
     };
-    let result = synthesize_with(&request, method, sketch.as_ref());
-    progress.finish();
-    let mut synthesis = result?;
+    let mut synthesis = synthesize_with(&request, method, sketch.as_ref())?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
@@ -186,6 +186,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             ),
         }
     }
+    // Lowering, verifying and simulating large fabrics takes a while too: the line stays.
+    progress.message(&format!(
+        "lowering and verifying {} algorithm(s)",
+        synthesis.algorithms.len()
+    ));
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
     let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> =
         match synthesis.algorithms[0].collective.kind {
@@ -236,7 +241,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
+    progress.message("simulating against NCCL's ring and tree at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
+    progress.finish();
     if let Some(v) = &versus {
         if v.loses_to_nccl() {
             eprintln!(
@@ -462,9 +469,12 @@ pub fn bounds(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
+    let progress = Progress::new(true);
+    progress.message("loading the topology");
     let topo = topology::load(topo)?;
     let collective = load_collective(coll, &topo, root)?;
     let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);
+    progress.deadline(deadline);
     let with_lp = Method::Auto.resolve(&topo, collective.kind, false) == Method::Smt;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![
@@ -485,6 +495,11 @@ pub fn bounds(
     let mut steps = 0;
     let mut rpc = num_rational::Ratio::from_integer(0u64);
     for (c, t) in &parts {
+        progress.message(if with_lp {
+            "steps and rounds per chunk: multicast flow LP"
+        } else {
+            "steps and rounds per chunk: cut bounds"
+        });
         let b = if with_lp {
             lower_bounds(t, c, deadline)?
         } else {
@@ -493,6 +508,8 @@ pub fn bounds(
         steps += b.steps;
         rpc += b.rounds_per_chunk;
     }
+    progress.bound(&format!("{steps} steps, R/C >= {rpc}"));
+    progress.message("bandwidth optimum: maximum flows");
     let cut = collective
         .kind
         .to_ir()
@@ -504,6 +521,7 @@ pub fn bounds(
         let ag = CutBound::new(Ir::AllGather, &topo, 0);
         Ir::AllReduce.busbw_factor(topo.ranks) / ((rs.us_per_byte + ag.us_per_byte) * 1e3)
     });
+    progress.finish();
     if json {
         let doc = json!({
             "topology": topo.name,

@@ -182,6 +182,7 @@ impl Engine for TreeEngine {
             eprintln!("{summary}");
         }
         problem.progress.message(&summary);
+        problem.progress.found(&result.algorithm);
         Ok(Found {
             algorithms: vec![result.algorithm],
             complete,

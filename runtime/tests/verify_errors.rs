@@ -89,10 +89,9 @@ fn race_between_unordered_writes() {
 }
 
 #[test]
+#[cfg_attr(not(has_shared_fixtures), ignore = "needs ../shared/fixtures")]
 fn race_found_in_fixture_without_its_write_after_read_dependency() {
-    let Some(text) = common::fixture("allreduce-1step-3gpu-LL-inplace.xml") else {
-        return;
-    };
+    let text = common::required_fixture("allreduce-1step-3gpu-LL-inplace.xml");
     let mut p = xml::read_str(&text).unwrap();
     // rank 0 tb 0's first re (writes i[0]) must wait for tb 2's send of i[0..3). Its
     // dependency on tb 2 step 0 alone is redundant (tb 2 step 1 comes later and is also

@@ -171,6 +171,63 @@ impl Algorithm {
     }
 }
 
+/// Gives the algorithms of one run distinct names (and so distinct files): with
+/// `collective_file`, a custom collective's algorithms are named after the file
+/// (`custom-STEM-...` instead of `custom-...`); algorithms that still share a name (two
+/// different MILP answers with the same steps, rounds and chunks) get a short hash of their
+/// content appended (`...-c3-1a2b3c`), and identical copies a counter.
+pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std::path::Path>) {
+    if let Some(stem) = collective_file.and_then(|p| p.file_stem()) {
+        let stem: String = stem
+            .to_string_lossy()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(24)
+            .collect();
+        for a in algorithms.iter_mut() {
+            if let Some(rest) = a.name.strip_prefix("custom-") {
+                a.name = format!("custom-{stem}-{rest}");
+            }
+        }
+    }
+    let count =
+        |algorithms: &[Algorithm], name: &str| algorithms.iter().filter(|a| a.name == name).count();
+    let shared: Vec<bool> = algorithms
+        .iter()
+        .map(|a| count(algorithms, &a.name) > 1)
+        .collect();
+    for (a, shared) in algorithms.iter_mut().zip(shared) {
+        if shared {
+            a.name = format!("{}-{:06x}", a.name, content_hash(a) & 0xff_ffff);
+        }
+    }
+    for i in 1..algorithms.len() {
+        if algorithms[..i].iter().any(|a| a.name == algorithms[i].name) {
+            let base = algorithms[i].name.clone();
+            let mut k = 2;
+            while algorithms.iter().any(|a| a.name == format!("{base}-{k}")) {
+                k += 1;
+            }
+            algorithms[i].name = format!("{base}-{k}");
+        }
+    }
+}
+
+/// FNV-1a hash of an algorithm's collective and steps (not its name): equal for equal
+/// schedules on every machine and in every run.
+fn content_hash(a: &Algorithm) -> u64 {
+    let bytes = serde_json::to_vec(&(&a.collective, &a.steps)).unwrap_or_default();
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// The k-synchronous cost model `T = S·alpha + (R/C)·unit·beta` in µs (see
 /// [`Algorithm::estimated_time_us`]).
 pub fn cost_us(

@@ -307,9 +307,6 @@ fn check_options(options: &Options) -> Result<()> {
     if options.sizes.windows(2).any(|w| w[0] >= w[1]) {
         bail!("sizes must increase");
     }
-    if options.flavor == Flavor::Legacy {
-        bail!("the legacy flavor reads maxBytes as exclusive (and 0 as never): catalogs are written for the nccl or rccl flavor");
-    }
     Ok(())
 }
 
@@ -367,6 +364,7 @@ fn run_search(
         },
         progress,
     };
+    progress.deadline(request.limits.deadline);
     synthesize_with(&request, method, options.sketch.as_ref())
 }
 
@@ -561,7 +559,8 @@ fn build_one(
         .to_ir()
         .context("custom collectives cannot be catalogued")?;
     let started = Instant::now();
-    let found = find(topology, kind, options, progress);
+    let mut found = find(topology, kind, options, progress);
+    crate::algorithm::name_uniquely(&mut found.algorithms, None);
     let synthesis_seconds = started.elapsed().as_secs_f64();
     let mut notes = found.notes;
     if found.algorithms.is_empty() {
@@ -934,6 +933,13 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
          protocol Simple.\n",
         manifest.algo_dir, manifest.flavor
     );
+    if options.flavor == Flavor::Legacy {
+        let _ = writeln!(
+            s,
+            "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
+             `maxBytes` is the range's last size + 1, and the last range's is 2^62.\n"
+        );
+    }
     let _ = writeln!(
         s,
         "How it was made: per collective, the candidates are the algorithms found by the \

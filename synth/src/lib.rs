@@ -10,6 +10,7 @@ pub mod check;
 pub mod cli;
 pub mod collective;
 pub mod cutbound;
+pub mod draw;
 pub mod dsl;
 pub mod engine;
 pub mod flow;

@@ -38,7 +38,7 @@
 //! # Hyperparameters: pieces each chunk is split into (one model per value), the range of
 //! # step counts (a model for C pieces has min(max, max(min, hops + C - 1)) steps, where hops
 //! # is the least number of hops under the sketch; unused steps cost nothing), the target
-//! # sizes in bytes (numbers or "1KB", "1MB", "1GB"; nccl-tests sizes), the solver's time
+//! # sizes in bytes (numbers or "1KB", "1MB", "1GB"; binary nccl-tests sizes, 1 KB = 1024), the solver's time
 //! # limit per model in seconds and its relative MIP gap.
 //! chunks = [1, 6]
 //! steps = [2, 8]
@@ -139,8 +139,8 @@ pub struct Sketch {
     pub gap: f64,
 }
 
-/// Default target sizes: 1 KB, 1 MB, 1 GB.
-pub const DEFAULT_SIZES: [f64; 3] = [1e3, 1e6, 1e9];
+/// Default target sizes: 1 KB, 1 MB, 1 GB (binary, like every size of the command line).
+pub const DEFAULT_SIZES: [f64; 3] = [1024.0, 1048576.0, 1073741824.0];
 
 impl Default for Sketch {
     fn default() -> Sketch {
@@ -776,33 +776,11 @@ fn parse_symmetry(v: &Value) -> std::result::Result<Vec<Rotation>, String> {
         .collect()
 }
 
-/// Parses a size: a number of bytes or a string like `"64KB"`, `"1MB"`, `"1GB"` (powers of
-/// 1000; `KiB`, `MiB`, `GiB` are powers of 1024).
+/// Parses a size: a number of bytes or a string like `"64KB"`, `"1MB"`, `"1GB"` in the one
+/// size syntax of every command ([`runtime::cpu::parse_size`]: binary, 1 KB = 1 KiB = 1024).
 pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
     let bytes = match v {
-        Value::String(s) => {
-            let t = s.trim();
-            let split = t
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(t.len());
-            let (num, unit) = t.split_at(split);
-            let num: f64 = num.parse().map_err(|_| format!("bad size \"{s}\""))?;
-            let mult = match unit.trim().to_ascii_uppercase().as_str() {
-                "" | "B" => 1.0,
-                "K" | "KB" => 1e3,
-                "M" | "MB" => 1e6,
-                "G" | "GB" => 1e9,
-                "KIB" => 1024.0,
-                "MIB" => 1024.0 * 1024.0,
-                "GIB" => 1024.0 * 1024.0 * 1024.0,
-                _ => {
-                    return Err(format!(
-                        "bad size \"{s}\" (units: B, KB, MB, GB, KiB, MiB, GiB)"
-                    ))
-                }
-            };
-            num * mult
-        }
+        Value::String(s) => runtime::cpu::parse_size(s).map_err(|e| format!("{e:#}"))? as f64,
         other => number(other)?,
     };
     if bytes.is_finite() && bytes > 0.0 {

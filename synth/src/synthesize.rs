@@ -207,6 +207,10 @@ impl<'a> Plan<'a> {
     ) -> Result<(Bounds, Found)> {
         let problem = self.problem(progress, limits.deadline);
         let bounds = self.engine.bounds(&problem)?;
+        progress.bound(&format!(
+            "{} steps, R/C >= {}",
+            bounds.steps, bounds.rounds_per_chunk
+        ));
         let mut found = self.engine.search(&problem, search, limits)?;
         found.algorithms = found
             .algorithms
@@ -308,6 +312,10 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         steps: rs_bounds.steps + ag_bounds.steps,
         rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
     };
+    req.progress.bound(&format!(
+        "{} steps, R/C >= {}",
+        bounds.steps, bounds.rounds_per_chunk
+    ));
     let (algorithms, complete) = match req.search {
         Search::Instance {
             steps,

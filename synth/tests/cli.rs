@@ -443,7 +443,7 @@ fn numeric_options_beyond_their_limits() {
     );
     fails_with(
         &["bench", "--repeat", "100000000"],
-        "100000000 is not between 0 and 10000",
+        "100000000 is not between 1 and 10000",
     );
 }
 
@@ -465,7 +465,7 @@ fn xml_sizes_beyond_the_limits() {
     fails_with(&["run", &good, "--size", "16G"], "(limit 4096 MiB)");
     fails_with(
         &["run", &good, "--iters", "100000000"],
-        "is not between 0 and 10000",
+        "is not between 1 and 10000",
     );
 }
 
@@ -762,4 +762,352 @@ fn verify_takes_a_custom_algorithm_json_without_lowering_it() {
         "{stdout}"
     );
     fails_with(&["lower", &file, "--out", d], "custom collectives");
+}
+
+// Usability issue, item 12: one convention for every command.
+
+#[test]
+fn a_missing_argument_is_named() {
+    fails_with(
+        &["bounds", "--coll", "allgather"],
+        "missing required argument --topo",
+    );
+    fails_with(&["verify"], "missing required argument <FILE>");
+    fails_with(&["run", "--size", "1K"], "missing required argument <FILE>");
+    fails_with(&["simulate", "x.xml"], "missing required argument --topo");
+    fails_with(&["--topo", "dgx1"], "missing --coll");
+}
+
+#[test]
+fn topo_help_names_its_commands() {
+    let out = synth(&["topo", "--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("draw"), "{text}");
+    assert!(text.contains("topo dot"), "{text}");
+}
+
+#[test]
+fn catalog_checks_chunks_and_takes_the_legacy_flavor() {
+    fails_with(
+        &["catalog", "--topo", "ring:4", "--max-chunks", "0"],
+        "0 is not between 1 and 64",
+    );
+    let dir = temp_dir("catalog-legacy");
+    let out = synth(&[
+        "catalog",
+        "--topo",
+        "ring:4",
+        "--colls",
+        "allgather",
+        "--flavor",
+        "legacy",
+        "--instances",
+        "1",
+        "--sizes",
+        "1K:1M:32",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["flavor"], "legacy");
+    let file = doc["collectives"][0]["ranges"][0]["file"].as_str().unwrap();
+    let xml = std::fs::read_to_string(dir.join(file)).unwrap();
+    // The legacy runtime's maxBytes is exclusive and 0 means never: the last range is 2^62.
+    assert!(xml.contains("maxBytes=\"4611686018427387904\""), "{xml}");
+}
+
+#[test]
+fn chunks_or_rounds_without_steps_are_an_error() {
+    fails_with(
+        &["--topo", "dgx1", "--coll", "allgather", "--chunks", "2"],
+        "--chunks needs --steps (one instance) or --least-steps",
+    );
+    fails_with(
+        &["--topo", "dgx1", "--coll", "allgather", "--rounds", "3"],
+        "--rounds needs --steps (one instance) or --least-steps",
+    );
+}
+
+#[test]
+fn zero_repeats_iterations_and_sizes_are_errors() {
+    let dir = temp_dir("zeros");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    fails_with(&["bench", "--repeat", "0"], "0 is not between 1 and 10000");
+    fails_with(
+        &["run", &xml, "--iters", "0"],
+        "0 is not between 1 and 10000",
+    );
+    fails_with(&["run", &xml, "--size", "0"], "is 0 bytes");
+    fails_with(&["run", &xml, "--sizes", "0:1K"], "is 0 bytes");
+    fails_with(
+        &["simulate", &xml, "--topo", "ring:2", "--sizes", "0K"],
+        "is 0 bytes",
+    );
+    // Zero warm-up iterations stay allowed.
+    let out = synth(&["run", &xml, "--size", "1K", "--iters", "1", "--warmup", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_kilobyte_is_1024_bytes_everywhere() {
+    let dir = temp_dir("kb");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    for size in ["1K", "1KB", "1KiB", "1kb"] {
+        let out = synth(&["run", &xml, "--size", size, "--iters", "1", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
+        let out = synth(&[
+            "simulate", &xml, "--topo", "ring:2", "--sizes", size, "--json",
+        ]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["rows"][0]["size"], 1024, "{size}");
+    }
+    let out = synth(&["bounds", "--topo", "dgx1", "--coll", "allgather", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["time_bound_us"][0][0], 1024.0);
+    assert_eq!(doc["time_bound_us"][2][0], 1073741824.0);
+    let size = toml::Value::String("1KB".into());
+    assert_eq!(synth::sketch::parse_size(&size), Ok(1024.0));
+    assert_eq!(synth::sketch::DEFAULT_SIZES[0], 1024.0);
+}
+
+#[test]
+fn verify_json_prints_a_document_on_a_parse_error() {
+    let dir = temp_dir("verify-json");
+    let bad = write(&dir, "bad.xml", "<algo\n");
+    let out = synth(&["verify", &bad, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    assert_eq!(doc["ok"], false);
+    assert!(doc["error"].as_str().unwrap().contains("bad.xml"), "{doc}");
+    let out = synth(&["verify", "/nonexistent/x.xml", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
+    assert_eq!(doc["ok"], false);
+}
+
+// Usability issue, item 4: one name, and one file, per algorithm.
+
+#[test]
+fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
+    use synth::algorithm::{name_uniquely, Algorithm, Send, Step};
+    use synth::collective::{Collective, Kind};
+    // A 4-rank fabric with mixed link speeds: 0-1 at 50 GB/s, every other pair at 25.
+    let dir = temp_dir("het4");
+    let mut toml = String::from("name = \"het4\"\nranks = 4\nbandwidth = 25\n");
+    for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        let bw = if (a, b) == (0, 1) { 50 } else { 25 };
+        toml += &format!("[[link]]\nsrc = {a}\ndst = {b}\nbandwidth = {bw}\n");
+    }
+    let topo = synth::topology::load(&write(&dir, "het4.toml", &toml)).unwrap();
+    // Two different allgathers with 2 steps, 2 rounds and 1 chunk, named as the MILP names
+    // them: each rank sends its chunk one way in step 1 and the other two ways in step 2.
+    let schedule = |first: usize| {
+        let step = |offsets: &[usize]| Step {
+            rounds: 1,
+            reduce: false,
+            sends: (0..4)
+                .flat_map(|r| {
+                    offsets.iter().map(move |o| Send {
+                        chunk: r,
+                        src: r,
+                        dst: (r + o) % 4,
+                    })
+                })
+                .collect(),
+        };
+        let rest: Vec<usize> = (1..4).filter(|&o| o != first).collect();
+        Algorithm {
+            name: "allgather-het4-milp-s2-r2-c1".into(),
+            topology: "het4".into(),
+            collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+            steps: vec![step(&[first]), step(&rest)],
+            piece_channels: None,
+        }
+    };
+    let mut found = vec![schedule(1), schedule(2)];
+    for a in &found {
+        synth::check::check(a, &topo).unwrap();
+    }
+    name_uniquely(&mut found, None);
+    assert_ne!(found[0].name, found[1].name);
+    for a in &found {
+        assert!(
+            a.name.starts_with("allgather-het4-milp-s2-r2-c1-"),
+            "{}",
+            a.name
+        );
+    }
+    // The names depend on the schedule only, not on the order or the run.
+    let mut again = vec![schedule(2), schedule(1)];
+    name_uniquely(&mut again, None);
+    assert_eq!(again[0].name, found[1].name);
+    // Identical copies get a counter.
+    let mut copies = vec![schedule(1), schedule(1)];
+    name_uniquely(&mut copies, None);
+    assert_ne!(copies[0].name, copies[1].name);
+}
+
+#[test]
+fn custom_collectives_are_named_after_their_files() {
+    let dir = temp_dir("custom-names");
+    let one = write(
+        &dir,
+        "one.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n",
+    );
+    let two = write(
+        &dir,
+        "two.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2]\n",
+    );
+    let out_dir = dir.join("out");
+    let mut all = Vec::new();
+    for (file, stem) in [(&one, "one"), (&two, "two")] {
+        let out = synth(&[
+            "--topo",
+            "ring:4",
+            "--coll",
+            file,
+            "--max-chunks",
+            "2",
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for a in doc["algorithms"].as_array().unwrap() {
+            let path = a["file"].as_str().unwrap().to_string();
+            let name = Path::new(&path).file_name().unwrap().to_string_lossy();
+            assert!(
+                name.starts_with(&format!("custom-{stem}-ring_4-")),
+                "{name}"
+            );
+            all.push(path);
+        }
+    }
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "{all:?}");
+    for path in &all {
+        assert!(Path::new(path).exists(), "{path}");
+    }
+}
+
+// Usability issue, item 2: the first command leaves `git status` clean.
+
+#[test]
+fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
+    let dir = temp_dir("default-out");
+    let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+        .args(["--topo", "dgx1", "--coll", "allgather"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Two algorithms: a JSON file and two XML files each.
+    assert!(stderr.contains("wrote 6 files to out"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 6);
+    assert!(!dir.join("results").exists());
+    // The repository ignores that folder.
+    let gitignore = include_str!("../../.gitignore");
+    assert!(gitignore.lines().any(|l| l == "/out/"), "{gitignore}");
+}
+
+// Usability issue, item 10: a Pareto plot and schedule drawings.
+
+#[test]
+fn pareto_plot_and_schedule_drawings() {
+    let dir = temp_dir("draw");
+    let plot = dir.join("pareto.svg");
+    let out = synth(&[
+        "--topo",
+        "dgx1",
+        "--coll",
+        "allgather",
+        "--out",
+        dir.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["plot"], plot.to_str().unwrap());
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        svg.contains("(2, 3, 2)") && svg.contains("(3, 7, 6)"),
+        "{svg}"
+    );
+    assert!(svg.contains("R/C bound 7/6"), "{svg}");
+
+    let file = doc["algorithms"][0]["file"].as_str().unwrap();
+    let algo: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    // One arrow per link used in a step.
+    let mut links = std::collections::BTreeSet::new();
+    for (s, step) in algo["steps"].as_array().unwrap().iter().enumerate() {
+        for x in step["sends"].as_array().unwrap() {
+            links.insert((s, x["src"].as_u64(), x["dst"].as_u64()));
+        }
+    }
+    let dot = synth(&["draw", file]);
+    let dot = String::from_utf8(dot.stdout).unwrap();
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert_eq!(dot.matches(", color=blue,").count(), links.len());
+    let svg_path = dir.join("schedule.svg");
+    let out = synth(&["draw", file, "--out", svg_path.to_str().unwrap()]);
+    assert!(out.status.success());
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert_eq!(svg.matches("marker-end=").count(), links.len());
+    let out = synth(&["draw", file, "--format", "svg", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["drawing"].as_str().unwrap().starts_with("<svg"));
+
+    // Bad input: one line naming the file and the field.
+    let mut bad = algo.clone();
+    bad["steps"][0]["sends"][0]["dst"] = 99.into();
+    let bad = write(&dir, "bad.json", &bad.to_string());
+    fails_with(
+        &["draw", &bad],
+        "bad.json: steps[0].sends[0]: rank 99 out of range",
+    );
+    fails_with(
+        &["draw", "/nonexistent/a.json"],
+        "/nonexistent/a.json: cannot read",
+    );
+    let junk = write(&dir, "junk.json", "{\"name\": 3}");
+    fails_with(&["draw", &junk], "junk.json:1:");
 }

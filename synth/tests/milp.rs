@@ -78,9 +78,10 @@ fn dgx1_allgather_matches_the_smt_frontier() {
     // The bandwidth-optimal end of the SMT frontier (SCCL's published DGX-1 Pareto set
     // {(2,3,2), (3,7,6)}; 7/6 is also the bandwidth lower bound), in the SMT cost model.
     let smt_time = synth::algorithm::cost_us(&topo, Kind::AllGather, 8, 3, Ratio::new(7, 6), 1e9);
+    // The MILP targets 1e9 bytes, the size both times are compared at ("1GB" is 2^30).
     let sketch = Sketch::parse(
         "dgx1-test",
-        "symmetry = { offset = 4, group = 8 }\nchunks = 6\nsteps = 3\nsizes = [\"1GB\"]\ntime_limit = 120\ngap = 0.02\n",
+        "symmetry = { offset = 4, group = 8 }\nchunks = 6\nsteps = 3\nsizes = [1000000000]\ntime_limit = 120\ngap = 0.02\n",
     )
     .unwrap();
     let found = run(&topo, Kind::AllGather, &sketch, 600);

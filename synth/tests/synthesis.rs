@@ -302,3 +302,30 @@ fn extra_memory_changes_line3_alltoall() {
         .to_string();
     assert!(e.contains("rank 1 holds 4 chunks"), "{e}");
 }
+
+/// Usability issue, item 11: a search reports its bound and its best point so far to the
+/// progress line (drawn on a terminal only; the state is kept either way).
+#[test]
+fn a_search_reports_its_bound_and_best_point_to_the_progress_line() {
+    let topology = topology::load("dgx1").unwrap();
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: &topology,
+        collective: Collective::new(Kind::AllGather, 8, 0, 1).unwrap(),
+        search: Search::Pareto,
+        limits: Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            deadline: Instant::now() + Duration::from_secs(600),
+            extra_memory: None,
+        },
+        progress: &progress,
+    };
+    let found = synthesize(&request).unwrap();
+    assert!(found.complete);
+    let status = progress.snapshot();
+    assert_eq!(status.bound.as_deref(), Some("2 steps, R/C >= 7/6"));
+    // The last point found is the bandwidth end of the frontier.
+    assert_eq!(status.best.as_deref(), Some("(3, 7, 6) R/C 7/6"));
+    assert!(!status.phase.is_empty());
+}

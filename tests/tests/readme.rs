@@ -55,7 +55,8 @@ fn ci_runs_the_readme_test_command_and_lints_in_the_same_profile() {
     let ci = std::fs::read_to_string(repo_root().join(".ci/run")).expect(".ci/run");
     let test_command = &commands[1];
     assert!(
-        ci.lines().any(|l| l.trim().ends_with(test_command.as_str())),
+        ci.lines()
+            .any(|l| l.trim().ends_with(test_command.as_str())),
         ".ci/run does not run the README's test command `{test_command}`"
     );
     let clippy = ci

@@ -17,8 +17,8 @@ mod sync;
 
 pub use element::{DataType, Element, ReduceOp};
 pub use sweep::{
-    format_table, parse_dtype, parse_op, parse_sizes, rows_by_size, sweep, sweep_modes, RunPoint,
-    SweepOptions, SweepRow,
+    format_table, parse_dtype, parse_op, parse_size, parse_sizes, rows_by_size, sweep, sweep_modes,
+    RunPoint, SweepOptions, SweepRow,
 };
 
 use crate::ir::Program;

@@ -225,19 +225,50 @@ pub fn rows_by_size(rows: &[SweepRow]) -> Vec<Vec<&SweepRow>> {
     groups
 }
 
-/// Parses one size such as `64M`, `1K`, `4096`, `2GB` (binary multiples).
-fn parse_size(s: &str) -> Result<u64> {
+/// Parses one message size in bytes, the one size syntax of every command (`synth run`,
+/// `simulate`, `catalog`, sketches): a number with an optional unit `K`, `M`, `G`, `T`
+/// (`KB`/`KiB`, `MB`/`MiB`, ... mean the same, case-insensitive), all binary as in
+/// nccl-tests: `1K` = `1KB` = `1KiB` = 1024 bytes. A decimal (`1.5K`) must come to whole
+/// bytes; 0 bytes is an error.
+pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
-    let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
-    let (digits, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => bail!(
+            "bad size {s:?} (a number of bytes with an optional unit K, M, G or T; 1K = 1024)"
+        ),
     };
-    let v: u64 = digits.parse().with_context(|| format!("bad size {s:?}"))?;
-    v.checked_mul(mult)
-        .with_context(|| format!("size {s:?} overflows"))
+    let bytes = if num.contains('.') {
+        let v: f64 = num
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .with_context(|| format!("bad size {s:?}"))?;
+        let b = v * (1u64 << shift) as f64;
+        if b.fract() != 0.0 {
+            bail!("size {s:?} is not a whole number of bytes");
+        }
+        if b >= u64::MAX as f64 {
+            bail!("size {s:?} overflows");
+        }
+        b as u64
+    } else {
+        let v: u64 = num.parse().with_context(|| format!("bad size {s:?}"))?;
+        v.checked_mul(1 << shift)
+            .with_context(|| format!("size {s:?} overflows"))?
+    };
+    if bytes == 0 {
+        bail!("size {s:?} is 0 bytes: a message needs at least 1 byte");
+    }
+    Ok(bytes)
 }
 
 /// Parses `MIN:MAX[:FACTOR]` (sizes multiplied by FACTOR, default 2, from MIN up to MAX) or
@@ -255,8 +286,8 @@ pub fn parse_sizes(spec: &str) -> Result<Vec<u64>> {
                     .with_context(|| format!("bad factor in {spec:?}"))?,
                 None => 2,
             };
-            if lo == 0 || lo > hi || factor < 2 {
-                bail!("size range {spec:?} needs 0 < MIN <= MAX and FACTOR >= 2");
+            if lo > hi || factor < 2 {
+                bail!("size range {spec:?} needs MIN <= MAX and FACTOR >= 2");
             }
             let mut sizes = Vec::new();
             let mut s = lo;
@@ -304,5 +335,17 @@ mod tests {
         assert_eq!(parse_sizes("1K:256M").unwrap().len(), 19);
         assert!(parse_sizes("8K:1K").is_err());
         assert!(parse_sizes("x").is_err());
+        assert!(parse_sizes("0").is_err());
+        assert!(parse_sizes("0:1K").is_err());
+        for one in ["1K", "1KB", "1kib", "1024", "1024B", "0.5K", "1 KiB"] {
+            assert_eq!(
+                parse_size(one).unwrap(),
+                1024 >> u64::from(one == "0.5K"),
+                "{one}"
+            );
+        }
+        assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
+        assert!(parse_size("0.3").is_err());
+        assert!(parse_size("1X").is_err());
     }
 }

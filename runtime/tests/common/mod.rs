@@ -16,7 +16,24 @@ pub fn shared() -> Option<PathBuf> {
     }
 }
 
-/// Text of an MSCCL XML fixture, if the shared folder exists.
+/// Text of an MSCCL XML fixture of `../shared/fixtures/msccl-xml`, for the tests marked
+/// `#[cfg_attr(not(has_shared_fixtures), ignore = ...)]` (ignored in a clone without it).
+pub fn required_fixture(name: &str) -> String {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/msccl-xml"
+    ))
+    .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (this test needs ../shared/fixtures beside the checkout)",
+            path.display()
+        )
+    })
+}
+
+/// Text of an MSCCL XML fixture, if the shared folder exists (for tests that use the
+/// fixtures as extra cases only).
 pub fn fixture(name: &str) -> Option<String> {
     let path = shared()?.join("fixtures/msccl-xml").join(name);
     Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))

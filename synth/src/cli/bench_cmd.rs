@@ -61,7 +61,7 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         let topology = topology::load(topo)?;
         let mut seconds = Vec::new();
         let mut outcome = String::new();
-        for _ in 0..args.repeat.max(1) {
+        for _ in 0..args.repeat {
             let started = Instant::now();
             let progress = Progress::hidden();
             let request = Request {

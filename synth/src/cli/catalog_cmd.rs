@@ -54,11 +54,12 @@ pub struct CatalogArgs {
     /// comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4", value_parser = limits::instances)]
     instances: Vec<usize>,
-    /// Size grid (nccl-tests bytes): `MIN:MAX[:FACTOR]` with K/M/G suffixes.
+    /// Size grid in bytes: `MIN:MAX[:FACTOR]` with K/M/G suffixes (binary: 1K = 1024).
     #[arg(long, default_value = catalog::DEFAULT_SIZES)]
     sizes: String,
-    /// XML dialect: nccl (msccl-executor-nccl) or rccl (no fused instructions).
-    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl"])]
+    /// XML dialect: nccl (msccl-executor-nccl), rccl (no fused instructions) or legacy
+    /// (microsoft/msccl: `reduce_scatter`, explicit maxBytes).
+    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
     flavor: String,
     /// Bandwidth of local copies and reductions in the simulator, GB/s per GPU.
     #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
@@ -123,10 +124,10 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_chunks: args.max_chunks,
         instances: args.instances.clone(),
         sizes,
-        flavor: if args.flavor == "rccl" {
-            Flavor::Rccl
-        } else {
-            Flavor::Nccl
+        flavor: match args.flavor.as_str() {
+            "rccl" => Flavor::Rccl,
+            "legacy" => Flavor::Legacy,
+            _ => Flavor::Nccl,
         },
         sim: SimOptions {
             local_bandwidth: args.local_bw,

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 pub struct CompileArgs {
     /// An MSCCLang program (`.py`, run with synth's `msccl` package) or its trace (`.json`).
     file: String,
-    /// Folder the XML files are written to.
-    #[arg(long, default_value = "results")]
+    /// Folder the XML files are written to (default `out/`, which git ignores).
+    #[arg(long, default_value = super::synth_cmd::DEFAULT_OUT)]
     out: PathBuf,
     /// Print the XML to stdout instead of writing files (what `XML()` in a program does).
     #[arg(long, conflicts_with = "check")]

@@ -63,9 +63,14 @@ pub fn instances(text: &str) -> Result<usize, String> {
     integer(text, 1, MAX_INSTANCES)
 }
 
-/// `--iters`, `--warmup` and `--repeat`: 0 to [`MAX_ITERS`].
-pub fn iterations(text: &str) -> Result<usize, String> {
+/// `--warmup`: 0 to [`MAX_ITERS`].
+pub fn warmup(text: &str) -> Result<usize, String> {
     integer(text, 0, MAX_ITERS)
+}
+
+/// `--iters` and `bench --repeat`: 1 to [`MAX_ITERS`] (0 timed runs would time nothing).
+pub fn iterations(text: &str) -> Result<usize, String> {
+    integer(text, 1, MAX_ITERS)
 }
 
 /// `--time-limit`: a positive number of seconds up to [`MAX_SECONDS`].

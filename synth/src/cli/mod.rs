@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod catalog_cmd;
 mod compile_cmd;
+mod draw_cmd;
 mod limits;
 mod lower_args;
 mod lower_cmd;
@@ -31,7 +32,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List, show or draw topologies.
+    /// List or show topologies, or print one as Graphviz text (`topo dot`).
     Topo(topo_cmd::TopoArgs),
     /// Print the lower bounds (steps, rounds per chunk) of a collective on a topology.
     Bounds(BoundsArgs),
@@ -53,6 +54,9 @@ enum Command {
     Catalog(catalog_cmd::CatalogArgs),
     /// Compile a hand-written MSCCLang program (.py) to verified MSCCL XML.
     Compile(compile_cmd::CompileArgs),
+    /// Draw a synthesized algorithm (JSON): which chunk crosses which link in which step,
+    /// as Graphviz DOT or SVG.
+    Draw(draw_cmd::DrawArgs),
 }
 
 /// Arguments of `synth bounds`.
@@ -90,6 +94,7 @@ where
         Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
         Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
         Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),
+        Some(Command::Draw(args)) => draw_cmd::run(&args, cli.json, out),
     }
 }
 
@@ -102,6 +107,15 @@ fn clap_error(e: clap::Error) -> anyhow::Error {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             let _ = e.print();
             std::process::exit(0);
+        }
+        ErrorKind::MissingRequiredArgument => {
+            use clap::error::{ContextKind, ContextValue};
+            let names = match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::Strings(names)) => names.join(", "),
+                Some(ContextValue::String(name)) => name.clone(),
+                _ => "an argument".to_string(),
+            };
+            anyhow::anyhow!("missing required argument {names} (see `synth --help`)")
         }
         _ => {
             let text = e.to_string();

@@ -26,10 +26,10 @@ pub struct RunArgs {
     /// MSCCL XML file, a program JSON file, or an algorithm JSON file (synth's or
     /// msccl-tools'), lowered out of place with the default options.
     file: String,
-    /// One message size (nccl-tests' size: e.g. 64M, 1K, 4096).
+    /// One message size in bytes (e.g. 64M, 1K, 4096; binary: 1K = 1KB = 1024).
     #[arg(long, conflicts_with = "sizes")]
     size: Option<String>,
-    /// A size sweep MIN:MAX (doubling), e.g. 1K:256M.
+    /// A size sweep MIN:MAX[:FACTOR] (doubling by default), e.g. 1K:256M.
     #[arg(long)]
     sizes: Option<String>,
     /// Element type: f32 or f64.
@@ -42,7 +42,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5, value_parser = super::limits::iterations)]
     iters: usize,
     /// Untimed warm-up iterations per size.
-    #[arg(long, default_value_t = 1, value_parser = super::limits::iterations)]
+    #[arg(long, default_value_t = 1, value_parser = super::limits::warmup)]
     warmup: usize,
     /// Executor backend: cpu (cuda needs a build with `--features cuda`).
     #[arg(long, default_value = "cpu")]
@@ -68,44 +68,73 @@ pub fn read_program(path: &str) -> Result<Program> {
     runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
-/// Runs `synth verify`.
-pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+/// What `synth verify` reads: a program to verify (with the algorithm it was lowered from,
+/// for algorithm files), or a custom-collective algorithm, which the checker alone judges.
+enum VerifyInput {
+    Program(Program, Option<crate::algo_file::Loaded>),
+    CheckedCustom(crate::algo_file::Loaded),
+}
+
+/// Reads `synth verify`'s file in whichever format it is.
+fn read_verify_input(args: &VerifyArgs) -> Result<VerifyInput> {
     use crate::algo_file::{detect, read_algorithm, Format};
-    let (program, loaded) = match detect(&args.file)? {
-        Format::Xml | Format::Program => (read_program(&args.file)?, None),
+    Ok(match detect(&args.file)? {
+        Format::Xml | Format::Program => VerifyInput::Program(read_program(&args.file)?, None),
         Format::Algorithm | Format::Msccl => {
             let loaded = read_algorithm(&args.file, args.topo.as_deref())?;
-            let a = &loaded.algorithm;
-            if a.collective.kind == crate::collective::Kind::Custom {
-                // No MSCCL collective to lower to: the checker's verdict is the answer.
-                if json {
-                    let doc = serde_json::json!({
-                        "file": args.file,
-                        "format": loaded.format.name(),
-                        "algorithm": a.name,
-                        "topology": loaded.topology.name,
-                        "ok": true,
-                        "lowered": false,
-                        "steps": a.num_steps(),
-                    });
-                    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-                } else {
-                    writeln!(
-                        out,
-                        "{}: OK ({}: custom collective on {} ranks of `{}`, {} steps, {} rounds; the checker accepts it; custom collectives are not lowered)",
-                        args.file,
-                        loaded.format.name(),
-                        a.collective.ranks,
-                        loaded.topology.name,
-                        a.num_steps(),
-                        a.rounds()
-                    )?;
-                }
-                return Ok(());
+            if loaded.algorithm.collective.kind == crate::collective::Kind::Custom {
+                VerifyInput::CheckedCustom(loaded)
+            } else {
+                let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
+                VerifyInput::Program(program, Some(loaded))
             }
-            let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
-            (program, Some(loaded))
         }
+    })
+}
+
+/// Runs `synth verify`.
+pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let (program, loaded) = match read_verify_input(args) {
+        Ok(VerifyInput::Program(program, loaded)) => (program, loaded),
+        Ok(VerifyInput::CheckedCustom(loaded)) => {
+            // No MSCCL collective to lower to: the checker's verdict is the answer.
+            let a = &loaded.algorithm;
+            if json {
+                let doc = serde_json::json!({
+                    "file": args.file,
+                    "format": loaded.format.name(),
+                    "algorithm": a.name,
+                    "topology": loaded.topology.name,
+                    "ok": true,
+                    "lowered": false,
+                    "steps": a.num_steps(),
+                });
+                writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "{}: OK ({}: custom collective on {} ranks of `{}`, {} steps, {} rounds; the checker accepts it; custom collectives are not lowered)",
+                    args.file,
+                    loaded.format.name(),
+                    a.collective.ranks,
+                    loaded.topology.name,
+                    a.num_steps(),
+                    a.rounds()
+                )?;
+            }
+            return Ok(());
+        }
+        Err(e) if json => {
+            // `--json` always prints a document, also when the file cannot be read.
+            let doc = serde_json::json!({
+                "file": args.file,
+                "ok": false,
+                "error": format!("{e:#}").replace('\n', " "),
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
     };
     let result = runtime::verify::verify(&program);
     if json {
@@ -183,7 +212,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         run: RunOptions {
             dtype,
             op,
-            iters: args.iters.max(1),
+            iters: args.iters,
             warmup: args.warmup,
             ..RunOptions::default()
         },
@@ -209,7 +238,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let options = CudaOptions {
         dtype,
         sizes,
-        iters: args.iters.max(1),
+        iters: args.iters,
         warmup: args.warmup,
         ..CudaOptions::default()
     };

@@ -16,8 +16,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Message sizes (bytes) at which the table estimates the time of each algorithm.
-const TABLE_SIZES: [(f64, &str); 3] = [(1e3, "1KB"), (1e6, "1MB"), (1e9, "1GB")];
+/// Message sizes (bytes; binary like every size of the command line, 1 KB = 1024) at which
+/// the table estimates the time of each algorithm and `synth bounds` bounds it.
+const TABLE_SIZES: [(f64, &str); 3] = [(1024.0, "1KB"), (1048576.0, "1MB"), (1073741824.0, "1GB")];
+
+/// Where the main command and `synth compile` write their files unless `--out` says
+/// otherwise: a folder the repository's `.gitignore` ignores, so a first run leaves
+/// `git status` clean (`results/` holds only what is committed on purpose).
+pub const DEFAULT_OUT: &str = "out";
 
 /// Arguments of the main synthesis command.
 #[derive(Debug, Args)]
@@ -59,11 +65,15 @@ pub struct SynthArgs {
     time_limit: f64,
     #[command(flatten)]
     encoding: super::method_args::MethodArgs,
-    /// Folder the algorithms are written to.
-    #[arg(long, default_value = "results")]
+    /// Folder the algorithms are written to (default `out/`, which git ignores).
+    #[arg(long, default_value = DEFAULT_OUT)]
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
+    /// Also draw the algorithms found as a Pareto plot (SVG): steps across, rounds per chunk
+    /// up, with the lower bounds.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// Also write each algorithm as an MSCCLang program (`DIR/NAME.py`) to hand-tune and
     /// compile with `synth compile`.
     #[arg(long)]
@@ -101,6 +111,8 @@ fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
 /// Runs the main synthesis command.
 pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let started = Instant::now();
+    let progress = Progress::new(true);
+    progress.message("loading the topology and the collective");
     let topo = topology::load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
     if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
@@ -108,6 +120,16 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     if args.max_chunks == 0 {
         bail!("--max-chunks must be at least 1");
+    }
+    if args.steps.is_none() && !args.least_steps {
+        for (flag, given) in [
+            ("--chunks", args.chunks.is_some()),
+            ("--rounds", args.rounds.is_some()),
+        ] {
+            if given {
+                bail!("{flag} needs --steps (one instance) or --least-steps; the Pareto search tries every R and 1 to --max-chunks chunks");
+            }
+        }
     }
     let search = match (args.steps, args.least_steps) {
         (Some(steps), _) => Search::Instance {
@@ -128,7 +150,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         extra_memory: args.encoding.extra_memory,
     };
     let (method, sketch) = args.encoding.resolve()?;
-    let progress = Progress::new(true);
+    progress.deadline(limits.deadline);
     let request = Request {
         topology: &topo,
         collective,
@@ -136,9 +158,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         limits,
         progress: &progress,
     };
-    let result = synthesize_with(&request, method, sketch.as_ref());
-    progress.finish();
-    let synthesis = result?;
+    let mut synthesis = synthesize_with(&request, method, sketch.as_ref())?;
+    let custom_file = (synthesis.algorithms.first()).and_then(|a| {
+        (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
+    });
+    crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     if synthesis.algorithms.is_empty() {
         match search {
             Search::Instance {
@@ -163,6 +187,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             ),
         }
     }
+    // Lowering, verifying and simulating large fabrics takes a while too: the line stays.
+    progress.message(&format!(
+        "lowering and verifying {} algorithm(s)",
+        synthesis.algorithms.len()
+    ));
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
     let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> =
         match synthesis.algorithms[0].collective.kind {
@@ -177,13 +206,45 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 .collect::<Result<_>>()?,
         };
     let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
+    let mut written = files.len() + xml_files.iter().map(Vec::len).sum::<usize>();
     if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {
         let spec = required(&args.topo, "--topo")?;
-        for path in crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)? {
-            eprintln!("wrote {path}");
-        }
+        written += crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)?.len();
     }
+    eprintln!("wrote {written} files to {}", args.out.display());
+    if let Some(path) = &args.plot {
+        let points: Vec<_> = synthesis
+            .algorithms
+            .iter()
+            .map(crate::draw::ParetoPoint::of)
+            .collect();
+        let rpc: num_rational::Ratio<u64> = synthesis
+            .bounds
+            .rounds_per_chunk
+            .parse()
+            .unwrap_or_else(|_| num_rational::Ratio::from_integer(0));
+        let title = format!(
+            "{} on {}: {} (steps, rounds, chunks){}",
+            synthesis.algorithms[0].collective.kind,
+            topo.name,
+            if synthesis.complete {
+                "Pareto frontier"
+            } else {
+                "partial frontier"
+            },
+            if points.len() == 1 {
+                "; one algorithm"
+            } else {
+                ""
+            }
+        );
+        let svg = crate::draw::pareto_svg(&title, &points, synthesis.bounds.steps, rpc);
+        std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    progress.message("simulating against NCCL's ring and tree at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
+    progress.finish();
     if let Some(v) = &versus {
         if v.loses_to_nccl() {
             eprintln!(
@@ -211,6 +272,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
             "extra_memory": args.encoding.extra_memory,
+            "plot": args.plot.as_ref().map(|p| p.display().to_string()),
             "at_1gb": versus,
             "seconds": seconds,
             "resources": crate::util::resources(),
@@ -372,8 +434,17 @@ fn compare_with_nccl(
     }))
 }
 
-/// Writes each algorithm as `DIR/NAME.json`; returns the paths.
+/// Writes each algorithm as `DIR/NAME.json`; returns the paths. Two algorithms of one run
+/// never share a file: a repeated name is an error before anything is written (see
+/// [`crate::algorithm::name_uniquely`]).
 fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
+    let mut names = std::collections::HashSet::new();
+    if let Some(a) = algorithms.iter().find(|a| !names.insert(a.name.as_str())) {
+        bail!(
+            "internal error: two algorithms are named {}; nothing was written",
+            a.name
+        );
+    }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
     algorithms
@@ -400,9 +471,12 @@ pub fn bounds(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
+    let progress = Progress::new(true);
+    progress.message("loading the topology");
     let topo = topology::load(topo)?;
     let collective = load_collective(coll, &topo, root)?;
     let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);
+    progress.deadline(deadline);
     let with_lp = Method::Auto.resolve(&topo, collective.kind, false) == Method::Smt;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![
@@ -423,6 +497,11 @@ pub fn bounds(
     let mut steps = 0;
     let mut rpc = num_rational::Ratio::from_integer(0u64);
     for (c, t) in &parts {
+        progress.message(if with_lp {
+            "steps and rounds per chunk: multicast flow LP"
+        } else {
+            "steps and rounds per chunk: cut bounds"
+        });
         let b = if with_lp {
             lower_bounds(t, c, deadline)?
         } else {
@@ -431,6 +510,8 @@ pub fn bounds(
         steps += b.steps;
         rpc += b.rounds_per_chunk;
     }
+    progress.bound(&format!("{steps} steps, R/C >= {rpc}"));
+    progress.message("bandwidth optimum: maximum flows");
     let cut = collective
         .kind
         .to_ir()
@@ -442,6 +523,7 @@ pub fn bounds(
         let ag = CutBound::new(Ir::AllGather, &topo, 0);
         Ir::AllReduce.busbw_factor(topo.ranks) / ((rs.us_per_byte + ag.us_per_byte) * 1e3)
     });
+    progress.finish();
     if json {
         let doc = json!({
             "topology": topo.name,
@@ -451,7 +533,7 @@ pub fn bounds(
             "busbw_exact_optimum": cut.as_ref().map(|c| c.exact),
             "binding_cut": cut.as_ref().map(|c| c.binding.clone()),
             "two_phase_busbw_gbps": two_phase,
-            "time_bound_us": cut.as_ref().map(|c| [(1e3, c.time_us(1_000)), (1e6, c.time_us(1_000_000)), (1e9, c.time_us(1_000_000_000))]),
+            "time_bound_us": cut.as_ref().map(|c| TABLE_SIZES.map(|(b, _)| (b, c.time_us(b as u64)))),
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
@@ -472,9 +554,9 @@ pub fn bounds(
             "{what}: busbw at most {:.1} GB/s ({}); time at least {:.2} us at 1 KB, {:.2} us at 1 MB, {:.1} us at 1 GB",
             c.busbw(),
             c.binding,
-            c.time_us(1_000),
-            c.time_us(1_000_000),
-            c.time_us(1_000_000_000)
+            c.time_us(1 << 10),
+            c.time_us(1 << 20),
+            c.time_us(1 << 30)
         )?;
     }
     if let Some(b) = two_phase {
@@ -484,4 +566,35 @@ pub fn bounds(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Send, Step};
+
+    #[test]
+    fn two_algorithms_of_one_run_never_share_a_file() {
+        let coll = Collective::new(Kind::AllGather, 2, 0, 1).unwrap();
+        let step = |rounds| Step {
+            rounds,
+            reduce: false,
+            sends: vec![Send {
+                chunk: 0,
+                src: 0,
+                dst: 1,
+            }],
+        };
+        let a = |rounds| Algorithm {
+            name: "allgather-x-s1-r1-c1".into(),
+            topology: "x".into(),
+            collective: coll.clone(),
+            steps: vec![step(rounds)],
+            piece_channels: None,
+        };
+        let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
+        let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();
+        assert!(e.to_string().contains("two algorithms are named"), "{e}");
+        assert!(!dir.join("allgather-x-s1-r1-c1.json").exists());
+    }
 }

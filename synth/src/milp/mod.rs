@@ -234,6 +234,13 @@ pub fn search(
                     attempt.objective = Some(s.objective);
                     attempt.proven = s.proven;
                     complete &= s.proven;
+                    progress.best(&format!(
+                        "({}, {}, {}) {:.1} us at {size:e} B",
+                        s.algorithm.num_steps(),
+                        s.algorithm.rounds(),
+                        s.algorithm.chunks(),
+                        predict_us(&s.algorithm, topology, size)
+                    ));
                     found.push(s.algorithm);
                 }
                 None => complete = false,

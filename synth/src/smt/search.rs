@@ -201,6 +201,7 @@ impl<'a> Searcher<'a> {
             match self.solve(steps, mid, chunks, deadline)? {
                 Verdict::Found(a) => {
                     hi = mid.min(a.rounds() as usize);
+                    self.progress.found(&a);
                     best = *a;
                 }
                 Verdict::Impossible => lo = mid + 1,
@@ -268,6 +269,7 @@ impl<'a> Searcher<'a> {
             complete &= decided;
             if let Some(a) = best {
                 let ratio = a.rounds_per_chunk();
+                self.progress.found(&a);
                 frontier.push(a);
                 if ratio <= bounds.rounds_per_chunk {
                     reached_bound = true;

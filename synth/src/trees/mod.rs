@@ -199,6 +199,7 @@ impl Engine for TreeEngine {
             eprintln!("{summary}");
         }
         problem.progress.message(&summary);
+        problem.progress.found(&result.algorithm);
         let mut algorithms = vec![result.algorithm, result.listed];
         // NCCL's rings as paths: shallower pipelines that the runtime may run faster than
         // the packed trees; the caller simulates both.

@@ -357,6 +357,7 @@ fn run_search(
             max_steps: options.max_steps,
             max_chunks: options.max_chunks,
             deadline: Instant::now() + Duration::from_secs_f64(options.time_limit),
+            work_limit: None,
         },
         progress,
     };

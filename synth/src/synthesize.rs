@@ -101,6 +101,8 @@ pub struct Synthesis {
     pub complete: bool,
     /// The engine that produced them (never `Auto`).
     pub method: Method,
+    /// The solves a work or time limit cut short (MILP).
+    pub cuts: Vec<crate::engine::Cut>,
 }
 
 /// Whether tree packing builds `kind` (directly or as a dual or composition).
@@ -264,6 +266,7 @@ pub fn synthesize_with(
         algorithms: found.algorithms,
         complete: found.complete,
         method,
+        cuts: found.cuts,
     })
 }
 
@@ -283,16 +286,17 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         steps: rs_bounds.steps + ag_bounds.steps,
         rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
     };
+    let mut cuts = Vec::new();
     let (algorithms, complete) = match req.search {
         Search::Instance {
             steps,
             rounds,
             chunks,
         } => (
-            allreduce_instance(req, &rs, &ag, steps, rounds, chunks)?
+            allreduce_instance(req, &rs, &ag, (steps, rounds, chunks), &mut cuts)?
                 .into_iter()
                 .collect(),
-            true,
+            cuts.is_empty(),
         ),
         Search::LeastSteps { chunks, rounds } => {
             let half = Search::LeastSteps {
@@ -301,6 +305,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             };
             let (_, a) = rs.run(half, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(half, &req.limits, req.progress, req.topology)?;
+            cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             let composed: Vec<Algorithm> = a
                 .algorithms
                 .iter()
@@ -316,6 +321,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         Search::Pareto => {
             let (_, a) = rs.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
+            cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             let mut all = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
@@ -337,6 +343,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         algorithms,
         complete,
         method,
+        cuts,
     })
 }
 
@@ -347,9 +354,8 @@ fn allreduce_instance(
     req: &Request,
     rs: &Plan,
     ag: &Plan,
-    steps: usize,
-    rounds: usize,
-    chunks: usize,
+    (steps, rounds, chunks): (usize, usize, usize),
+    cuts: &mut Vec<crate::engine::Cut>,
 ) -> Result<Option<Algorithm>> {
     for first in 1..steps {
         let second = steps - first;
@@ -368,6 +374,7 @@ fn allreduce_instance(
             req.progress,
             req.topology,
         )?;
+        cuts.extend(a.cuts);
         let Some(x) = a.algorithms.into_iter().find(|x| x.num_steps() == first) else {
             continue;
         };
@@ -382,6 +389,7 @@ fn allreduce_instance(
             req.progress,
             req.topology,
         )?;
+        cuts.extend(b.cuts);
         if let Some(y) = b.algorithms.first() {
             return Ok(Some(compose(&x, y, req.topology)?));
         }

@@ -240,6 +240,7 @@ fn instance(
             max_steps: 16,
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(300),
+            work_limit: None,
         },
         progress: &progress,
     };

@@ -117,6 +117,7 @@ fn reducescatter_and_allreduce_through_synthesize() {
                 max_steps: 8,
                 max_chunks: 8,
                 deadline: Instant::now() + Duration::from_secs(600),
+                work_limit: None,
             },
             progress: &progress,
         };

@@ -27,6 +27,7 @@ fn trees(topology: &Topology, kind: Kind) -> Synthesis {
             max_chunks: 8,
             // Far beyond what these fabrics need: the outcome never depends on it.
             deadline: Instant::now() + Duration::from_secs(3600),
+            work_limit: None,
         },
         progress: &progress,
     };
@@ -109,6 +110,7 @@ fn tree_packing_reaches_the_optimum_rate() {
         max_steps: 16,
         max_chunks: 8,
         deadline: Instant::now() + Duration::from_secs(3600),
+        work_limit: None,
     };
     for spec in [
         "torus-2d:4x4",

@@ -22,6 +22,7 @@ fn run(topo: &str, kind: Kind, search: Search) -> Synthesis {
             max_steps: 16,
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(600),
+            work_limit: None,
         },
         progress: &progress,
     };

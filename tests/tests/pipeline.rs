@@ -36,6 +36,7 @@ fn least_steps(topo: &Topology, kind: Kind, root: usize, chunks: usize) -> Algor
             max_steps: 12,
             max_chunks: chunks,
             deadline: Instant::now() + Duration::from_secs(300),
+            work_limit: None,
         },
         progress: &progress,
     };

@@ -72,6 +72,7 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     max_steps: 16,
                     max_chunks: 8,
                     deadline: started + Duration::from_secs_f64(args.time_limit),
+                    work_limit: None,
                 },
                 progress: &progress,
             };

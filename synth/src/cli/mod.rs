@@ -4,7 +4,7 @@
 mod bench_cmd;
 mod catalog_cmd;
 mod compile_cmd;
-mod limits;
+pub mod limits;
 mod lower_args;
 mod method_args;
 mod run_cmd;

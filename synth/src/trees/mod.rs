@@ -185,6 +185,7 @@ impl Engine for TreeEngine {
         Ok(Found {
             algorithms: vec![result.algorithm],
             complete,
+            cuts: Vec::new(),
         })
     }
 }

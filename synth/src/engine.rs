@@ -141,3 +141,19 @@ pub trait Engine: Sync {
     /// `problem.topology` (the caller checks them again after undoing any dual).
     fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expired_deadline_names_its_phase() {
+        let e = check_deadline(Instant::now(), || "building X".into()).unwrap_err();
+        assert_eq!(time_limit_phase(&e), Some("building X"));
+        assert_eq!(e.to_string(), "time limit reached while building X");
+        let later = Instant::now() + std::time::Duration::from_secs(3600);
+        assert!(check_deadline(later, || unreachable!()).is_ok());
+        let other = anyhow::anyhow!("something else");
+        assert_eq!(time_limit_phase(&other), None);
+    }
+}

@@ -250,12 +250,14 @@ impl Sketch {
                                 [lo, hi] if lo <= hi && *lo >= 1 && *hi <= MAX_STEPS => {
                                     (*lo, Some(*hi))
                                 }
-                                _ => return Err(err(
-                                    key,
-                                    format!(
+                                _ => {
+                                    return Err(err(
+                                        key,
+                                        format!(
                                         "expected [min, max] with 1 <= min <= max <= {MAX_STEPS}"
                                     ),
-                                )),
+                                    ))
+                                }
                             }
                         }
                         _ => {

@@ -5,7 +5,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::bounds::Bounds;
-use crate::check::check;
+use crate::check::{check_before, CheckError};
 use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
 use crate::milp::{self, MilpEngine};
@@ -172,8 +172,14 @@ impl<'a> Plan<'a> {
         self.engine.bounds(&self.problem(progress, deadline))
     }
 
-    /// Turns an algorithm of the solved problem into one for the requested collective.
-    fn finish(&self, found: Algorithm, topology: &Topology) -> Result<Algorithm> {
+    /// Turns an algorithm of the solved problem into one for the requested collective and
+    /// checks it (until `deadline`).
+    fn finish(
+        &self,
+        found: Algorithm,
+        topology: &Topology,
+        deadline: Instant,
+    ) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
             let mut a = found.reversed((self.original)(c)?, true);
@@ -186,9 +192,15 @@ impl<'a> Plan<'a> {
         } else {
             found
         };
-        check(&algorithm, topology)
-            .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
-        Ok(algorithm)
+        match check_before(&algorithm, topology, Some(deadline)) {
+            Ok(()) => Ok(algorithm),
+            Err(CheckError::TimeLimit) => Err(crate::engine::TimeLimitReached {
+                phase: format!("checking {}", algorithm.name),
+            }
+            .into()),
+            Err(e) => Err(e)
+                .with_context(|| format!("internal error: {} fails the checker", algorithm.name)),
+        }
     }
 
     fn run(
@@ -204,7 +216,7 @@ impl<'a> Plan<'a> {
         found.algorithms = found
             .algorithms
             .into_iter()
-            .map(|a| self.finish(a, topology))
+            .map(|a| self.finish(a, topology, limits.deadline))
             .collect::<Result<_>>()?;
         Ok((bounds, found))
     }
@@ -310,7 +322,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                 .algorithms
                 .iter()
                 .zip(&b.algorithms)
-                .map(|(x, y)| compose(x, y, req.topology))
+                .map(|(x, y)| compose(x, y, req.topology, req.limits.deadline))
                 .collect::<Result<_>>()?;
             let composed = composed
                 .into_iter()
@@ -325,7 +337,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             let mut all = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
-                    all.push(compose(x, y, req.topology)?);
+                    all.push(compose(x, y, req.topology, req.limits.deadline)?);
                 }
             }
             let kept = match method {
@@ -391,7 +403,7 @@ fn allreduce_instance(
         )?;
         cuts.extend(b.cuts);
         if let Some(y) = b.algorithms.first() {
-            return Ok(Some(compose(&x, y, req.topology)?));
+            return Ok(Some(compose(&x, y, req.topology, req.limits.deadline)?));
         }
     }
     Ok(None)
@@ -399,7 +411,12 @@ fn allreduce_instance(
 
 /// Reduce-scatter `rs` followed by allgather `ag` as one allreduce on n·C addresses, at the
 /// least common chunk count (an algorithm at C chunks runs at k·C chunks with k× the rounds).
-fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algorithm> {
+fn compose(
+    rs: &Algorithm,
+    ag: &Algorithm,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
     let c = num_integer_lcm(rs.chunks(), ag.chunks());
     let (x, y) = (rs.refined(c), ag.refined(c));
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
@@ -417,12 +434,23 @@ fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algori
         collective,
         steps,
     };
-    check(&algorithm, topology).with_context(|| {
-        format!(
-            "internal error: composed {} fails the checker",
-            algorithm.name
-        )
-    })?;
+    match check_before(&algorithm, topology, Some(deadline)) {
+        Ok(()) => {}
+        Err(CheckError::TimeLimit) => {
+            return Err(crate::engine::TimeLimitReached {
+                phase: format!("checking {}", algorithm.name),
+            }
+            .into())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "internal error: composed {} fails the checker",
+                    algorithm.name
+                )
+            })
+        }
+    }
     Ok(algorithm)
 }
 

@@ -254,3 +254,25 @@ fn checker_rejects_corruptions() {
         .to_string()
         .contains("more than once"));
 }
+
+#[test]
+fn the_checker_stops_at_an_expired_deadline() {
+    use synth::check::{check_before, CheckError};
+    let topo = topology::load("ring:4").unwrap();
+    let request = Request {
+        topology: &topo,
+        collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+        search: Search::LeastSteps {
+            chunks: 1,
+            rounds: None,
+        },
+        limits: Limits::new(16, 8, Instant::now() + Duration::from_secs(600)),
+        progress: &Progress::hidden(),
+    };
+    let algorithm = synthesize(&request).unwrap().algorithms.remove(0);
+    assert_eq!(check_before(&algorithm, &topo, None), Ok(()));
+    assert_eq!(
+        check_before(&algorithm, &topo, Some(Instant::now())),
+        Err(CheckError::TimeLimit)
+    );
+}

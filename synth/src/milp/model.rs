@@ -20,7 +20,7 @@ use crate::symmetry::Group;
 use crate::topology::Topology;
 use good_lp::{constraint, highs, variable, Expression, ProblemVariables, SolverModel, Variable};
 use highs::{HighsModelStatus, HighsSolutionStatus};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// A (chunk, link, step) triple.
@@ -185,6 +185,17 @@ impl<'a> Encoding<'a> {
         };
         let deadline = limits.deadline;
         check_deadline(deadline, phase)?;
+        // Checks the deadline every 4096 calls (the loops below run millions of times on
+        // large models).
+        let ticks = std::cell::Cell::new(0u32);
+        let tick = || {
+            ticks.set(ticks.get().wrapping_add(1));
+            if ticks.get() % 4096 == 0 {
+                check_deadline(deadline, phase)
+            } else {
+                Ok(())
+            }
+        };
         let topo = self.topology;
         let coll = self.coll;
         let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
@@ -203,10 +214,12 @@ impl<'a> Encoding<'a> {
             .collect();
         let d_column = |s: usize| self.reps.len() + s;
         let var = |key: &(usize, usize, usize)| x[key];
-        // Per (chunk, rank): incoming variables by step; per (link, step): load.
+        // Per (chunk, rank): incoming variables by step; per (link, step): load. Maps whose
+        // order makes constraints are ordered, so the same input gives the same model.
         let mut incoming: HashMap<(usize, usize), Vec<(usize, Variable)>> = HashMap::new();
-        let mut load: HashMap<(usize, usize), Expression> = HashMap::new();
+        let mut load: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
         for &((c, l, s), key) in &self.uses {
+            tick()?;
             let v = var(&key);
             incoming
                 .entry((c, topo.links[l].dst))
@@ -217,6 +230,7 @@ impl<'a> Encoding<'a> {
         let mut constraints = Vec::new();
         // Receive exactly once where needed, at most once elsewhere (orbit representatives).
         for (c, chunk) in coll.chunks.iter().enumerate() {
+            tick()?;
             for r in 0..topo.ranks {
                 if chunk.pre.contains(&r) || self.group.chunk_rank_rep(c, r) != (c, r) {
                     continue;
@@ -233,8 +247,9 @@ impl<'a> Encoding<'a> {
         }
         check_deadline(deadline, phase)?;
         // Send only what is held; latency and busy time per link.
-        let mut busy: HashMap<(usize, usize), Variable> = HashMap::new();
+        let mut busy: BTreeMap<(usize, usize), Variable> = BTreeMap::new();
         for &((c, l, s), key) in &self.uses {
+            tick()?;
             if key != (c, l, s) {
                 continue;
             }
@@ -255,6 +270,7 @@ impl<'a> Encoding<'a> {
             constraints.push(constraint!(d[s] >= link.alpha * v + w));
         }
         for (&(lr, s), &w) in &busy {
+            tick()?;
             let beta = bytes / (topo.links[lr].bandwidth * 1e3);
             let expr = load
                 .get(&(lr, s))
@@ -288,9 +304,10 @@ impl<'a> Encoding<'a> {
         // A step lasts at least a rank's incoming (outgoing) bytes over the sum of its links'
         // bandwidths (the slowest link is never faster than their average): this gives the
         // LP relaxation the per-rank cut bound.
-        let mut into: HashMap<(usize, usize), Expression> = HashMap::new();
-        let mut out_of: HashMap<(usize, usize), Expression> = HashMap::new();
+        let mut into: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
+        let mut out_of: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
         for (&(l, s), e) in &load {
+            tick()?;
             let link = &topo.links[l];
             *into
                 .entry((link.dst, s))
@@ -307,6 +324,7 @@ impl<'a> Encoding<'a> {
         };
         for (incoming, sums) in [(true, &into), (false, &out_of)] {
             for (&(r, s), e) in sums {
+                tick()?;
                 if rank_rep(r) != r {
                     continue;
                 }
@@ -322,14 +340,19 @@ impl<'a> Encoding<'a> {
         // Pieces of one original chunk are interchangeable: order them by how early their
         // sources send them (one original chunk per orbit of the symmetry group).
         check_deadline(deadline, phase)?;
+        let mut first_sends: HashMap<usize, Vec<(usize, Key)>> = HashMap::new();
+        for &((c, l, s), key) in &self.uses {
+            tick()?;
+            if coll.chunks[c].pre.contains(&topo.links[l].src) {
+                first_sends.entry(c).or_default().push((s, key));
+            }
+        }
         for pieces in self.piece_groups() {
             check_deadline(deadline, phase)?;
             let score = |c: usize| -> Expression {
                 let mut e = Expression::from(0.0);
-                for &((cc, l, s), key) in &self.uses {
-                    if cc == c && coll.chunks[c].pre.contains(&topo.links[l].src) {
-                        e += ((self.steps - s) as f64) * var(&key);
-                    }
+                for &(s, key) in first_sends.get(&c).into_iter().flatten() {
+                    e += ((self.steps - s) as f64) * var(&key);
                 }
                 e
             };

@@ -52,7 +52,7 @@ impl Group {
         let mut seen: HashSet<Vec<usize>> = HashSet::from([identity]);
         let mut i = 0;
         while i < elements.len() {
-            if i % 64 == 0 {
+            if i.is_multiple_of(64) {
                 expired()?;
             }
             for g in generators {

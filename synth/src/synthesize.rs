@@ -17,7 +17,7 @@ use crate::trees::TreeEngine;
 use anyhow::{bail, Context, Result};
 use num_rational::Ratio;
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use crate::engine::Search;
 
@@ -192,7 +192,7 @@ impl<'a> Plan<'a> {
         } else {
             found
         };
-        match check_before(&algorithm, topology, Some(deadline)) {
+        match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
             Ok(()) => Ok(algorithm),
             Err(CheckError::TimeLimit) => Err(crate::engine::TimeLimitReached {
                 phase: format!("checking {}", algorithm.name),
@@ -220,6 +220,15 @@ impl<'a> Plan<'a> {
             .collect::<Result<_>>()?;
         Ok((bounds, found))
     }
+}
+
+/// How long the checker may run past the deadline: a search stopped by its deadline still
+/// gets what it found checked and printed; only a check that takes longer than this is cut.
+pub const CHECK_GRACE: Duration = Duration::from_secs(5);
+
+/// The deadline of one check: the search's, or [`CHECK_GRACE`] from now if that is later.
+fn checking_deadline(deadline: Instant) -> Instant {
+    deadline.max(Instant::now() + CHECK_GRACE)
 }
 
 /// Re-splits a C = 1 collective into C pieces.
@@ -434,7 +443,7 @@ fn compose(
         collective,
         steps,
     };
-    match check_before(&algorithm, topology, Some(deadline)) {
+    match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
         Ok(()) => {}
         Err(CheckError::TimeLimit) => {
             return Err(crate::engine::TimeLimitReached {

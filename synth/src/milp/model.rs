@@ -190,7 +190,7 @@ impl<'a> Encoding<'a> {
         let ticks = std::cell::Cell::new(0u32);
         let tick = || {
             ticks.set(ticks.get().wrapping_add(1));
-            if ticks.get() % 4096 == 0 {
+            if ticks.get().is_multiple_of(4096) {
                 check_deadline(deadline, phase)
             } else {
                 Ok(())

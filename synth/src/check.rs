@@ -107,6 +107,9 @@ pub fn check_before(
     }
     let mut state: HashMap<(usize, usize), Contents> = HashMap::new();
     for (i, chunk) in coll.chunks.iter().enumerate() {
+        if i.is_multiple_of(1024) && expired() {
+            return Err(CheckError::TimeLimit);
+        }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.pre {
             let entry = state
@@ -186,7 +189,10 @@ pub fn check_before(
     if expired() {
         return Err(CheckError::TimeLimit);
     }
-    for chunk in &coll.chunks {
+    for (i, chunk) in coll.chunks.iter().enumerate() {
+        if i.is_multiple_of(1024) && expired() {
+            return Err(CheckError::TimeLimit);
+        }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.post {
             match state.get(&(chunk.address, r)) {

@@ -361,6 +361,7 @@ fn run_search(
             extra_memory: options
                 .extra_memory
                 .filter(|_| !matches!(kind, Kind::AllReduce | Kind::ReduceScatter | Kind::Reduce)),
+            work_limit: None,
         },
         progress,
     };

@@ -4,6 +4,7 @@
 use crate::algorithm::Algorithm;
 use crate::topology::Topology;
 use std::collections::HashMap;
+use std::time::Instant;
 use thiserror::Error;
 
 /// Why an algorithm is wrong.
@@ -63,6 +64,9 @@ pub enum CheckError {
     /// The topology's bandwidths cannot be normalized to integers.
     #[error("{0}")]
     Capacities(String),
+    /// The deadline passed before the check finished (see [`check_before`]).
+    #[error("time limit reached while checking the algorithm")]
+    TimeLimit,
 }
 
 /// Contributions held for one address on one rank: how many times each contributing
@@ -73,6 +77,17 @@ type Contents = Vec<u32>;
 /// link and switch constraint stays within capacity × rounds in every step, and at the end
 /// every rank in a chunk's postcondition holds its address with every contribution exactly once.
 pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckError> {
+    check_before(algorithm, topology, None)
+}
+
+/// [`check`], giving up with [`CheckError::TimeLimit`] once `deadline` passes (checked
+/// every step: huge algorithms take a while).
+pub fn check_before(
+    algorithm: &Algorithm,
+    topology: &Topology,
+    deadline: Option<Instant>,
+) -> Result<(), CheckError> {
+    let expired = || deadline.is_some_and(|d| Instant::now() >= d);
     let coll = &algorithm.collective;
     if coll.ranks != topology.ranks {
         return Err(CheckError::RankMismatch {
@@ -101,6 +116,9 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
     }
     let mut state: HashMap<(usize, usize), Contents> = HashMap::new();
     for (i, chunk) in coll.chunks.iter().enumerate() {
+        if i.is_multiple_of(1024) && expired() {
+            return Err(CheckError::TimeLimit);
+        }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.pre {
             let entry = state
@@ -111,12 +129,16 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
     }
 
     for (s, step) in algorithm.steps.iter().enumerate() {
+        if expired() {
+            return Err(CheckError::TimeLimit);
+        }
         if step.rounds == 0 {
             return Err(CheckError::ZeroRounds { step: s });
         }
         let mut link_load = vec![0usize; topology.links.len()];
         let mut switch_load = vec![0usize; topology.switches.len()];
-        let before = state.clone();
+        // Every send reads what its sender held before the step: read them all, then write.
+        let mut reads: Vec<Contents> = Vec::with_capacity(step.sends.len());
         for send in &step.sends {
             let Some(&l) = link_index.get(&(send.src, send.dst)) else {
                 return Err(CheckError::NoLink {
@@ -132,7 +154,7 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
                     switch_load[k] += 1;
                 }
             }
-            let Some(data) = before.get(&(send.chunk, send.src)) else {
+            let Some(data) = state.get(&(send.chunk, send.src)) else {
                 return Err(CheckError::NotHeld {
                     step: s,
                     chunk: send.chunk,
@@ -140,7 +162,9 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
                     dst: send.dst,
                 });
             };
-            let data = data.clone();
+            reads.push(data.clone());
+        }
+        for (send, data) in step.sends.iter().zip(reads) {
             let target = state
                 .entry((send.chunk, send.dst))
                 .or_insert_with(|| vec![0; data.len()]);
@@ -171,7 +195,13 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         }
     }
 
-    for chunk in &coll.chunks {
+    if expired() {
+        return Err(CheckError::TimeLimit);
+    }
+    for (i, chunk) in coll.chunks.iter().enumerate() {
+        if i.is_multiple_of(1024) && expired() {
+            return Err(CheckError::TimeLimit);
+        }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.post {
             match state.get(&(chunk.address, r)) {

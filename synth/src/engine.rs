@@ -29,6 +29,66 @@ pub struct Limits {
     /// count plus M chunks that it did not start with (`None`: no limit). Counted in the
     /// instance's chunks (pieces); only the SMT and MILP engines honour it.
     pub extra_memory: Option<usize>,
+    /// Deterministic work budget per solver model (`None`: none): the MILP engine's
+    /// branch-and-bound nodes per model (single-threaded and seeded, so the same input
+    /// gives the same algorithm whatever the machine's load). Overrides a sketch's
+    /// `work_limit`.
+    pub work_limit: Option<u64>,
+}
+
+impl Limits {
+    /// Caps `max_steps` and `max_chunks`, a deadline, and no work limit.
+    pub fn new(max_steps: usize, max_chunks: usize, deadline: Instant) -> Limits {
+        Limits {
+            max_steps,
+            max_chunks,
+            deadline,
+            work_limit: None,
+            extra_memory: None,
+        }
+    }
+}
+
+/// The error of work that the deadline stopped: it names the phase, and the command line
+/// turns it into "time limit of N s reached while <phase>".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeLimitReached {
+    /// What was running, e.g. "building the MILP model for C=64".
+    pub phase: String,
+}
+
+impl std::fmt::Display for TimeLimitReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "time limit reached while {}", self.phase)
+    }
+}
+
+impl std::error::Error for TimeLimitReached {}
+
+/// Fails with [`TimeLimitReached`] (naming `phase()`) once `deadline` has passed.
+pub fn check_deadline(deadline: Instant, phase: impl FnOnce() -> String) -> Result<()> {
+    if Instant::now() >= deadline {
+        return Err(TimeLimitReached { phase: phase() }.into());
+    }
+    Ok(())
+}
+
+/// The phase named by the [`TimeLimitReached`] in `error`'s chain, if the deadline stopped it.
+pub fn time_limit_phase(error: &anyhow::Error) -> Option<&str> {
+    error
+        .chain()
+        .find_map(|e| e.downcast_ref::<TimeLimitReached>())
+        .map(|t| t.phase.as_str())
+}
+
+/// A limit that cut part of a search short (its result is valid but not proven best).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Cut {
+    /// Which limit: `"work"` (the deterministic work limit) or `"time"` (wall clock).
+    pub limit: &'static str,
+    /// What it cut, e.g. "MILP model chunks=6 steps=3 at 1e9 bytes (an algorithm, not
+    /// proven optimal)".
+    pub what: String,
 }
 
 /// The answer of a search: the algorithms found and whether the search finished.
@@ -38,6 +98,8 @@ pub struct Found {
     pub algorithms: Vec<Algorithm>,
     /// False when a cap or the deadline stopped the search early, or a solve was undecided.
     pub complete: bool,
+    /// The solves a work or time limit cut short.
+    pub cuts: Vec<Cut>,
 }
 
 /// Which search to run.
@@ -83,4 +145,20 @@ pub trait Engine: Sync {
     /// Runs `search` within `limits`; the algorithms are for `problem.make`'s collective on
     /// `problem.topology` (the caller checks them again after undoing any dual).
     fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expired_deadline_names_its_phase() {
+        let e = check_deadline(Instant::now(), || "building X".into()).unwrap_err();
+        assert_eq!(time_limit_phase(&e), Some("building X"));
+        assert_eq!(e.to_string(), "time limit reached while building X");
+        let later = Instant::now() + std::time::Duration::from_secs(3600);
+        assert!(check_deadline(later, || unreachable!()).is_ok());
+        let other = anyhow::anyhow!("something else");
+        assert_eq!(time_limit_phase(&other), None);
+    }
 }

@@ -39,12 +39,17 @@
 //! # step counts (a model for C pieces has min(max, max(min, hops + C - 1)) steps, where hops
 //! # is the least number of hops under the sketch; unused steps cost nothing), the target
 //! # sizes in bytes (numbers or "1KB", "1MB", "1GB"; binary nccl-tests sizes, 1 KB = 1024), the solver's time
-//! # limit per model in seconds and its relative MIP gap.
+//! # limit per model in seconds and its relative MIP gap. Chunk counts go up to 64 and step
+//! # counts up to 256 (the command line's `--chunks` and `--steps` limits).
 //! chunks = [1, 6]
 //! steps = [2, 8]
 //! sizes = ["1KB", "1MB", "1GB"]
 //! time_limit = 20.0
 //! gap = 0.01
+//! # Optional deterministic work limit: branch-and-bound nodes per model. With it the solver
+//! # runs single-threaded with a fixed seed, so the same sketch gives the same algorithms
+//! # whatever the machine's load (time_limit then only guards against runaway solves).
+//! work_limit = 2000
 //! ```
 //!
 //! Errors are one line: the file, the field and the reason; those that need the fabric
@@ -52,6 +57,7 @@
 //! itself, sketches that make the collective impossible) come from [`Sketch::routing`] and
 //! [`Routing::check_collective`].
 
+use crate::cli::limits::{MAX_CHUNKS, MAX_STEPS};
 use crate::collective::Collective;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
@@ -137,7 +143,13 @@ pub struct Sketch {
     pub time_limit: f64,
     /// Relative MIP gap.
     pub gap: f64,
+    /// Deterministic work limit: branch-and-bound nodes per model (`None`: only the time
+    /// limit). See [`crate::engine::Limits::work_limit`].
+    pub work_limit: Option<u64>,
 }
+
+/// Largest `work_limit` (HiGHS counts nodes in a 32-bit integer).
+pub const MAX_WORK_LIMIT: u64 = i32::MAX as u64;
 
 /// Default target sizes: 1 KB, 1 MB, 1 GB (binary, like every size of the command line).
 pub const DEFAULT_SIZES: [f64; 3] = [1024.0, 1048576.0, 1073741824.0];
@@ -155,11 +167,12 @@ impl Default for Sketch {
             sizes: DEFAULT_SIZES.to_vec(),
             time_limit: 20.0,
             gap: 0.01,
+            work_limit: None,
         }
     }
 }
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 11] = [
     "description",
     "intranode",
     "internode",
@@ -170,6 +183,7 @@ const FIELDS: [&str; 10] = [
     "sizes",
     "time_limit",
     "gap",
+    "work_limit",
 ];
 
 impl Sketch {
@@ -224,25 +238,35 @@ impl Sketch {
                     if list.is_empty() || list.contains(&0) {
                         return Err(err(key, "expected one or more chunk counts >= 1".into()));
                     }
+                    if let Some(c) = list.iter().find(|&&c| c > MAX_CHUNKS) {
+                        return Err(err(key, format!("{c} is not between 1 and {MAX_CHUNKS}")));
+                    }
                     sketch.chunks = list;
                 }
                 "steps" => {
                     sketch.steps = match value {
                         Value::Array(_) => {
                             match uints(value).map_err(|r| err(key, r))?.as_slice() {
-                                [lo, hi] if lo <= hi && *lo >= 1 => (*lo, Some(*hi)),
+                                [lo, hi] if lo <= hi && *lo >= 1 && *hi <= MAX_STEPS => {
+                                    (*lo, Some(*hi))
+                                }
                                 _ => {
                                     return Err(err(
                                         key,
-                                        "expected [min, max] with 1 <= min <= max".into(),
+                                        format!(
+                                        "expected [min, max] with 1 <= min <= max <= {MAX_STEPS}"
+                                    ),
                                     ))
                                 }
                             }
                         }
                         _ => {
                             let s = uint(value).map_err(|r| err(key, r))?;
-                            if s == 0 {
-                                return Err(err(key, "steps must be at least 1".into()));
+                            if s == 0 || s > MAX_STEPS {
+                                return Err(err(
+                                    key,
+                                    format!("{s} is not between 1 and {MAX_STEPS}"),
+                                ));
                             }
                             (s, Some(s))
                         }
@@ -272,6 +296,16 @@ impl Sketch {
                     } else {
                         sketch.time_limit = v;
                     }
+                }
+                "work_limit" => {
+                    let v = uint(value).map_err(|r| err(key, r))? as u64;
+                    if v == 0 || v > MAX_WORK_LIMIT {
+                        return Err(err(
+                            key,
+                            format!("{v} is not between 1 and {MAX_WORK_LIMIT}"),
+                        ));
+                    }
+                    sketch.work_limit = Some(v);
                 }
                 other => {
                     return Err(err(

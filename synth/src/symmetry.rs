@@ -6,6 +6,7 @@ use crate::collective::Collective;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 /// The largest group the closure builds.
 const MAX_GROUP: usize = 4096;
@@ -28,12 +29,32 @@ impl Group {
     /// itself), restricted to the elements that also map `coll` to itself (its stabilizer,
     /// itself a group). Chunks map by (sources, destinations, piece).
     pub fn new(topology: &Topology, coll: &Collective, generators: &[Vec<usize>]) -> Result<Group> {
+        Group::new_before(topology, coll, generators, None)
+    }
+
+    /// [`Group::new`], failing with [`crate::engine::TimeLimitReached`] once `deadline`
+    /// passes (checked per element: a group of thousands of elements on a large collective
+    /// takes seconds).
+    pub fn new_before(
+        topology: &Topology,
+        coll: &Collective,
+        generators: &[Vec<usize>],
+        deadline: Option<Instant>,
+    ) -> Result<Group> {
+        let expired = || {
+            deadline.map_or(Ok(()), |d| {
+                crate::engine::check_deadline(d, || "building a symmetry group".into())
+            })
+        };
         let n = topology.ranks;
         let identity: Vec<usize> = (0..n).collect();
         let mut elements = vec![identity.clone()];
         let mut seen: HashSet<Vec<usize>> = HashSet::from([identity]);
         let mut i = 0;
         while i < elements.len() {
+            if i.is_multiple_of(64) {
+                expired()?;
+            }
             for g in generators {
                 let next: Vec<usize> = elements[i].iter().map(|&r| g[r]).collect();
                 if seen.insert(next.clone()) {
@@ -83,6 +104,7 @@ impl Group {
             chunks: Vec::new(),
         };
         for p in elements {
+            expired()?;
             let map = |v: &[usize]| v.iter().map(|&r| p[r]).collect::<Vec<_>>();
             let links: Option<Vec<usize>> = topology
                 .links

@@ -5,7 +5,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::bounds::Bounds;
-use crate::check::{check, check_memory};
+use crate::check::{check_before, check_memory, CheckError};
 use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
 use crate::milp::{self, MilpEngine};
@@ -17,7 +17,7 @@ use crate::trees::TreeEngine;
 use anyhow::{bail, Context, Result};
 use num_rational::Ratio;
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use crate::engine::Search;
 
@@ -101,6 +101,8 @@ pub struct Synthesis {
     pub complete: bool,
     /// The engine that produced them (never `Auto`).
     pub method: Method,
+    /// The solves a work or time limit cut short (MILP).
+    pub cuts: Vec<crate::engine::Cut>,
 }
 
 /// Whether tree packing builds `kind` (directly or as a dual or composition).
@@ -170,12 +172,14 @@ impl<'a> Plan<'a> {
         self.engine.bounds(&self.problem(progress, deadline))
     }
 
-    /// Turns an algorithm of the solved problem into one for the requested collective.
+    /// Turns an algorithm of the solved problem into one for the requested collective and
+    /// checks it (until `deadline`).
     fn finish(
         &self,
         found: Algorithm,
         topology: &Topology,
         extra_memory: Option<usize>,
+        deadline: Instant,
     ) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
@@ -189,8 +193,20 @@ impl<'a> Plan<'a> {
         } else {
             found
         };
-        check(&algorithm, topology)
-            .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
+        match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
+            Ok(()) => {}
+            Err(CheckError::TimeLimit) => {
+                return Err(crate::engine::TimeLimitReached {
+                    phase: format!("checking {}", algorithm.name),
+                }
+                .into())
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("internal error: {} fails the checker", algorithm.name)
+                })
+            }
+        }
         if let Some(m) = extra_memory {
             check_memory(&algorithm, m)
                 .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -215,10 +231,19 @@ impl<'a> Plan<'a> {
         found.algorithms = found
             .algorithms
             .into_iter()
-            .map(|a| self.finish(a, topology, limits.extra_memory))
+            .map(|a| self.finish(a, topology, limits.extra_memory, limits.deadline))
             .collect::<Result<_>>()?;
         Ok((bounds, found))
     }
+}
+
+/// How long the checker may run past the deadline: a search stopped by its deadline still
+/// gets what it found checked and printed; only a check that takes longer than this is cut.
+pub const CHECK_GRACE: Duration = Duration::from_secs(5);
+
+/// The deadline of one check: the search's, or [`CHECK_GRACE`] from now if that is later.
+fn checking_deadline(deadline: Instant) -> Instant {
+    deadline.max(Instant::now() + CHECK_GRACE)
 }
 
 /// Re-splits a C = 1 collective into C pieces.
@@ -293,6 +318,7 @@ pub fn synthesize_with(
         algorithms: found.algorithms,
         complete: found.complete,
         method,
+        cuts: found.cuts,
     })
 }
 
@@ -316,16 +342,17 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         "{} steps, R/C >= {}",
         bounds.steps, bounds.rounds_per_chunk
     ));
+    let mut cuts = Vec::new();
     let (algorithms, complete) = match req.search {
         Search::Instance {
             steps,
             rounds,
             chunks,
         } => (
-            allreduce_instance(req, &rs, &ag, steps, rounds, chunks)?
+            allreduce_instance(req, &rs, &ag, (steps, rounds, chunks), &mut cuts)?
                 .into_iter()
                 .collect(),
-            true,
+            cuts.is_empty(),
         ),
         Search::LeastSteps { chunks, rounds } => {
             let half = Search::LeastSteps {
@@ -334,11 +361,12 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             };
             let (_, a) = rs.run(half, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(half, &req.limits, req.progress, req.topology)?;
+            cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             let composed: Vec<Algorithm> = a
                 .algorithms
                 .iter()
                 .zip(&b.algorithms)
-                .map(|(x, y)| compose(x, y, req.topology))
+                .map(|(x, y)| compose(x, y, req.topology, req.limits.deadline))
                 .collect::<Result<_>>()?;
             let composed = composed
                 .into_iter()
@@ -349,10 +377,11 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         Search::Pareto => {
             let (_, a) = rs.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
+            cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             let mut all = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
-                    all.push(compose(x, y, req.topology)?);
+                    all.push(compose(x, y, req.topology, req.limits.deadline)?);
                 }
             }
             let kept = match method {
@@ -370,6 +399,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         algorithms,
         complete,
         method,
+        cuts,
     })
 }
 
@@ -380,9 +410,8 @@ fn allreduce_instance(
     req: &Request,
     rs: &Plan,
     ag: &Plan,
-    steps: usize,
-    rounds: usize,
-    chunks: usize,
+    (steps, rounds, chunks): (usize, usize, usize),
+    cuts: &mut Vec<crate::engine::Cut>,
 ) -> Result<Option<Algorithm>> {
     for first in 1..steps {
         let second = steps - first;
@@ -401,6 +430,7 @@ fn allreduce_instance(
             req.progress,
             req.topology,
         )?;
+        cuts.extend(a.cuts);
         let Some(x) = a.algorithms.into_iter().find(|x| x.num_steps() == first) else {
             continue;
         };
@@ -415,8 +445,9 @@ fn allreduce_instance(
             req.progress,
             req.topology,
         )?;
+        cuts.extend(b.cuts);
         if let Some(y) = b.algorithms.first() {
-            return Ok(Some(compose(&x, y, req.topology)?));
+            return Ok(Some(compose(&x, y, req.topology, req.limits.deadline)?));
         }
     }
     Ok(None)
@@ -424,7 +455,12 @@ fn allreduce_instance(
 
 /// Reduce-scatter `rs` followed by allgather `ag` as one allreduce on n·C addresses, at the
 /// least common chunk count (an algorithm at C chunks runs at k·C chunks with k× the rounds).
-fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algorithm> {
+fn compose(
+    rs: &Algorithm,
+    ag: &Algorithm,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
     let c = num_integer_lcm(rs.chunks(), ag.chunks());
     // A channel hint survives only where neither half is re-split and both agree.
     let piece_channels = if rs.chunks() == c && ag.chunks() == c {
@@ -449,12 +485,23 @@ fn compose(rs: &Algorithm, ag: &Algorithm, topology: &Topology) -> Result<Algori
         steps,
         piece_channels,
     };
-    check(&algorithm, topology).with_context(|| {
-        format!(
-            "internal error: composed {} fails the checker",
-            algorithm.name
-        )
-    })?;
+    match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
+        Ok(()) => {}
+        Err(CheckError::TimeLimit) => {
+            return Err(crate::engine::TimeLimitReached {
+                phase: format!("checking {}", algorithm.name),
+            }
+            .into())
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "internal error: composed {} fails the checker",
+                    algorithm.name
+                )
+            })
+        }
+    }
     Ok(algorithm)
 }
 

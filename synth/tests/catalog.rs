@@ -241,6 +241,7 @@ fn instance(
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(300),
             extra_memory: None,
+            work_limit: None,
         },
         progress: &progress,
     };

@@ -200,8 +200,113 @@ fn time_limit_hit() {
             "--out",
             dir.to_str().unwrap(),
         ],
-        "time limit",
+        "time limit of 0.001 s reached while",
     );
+}
+
+/// Runs `args` with an already-expired time limit (1 ns) and asserts a prompt one-line
+/// failure naming the phase the deadline stopped. The work behind each case takes from
+/// seconds to many minutes unbounded; 60 s is far above what the deadline checks need.
+fn stops_at_once(args: &[&str], phase: &str) {
+    let dir = temp_dir("expired");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--time-limit", "1e-9", "--out", dir.to_str().unwrap()]);
+    let started = std::time::Instant::now();
+    fails_with(
+        &all,
+        &format!("time limit of 0.000000001 s reached while {phase}"),
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{args:?} took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn the_time_limit_stops_every_phase() {
+    let dir = temp_dir("sketch64");
+    let sketch = dir.join("c64.toml");
+    std::fs::write(&sketch, "chunks = [64]\n").unwrap();
+    let sketch = sketch.to_str().unwrap();
+    // Building the MILP model of 64 pieces (took minutes with chunks = [100000]).
+    stops_at_once(
+        &["--topo", "dgx1", "--coll", "alltoall", "--sketch", sketch],
+        "building the MILP model for C=64 pieces",
+    );
+    // One SMT instance of 64 pieces: building its formula took 20 s past a 2 s limit.
+    stops_at_once(
+        &[
+            "--topo", "dgx1", "--coll", "alltoall", "--steps", "8", "--rounds", "8", "--chunks",
+            "64",
+        ],
+        "deciding the instance (steps=8, rounds=8, chunks=64)",
+    );
+    // The SMT search of a multi-node fabric (the case: still running after 15 min).
+    stops_at_once(
+        &[
+            "--topo",
+            "dgx-a100x2",
+            "--coll",
+            "allgather",
+            "--method",
+            "smt",
+        ],
+        "searching (smt), before any algorithm was found",
+    );
+}
+
+#[test]
+fn huge_sketch_chunk_counts_are_refused() {
+    let dir = temp_dir("sketch100000");
+    let sketch = dir.join("big.toml");
+    std::fs::write(&sketch, "chunks = [100000]\n").unwrap();
+    fails_with(
+        &[
+            "--topo",
+            "dgx1",
+            "--coll",
+            "allgather",
+            "--sketch",
+            sketch.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        "big.toml: chunks: 100000 is not between 1 and 64",
+    );
+}
+
+#[test]
+fn work_limit_is_reported_and_checked() {
+    fails_with(
+        &["--topo", "dgx1", "--coll", "allgather", "--work-limit", "0"],
+        "'0' for '--work-limit <WORK_LIMIT>'",
+    );
+    let dir = temp_dir("work");
+    let sketch = dir.join("s.toml");
+    std::fs::write(&sketch, "chunks = [1]\nsteps = 2\nsizes = [\"1KB\"]\n").unwrap();
+    let out = synth(&[
+        "--topo",
+        "ring:4",
+        "--coll",
+        "allgather",
+        "--sketch",
+        sketch.to_str().unwrap(),
+        "--work-limit",
+        "100",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["work_limit"], 100);
+    assert_eq!(doc["method"], "milp");
+    assert!(doc["cuts"].as_array().is_some());
 }
 
 #[test]

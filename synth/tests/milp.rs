@@ -5,12 +5,17 @@ use num_rational::Ratio;
 use std::time::{Duration, Instant};
 use synth::check::check;
 use synth::collective::{Collective, Kind};
-use synth::milp::{predict_us, search, Encoding, MilpFound};
+use synth::milp::{predict_us, search, Encoding, MilpFound, Stop};
 use synth::progress::Progress;
 use synth::sketch::Sketch;
 use synth::smt::Limits;
 use synth::synthesize::{synthesize_with, Method, Request, Search};
 use synth::topology::{self, Topology};
+
+/// A deadline that never decides a test's outcome.
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
 
 fn sketch_path(name: &str) -> String {
     format!("{}/../sketches/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -48,6 +53,26 @@ fn run(topo: &Topology, kind: Kind, sketch: &Sketch, seconds: u64) -> MilpFound 
     found
 }
 
+/// The sketch with a deterministic work limit (one branch-and-bound node per model) and a
+/// time limit per model far beyond what the work limit takes: the time never decides.
+fn deterministic(sketch: Sketch) -> Sketch {
+    Sketch {
+        work_limit: Some(1),
+        time_limit: 1200.0,
+        ..sketch
+    }
+}
+
+/// Asserts that no wall-clock limit cut a solve: the outcome depended on the work limit only.
+fn assert_no_time_cut(found: &MilpFound) {
+    assert!(
+        found.cuts.iter().all(|c| c.limit != "time"),
+        "a time limit decided the outcome: {:?}",
+        found.cuts
+    );
+    assert!(found.attempts.iter().all(|a| a.stopped != Some(Stop::Time)));
+}
+
 /// busbw (GB/s) of an allgather of `size` bytes on `n` ranks taking `us` microseconds.
 fn allgather_busbw(size: f64, n: usize, us: f64) -> f64 {
     size / (us * 1e3) * (n - 1) as f64 / n as f64
@@ -56,7 +81,7 @@ fn allgather_busbw(size: f64, n: usize, us: f64) -> f64 {
 #[test]
 fn dgx_a100x2_allgather_relay_reaches_the_cut_bound() {
     let topo = topology::load("dgx-a100x2").unwrap();
-    let sketch = Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap();
+    let sketch = deterministic(Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap());
     let started = Instant::now();
     let found = run(&topo, Kind::AllGather, &sketch, 600);
     let seconds = started.elapsed().as_secs_f64();
@@ -66,6 +91,7 @@ fn dgx_a100x2_allgather_relay_reaches_the_cut_bound() {
         .iter()
         .map(|a| predict_us(a, &topo, 1e9))
         .fold(f64::INFINITY, f64::min);
+    assert_no_time_cut(&found);
     let busbw = allgather_busbw(1e9, 16, best);
     // Per-rank ingress cut: 15 chunks through 300 GB/s NVSwitch + 25 GB/s NIC = 325 GB/s busbw.
     eprintln!("dgx-a100x2 allgather: best at 1 GB {best:.1} us = {busbw:.1} GB/s busbw ({:.1}% of 325) in {seconds:.1} s", busbw / 325.0 * 100.0);
@@ -81,15 +107,17 @@ fn dgx1_allgather_matches_the_smt_frontier() {
     // The MILP targets 1e9 bytes, the size both times are compared at ("1GB" is 2^30).
     let sketch = Sketch::parse(
         "dgx1-test",
-        "symmetry = { offset = 4, group = 8 }\nchunks = 6\nsteps = 3\nsizes = [1000000000]\ntime_limit = 120\ngap = 0.02\n",
+        "symmetry = { offset = 4, group = 8 }\nchunks = 6\nsteps = 3\nsizes = [1000000000]\ntime_limit = 1200\ngap = 0.02\nwork_limit = 1\n",
     )
     .unwrap();
-    let found = run(&topo, Kind::AllGather, &sketch, 600);
+    let found = run(&topo, Kind::AllGather, &sketch, 3600);
+    assert_no_time_cut(&found);
     let milp_time = predict_us(&found.algorithms[0], &topo, 1e9);
     eprintln!("dgx1 allgather at 1 GB: MILP {milp_time:.1} us, SMT (3,7,6) {smt_time:.1} us");
     // 7/6 rounds per chunk is also the proven bandwidth lower bound, so no algorithm can beat
-    // the SMT optimum in this cost model; how close HiGHS gets within its time limit depends
-    // on the machine's load (seen: equal when idle, +14% on a loaded 2-core machine).
+    // the SMT optimum in this cost model. The work limit (one branch-and-bound node) makes
+    // the answer the same on an idle or a loaded machine: 7085.4 us, +21%. (With a 120 s
+    // time limit instead it was equal when idle and +29% on a loaded 2-core machine.)
     assert!(
         milp_time >= smt_time * 0.999,
         "MILP {milp_time} beats the lower bound {smt_time}"
@@ -104,7 +132,7 @@ fn dgx1_allgather_matches_the_smt_frontier() {
 #[test]
 fn reducescatter_and_allreduce_through_synthesize() {
     let topo = topology::load("dgx-a100x2").unwrap();
-    let sketch = Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap();
+    let sketch = deterministic(Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap());
     let sketch = Sketch {
         chunks: vec![1],
         ..sketch
@@ -120,6 +148,7 @@ fn reducescatter_and_allreduce_through_synthesize() {
                 max_chunks: 8,
                 deadline: Instant::now() + Duration::from_secs(600),
                 extra_memory: None,
+                work_limit: None,
             },
             progress: &progress,
         };
@@ -169,7 +198,7 @@ fn symmetry_shrinks_the_model() {
         ..with.clone()
     };
     let count = |s: &Sketch| {
-        Encoding::new(&topo, &coll, &s.routing(&topo).unwrap(), 7)
+        Encoding::new(&topo, &coll, &s.routing(&topo).unwrap(), 7, far())
             .unwrap()
             .unwrap()
             .variables()
@@ -302,6 +331,7 @@ fn milp_extra_memory_line3_alltoall() {
                 max_chunks: 1,
                 deadline: Instant::now() + Duration::from_secs(600),
                 extra_memory: m,
+                work_limit: None,
             },
             progress: &progress,
         };
@@ -313,4 +343,72 @@ fn milp_extra_memory_line3_alltoall() {
     assert_eq!(one.algorithms.len(), 1);
     check(&one.algorithms[0], &topo).unwrap();
     synth::check::check_memory(&one.algorithms[0], 1).unwrap();
+}
+
+#[test]
+fn the_same_milp_twice_gives_the_same_algorithms() {
+    // One branch-and-bound node per model, one thread, a fixed seed: the answer is a
+    // function of the input, however loaded the machine is while the two solves run.
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let sketch = deterministic(Sketch::load(&sketch_path("dgx-a100-relay.toml")).unwrap());
+    let first = run(&topo, Kind::AllGather, &sketch, 3600);
+    let second = run(&topo, Kind::AllGather, &sketch, 3600);
+    assert_no_time_cut(&first);
+    assert_no_time_cut(&second);
+    let json = |f: &MilpFound| serde_json::to_string(&f.algorithms).unwrap();
+    assert_eq!(json(&first), json(&second));
+    assert_eq!(first.cuts, second.cuts);
+    // The C = 6 model is not solved at the root: the work limit cut it and says so.
+    assert!(!first.complete);
+    assert!(
+        first.cuts.iter().any(|c| c.limit == "work"
+            && c.what.contains("work limit")
+            && c.what.contains("chunks=6")
+            && c.what.contains("not proven optimal")),
+        "{:?}",
+        first.cuts
+    );
+}
+
+#[test]
+fn sketch_work_limits_and_sizes_are_checked() {
+    let e = format!(
+        "{:#}",
+        Sketch::parse("s.toml", "chunks = [100000]").unwrap_err()
+    );
+    assert_eq!(e, "s.toml: chunks: 100000 is not between 1 and 64");
+    let e = format!(
+        "{:#}",
+        Sketch::parse("s.toml", "steps = [2, 100000]").unwrap_err()
+    );
+    assert!(e.contains("s.toml: steps: expected [min, max]"), "{e}");
+    let e = format!(
+        "{:#}",
+        Sketch::parse("s.toml", "work_limit = 0").unwrap_err()
+    );
+    assert!(
+        e.contains("s.toml: work_limit: 0 is not between 1 and"),
+        "{e}"
+    );
+    let sketch = Sketch::parse("s.toml", "work_limit = 500").unwrap();
+    assert_eq!(sketch.work_limit, Some(500));
+}
+
+#[test]
+fn an_expired_deadline_stops_building_a_large_model() {
+    // 64 pieces on 16 ranks without symmetry: building takes seconds; an expired deadline
+    // stops it at once with the phase named.
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let coll = Collective::new(Kind::AllToAll, 16, 0, 64).unwrap();
+    let routing = Sketch::default().routing(&topo).unwrap();
+    let started = Instant::now();
+    let e = match Encoding::new(&topo, &coll, &routing, 64, Instant::now()) {
+        Err(e) => e,
+        Ok(_) => panic!("an expired deadline must stop the build"),
+    };
+    assert_eq!(
+        synth::engine::time_limit_phase(&e),
+        Some("building the MILP model for C=64 pieces and 64 steps")
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
 }

@@ -28,6 +28,7 @@ fn trees(topology: &Topology, kind: Kind) -> Synthesis {
             // Far beyond what these fabrics need: the outcome never depends on it.
             deadline: Instant::now() + Duration::from_secs(3600),
             extra_memory: None,
+            work_limit: None,
         },
         progress: &progress,
     };
@@ -111,6 +112,7 @@ fn tree_packing_reaches_the_optimum_rate() {
         max_chunks: 8,
         deadline: Instant::now() + Duration::from_secs(3600),
         extra_memory: None,
+        work_limit: None,
     };
     for spec in [
         "torus-2d:4x4",

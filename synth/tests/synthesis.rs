@@ -32,6 +32,7 @@ fn run_with_memory(
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(600),
             extra_memory,
+            work_limit: None,
         },
         progress: &progress,
     };
@@ -318,6 +319,7 @@ fn a_search_reports_its_bound_and_best_point_to_the_progress_line() {
             max_chunks: 8,
             deadline: Instant::now() + Duration::from_secs(600),
             extra_memory: None,
+            work_limit: None,
         },
         progress: &progress,
     };
@@ -328,4 +330,26 @@ fn a_search_reports_its_bound_and_best_point_to_the_progress_line() {
     // The last point found is the bandwidth end of the frontier.
     assert_eq!(status.best.as_deref(), Some("(3, 7, 6) R/C 7/6"));
     assert!(!status.phase.is_empty());
+}
+
+#[test]
+fn the_checker_stops_at_an_expired_deadline() {
+    use synth::check::{check_before, CheckError};
+    let topo = topology::load("ring:4").unwrap();
+    let request = Request {
+        topology: &topo,
+        collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+        search: Search::LeastSteps {
+            chunks: 1,
+            rounds: None,
+        },
+        limits: Limits::new(16, 8, Instant::now() + Duration::from_secs(600)),
+        progress: &Progress::hidden(),
+    };
+    let algorithm = synthesize(&request).unwrap().algorithms.remove(0);
+    assert_eq!(check_before(&algorithm, &topo, None), Ok(()));
+    assert_eq!(
+        check_before(&algorithm, &topo, Some(Instant::now())),
+        Err(CheckError::TimeLimit)
+    );
 }

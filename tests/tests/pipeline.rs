@@ -37,6 +37,7 @@ fn least_steps(topo: &Topology, kind: Kind, root: usize, chunks: usize) -> Algor
             max_chunks: chunks,
             deadline: Instant::now() + Duration::from_secs(300),
             extra_memory: None,
+            work_limit: None,
         },
         progress: &progress,
     };

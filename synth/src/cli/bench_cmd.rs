@@ -73,6 +73,7 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     max_chunks: 8,
                     deadline: started + Duration::from_secs_f64(args.time_limit),
                     extra_memory: None,
+                    work_limit: None,
                 },
                 progress: &progress,
             };

@@ -73,6 +73,11 @@ pub fn iterations(text: &str) -> Result<usize, String> {
     integer(text, 1, MAX_ITERS)
 }
 
+/// `--work-limit`: 1 to [`crate::sketch::MAX_WORK_LIMIT`] branch-and-bound nodes.
+pub fn work(text: &str) -> Result<u64, String> {
+    integer(text, 1, crate::sketch::MAX_WORK_LIMIT as usize).map(|v| v as u64)
+}
+
 /// `--time-limit`: a positive number of seconds up to [`MAX_SECONDS`].
 pub fn seconds(text: &str) -> Result<f64, String> {
     let v: f64 = text

@@ -5,7 +5,7 @@ mod bench_cmd;
 mod catalog_cmd;
 mod compile_cmd;
 mod draw_cmd;
-mod limits;
+pub mod limits;
 mod lower_args;
 mod lower_cmd;
 mod method_args;

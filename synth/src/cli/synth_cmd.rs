@@ -63,6 +63,11 @@ pub struct SynthArgs {
     /// printed and marked partial when it is reached.
     #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = limits::seconds)]
     time_limit: f64,
+    /// Deterministic work limit for the MILP: branch-and-bound nodes per model (overrides
+    /// the sketch's `work_limit`). The solver then runs on one thread with a fixed seed, so
+    /// the same input gives the same algorithms whatever the machine's load.
+    #[arg(long, value_parser = limits::work)]
+    work_limit: Option<u64>,
     #[command(flatten)]
     encoding: super::method_args::MethodArgs,
     /// Folder the algorithms are written to (default `out/`, which git ignores).
@@ -100,6 +105,15 @@ pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Resu
         );
     }
     Ok(collective)
+}
+
+/// A [`crate::engine::TimeLimitReached`] error as "time limit of N s reached while
+/// <phase>"; other errors unchanged.
+fn time_limit_error(e: anyhow::Error, seconds: f64) -> anyhow::Error {
+    match crate::engine::time_limit_phase(&e) {
+        Some(phase) => anyhow::anyhow!("time limit of {seconds} s reached while {phase}"),
+        None => e,
+    }
 }
 
 fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
@@ -148,6 +162,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         max_chunks: args.max_chunks,
         deadline: started + Duration::from_secs_f64(args.time_limit),
         extra_memory: args.encoding.extra_memory,
+        work_limit: args.work_limit,
     };
     let (method, sketch) = args.encoding.resolve()?;
     progress.deadline(limits.deadline);
@@ -158,7 +173,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         limits,
         progress: &progress,
     };
-    let mut synthesis = synthesize_with(&request, method, sketch.as_ref())?;
+    let result = synthesize_with(&request, method, sketch.as_ref());
+    progress.finish();
+    let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
@@ -176,8 +193,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
             }
             _ if started.elapsed().as_secs_f64() >= args.time_limit => bail!(
-                "time limit of {} s reached before any algorithm was found",
-                args.time_limit
+                "time limit of {} s reached while searching ({}), before any algorithm was found",
+                args.time_limit,
+                synthesis.method.name()
             ),
             _ => bail!(
                 "no algorithm found after {:.1} s: the caps (--max-steps {}, --max-chunks {}) or a solve the solver could not decide stopped the search",
@@ -273,6 +291,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "method": synthesis.method.name(),
             "extra_memory": args.encoding.extra_memory,
             "plot": args.plot.as_ref().map(|p| p.display().to_string()),
+            "work_limit": args.work_limit,
+            "cuts": synthesis.cuts,
             "at_1gb": versus,
             "seconds": seconds,
             "resources": crate::util::resources(),
@@ -326,6 +346,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     let status = if synthesis.complete {
         "complete"
+    } else if synthesis.cuts.iter().any(|c| c.limit == "work") {
+        "PARTIAL (the work limit cut a solve short; see the cuts above)"
     } else {
         "PARTIAL (a cap or the time limit stopped the search)"
     };
@@ -345,6 +367,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             v.ring.map_or("-".into(), |x| format!("{x:.1}")),
             v.tree.map_or("-".into(), |x| format!("{x:.1}")),
         )?;
+    }
+    for cut in &synthesis.cuts {
+        writeln!(out, "cut ({} limit): {}", cut.limit, cut.what)?;
     }
     writeln!(out, "search {status} ({how}); {seconds:.2} s")?;
     Ok(())

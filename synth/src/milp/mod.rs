@@ -11,6 +11,7 @@ pub mod model;
 
 use crate::algorithm::Algorithm;
 use crate::check::{check, check_memory};
+use crate::engine::{Cut, TimeLimitReached};
 use crate::progress::Progress;
 use crate::sketch::Sketch;
 use crate::smt::search::MakeCollective;
@@ -19,7 +20,7 @@ use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::time::Instant;
 
-pub use model::{Encoding, Solved};
+pub use model::{Encoding, SolveLimits, Solved, Stop};
 
 /// One solved model, for reports.
 #[derive(Debug, Clone)]
@@ -36,10 +37,34 @@ pub struct Attempt {
     pub symmetry: usize,
     /// Solver objective in µs (`None`: no solution).
     pub objective: Option<f64>,
-    /// Proven optimal within the gap.
+    /// Proven optimal within the gap (or proven infeasible).
     pub proven: bool,
+    /// The limit that stopped the solver before it proved its answer, if one did.
+    pub stopped: Option<Stop>,
     /// Wall-clock seconds of the solve.
     pub seconds: f64,
+}
+
+impl Attempt {
+    /// What a limit cut in this solve, for reports: `None` when it was proven.
+    pub fn cut(&self) -> Option<Cut> {
+        let stop = self.stopped?;
+        let limit = match stop {
+            Stop::Work => "work limit (branch-and-bound nodes)",
+            Stop::Time => "time limit",
+        };
+        let result = match self.objective {
+            Some(o) => format!("an algorithm of {o:.2} us, not proven optimal"),
+            None => "no algorithm".to_string(),
+        };
+        Some(Cut {
+            limit: stop.name(),
+            what: format!(
+                "the {limit} stopped the MILP model chunks={} steps={} at {:e} bytes with {result}",
+                self.chunks, self.steps, self.size
+            ),
+        })
+    }
 }
 
 /// What [`search`] found.
@@ -52,10 +77,13 @@ pub struct MilpFound {
     pub predicted_us: Vec<Vec<f64>>,
     /// The target sizes (bytes).
     pub sizes: Vec<f64>,
-    /// False when a solve hit its time limit or the deadline stopped the search.
+    /// False when a solve hit its work or time limit or the deadline stopped the search.
     pub complete: bool,
     /// Every model solved.
     pub attempts: Vec<Attempt>,
+    /// What the work limit, the time limit per model or the deadline cut (empty when every
+    /// model was solved to proven optimality).
+    pub cuts: Vec<Cut>,
 }
 
 /// Predicted time in µs of `algorithm` on `topology` at nccl-tests size `size` bytes: the sum
@@ -141,7 +169,13 @@ pub fn pareto_by_time(
 
 /// Solves the (non-combining) collective built by `make` on `topology` under `sketch`, one
 /// model per chunk count at every target size, until `deadline`. Every algorithm passes the
-/// checker. Fails with the sketch's one-line errors (see [`Sketch::routing`]).
+/// checker. Fails with the sketch's one-line errors (see [`Sketch::routing`]), and with
+/// [`TimeLimitReached`] when the deadline passes before any algorithm was found.
+///
+/// With `sketch.work_limit` every solve is bounded by that many branch-and-bound nodes on
+/// one thread with a fixed seed: the answer then depends only on the input, not on the
+/// machine's speed or load (the time limits stay as a safety net, and [`MilpFound::cuts`]
+/// says when one decided).
 pub fn search(
     topology: &Topology,
     make: &MakeCollective,
@@ -164,6 +198,18 @@ pub fn search(
     let mut complete = true;
     let mut sizes = sketch.sizes.clone();
     sizes.sort_by(f64::total_cmp);
+    let mut cuts = Vec::new();
+    // The deadline stopped the search: an error when nothing was found, else a cut.
+    let stopped = |phase: String, found: &[Algorithm], cuts: &mut Vec<Cut>| -> Result<()> {
+        if found.is_empty() {
+            return Err(TimeLimitReached { phase }.into());
+        }
+        cuts.push(Cut {
+            limit: "time",
+            what: format!("the time limit was reached while {phase}"),
+        });
+        Ok(())
+    };
     'chunks: for &c in &sketch.chunks {
         let coll = make(c)?;
         let (lo, hi) = sketch.steps;
@@ -171,8 +217,17 @@ pub fn search(
         if steps < hops {
             continue;
         }
-        let Some(encoding) = Encoding::new(topology, &coll, &routing, steps)? else {
-            continue;
+        let encoding = match Encoding::new(topology, &coll, &routing, steps, deadline) {
+            Ok(Some(e)) => e,
+            Ok(None) => continue,
+            Err(e) => match crate::engine::time_limit_phase(&e) {
+                Some(phase) => {
+                    complete = false;
+                    stopped(phase.to_string(), &found, &mut cuts)?;
+                    break 'chunks;
+                }
+                None => return Err(e),
+            },
         };
         let encoding = encoding.with_extra_memory(extra_memory);
         for &size in sizes.iter().rev() {
@@ -190,6 +245,11 @@ pub fn search(
                 .as_secs_f64();
             if left <= 0.05 {
                 complete = false;
+                stopped(
+                    format!("solving the MILP models (next: chunks={c} steps={steps} at {size:e} bytes)"),
+                    &found,
+                    &mut cuts,
+                )?;
                 break 'chunks;
             }
             progress.message(&format!(
@@ -206,46 +266,53 @@ pub fn search(
                     predict_us(a, topology, size).total_cmp(&predict_us(b, topology, size))
                 })
                 .map(|a| a.refined(c));
-            let solved = encoding.solve(
-                size,
-                sketch.time_limit.min(left),
-                sketch.gap,
-                start.as_ref(),
-            )?;
-            let mut attempt = Attempt {
+            let limits = SolveLimits {
+                seconds: sketch.time_limit.min(left),
+                gap: sketch.gap,
+                nodes: sketch.work_limit,
+                deadline,
+            };
+            let solved = match encoding.solve(size, &limits, start.as_ref()) {
+                Ok(s) => s,
+                Err(e) => match crate::engine::time_limit_phase(&e) {
+                    Some(phase) => {
+                        complete = false;
+                        stopped(phase.to_string(), &found, &mut cuts)?;
+                        break 'chunks;
+                    }
+                    None => return Err(e),
+                },
+            };
+            let attempt = Attempt {
                 chunks: c,
                 steps,
                 size,
                 variables: encoding.variables(),
                 symmetry: encoding.symmetry_order(),
-                objective: None,
-                proven: false,
-                seconds: 0.0,
+                objective: solved.objective,
+                proven: solved.proven,
+                stopped: solved.stopped,
+                seconds: started.elapsed().as_secs_f64(),
             };
-            match solved {
-                Some(s) => {
-                    let memory = extra_memory.map_or(Ok(()), |m| check_memory(&s.algorithm, m));
-                    if let Err(e) = check(&s.algorithm, topology).and(memory) {
-                        bail!(
-                            "internal error: the MILP algorithm {} fails the checker: {e}",
-                            s.algorithm.name
-                        );
-                    }
-                    attempt.objective = Some(s.objective);
-                    attempt.proven = s.proven;
-                    complete &= s.proven;
-                    progress.best(&format!(
-                        "({}, {}, {}) {:.1} us at {size:e} B",
-                        s.algorithm.num_steps(),
-                        s.algorithm.rounds(),
-                        s.algorithm.chunks(),
-                        predict_us(&s.algorithm, topology, size)
-                    ));
-                    found.push(s.algorithm);
+            complete &= solved.proven;
+            if let Some(algorithm) = solved.algorithm {
+                let memory = extra_memory.map_or(Ok(()), |m| check_memory(&algorithm, m));
+                if let Err(e) = check(&algorithm, topology).and(memory) {
+                    bail!(
+                        "internal error: the MILP algorithm {} fails the checker: {e}",
+                        algorithm.name
+                    );
                 }
-                None => complete = false,
+                progress.best(&format!(
+                    "({}, {}, {}) {:.1} us at {size:e} B",
+                    algorithm.num_steps(),
+                    algorithm.rounds(),
+                    algorithm.chunks(),
+                    predict_us(&algorithm, topology, size)
+                ));
+                found.push(algorithm);
             }
-            attempt.seconds = started.elapsed().as_secs_f64();
+            cuts.extend(attempt.cut());
             attempts.push(attempt);
         }
     }
@@ -256,6 +323,7 @@ pub fn search(
         sizes,
         complete,
         attempts,
+        cuts,
     })
 }
 
@@ -337,6 +405,9 @@ impl crate::engine::Engine for MilpEngine {
     ) -> Result<crate::engine::Found> {
         use crate::engine::Search as S;
         let mut sketch = self.sketch.clone();
+        if limits.work_limit.is_some() {
+            sketch.work_limit = limits.work_limit;
+        }
         match request {
             S::Instance { steps, chunks, .. } => {
                 sketch.chunks = vec![chunks];
@@ -356,6 +427,7 @@ impl crate::engine::Engine for MilpEngine {
         Ok(crate::engine::Found {
             algorithms: found.algorithms,
             complete: found.complete,
+            cuts: found.cuts,
         })
     }
 }

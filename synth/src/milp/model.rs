@@ -14,17 +14,23 @@
 
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
+use crate::engine::check_deadline;
 use crate::sketch::Routing;
 use crate::symmetry::Group;
 use crate::topology::Topology;
-use good_lp::{
-    constraint, highs, variable, Expression, ProblemVariables, ResolutionError, Solution,
-    SolutionStatus, SolverModel, Variable,
-};
-use std::collections::HashMap;
+use good_lp::{constraint, highs, variable, Expression, ProblemVariables, SolverModel, Variable};
+use highs::{HighsModelStatus, HighsSolutionStatus};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 
 /// A (chunk, link, step) triple.
 type Key = (usize, usize, usize);
+
+/// A HiGHS option value.
+enum OptionValue {
+    Float(f64),
+    Int(i32),
+}
 
 /// Static part of an instance: shared by the solves at different target sizes.
 pub struct Encoding<'a> {
@@ -42,27 +48,76 @@ pub struct Encoding<'a> {
 
 /// The answer of one solve.
 pub struct Solved {
-    /// The algorithm (steps without sends removed, rounds from integer capacities).
-    pub algorithm: Algorithm,
-    /// The solver's objective (predicted time in µs at the target size).
-    pub objective: f64,
-    /// Whether HiGHS proved it optimal within the gap.
+    /// The algorithm (steps without sends removed, rounds from integer capacities); `None`
+    /// when the model is infeasible or a limit stopped the solver before any solution.
+    pub algorithm: Option<Algorithm>,
+    /// The solver's objective (predicted time in µs at the target size), with an algorithm.
+    pub objective: Option<f64>,
+    /// Whether HiGHS proved the answer (optimal within the gap, or infeasible).
     pub proven: bool,
+    /// The limit that stopped the solver before it proved its answer, if one did.
+    pub stopped: Option<Stop>,
+}
+
+/// A limit that stopped one solve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The deterministic work limit (branch-and-bound nodes).
+    Work,
+    /// The wall-clock time limit.
+    Time,
+}
+
+impl Stop {
+    /// `"work"` or `"time"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::Work => "work",
+            Stop::Time => "time",
+        }
+    }
+}
+
+/// What bounds one solve.
+#[derive(Debug, Clone, Copy)]
+pub struct SolveLimits {
+    /// Wall-clock seconds for the solver.
+    pub seconds: f64,
+    /// Relative MIP gap.
+    pub gap: f64,
+    /// Branch-and-bound nodes (`None`: no work limit). With a work limit HiGHS runs on one
+    /// thread with a fixed seed, so the answer depends only on the model.
+    pub nodes: Option<u64>,
+    /// When building the model must stop ([`crate::engine::TimeLimitReached`]).
+    pub deadline: Instant,
 }
 
 impl<'a> Encoding<'a> {
     /// Builds the variable layout; `None` if some needed chunk cannot arrive in `steps` steps.
+    /// Fails with [`crate::engine::TimeLimitReached`] once `deadline` passes.
     pub fn new(
         topology: &'a Topology,
         coll: &'a Collective,
         routing: &Routing,
         steps: usize,
+        deadline: Instant,
     ) -> anyhow::Result<Option<Encoding<'a>>> {
-        let group = Group::new(topology, coll, &routing.generators)?;
+        let phase = || {
+            format!(
+                "building the MILP model for C={} pieces and {steps} steps",
+                coll.chunks_per_rank
+            )
+        };
+        let group = Group::new_before(topology, coll, &routing.generators, Some(deadline))
+            .map_err(|e| match crate::engine::time_limit_phase(&e) {
+                Some(_) => crate::engine::TimeLimitReached { phase: phase() }.into(),
+                None => e,
+            })?;
         let mut uses = Vec::new();
         let mut reps: Vec<(usize, usize, usize)> = Vec::new();
         let mut seen: HashMap<(usize, usize, usize), ()> = HashMap::new();
         for c in 0..coll.chunks.len() {
+            check_deadline(deadline, phase)?;
             let links = routing.chunk_links(topology, coll, c);
             let early = Routing::hops(topology, coll, c, &links);
             let chunk = &coll.chunks[c];
@@ -82,11 +137,11 @@ impl<'a> Encoding<'a> {
                 let (Some(e), Some(f)) = (early[link.src], late[link.dst]) else {
                     continue;
                 };
+                let (rc, rl) = group.chunk_link_rep(c, l);
                 for s in e..steps {
                     if s + 1 + f > steps {
                         break;
                     }
-                    let (rc, rl) = group.chunk_link_rep(c, l);
                     let key = (rc, rl, s);
                     uses.push(((c, l, s), key));
                     if seen.insert(key, ()).is_none() {
@@ -124,42 +179,58 @@ impl<'a> Encoding<'a> {
         self.group.order()
     }
 
-    /// Solves at nccl-tests size `size` bytes with a time limit (s) and relative gap.
-    /// `Ok(None)`: infeasible, or no solution within the time limit.
+    /// Solves at nccl-tests size `size` bytes within `limits`.
     /// `start`, an algorithm for the same collective at the same C whose sends are all
     /// variables of this model, is passed to HiGHS as the first incumbent.
     pub fn solve(
         &self,
         size: f64,
-        time_limit: f64,
-        gap: f64,
+        limits: &SolveLimits,
         start: Option<&Algorithm>,
-    ) -> anyhow::Result<Option<Solved>> {
+    ) -> anyhow::Result<Solved> {
+        let phase = || {
+            format!(
+                "building the MILP constraints for C={} pieces and {} steps",
+                self.coll.chunks_per_rank, self.steps
+            )
+        };
+        let deadline = limits.deadline;
+        check_deadline(deadline, phase)?;
+        // Checks the deadline every 4096 calls (the loops below run millions of times on
+        // large models).
+        let ticks = std::cell::Cell::new(0u32);
+        let tick = || {
+            ticks.set(ticks.get().wrapping_add(1));
+            if ticks.get().is_multiple_of(4096) {
+                check_deadline(deadline, phase)
+            } else {
+                Ok(())
+            }
+        };
         let topo = self.topology;
         let coll = self.coll;
         let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
         let initial = start.and_then(|a| self.start_values(a));
         let mut vars = ProblemVariables::new();
+        // Columns are numbered in the order variables are added: x in `reps` order, then d.
         let x: HashMap<(usize, usize, usize), Variable> = self
             .reps
             .iter()
-            .map(|&k| {
-                let def = variable().binary();
-                let def = match &initial {
-                    Some(on) => def.initial(if on.contains(&k) { 1.0 } else { 0.0 }),
-                    None => def,
-                };
-                (k, vars.add(def))
-            })
+            .map(|&k| (k, vars.add(variable().binary())))
             .collect();
+        let x_column: HashMap<(usize, usize, usize), usize> =
+            self.reps.iter().enumerate().map(|(i, &k)| (k, i)).collect();
         let d: Vec<Variable> = (0..self.steps)
             .map(|_| vars.add(variable().min(0.0)))
             .collect();
+        let d_column = |s: usize| self.reps.len() + s;
         let var = |key: &(usize, usize, usize)| x[key];
-        // Per (chunk, rank): incoming variables by step; per (link, step): load.
+        // Per (chunk, rank): incoming variables by step; per (link, step): load. Maps whose
+        // order makes constraints are ordered, so the same input gives the same model.
         let mut incoming: HashMap<(usize, usize), Vec<(usize, Variable)>> = HashMap::new();
-        let mut load: HashMap<(usize, usize), Expression> = HashMap::new();
+        let mut load: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
         for &((c, l, s), key) in &self.uses {
+            tick()?;
             let v = var(&key);
             incoming
                 .entry((c, topo.links[l].dst))
@@ -170,6 +241,7 @@ impl<'a> Encoding<'a> {
         let mut constraints = Vec::new();
         // Receive exactly once where needed, at most once elsewhere (orbit representatives).
         for (c, chunk) in coll.chunks.iter().enumerate() {
+            tick()?;
             for r in 0..topo.ranks {
                 if chunk.pre.contains(&r) || self.group.chunk_rank_rep(c, r) != (c, r) {
                     continue;
@@ -195,9 +267,11 @@ impl<'a> Encoding<'a> {
                 constraints.push(constraint!(total <= limit as f64));
             }
         }
+        check_deadline(deadline, phase)?;
         // Send only what is held; latency and busy time per link.
-        let mut busy: HashMap<(usize, usize), Variable> = HashMap::new();
+        let mut busy: BTreeMap<(usize, usize), Variable> = BTreeMap::new();
         for &((c, l, s), key) in &self.uses {
+            tick()?;
             if key != (c, l, s) {
                 continue;
             }
@@ -218,6 +292,7 @@ impl<'a> Encoding<'a> {
             constraints.push(constraint!(d[s] >= link.alpha * v + w));
         }
         for (&(lr, s), &w) in &busy {
+            tick()?;
             let beta = bytes / (topo.links[lr].bandwidth * 1e3);
             let expr = load
                 .get(&(lr, s))
@@ -225,10 +300,12 @@ impl<'a> Encoding<'a> {
                 .unwrap_or_else(|| Expression::from(0.0));
             constraints.push(constraint!(w == beta * expr));
         }
+        check_deadline(deadline, phase)?;
         for (k, sw) in topo.switches.iter().enumerate() {
             if self.group.switch_rep(k) != k {
                 continue;
             }
+            check_deadline(deadline, phase)?;
             let beta = bytes / (sw.bandwidth * 1e3);
             for (s, &ds) in d.iter().enumerate() {
                 let mut total = Expression::from(0.0);
@@ -249,9 +326,10 @@ impl<'a> Encoding<'a> {
         // A step lasts at least a rank's incoming (outgoing) bytes over the sum of its links'
         // bandwidths (the slowest link is never faster than their average): this gives the
         // LP relaxation the per-rank cut bound.
-        let mut into: HashMap<(usize, usize), Expression> = HashMap::new();
-        let mut out_of: HashMap<(usize, usize), Expression> = HashMap::new();
+        let mut into: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
+        let mut out_of: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
         for (&(l, s), e) in &load {
+            tick()?;
             let link = &topo.links[l];
             *into
                 .entry((link.dst, s))
@@ -268,6 +346,7 @@ impl<'a> Encoding<'a> {
         };
         for (incoming, sums) in [(true, &into), (false, &out_of)] {
             for (&(r, s), e) in sums {
+                tick()?;
                 if rank_rep(r) != r {
                     continue;
                 }
@@ -282,13 +361,20 @@ impl<'a> Encoding<'a> {
         }
         // Pieces of one original chunk are interchangeable: order them by how early their
         // sources send them (one original chunk per orbit of the symmetry group).
+        check_deadline(deadline, phase)?;
+        let mut first_sends: HashMap<usize, Vec<(usize, Key)>> = HashMap::new();
+        for &((c, l, s), key) in &self.uses {
+            tick()?;
+            if coll.chunks[c].pre.contains(&topo.links[l].src) {
+                first_sends.entry(c).or_default().push((s, key));
+            }
+        }
         for pieces in self.piece_groups() {
+            check_deadline(deadline, phase)?;
             let score = |c: usize| -> Expression {
                 let mut e = Expression::from(0.0);
-                for &((cc, l, s), key) in &self.uses {
-                    if cc == c && coll.chunks[c].pre.contains(&topo.links[l].src) {
-                        e += ((self.steps - s) as f64) * var(&key);
-                    }
+                for &(s, key) in first_sends.get(&c).into_iter().flatten() {
+                    e += ((self.steps - s) as f64) * var(&key);
                 }
                 e
             };
@@ -297,29 +383,82 @@ impl<'a> Encoding<'a> {
             }
         }
         let objective: Expression = d.iter().copied().sum();
+        let columns = vars.len();
         let mut model = vars.minimise(objective).using(highs);
-        model.set_verbose(false);
-        let mut model = model
-            .set_time_limit(time_limit.max(0.01))
-            .set_mip_rel_gap(gap as f32)
-            .map_err(|e| anyhow::anyhow!("MIP gap {gap}: {e}"))?
-            .set_threads(1)
-            .set_option("mip_heuristic_effort", 0.3);
         for c in constraints {
             model.add_constraint(c);
         }
-        let solution = match model.solve() {
-            Ok(s) => s,
-            Err(ResolutionError::Infeasible) | Err(ResolutionError::Other("NoSolutionFound")) => {
-                return Ok(None)
-            }
-            Err(e) => anyhow::bail!("HiGHS failed: {e}"),
+        check_deadline(deadline, phase)?;
+        // good_lp builds the HiGHS model (columns in variable order); it is solved here so
+        // that a node limit can be told from a time limit.
+        let mut model = model
+            .try_into_inner()
+            .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
+        let option = |model: &mut highs::Model, name: &str, value: OptionValue| {
+            let result = match value {
+                OptionValue::Float(v) => model.try_set_option(name, v),
+                OptionValue::Int(v) => model.try_set_option(name, v),
+            };
+            result.map_err(|e| anyhow::anyhow!("HiGHS option {name}: {e:?}"))
         };
-        let proven = !matches!(solution.status(), SolutionStatus::TimeLimit);
-        let objective: f64 = d.iter().map(|&v| solution.value(v)).sum();
+        option(
+            &mut model,
+            "time_limit",
+            OptionValue::Float(limits.seconds.max(0.01)),
+        )?;
+        option(&mut model, "mip_rel_gap", OptionValue::Float(limits.gap))?;
+        // One thread and a fixed seed: with a work limit the answer is a function of the
+        // model alone.
+        option(&mut model, "threads", OptionValue::Int(1))?;
+        option(&mut model, "random_seed", OptionValue::Int(0))?;
+        option(&mut model, "mip_heuristic_effort", OptionValue::Float(0.3))?;
+        if let Some(nodes) = limits.nodes {
+            let nodes = nodes.clamp(1, i32::MAX as u64) as i32;
+            option(&mut model, "mip_max_nodes", OptionValue::Int(nodes))?;
+        }
+        if let Some(on) = initial {
+            let mut values = vec![0.0; columns];
+            for k in &on {
+                values[x_column[k]] = 1.0;
+            }
+            // A start HiGHS rejects only costs the warm start.
+            let _ = model.try_set_solution(Some(&values), None, None, None);
+        }
+        let solved = model
+            .try_solve()
+            .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
+        let stopped = match solved.status() {
+            HighsModelStatus::ReachedSolutionLimit | HighsModelStatus::ReachedIterationLimit => {
+                Some(Stop::Work)
+            }
+            HighsModelStatus::ReachedTimeLimit | HighsModelStatus::ReachedInterrupt => {
+                Some(Stop::Time)
+            }
+            HighsModelStatus::Optimal
+            | HighsModelStatus::ObjectiveBound
+            | HighsModelStatus::ObjectiveTarget
+            | HighsModelStatus::Infeasible
+            | HighsModelStatus::UnboundedOrInfeasible => None,
+            other => anyhow::bail!("HiGHS failed: model status {other:?}"),
+        };
+        let infeasible = matches!(
+            solved.status(),
+            HighsModelStatus::Infeasible | HighsModelStatus::UnboundedOrInfeasible
+        );
+        if infeasible || solved.primal_solution_status() != HighsSolutionStatus::Feasible {
+            return Ok(Solved {
+                algorithm: None,
+                objective: None,
+                proven: infeasible,
+                stopped,
+            });
+        }
+        let solution = solved.get_solution();
+        let values = solution.columns();
+        let objective: f64 = (0..self.steps).map(|s| values[d_column(s)]).sum();
         let mut sends: Vec<Vec<Send>> = vec![Vec::new(); self.steps];
         for &((c, l, s), key) in &self.uses {
-            if solution.value(var(&key)) > 0.5 {
+            if values[x_column[&key]] > 0.5 {
                 let link = &topo.links[l];
                 sends[s].push(Send {
                     chunk: coll.chunks[c].address,
@@ -330,11 +469,12 @@ impl<'a> Encoding<'a> {
         }
         prune_useless(coll, &mut sends);
         let algorithm = build_algorithm(topo, coll, sends)?;
-        Ok(Some(Solved {
-            algorithm,
-            objective,
-            proven,
-        }))
+        Ok(Solved {
+            algorithm: Some(algorithm),
+            objective: Some(objective),
+            proven: stopped.is_none(),
+            stopped,
+        })
     }
 }
 

@@ -96,8 +96,12 @@ impl Instance<'_> {
 
     fn solve_in_context(&self, deadline: Instant, options: SolveOptions) -> Outcome {
         let solver = Solver::new_for_logic("QF_FD").unwrap_or_default();
-        let model = Encoding::build(self, &solver);
         let cancelled = || options.race.is_some_and(Race::is_finished);
+        // Building a large formula takes a while too: the deadline stops it.
+        let stop = || Instant::now() >= deadline || cancelled();
+        let Some(model) = Encoding::build(self, &solver, &stop) else {
+            return Outcome::Unknown;
+        };
         for attempt in 1u32.. {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() || cancelled() {
@@ -170,7 +174,9 @@ struct Encoding {
 }
 
 impl Encoding {
-    fn build(inst: &Instance, solver: &Solver) -> Encoding {
+    /// Asserts the formula of `inst` into `solver`; `None` once `stop` says so (checked after
+    /// every chunk and every step, so the deadline also bounds building huge formulas).
+    fn build(inst: &Instance, solver: &Solver, stop: &dyn Fn() -> bool) -> Option<Encoding> {
         let topo = inst.topology;
         let coll = inst.collective;
         let (n, steps) = (topo.ranks, inst.steps);
@@ -186,6 +192,9 @@ impl Encoding {
         // at[c][r][s] ⇔ chunk c is on rank r after step s.
         let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
         for (c, chunk) in coll.chunks.iter().enumerate() {
+            if stop() {
+                return None;
+            }
             let mut per_rank: Vec<Vec<Bool>> = Vec::with_capacity(n);
             for r in 0..n {
                 let (rc, rr) = chunk_rank_rep(c, r);
@@ -224,6 +233,9 @@ impl Encoding {
         let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
         let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
         for (c, chunk) in coll.chunks.iter().enumerate() {
+            if stop() {
+                return None;
+            }
             let needers: Vec<usize> = chunk
                 .post
                 .iter()
@@ -264,6 +276,9 @@ impl Encoding {
         }
         // Arrival needs exactly one sender in that step.
         for (c, chunk) in coll.chunks.iter().enumerate() {
+            if stop() {
+                return None;
+            }
             for v in (0..n).filter(|v| !chunk.pre.contains(v)) {
                 if chunk_rank_rep(c, v) != (c, v) {
                     continue;
@@ -360,6 +375,9 @@ impl Encoding {
             }
         }
         for s in 1..=steps {
+            if stop() {
+                return None;
+            }
             // Send indices per link and switch constraint.
             let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
             for (i, &(_, l, st, _)) in sends.iter().enumerate() {
@@ -440,7 +458,7 @@ impl Encoding {
                 }
             }
         }
-        Encoding { sends, extra }
+        Some(Encoding { sends, extra })
     }
 
     fn decode(&self, inst: &Instance, model: &z3::Model) -> Algorithm {
@@ -579,7 +597,7 @@ mod tests {
     fn a_symmetric_restriction_can_be_unsat_when_the_instance_is_not() {
         let topology = crate::topology::load("ring:4").unwrap();
         let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
-        let ladder = symmetry_ladder(&topology, &collective, &topology.automorphisms(64));
+        let ladder = symmetry_ladder(&topology, &collective, &topology.automorphisms(64), None);
         // A reflection fixing rank r would have r receive the opposite chunk from both sides.
         assert!(matches!(ring4_allgather(Some(&ladder[0])), Outcome::Unsat));
         // The rotations admit the schedule, and so does the full instance.

@@ -38,6 +38,7 @@ impl Engine for SmtEngine {
                     .into_iter()
                     .collect(),
                 complete: true,
+                cuts: Vec::new(),
             }),
             Search::LeastSteps { chunks, rounds } => {
                 searcher.least_steps(&bounds, chunks, rounds, limits)

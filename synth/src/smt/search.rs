@@ -100,7 +100,12 @@ impl<'a> Searcher<'a> {
             round_caps: &round_caps,
             extra_memory: self.extra_memory,
         };
-        let ladder = symmetry_ladder(self.topology, &collective, &self.automorphisms);
+        let ladder = symmetry_ladder(
+            self.topology,
+            &collective,
+            &self.automorphisms,
+            Some(deadline),
+        );
         let mut outcome = if ladder.is_empty() {
             traced(&full, deadline, SolveOptions::default(), "full")
         } else {
@@ -152,7 +157,12 @@ impl<'a> Searcher<'a> {
             Verdict::Found(a) => Ok(Some(*a)),
             Verdict::Impossible => Ok(None),
             Verdict::Undecided if Instant::now() >= deadline => {
-                bail!("time limit reached before (steps={steps}, rounds={rounds}, chunks={chunks}) was decided")
+                Err(crate::engine::TimeLimitReached {
+                    phase: format!(
+                        "deciding the instance (steps={steps}, rounds={rounds}, chunks={chunks})"
+                    ),
+                }
+                .into())
             }
             Verdict::Undecided => bail!(
                 "z3 gave up on (steps={steps}, rounds={rounds}, chunks={chunks}) without an answer"
@@ -231,18 +241,21 @@ impl<'a> Searcher<'a> {
                 return Ok(Found {
                     algorithms: vec![a],
                     complete: decided,
+                    cuts: Vec::new(),
                 });
             }
             if !decided {
                 return Ok(Found {
                     algorithms: vec![],
                     complete: false,
+                    cuts: Vec::new(),
                 });
             }
         }
         Ok(Found {
             algorithms: vec![],
             complete: false,
+            cuts: Vec::new(),
         })
     }
 
@@ -280,6 +293,7 @@ impl<'a> Searcher<'a> {
         Ok(Found {
             algorithms: frontier,
             complete: complete && reached_bound,
+            cuts: Vec::new(),
         })
     }
 

@@ -11,6 +11,7 @@ use crate::collective::Collective;
 use crate::symmetry::Group;
 use crate::topology::Topology;
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 /// The symmetry groups to restrict a solve to, strongest first: the group the automorphisms
 /// generate (restricted to those mapping the collective onto itself), then the cyclic group
@@ -18,15 +19,16 @@ use std::collections::BTreeMap;
 /// every one fixes a rank) when that is a smaller non-trivial group. The whole group often
 /// admits no schedule at all: a reflection of a ring fixing a rank would have that rank
 /// receive the opposite chunk from both sides. A rotation never forces that. Empty when no
-/// symmetry applies.
+/// symmetry applies. Groups not built by `deadline` are left out.
 pub fn symmetry_ladder(
     topology: &Topology,
     collective: &Collective,
     automorphisms: &[Vec<usize>],
+    deadline: Option<Instant>,
 ) -> Vec<Group> {
     let mut ladder = Vec::with_capacity(2);
     // A group too large to close is left out; its elements still give cyclic subgroups.
-    let whole = Group::new(topology, collective, automorphisms)
+    let whole = Group::new_before(topology, collective, automorphisms, deadline)
         .ok()
         .filter(|g| g.order() > 1);
     let elements = whole.as_ref().map_or(automorphisms, |g| &g.ranks[..]);
@@ -36,7 +38,7 @@ pub fn symmetry_ladder(
         .filter_map(|p| {
             Some((
                 p,
-                Group::new(topology, collective, std::slice::from_ref(p)).ok()?,
+                Group::new_before(topology, collective, std::slice::from_ref(p), deadline).ok()?,
             ))
         })
         .max_by_key(|(p, cycle)| (!fixes_a_rank(p), cycle.order()))
@@ -108,7 +110,7 @@ mod tests {
     #[test]
     fn the_ladder_of_a_ring_ends_with_its_rotations() {
         let (topo, coll) = setup("ring:6", Kind::AllGather, 0, 1);
-        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64));
+        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64), None);
         assert_eq!(ladder.len(), 2);
         assert_eq!(ladder[0].order(), 12, "dihedral group of the hexagon");
         assert_eq!(ladder[1].order(), 6, "the rotations");
@@ -120,7 +122,7 @@ mod tests {
     #[test]
     fn a_rooted_collective_keeps_only_the_symmetries_fixing_its_root() {
         let (topo, coll) = setup("ring:4", Kind::Broadcast, 1, 1);
-        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64));
+        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64), None);
         assert_eq!(ladder.len(), 1);
         assert_eq!(
             ladder[0].order(),

@@ -216,6 +216,7 @@ impl Engine for TreeEngine {
         Ok(Found {
             algorithms: crate::synthesize::pareto_filter(algorithms),
             complete,
+            cuts: Vec::new(),
         })
     }
 }

@@ -228,6 +228,13 @@ impl Collective {
     /// A custom collective from a TOML or JSON file (`ranks = N` and `[[chunk]]` entries
     /// with `pre`, `post` and optional `address`), each chunk split in `c` pieces.
     pub fn from_file(path: &str, c: usize) -> Result<Collective> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        Collective::from_text(path, &text, c)
+    }
+
+    /// A custom collective from the text of a file named `path` (JSON if it ends in `.json`,
+    /// else TOML), as [`Collective::from_file`] reads it.
+    pub fn from_text(path: &str, text: &str, c: usize) -> Result<Collective> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct FileChunk {
@@ -242,11 +249,10 @@ impl Collective {
             #[serde(rename = "chunk")]
             chunks: Vec<FileChunk>,
         }
-        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
         let file: File = if path.ends_with(".json") {
-            serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))?
+            serde_json::from_str(text).map_err(|e| crate::util::json_error(path, &e))?
         } else {
-            toml::from_str(&text).map_err(|e| crate::util::toml_error(path, &text, &e))?
+            toml::from_str(text).map_err(|e| crate::util::toml_error(path, text, &e))?
         };
         if c == 0 {
             bail!("chunks must be at least 1");
@@ -332,8 +338,14 @@ impl Collective {
         let mut chunks = Vec::new();
         for (address, members) in self.by_address() {
             let post = &self.chunks[members[0]].post;
-            if post.len() != 1 || members.iter().any(|&m| &self.chunks[m].post != post) {
-                bail!("address {address} is reduced onto several ranks; only single-destination reductions (and allreduce) are supported");
+            if members.iter().any(|&m| &self.chunks[m].post != post) {
+                bail!("the chunks of address {address} have different postconditions; chunks reduced together must end on the same rank");
+            }
+            if post.len() != 1 {
+                bail!("address {address} must end on exactly one rank (it ends on {}); only single-destination reductions (and allreduce) are supported", post.len());
+            }
+            if let Some(&m) = members.iter().find(|&&m| self.chunks[m].pre.len() != 1) {
+                bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", self.chunks[m].pre.len());
             }
             let mut contributors: Vec<usize> = members
                 .iter()

@@ -1,0 +1,131 @@
+//! Custom collectives end to end: combining ones solved as duals and checked, collectives
+//! with nothing to deliver, custom collectives equal to a built-in, and their MSCCL XML.
+
+use std::time::{Duration, Instant};
+use synth::check::check;
+use synth::collective::Collective;
+use synth::progress::Progress;
+use synth::smt::Limits;
+use synth::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
+use synth::topology;
+
+/// A custom collective file: `ranks` and (pre, post, address) per chunk.
+fn toml(ranks: usize, chunks: &[(&[usize], &[usize], Option<usize>)]) -> String {
+    let mut s = format!("ranks = {ranks}\n");
+    for (pre, post, address) in chunks {
+        s += &format!("[[chunk]]\npre = {pre:?}\npost = {post:?}\n");
+        if let Some(a) = address {
+            s += &format!("address = {a}\n");
+        }
+    }
+    s
+}
+
+fn solve(topo: &str, text: &str, search: Search, max_chunks: usize) -> anyhow::Result<Synthesis> {
+    let topology = topology::load(topo).unwrap();
+    let progress = Progress::hidden();
+    let collective = Collective::from_text("test.toml", text, 1)?;
+    let request = Request {
+        topology: &topology,
+        collective,
+        search,
+        limits: Limits {
+            max_steps: 8,
+            max_chunks,
+            deadline: Instant::now() + Duration::from_secs(600),
+        },
+        progress: &progress,
+    };
+    let s = synthesize_with(&request, Method::Auto, None)?;
+    for a in &s.algorithms {
+        check(a, &topology).unwrap_or_else(|e| panic!("{}: {e}", a.name));
+    }
+    Ok(s)
+}
+
+/// Partial reductions (not every rank contributes, the destination need not contribute,
+/// several destinations) on small fabrics: every answer passes the checker. Before duals
+/// were pruned, a relay that received the dual's chunk but did not need it became a rank
+/// sending data it never held (robustness issue, item 1).
+#[test]
+fn combining_custom_collectives_pass_the_checker() {
+    let reduce_to = |_ranks: usize, from: &[usize], to: usize, address: usize| {
+        from.iter()
+            .map(|&r| (vec![r], vec![to], Some(address)))
+            .collect::<Vec<_>>()
+    };
+    let cases: Vec<(&str, usize, Vec<(Vec<usize>, Vec<usize>, Option<usize>)>)> = vec![
+        // the reported case: odd ranks reduced onto 6 on a DGX-1
+        ("dgx1", 8, reduce_to(8, &[1, 3, 5, 7], 6, 0)),
+        ("dgx1", 8, reduce_to(8, &[0, 1, 2], 7, 0)),
+        ("dgx1", 8, {
+            let mut v = reduce_to(8, &[0, 5], 3, 0);
+            v.extend(reduce_to(8, &[2, 6, 7], 1, 1));
+            v
+        }),
+        ("ring:4", 4, reduce_to(4, &[0, 2], 1, 0)),
+        ("ring:4", 4, reduce_to(4, &[1, 3], 0, 0)),
+        ("ring:4", 4, {
+            let mut v = reduce_to(4, &[0, 1], 2, 0);
+            v.extend(reduce_to(4, &[2, 3], 0, 1));
+            v.push((vec![1], vec![3], None));
+            v
+        }),
+        ("line:3", 3, reduce_to(3, &[0, 2], 0, 0)),
+        ("line:3", 3, reduce_to(3, &[0, 2], 1, 0)),
+        ("line:3", 3, {
+            let mut v = reduce_to(3, &[1, 2], 0, 0);
+            v.extend(reduce_to(3, &[0, 1], 2, 1));
+            v
+        }),
+    ];
+    for (topo, ranks, chunks) in &cases {
+        let chunks: Vec<(&[usize], &[usize], Option<usize>)> = chunks
+            .iter()
+            .map(|(a, b, c)| (a.as_slice(), b.as_slice(), *c))
+            .collect();
+        let text = toml(*ranks, &chunks);
+        for search in [
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            Search::LeastSteps {
+                chunks: 3,
+                rounds: None,
+            },
+        ] {
+            let s = solve(topo, &text, search, 3)
+                .unwrap_or_else(|e| panic!("{topo} {search:?}\n{text}: {e:#}"));
+            assert!(!s.algorithms.is_empty(), "{topo} {search:?}\n{text}");
+        }
+    }
+    // The exact instance of the report.
+    let text = toml(
+        8,
+        &[1usize, 3, 5, 7]
+            .iter()
+            .map(|r| (std::slice::from_ref(r), &[6usize][..], Some(0)))
+            .collect::<Vec<_>>(),
+    );
+    let s = solve(
+        "dgx1",
+        &text,
+        Search::Instance {
+            steps: 3,
+            rounds: 3,
+            chunks: 6,
+        },
+        6,
+    )
+    .unwrap();
+    assert_eq!(s.algorithms.len(), 1);
+}
+
+/// A combining chunk held by several ranks would be counted once per holder: refused.
+#[test]
+fn combining_chunk_on_several_ranks_is_refused() {
+    let text = toml(4, &[(&[0, 1], &[2], Some(0)), (&[3], &[2], Some(0))]);
+    let e = Collective::from_text("x.toml", &text, 1).unwrap_err();
+    assert!(format!("{e:#}").contains("starts on 2 ranks"), "{e:#}");
+}

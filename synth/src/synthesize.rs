@@ -189,6 +189,33 @@ impl<'a> Plan<'a> {
         Ok(algorithm)
     }
 
+    /// When no chunk has to move (every rank that must end with an address, or with a
+    /// reduction's contributions, already holds it), the one optimal algorithm: zero steps.
+    fn nothing_to_deliver(&self, topology: &Topology) -> Result<Option<Algorithm>> {
+        let solved = (self.make)(1)?;
+        if !solved
+            .chunks
+            .iter()
+            .all(|c| c.post.iter().all(|r| c.pre.contains(r)))
+        {
+            return Ok(None);
+        }
+        let collective = (self.original)(1)?;
+        let algorithm = Algorithm {
+            name: format!(
+                "{}-{}-s0-r0-c1",
+                collective.kind,
+                topology.name.replace([':', '/'], "_")
+            ),
+            topology: topology.name.clone(),
+            collective,
+            steps: Vec::new(),
+        };
+        check(&algorithm, topology)
+            .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
+        Ok(Some(algorithm))
+    }
+
     fn run(
         &self,
         search: Search,
@@ -255,6 +282,17 @@ pub fn synthesize_with(
         return allreduce(req, method, sketch);
     }
     let plan = Plan::new(req.topology, &req.collective, method, sketch)?;
+    if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
+        return Ok(Synthesis {
+            bounds: BoundsReport {
+                steps: 0,
+                rounds_per_chunk: "0".into(),
+            },
+            algorithms: vec![algorithm],
+            complete: true,
+            method,
+        });
+    }
     let (bounds, found) = plan.run(req.search, &req.limits, req.progress, req.topology)?;
     Ok(Synthesis {
         bounds: BoundsReport {

@@ -129,3 +129,38 @@ fn combining_chunk_on_several_ranks_is_refused() {
     let e = Collective::from_text("x.toml", &text, 1).unwrap_err();
     assert!(format!("{e:#}").contains("starts on 2 ranks"), "{e:#}");
 }
+
+/// Nothing to deliver: every rank that must end with a chunk starts with it. The bound is 0
+/// steps and the answer is the one 0-step algorithm, complete (robustness issue, item 6:
+/// it used to be a 1-step PARTIAL result).
+#[test]
+fn nothing_to_deliver_is_a_zero_step_algorithm() {
+    let text = toml(
+        4,
+        &[
+            (&[0], &[0], None),
+            (&[1, 2], &[2], None),
+            (&[3], &[], None),
+            (&[1], &[1], Some(7)),
+        ],
+    );
+    for search in [
+        Search::Pareto,
+        Search::LeastSteps {
+            chunks: 2,
+            rounds: None,
+        },
+    ] {
+        let s = solve("ring:4", &text, search, 4).unwrap();
+        assert_eq!(s.bounds.steps, 0);
+        assert_eq!(s.bounds.rounds_per_chunk, "0");
+        assert!(s.complete, "{search:?}");
+        assert_eq!(s.algorithms.len(), 1);
+        assert_eq!(s.algorithms[0].num_steps(), 0);
+        assert_eq!(s.algorithms[0].rounds(), 0);
+    }
+    // A reduction whose only contributor is its destination: nothing to deliver either.
+    let text = toml(3, &[(&[1], &[1], Some(0)), (&[1], &[1], Some(0))]);
+    let s = solve("line:3", &text, Search::Pareto, 4).unwrap();
+    assert_eq!(s.algorithms[0].num_steps(), 0);
+}

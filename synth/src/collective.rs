@@ -344,6 +344,14 @@ impl Collective {
             if post.len() != 1 {
                 bail!("address {address} must end on exactly one rank (it ends on {}); only single-destination reductions (and allreduce) are supported", post.len());
             }
+            let mut starts: Vec<usize> = members
+                .iter()
+                .flat_map(|&m| self.chunks[m].pre.clone())
+                .collect();
+            starts.sort_unstable();
+            if let Some(w) = starts.windows(2).find(|w| w[0] == w[1]) {
+                bail!("address {address} has two chunks starting on rank {}; a rank contributes at most one chunk to a reduction", w[0]);
+            }
             if let Some(&m) = members.iter().find(|&&m| self.chunks[m].pre.len() != 1) {
                 bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", self.chunks[m].pre.len());
             }

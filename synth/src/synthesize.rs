@@ -174,7 +174,9 @@ impl<'a> Plan<'a> {
     fn finish(&self, found: Algorithm, topology: &Topology) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
-            let mut a = found.without_dead_sends().reversed((self.original)(c)?, true);
+            let mut a = found
+                .without_dead_sends()
+                .reversed((self.original)(c)?, true);
             a.name = a.name.replacen(
                 &found.collective.kind.to_string(),
                 &a.collective.kind.to_string(),

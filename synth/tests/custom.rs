@@ -128,6 +128,13 @@ fn combining_chunk_on_several_ranks_is_refused() {
     let text = toml(4, &[(&[0, 1], &[2], Some(0)), (&[3], &[2], Some(0))]);
     let e = Collective::from_text("x.toml", &text, 1).unwrap_err();
     assert!(format!("{e:#}").contains("starts on 2 ranks"), "{e:#}");
+    // Two chunks of one reduction on one rank: one input slot cannot hold both.
+    let text = toml(3, &[(&[1], &[0], Some(0)), (&[1], &[0], Some(0))]);
+    let e = Collective::from_text("x.toml", &text, 1).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("two chunks starting on rank 1"),
+        "{e:#}"
+    );
 }
 
 /// Nothing to deliver: every rank that must end with a chunk starts with it. The bound is 0
@@ -159,8 +166,138 @@ fn nothing_to_deliver_is_a_zero_step_algorithm() {
         assert_eq!(s.algorithms[0].num_steps(), 0);
         assert_eq!(s.algorithms[0].rounds(), 0);
     }
-    // A reduction whose only contributor is its destination: nothing to deliver either.
-    let text = toml(3, &[(&[1], &[1], Some(0)), (&[1], &[1], Some(0))]);
-    let s = solve("line:3", &text, Search::Pareto, 4).unwrap();
-    assert_eq!(s.algorithms[0].num_steps(), 0);
+}
+
+/// Lowers out of place and in place in every flavour, verifies, writes the XML (the
+/// conditions ride in a leading comment), reads it back with its conditions, verifies again
+/// and runs it on the CPU executor: no wrong element.
+fn exercise(algorithm: &synth::algorithm::Algorithm) {
+    use runtime::cpu::{run, DataType, RunOptions};
+    use runtime::ir::{Collective as Ir, Flavor};
+    use synth::lower::{lower, LowerOptions};
+    for inplace in [false, true] {
+        for flavor in Flavor::ALL {
+            for instances in [1, 2] {
+                let what = format!(
+                    "{} inplace={inplace} {flavor:?} x{instances}",
+                    algorithm.name
+                );
+                let options = LowerOptions {
+                    flavor,
+                    inplace,
+                    instances,
+                    ..LowerOptions::default()
+                };
+                let program =
+                    lower(algorithm, &options).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                assert_eq!(program.collective, Ir::Custom);
+                runtime::verify::verify(&program).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let xml =
+                    runtime::xml::write(&program, flavor).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(xml.starts_with("<!-- synth-custom {"), "{what}");
+                assert!(xml.contains(" coll=\"custom\" "), "{what}");
+                let back = runtime::xml::read_str(&xml).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(back.custom, program.custom, "{what}");
+                runtime::verify::verify(&back).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let mut opts = RunOptions::for_bytes(&back, 1 << 16, DataType::F32);
+                opts.inplace = inplace;
+                let report = run(&back, &opts).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+                assert_eq!(report.wrong, 0, "{what}");
+            }
+        }
+    }
+}
+
+/// Usability issue, item 5: custom collectives lower to `coll="custom"` XML whose conditions
+/// synth reads back, verifies and runs: copies, chunks held by several ranks, partial
+/// reductions, and a 0-step algorithm (local copies only).
+#[test]
+fn custom_collectives_lower_verify_and_run() {
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "ring:4",
+            toml(
+                4,
+                &[
+                    (&[0], &[1, 2, 3], None),
+                    (&[3], &[0], None),
+                    (&[1, 2], &[0, 3], None),
+                ],
+            ),
+        ),
+        (
+            "dgx1",
+            toml(
+                8,
+                &[
+                    (&[1], &[6], Some(0)),
+                    (&[3], &[6], Some(0)),
+                    (&[5], &[6], Some(0)),
+                    (&[7], &[6], Some(0)),
+                ],
+            ),
+        ),
+        (
+            "line:3",
+            toml(
+                3,
+                &[
+                    (&[0], &[2], Some(0)),
+                    (&[2], &[2], Some(0)),
+                    (&[1], &[0], Some(1)),
+                    (&[2], &[0], Some(1)),
+                ],
+            ),
+        ),
+        (
+            "ring:4",
+            toml(4, &[(&[0], &[0], None), (&[1, 2], &[2], None)]),
+        ),
+    ];
+    for (topo, text) in &cases {
+        let s = solve(
+            topo,
+            text,
+            Search::LeastSteps {
+                chunks: 2,
+                rounds: None,
+            },
+            2,
+        )
+        .unwrap();
+        exercise(&s.algorithms[0]);
+    }
+}
+
+/// A custom program whose output misses a contribution fails verification, and XML with
+/// `coll="custom"` but no conditions is refused in one line.
+#[test]
+fn custom_conditions_are_checked() {
+    let text = toml(3, &[(&[0], &[2], Some(0)), (&[1], &[2], Some(0))]);
+    let s = solve(
+        "line:3",
+        &text,
+        Search::LeastSteps {
+            chunks: 1,
+            rounds: None,
+        },
+        1,
+    )
+    .unwrap();
+    let mut program =
+        synth::lower::lower(&s.algorithms[0], &synth::lower::LowerOptions::default()).unwrap();
+    runtime::verify::verify(&program).unwrap();
+    let custom = program.custom.as_mut().unwrap();
+    custom.post[0]
+        .sum
+        .push(runtime::semantics::Contribution { rank: 2, chunk: 0 });
+    let e = runtime::verify::verify(&program).unwrap_err().to_string();
+    assert!(e.contains("rank 2"), "{e}");
+    let xml = runtime::xml::write(&program, runtime::ir::Flavor::Nccl).unwrap();
+    let bare: String = xml.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    let e = runtime::xml::read_str(&bare).unwrap_err().to_string();
+    assert!(
+        e.contains("coll=\"custom\" needs") && !e.contains('\n'),
+        "{e}"
+    );
 }

@@ -48,6 +48,7 @@ fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
         min_bytes: 0,
         max_bytes: 0,
         gpus,
+        custom: None,
     };
     runtime::verify::verify(&program).map_err(|e| {
         DslError::new(

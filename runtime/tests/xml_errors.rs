@@ -255,7 +255,11 @@ fn runtime_step_checks() {
         Some("proto"),
         "MSCCL: protocol simple is not supported.",
     );
-    let e = error(&replace_first(&b, "coll=\"allgather\"", "coll=\"allgatherv\""));
+    let e = error(&replace_first(
+        &b,
+        "coll=\"allgather\"",
+        "coll=\"allgatherv\"",
+    ));
     assert_error(
         &e,
         1,

@@ -301,10 +301,86 @@ impl Collective {
             chunks_per_rank: c,
             chunks,
         };
-        collective
-            .dual()
-            .with_context(|| format!("{path}: unsupported combining chunks"))?;
+        if collective.builtin().is_none() {
+            collective
+                .dual()
+                .with_context(|| format!("{path}: unsupported combining chunks"))?;
+        }
         Ok(collective)
+    }
+
+    /// For a custom collective whose conditions are those of a built-in one (allgather,
+    /// reduce-scatter, allreduce, alltoall, broadcast, reduce, gather or scatter with some
+    /// root), that built-in at the same C, to be solved with its symmetry, bounds and
+    /// lowering. Addresses may be numbered differently, and a chunk's postcondition may list
+    /// or leave out the ranks that start with it. `None` for other collectives.
+    pub fn builtin(&self) -> Option<Collective> {
+        if self.kind != Kind::Custom {
+            return None;
+        }
+        let (n, c) = (self.ranks, self.chunks_per_rank);
+        let shape = self.shape();
+        // One candidate root per rooted kind, read off the collective itself.
+        let source = self.chunks.first()?.pre.first().copied().unwrap_or(0);
+        let sink = self
+            .chunks
+            .iter()
+            .find_map(|c| c.post.first().copied())
+            .unwrap_or(0);
+        for (kind, _) in Kind::NAMED {
+            let expected = match kind {
+                Kind::AllGather | Kind::Gather | Kind::Scatter | Kind::Reduce => n * c,
+                Kind::ReduceScatter | Kind::AllReduce | Kind::AllToAll => n * n * c,
+                Kind::Broadcast => c,
+                Kind::Custom => continue,
+            };
+            if self.chunks.len() != expected {
+                continue;
+            }
+            let root = match kind {
+                Kind::Broadcast | Kind::Scatter => source,
+                Kind::Reduce | Kind::Gather => sink,
+                _ => 0,
+            };
+            let Ok(candidate) = Collective::new(kind, n, root.min(n - 1), c) else {
+                continue;
+            };
+            if candidate.shape() == shape {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// The conditions up to address numbering: per address its destinations (without the
+    /// ranks that start with a non-combining chunk) and its chunks' sources, sorted.
+    fn shape(&self) -> Vec<(Vec<usize>, Vec<Vec<usize>>)> {
+        let mut shape: Vec<(Vec<usize>, Vec<Vec<usize>>)> = self
+            .by_address()
+            .values()
+            .map(|members| {
+                let mut pres: Vec<Vec<usize>> = members
+                    .iter()
+                    .map(|&m| {
+                        let mut p = self.chunks[m].pre.clone();
+                        p.sort_unstable();
+                        p.dedup();
+                        p
+                    })
+                    .collect();
+                pres.sort();
+                let mut post: Vec<usize> = members
+                    .iter()
+                    .flat_map(|&m| self.chunks[m].post.iter().copied())
+                    .filter(|r| members.len() > 1 || !pres[0].contains(r))
+                    .collect();
+                post.sort_unstable();
+                post.dedup();
+                (post, pres)
+            })
+            .collect();
+        shape.sort();
+        shape
     }
 
     /// Number of distinct addresses.

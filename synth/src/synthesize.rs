@@ -271,7 +271,11 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    let method = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    // A custom collective equal to a built-in one is solved as that built-in (its symmetry,
+    // bounds, engines and lowering).
+    let builtin = req.collective.builtin();
+    let collective = builtin.as_ref().unwrap_or(&req.collective);
+    let method = method.resolve(req.topology, collective.kind, sketch.is_some());
     if req.collective.ranks != req.topology.ranks {
         bail!(
             "the collective has {} ranks but topology `{}` has {}",
@@ -280,10 +284,10 @@ pub fn synthesize_with(
             req.topology.ranks
         );
     }
-    if req.collective.kind == Kind::AllReduce {
+    if collective.kind == Kind::AllReduce {
         return allreduce(req, method, sketch);
     }
-    let plan = Plan::new(req.topology, &req.collective, method, sketch)?;
+    let plan = Plan::new(req.topology, collective, method, sketch)?;
     if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
         return Ok(Synthesis {
             bounds: BoundsReport {

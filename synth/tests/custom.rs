@@ -301,3 +301,104 @@ fn custom_conditions_are_checked() {
         "{e}"
     );
 }
+
+/// Robustness issue, item 5: a custom collective equal to a built-in (addresses renumbered,
+/// postconditions with or without the source rank) is recognised and solved as it.
+#[test]
+fn custom_collectives_equal_to_builtins_are_recognised() {
+    use synth::collective::Kind;
+    let n = 4;
+    let all: Vec<usize> = (0..n).collect();
+    let others = |r: usize| all.iter().copied().filter(|&x| x != r).collect::<Vec<_>>();
+    let file = |chunks: Vec<(Vec<usize>, Vec<usize>, Option<usize>)>| {
+        let c: Vec<(&[usize], &[usize], Option<usize>)> = chunks
+            .iter()
+            .map(|(a, b, c)| (a.as_slice(), b.as_slice(), *c))
+            .collect();
+        toml(n, &c)
+    };
+    let cases: Vec<(Kind, usize, String)> = vec![
+        // allgather, addresses in reverse order, post without the source
+        (
+            Kind::AllGather,
+            0,
+            file((0..n).rev().map(|r| (vec![r], others(r), None)).collect()),
+        ),
+        (
+            Kind::AllGather,
+            0,
+            file((0..n).map(|r| (vec![r], all.clone(), None)).collect()),
+        ),
+        (Kind::Broadcast, 2, file(vec![(vec![2], all.clone(), None)])),
+        (
+            Kind::Reduce,
+            1,
+            file((0..n).map(|r| (vec![r], vec![1], Some(0))).collect()),
+        ),
+        (
+            Kind::Gather,
+            3,
+            file((0..n).map(|r| (vec![r], vec![3], None)).collect()),
+        ),
+        (
+            Kind::Scatter,
+            0,
+            file((0..n).map(|r| (vec![0], vec![r], None)).collect()),
+        ),
+        (
+            Kind::ReduceScatter,
+            0,
+            file(
+                (0..n)
+                    .flat_map(|d| (0..n).map(move |s| (vec![s], vec![d], Some(d))))
+                    .collect(),
+            ),
+        ),
+        (
+            Kind::AllToAll,
+            0,
+            file(
+                (0..n)
+                    .flat_map(|d| (0..n).map(move |s| (vec![s], vec![d], None)))
+                    .collect(),
+            ),
+        ),
+        (
+            Kind::AllReduce,
+            0,
+            file(
+                (0..n)
+                    .flat_map(|a| (0..n).map(move |s| (vec![s], (0..n).collect(), Some(a))))
+                    .collect(),
+            ),
+        ),
+    ];
+    for (kind, root, text) in &cases {
+        let c =
+            Collective::from_text("x.toml", text, 1).unwrap_or_else(|e| panic!("{kind}: {e:#}"));
+        let b = c
+            .builtin()
+            .unwrap_or_else(|| panic!("{kind} not recognised:\n{text}"));
+        assert_eq!((b.kind, b.root), (*kind, *root), "{text}");
+        let s = solve(
+            "ring:4",
+            text,
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            s.algorithms[0].collective.kind, *kind,
+            "solved as the built-in"
+        );
+    }
+    // Not a built-in: a partial allgather.
+    let text = file((0..n - 1).map(|r| (vec![r], all.clone(), None)).collect());
+    assert!(Collective::from_text("x.toml", &text, 1)
+        .unwrap()
+        .builtin()
+        .is_none());
+}

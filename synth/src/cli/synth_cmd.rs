@@ -78,7 +78,22 @@ pub const CUSTOM_XML_NOTE: &str = "note: custom collectives are written with col
 pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Result<Collective> {
     let collective = if coll.ends_with(".toml") || coll.ends_with(".json") {
         limits::root(None, root, topo.ranks)?;
-        Collective::from_file(coll, 1)?
+        let custom = Collective::from_file(coll, 1)?;
+        match custom.builtin() {
+            Some(builtin) => {
+                let root = if builtin.kind.is_rooted() {
+                    format!(" with root {}", builtin.root)
+                } else {
+                    String::new()
+                };
+                eprintln!(
+                    "note: {coll} is the built-in {}{root}: solved, bounded and lowered as it",
+                    builtin.kind
+                );
+                builtin
+            }
+            None => custom,
+        }
     } else {
         let kind = coll.parse::<Kind>()?;
         let root = limits::root(Some(kind), root, topo.ranks)?;

@@ -49,12 +49,13 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-const EXAMPLES: [(&str, &[&str]); 5] = [
+const EXAMPLES: [(&str, &[&str]); 6] = [
     ("allreduce_ring.py", &["8"]),
     ("allreduce_allpairs.py", &["8"]),
     ("allreduce_hierarchical.py", &["8"]),
     ("alltoall_two_step.py", &["8"]),
     ("allgather_dgx1.py", &[]),
+    ("custom_pipeline.py", &["4"]),
 ];
 
 #[test]
@@ -325,4 +326,34 @@ fn bad_programs_give_one_line_errors_with_file_and_line() {
         count += 1;
     }
     assert!(count >= 20, "only {count} bad programs");
+}
+
+/// DSL issue, item 3: a custom collective (a `Collective` subclass with `init_buffers()` and
+/// `check()`) compiles to the IR's custom collective with the conditions its buffers imply,
+/// and those conditions catch a wrong program.
+#[test]
+fn custom_collective_compiles_with_its_conditions() {
+    let p = compile("custom_pipeline.py", &["4", "1"], Flavor::Nccl);
+    assert_eq!(p.collective, runtime::ir::Collective::Custom);
+    let custom = p
+        .custom
+        .clone()
+        .expect("the conditions travel with the program");
+    assert_eq!((custom.input_chunks, custom.output_chunks), (2, 3));
+    // rank 3's extra output slot holds the sum of every rank's slot 0
+    let total = custom
+        .post
+        .iter()
+        .find(|r| r.rank == 3 && r.chunk == 2)
+        .expect("the sum is required");
+    assert_eq!(total.sum.len(), 4);
+    // The same program against a postcondition it does not meet fails verification.
+    let mut wrong = p.clone();
+    let c = wrong.custom.as_mut().unwrap();
+    c.post
+        .iter_mut()
+        .find(|r| r.rank == 1 && r.chunk == 0)
+        .unwrap()
+        .sum = vec![runtime::semantics::Contribution { rank: 2, chunk: 0 }];
+    assert!(runtime::verify::verify(&wrong).is_err());
 }

@@ -36,7 +36,7 @@ pub struct TraceProgram {
     pub interleaved_replication: bool,
     /// Instruction fusion.
     pub instr_fusion: bool,
-    /// Dependency nops (accepted, always on in the XML writer).
+    /// Hoist the dependencies of local reduce chains into nops before the chain.
     pub dependence_nop: bool,
     /// `priority` (the default) or `program`.
     #[serde(default)]

@@ -9,6 +9,9 @@ use synth::smt::Limits;
 use synth::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
 use synth::topology;
 
+/// (pre, post, address) of one chunk, owned.
+type OwnedChunk = (Vec<usize>, Vec<usize>, Option<usize>);
+
 /// A custom collective file: `ranks` and (pre, post, address) per chunk.
 fn toml(ranks: usize, chunks: &[(&[usize], &[usize], Option<usize>)]) -> String {
     let mut s = format!("ranks = {ranks}\n");
@@ -54,7 +57,7 @@ fn combining_custom_collectives_pass_the_checker() {
             .map(|&r| (vec![r], vec![to], Some(address)))
             .collect::<Vec<_>>()
     };
-    let cases: Vec<(&str, usize, Vec<(Vec<usize>, Vec<usize>, Option<usize>)>)> = vec![
+    let cases: Vec<(&str, usize, Vec<OwnedChunk>)> = vec![
         // the reported case: odd ranks reduced onto 6 on a DGX-1
         ("dgx1", 8, reduce_to(8, &[1, 3, 5, 7], 6, 0)),
         ("dgx1", 8, reduce_to(8, &[0, 1, 2], 7, 0)),
@@ -310,7 +313,7 @@ fn custom_collectives_equal_to_builtins_are_recognised() {
     let n = 4;
     let all: Vec<usize> = (0..n).collect();
     let others = |r: usize| all.iter().copied().filter(|&x| x != r).collect::<Vec<_>>();
-    let file = |chunks: Vec<(Vec<usize>, Vec<usize>, Option<usize>)>| {
+    let file = |chunks: Vec<OwnedChunk>| {
         let c: Vec<(&[usize], &[usize], Option<usize>)> = chunks
             .iter()
             .map(|(a, b, c)| (a.as_slice(), b.as_slice(), *c))

@@ -577,8 +577,8 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
 /// dependency moves only when its producer comes before the chain's first step in the
 /// schedule's global order (`position`), so no wait can become a cycle.
 fn hoist_reduce_chain_deps(g: &mut [Threadblock], position: impl Fn(usize, usize) -> usize) {
-    for tbi in 0..g.len() {
-        let steps = &mut g[tbi].steps;
+    for (tbi, tb) in g.iter_mut().enumerate() {
+        let steps = &mut tb.steps;
         let mut first = 0;
         for j in 1..steps.len() {
             let (prev, cur) = (&steps[j - 1], &steps[j]);

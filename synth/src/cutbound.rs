@@ -263,6 +263,8 @@ fn hops_needed(coll: Collective, topology: &Topology, root: usize) -> usize {
             .unwrap_or(0)
     };
     match coll {
+        // A custom collective may need no transfer at all.
+        Collective::Custom => 0,
         Collective::Broadcast | Collective::Scatter => {
             (0..n).map(|r| get(root, r)).max().unwrap_or(0)
         }

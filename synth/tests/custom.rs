@@ -169,6 +169,10 @@ fn nothing_to_deliver_is_a_zero_step_algorithm() {
         assert_eq!(s.algorithms[0].num_steps(), 0);
         assert_eq!(s.algorithms[0].rounds(), 0);
     }
+    // The simulator's bound column must not claim a latency a 0-step custom program beats.
+    let topo = topology::load("ring:4").unwrap();
+    let bound = synth::cutbound::CutBound::new(runtime::ir::Collective::Custom, &topo, 0);
+    assert_eq!(bound.hops, 0);
 }
 
 /// Lowers out of place and in place in every flavour, verifies, writes the XML (the

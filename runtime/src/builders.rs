@@ -61,6 +61,7 @@ fn program(
         min_bytes: 0,
         max_bytes: 0,
         gpus,
+        custom: None,
     }
 }
 

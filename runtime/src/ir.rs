@@ -3,6 +3,7 @@
 //! serde. In memory a step lists all of its dependencies directly; the XML's `nop` steps and
 //! `hasdep` flags are produced and consumed by the XML module.
 
+use crate::semantics::Contribution;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -307,11 +308,14 @@ pub enum Collective {
     Gather,
     /// Rank r gets slice r of the root's input.
     Scatter,
+    /// A user-defined collective: the program's [`Program::custom`] says what every input
+    /// chunk holds at the start and what every output chunk must hold at the end.
+    Custom,
 }
 
 impl Collective {
     /// Every collective.
-    pub const ALL: [Collective; 8] = [
+    pub const ALL: [Collective; 9] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
@@ -320,6 +324,7 @@ impl Collective {
         Collective::Reduce,
         Collective::Gather,
         Collective::Scatter,
+        Collective::Custom,
     ];
 
     /// The runtime's `sizeMultiplier`: the larger buffer has `count × multiplier` elements,
@@ -362,6 +367,8 @@ impl Collective {
             Collective::Gather | Collective::Scatter if legacy => return None,
             Collective::Gather => "gather",
             Collective::Scatter => "scatter",
+            // Only the legacy runtime lists `custom`; the executor and RCCL refuse the file.
+            Collective::Custom => "custom",
         })
     }
 
@@ -376,6 +383,7 @@ impl Collective {
             "reduce" => Collective::Reduce,
             "gather" => Collective::Gather,
             "scatter" => Collective::Scatter,
+            "custom" => Collective::Custom,
             _ => return None,
         })
     }
@@ -385,7 +393,7 @@ impl Collective {
         let n = ngpus as f64;
         match self {
             Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::Broadcast | Collective::Reduce => 1.0,
+            Collective::Broadcast | Collective::Reduce | Collective::Custom => 1.0,
             _ => (n - 1.0) / n,
         }
     }
@@ -467,6 +475,57 @@ impl fmt::Display for Connection {
     }
 }
 
+/// Input chunk `chunk` of `rank` starts with `value` (a custom collective's precondition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Holding {
+    /// The rank.
+    pub rank: usize,
+    /// The chunk of its input buffer.
+    pub chunk: usize,
+    /// What it holds: the same data as input chunk `value.chunk` of rank `value.rank`.
+    pub value: Contribution,
+}
+
+/// Output chunk `chunk` of `rank` must end with the reduction of exactly `sum` (one entry:
+/// a copy), each contribution once (a custom collective's postcondition).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Requirement {
+    /// The rank.
+    pub rank: usize,
+    /// The chunk of its output buffer.
+    pub chunk: usize,
+    /// The input chunks reduced into it (a multiset).
+    pub sum: Vec<Contribution>,
+}
+
+/// The pre- and postcondition of a custom collective ([`Collective::Custom`]). Input and
+/// output buffers have fixed chunk counts on every rank (a program's `nchunksperloop` is the
+/// larger one); in place they are one buffer, so both counts must then be equal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CustomCollective {
+    /// Chunks of every rank's input buffer.
+    pub input_chunks: usize,
+    /// Chunks of every rank's output buffer.
+    pub output_chunks: usize,
+    /// Input chunks that start with another rank's data (the same chunk held by several
+    /// ranks); every other input chunk of rank r holds its own value `(r, chunk)`.
+    pub pre: Vec<Holding>,
+    /// What the output chunks must hold at the end; unlisted ones are unconstrained.
+    pub post: Vec<Requirement>,
+}
+
+impl CustomCollective {
+    /// True if some output chunk is the reduction of several contributions.
+    pub fn reduces(&self) -> bool {
+        self.post.iter().any(|r| r.sum.len() > 1)
+    }
+
+    /// The compact one-line JSON form written into XML comments.
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a custom collective always serializes")
+    }
+}
+
 /// A complete algorithm for all ranks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Program {
@@ -492,6 +551,11 @@ pub struct Program {
     pub max_bytes: u64,
     /// One entry per rank, indexed by rank.
     pub gpus: Vec<Gpu>,
+    /// The pre- and postcondition of a [`Collective::Custom`] program (`None` otherwise).
+    /// MSCCL XML cannot hold them in attributes, so the XML writer puts them in a leading
+    /// `<!-- synth-custom {...} -->` comment that the runtimes skip and the reader parses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomCollective>,
 }
 
 impl Program {
@@ -748,6 +812,7 @@ mod tests {
             outofplace: true,
             min_bytes: 0,
             max_bytes: 0,
+            custom: None,
             gpus: vec![Gpu {
                 rank: 0,
                 input_chunks: 1,

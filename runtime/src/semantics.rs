@@ -19,9 +19,11 @@
 //! gather put rank r's input at output chunk r·f; reducescatter and scatter put the output at
 //! input chunk r·f (msccl-ir.md §1.7, §2.1).
 
-use crate::ir::{Buffer, Collective, Program};
+use crate::ir::{Buffer, Collective, CustomCollective, Program};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// A physical memory region of one rank.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -70,8 +72,17 @@ enum Aliasing {
     OutputInInput,
 }
 
+/// A custom collective's conditions, indexed by (rank, chunk).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CustomIndex {
+    input: usize,
+    output: usize,
+    pre: HashMap<(usize, usize), Contribution>,
+    post: HashMap<(usize, usize), Vec<Contribution>>,
+}
+
 /// The semantics of one collective instance (kind, ranks, chunks, root, in-placeness).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Semantics {
     /// The collective.
     pub collective: Collective,
@@ -83,6 +94,9 @@ pub struct Semantics {
     pub root: usize,
     /// Whether send and receive buffers alias.
     pub inplace: bool,
+    /// The conditions of a custom collective.
+    #[serde(skip)]
+    pub custom: Option<Arc<CustomIndex>>,
 }
 
 impl Semantics {
@@ -103,12 +117,18 @@ impl Semantics {
         if root >= ngpus {
             return Err(format!("root {root} is not a rank (ngpus {ngpus})"));
         }
+        if collective == Collective::Custom {
+            return Err(
+                "a custom collective needs its pre- and postcondition (Semantics::custom)".into(),
+            );
+        }
         let sem = Semantics {
             collective,
             ngpus,
             nchunks,
             root,
             inplace,
+            custom: None,
         };
         if sem.uses_slices() && !nchunks.is_multiple_of(ngpus) {
             return Err(format!(
@@ -118,15 +138,98 @@ impl Semantics {
         Ok(sem)
     }
 
+    /// The semantics of a custom collective on `ngpus` ranks with `nchunks` =
+    /// nchunksperloop: checks that the buffer sizes match `nchunks` (in place: both equal),
+    /// and that every rank and chunk named is in range and named once.
+    pub fn custom(
+        custom: &CustomCollective,
+        ngpus: usize,
+        nchunks: usize,
+        inplace: bool,
+    ) -> Result<Semantics, String> {
+        let (input, output) = (custom.input_chunks, custom.output_chunks);
+        if ngpus == 0 {
+            return Err("ngpus must be at least 1".into());
+        }
+        if input.max(output) != nchunks {
+            return Err(format!(
+                "custom collective: nchunksperloop ({nchunks}) must be the larger of its input ({input}) and output ({output}) chunk counts"
+            ));
+        }
+        if inplace && input != output {
+            return Err(format!(
+                "custom collective: in place needs equal input and output chunk counts (input {input}, output {output})"
+            ));
+        }
+        let check = |what: &str, rank: usize, chunk: usize, extent: usize| {
+            if rank >= ngpus || chunk >= extent {
+                Err(format!(
+                    "custom collective: {what} (rank {rank}, chunk {chunk}) is outside {ngpus} ranks x {extent} chunks"
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let mut index = CustomIndex {
+            input,
+            output,
+            ..CustomIndex::default()
+        };
+        for h in &custom.pre {
+            check("precondition of", h.rank, h.chunk, input)?;
+            check("value", h.value.rank, h.value.chunk, input)?;
+            if index.pre.insert((h.rank, h.chunk), h.value).is_some() {
+                return Err(format!(
+                    "custom collective: input chunk {} of rank {} is listed twice",
+                    h.chunk, h.rank
+                ));
+            }
+        }
+        for r in &custom.post {
+            check("postcondition of", r.rank, r.chunk, output)?;
+            if r.sum.is_empty() {
+                return Err(format!(
+                    "custom collective: output chunk {} of rank {} must hold at least one contribution",
+                    r.chunk, r.rank
+                ));
+            }
+            for c in &r.sum {
+                check("contribution", c.rank, c.chunk, input)?;
+            }
+            let mut sum = r.sum.clone();
+            sum.sort();
+            if index.post.insert((r.rank, r.chunk), sum).is_some() {
+                return Err(format!(
+                    "custom collective: output chunk {} of rank {} is listed twice",
+                    r.chunk, r.rank
+                ));
+            }
+        }
+        Ok(Semantics {
+            collective: Collective::Custom,
+            ngpus,
+            nchunks,
+            root: 0,
+            inplace,
+            custom: Some(Arc::new(index)),
+        })
+    }
+
     /// The semantics of a program in one mode.
     pub fn of(p: &Program, inplace: bool) -> Result<Semantics, String> {
-        Semantics::new(p.collective, p.ngpus, p.nchunksperloop, p.root, inplace)
+        match (p.collective, &p.custom) {
+            (Collective::Custom, Some(c)) => Semantics::custom(c, p.ngpus, p.nchunksperloop, inplace),
+            (Collective::Custom, None) => Err(
+                "coll=\"custom\" without its pre- and postcondition (synth writes them in a leading <!-- synth-custom ... --> comment)".into(),
+            ),
+            (c, _) => Semantics::new(c, p.ngpus, p.nchunksperloop, p.root, inplace),
+        }
     }
 
     fn uses_slices(&self) -> bool {
         !matches!(
             self.collective,
-            Collective::AllReduce | Collective::Broadcast | Collective::Reduce
+            Collective::AllReduce | Collective::Broadcast | Collective::Reduce | Collective::Custom
         )
     }
 
@@ -143,6 +246,8 @@ impl Semantics {
         use Collective::*;
         match (buffer, self.collective) {
             (Buffer::Scratch, _) => None,
+            (Buffer::Input, Custom) => self.custom.as_ref().map(|c| c.input),
+            (Buffer::Output, Custom) => self.custom.as_ref().map(|c| c.output),
             (Buffer::Input, AllGather | Gather) => Some(f),
             (Buffer::Output, ReduceScatter | Scatter) => Some(f),
             _ => Some(n),
@@ -196,9 +301,13 @@ impl Semantics {
         })
     }
 
-    /// What input chunk `chunk` of `rank` holds at the start: that rank's own contribution.
+    /// What input chunk `chunk` of `rank` holds at the start: that rank's own contribution
+    /// (a custom collective's precondition may say it is another rank's).
     pub fn initial_input(&self, rank: usize, chunk: usize) -> Contribution {
-        Contribution { rank, chunk }
+        self.custom
+            .as_ref()
+            .and_then(|c| c.pre.get(&(rank, chunk)).copied())
+            .unwrap_or(Contribution { rank, chunk })
     }
 
     /// What output chunk `chunk` of `rank` must hold at the end (sorted), or `None` when the
@@ -225,6 +334,7 @@ impl Semantics {
             Gather if rank == self.root => one(chunk / f, chunk % f),
             Reduce | Gather => return None,
             Scatter => one(self.root, rank * f + chunk),
+            Custom => self.custom.as_ref()?.post.get(&(rank, chunk))?.clone(),
         })
     }
 }

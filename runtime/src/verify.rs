@@ -529,10 +529,11 @@ impl<'a> Execution<'a> {
         } else {
             tb_index
         };
+        let mode = Mode::from_inplace(sem.inplace);
         let mut ex = Execution {
             p,
-            sem,
-            mode: Mode::from_inplace(sem.inplace),
+            sem: sem.clone(),
+            mode,
             depth,
             pc: p
                 .gpus

@@ -160,6 +160,7 @@ fn program(
         min_bytes: 0,
         max_bytes: 1 << 20,
         gpus,
+        custom: None,
     }
 }
 

@@ -244,6 +244,7 @@ fn pairs_are_direct_unless_rendezvous_would_deadlock() {
         outofplace: true,
         min_bytes: 0,
         max_bytes: 0,
+        custom: None,
         gpus: (0..3)
             .map(|r| {
                 use runtime::ir::{Gpu, Op, Slot, Step, Threadblock};

@@ -255,13 +255,26 @@ fn runtime_step_checks() {
         Some("proto"),
         "MSCCL: protocol simple is not supported.",
     );
+    let e = error(&replace_first(
+        &b,
+        "coll=\"allgather\"",
+        "coll=\"allgatherv\"",
+    ));
+    assert_error(
+        &e,
+        1,
+        "algo",
+        Some("coll"),
+        "MSCCL: unsupported collective: allgatherv",
+    );
+    // `custom` (legacy runtime) is read only with synth's conditions comment.
     let e = error(&replace_first(&b, "coll=\"allgather\"", "coll=\"custom\""));
     assert_error(
         &e,
         1,
         "algo",
         Some("coll"),
-        "MSCCL: unsupported collective: custom",
+        "coll=\"custom\" needs the collective's pre- and postcondition",
     );
     let e = error(&replace_first(&b, "s_chunks=\"0\"", "s_chunks=\"-1\""));
     assert_error(

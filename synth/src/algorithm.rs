@@ -113,6 +113,44 @@ impl Algorithm {
         }
     }
 
+    /// The same non-combining algorithm without dead sends: a send to a rank that already
+    /// holds the address, or whose receiver neither must end with the address nor forwards
+    /// it later, carries nothing useful. Engines may leave such sends in (they cost nothing
+    /// in the encoding); reversed into a combining algorithm they would become sends of data
+    /// the sender never held, or count a contribution twice, so duals are pruned before
+    /// reversal.
+    pub fn without_dead_sends(&self) -> Algorithm {
+        use std::collections::HashSet;
+        let mut steps = self.steps.clone();
+        // Forward: drop sends to ranks that hold the address already (or get it twice).
+        let mut held: HashSet<(usize, usize)> = self
+            .collective
+            .chunks
+            .iter()
+            .flat_map(|c| c.pre.iter().map(move |&r| (c.address, r)))
+            .collect();
+        for step in steps.iter_mut() {
+            let before = held.clone();
+            step.sends
+                .retain(|x| !before.contains(&(x.chunk, x.dst)) && held.insert((x.chunk, x.dst)));
+        }
+        // (address, rank) pairs that must hold the address after the current step.
+        let mut live: HashSet<(usize, usize)> = self
+            .collective
+            .chunks
+            .iter()
+            .flat_map(|c| c.post.iter().map(move |&r| (c.address, r)))
+            .collect();
+        for step in steps.iter_mut().rev() {
+            step.sends.retain(|x| live.contains(&(x.chunk, x.dst)));
+            live.extend(step.sends.iter().map(|x| (x.chunk, x.src)));
+        }
+        Algorithm {
+            steps,
+            ..self.clone()
+        }
+    }
+
     /// The same algorithm at `chunks` = k·C pieces per original chunk: every piece is cut in
     /// k and every send and round is repeated k times (same steps, same rounds per chunk).
     /// Addresses follow the `original × C + piece` layout of every collective.

@@ -228,6 +228,13 @@ impl Collective {
     /// A custom collective from a TOML or JSON file (`ranks = N` and `[[chunk]]` entries
     /// with `pre`, `post` and optional `address`), each chunk split in `c` pieces.
     pub fn from_file(path: &str, c: usize) -> Result<Collective> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
+        Collective::from_text(path, &text, c)
+    }
+
+    /// A custom collective from the text of a file named `path` (JSON if it ends in `.json`,
+    /// else TOML), as [`Collective::from_file`] reads it.
+    pub fn from_text(path: &str, text: &str, c: usize) -> Result<Collective> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct FileChunk {
@@ -242,11 +249,10 @@ impl Collective {
             #[serde(rename = "chunk")]
             chunks: Vec<FileChunk>,
         }
-        let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
         let file: File = if path.ends_with(".json") {
-            serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))?
+            serde_json::from_str(text).map_err(|e| crate::util::json_error(path, &e))?
         } else {
-            toml::from_str(&text).map_err(|e| crate::util::toml_error(path, &text, &e))?
+            toml::from_str(text).map_err(|e| crate::util::toml_error(path, text, &e))?
         };
         if c == 0 {
             bail!("chunks must be at least 1");
@@ -295,10 +301,86 @@ impl Collective {
             chunks_per_rank: c,
             chunks,
         };
-        collective
-            .dual()
-            .with_context(|| format!("{path}: unsupported combining chunks"))?;
+        if collective.builtin().is_none() {
+            collective
+                .dual()
+                .with_context(|| format!("{path}: unsupported combining chunks"))?;
+        }
         Ok(collective)
+    }
+
+    /// For a custom collective whose conditions are those of a built-in one (allgather,
+    /// reduce-scatter, allreduce, alltoall, broadcast, reduce, gather or scatter with some
+    /// root), that built-in at the same C, to be solved with its symmetry, bounds and
+    /// lowering. Addresses may be numbered differently, and a chunk's postcondition may list
+    /// or leave out the ranks that start with it. `None` for other collectives.
+    pub fn builtin(&self) -> Option<Collective> {
+        if self.kind != Kind::Custom {
+            return None;
+        }
+        let (n, c) = (self.ranks, self.chunks_per_rank);
+        let shape = self.shape();
+        // One candidate root per rooted kind, read off the collective itself.
+        let source = self.chunks.first()?.pre.first().copied().unwrap_or(0);
+        let sink = self
+            .chunks
+            .iter()
+            .find_map(|c| c.post.first().copied())
+            .unwrap_or(0);
+        for (kind, _) in Kind::NAMED {
+            let expected = match kind {
+                Kind::AllGather | Kind::Gather | Kind::Scatter | Kind::Reduce => n * c,
+                Kind::ReduceScatter | Kind::AllReduce | Kind::AllToAll => n * n * c,
+                Kind::Broadcast => c,
+                Kind::Custom => continue,
+            };
+            if self.chunks.len() != expected {
+                continue;
+            }
+            let root = match kind {
+                Kind::Broadcast | Kind::Scatter => source,
+                Kind::Reduce | Kind::Gather => sink,
+                _ => 0,
+            };
+            let Ok(candidate) = Collective::new(kind, n, root.min(n - 1), c) else {
+                continue;
+            };
+            if candidate.shape() == shape {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// The conditions up to address numbering: per address its destinations (without the
+    /// ranks that start with a non-combining chunk) and its chunks' sources, sorted.
+    fn shape(&self) -> Vec<(Vec<usize>, Vec<Vec<usize>>)> {
+        let mut shape: Vec<(Vec<usize>, Vec<Vec<usize>>)> = self
+            .by_address()
+            .values()
+            .map(|members| {
+                let mut pres: Vec<Vec<usize>> = members
+                    .iter()
+                    .map(|&m| {
+                        let mut p = self.chunks[m].pre.clone();
+                        p.sort_unstable();
+                        p.dedup();
+                        p
+                    })
+                    .collect();
+                pres.sort();
+                let mut post: Vec<usize> = members
+                    .iter()
+                    .flat_map(|&m| self.chunks[m].post.iter().copied())
+                    .filter(|r| members.len() > 1 || !pres[0].contains(r))
+                    .collect();
+                post.sort_unstable();
+                post.dedup();
+                (post, pres)
+            })
+            .collect();
+        shape.sort();
+        shape
     }
 
     /// Number of distinct addresses.
@@ -332,8 +414,22 @@ impl Collective {
         let mut chunks = Vec::new();
         for (address, members) in self.by_address() {
             let post = &self.chunks[members[0]].post;
-            if post.len() != 1 || members.iter().any(|&m| &self.chunks[m].post != post) {
-                bail!("address {address} is reduced onto several ranks; only single-destination reductions (and allreduce) are supported");
+            if members.iter().any(|&m| &self.chunks[m].post != post) {
+                bail!("the chunks of address {address} have different postconditions; chunks reduced together must end on the same rank");
+            }
+            if post.len() != 1 {
+                bail!("address {address} must end on exactly one rank (it ends on {}); only single-destination reductions (and allreduce) are supported", post.len());
+            }
+            let mut starts: Vec<usize> = members
+                .iter()
+                .flat_map(|&m| self.chunks[m].pre.clone())
+                .collect();
+            starts.sort_unstable();
+            if let Some(w) = starts.windows(2).find(|w| w[0] == w[1]) {
+                bail!("address {address} has two chunks starting on rank {}; a rank contributes at most one chunk to a reduction", w[0]);
+            }
+            if let Some(&m) = members.iter().find(|&&m| self.chunks[m].pre.len() != 1) {
+                bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", self.chunks[m].pre.len());
             }
             let mut contributors: Vec<usize> = members
                 .iter()

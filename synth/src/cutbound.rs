@@ -245,6 +245,8 @@ fn needs(coll: Collective, n: usize, k: usize, has_root: bool) -> (f64, f64) {
         Collective::Reduce => (flag(has_root), flag(!has_root)),
         Collective::Gather => (in_frac * flag(has_root), out_frac * flag(!has_root)),
         Collective::Scatter => (out_frac * flag(!has_root), in_frac * flag(has_root)),
+        // Nothing is known about a custom collective's traffic here: no bandwidth term.
+        Collective::Custom => (0.0, 0.0),
     }
 }
 
@@ -261,6 +263,8 @@ fn hops_needed(coll: Collective, topology: &Topology, root: usize) -> usize {
             .unwrap_or(0)
     };
     match coll {
+        // A custom collective may need no transfer at all.
+        Collective::Custom => 0,
         Collective::Broadcast | Collective::Scatter => {
             (0..n).map(|r| get(root, r)).max().unwrap_or(0)
         }

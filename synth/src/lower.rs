@@ -88,6 +88,8 @@ struct Layout {
     ranks: usize,
     c: usize,
     inplace: bool,
+    /// Chunks of the larger user buffer (nchunksperloop).
+    total: usize,
 }
 
 impl Layout {
@@ -135,7 +137,7 @@ impl Layout {
 
     /// Full extents of (input, output) in chunks.
     fn extents(&self) -> (usize, usize) {
-        let total = self.kind.units_per_buffer(self.ranks) * self.c;
+        let total = self.total;
         match self.kind {
             Kind::AllGather | Kind::Gather => (self.c, total),
             Kind::ReduceScatter | Kind::Scatter => (total, self.c),
@@ -147,9 +149,7 @@ impl Layout {
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let kind = algorithm.collective.kind;
-    let collective = kind
-        .to_ir()
-        .context("custom collectives have no MSCCL collective name and cannot be lowered")?;
+    let collective = kind.to_ir().unwrap_or(runtime::ir::Collective::Custom);
     if options.instances == 0 {
         bail!("--instances must be at least 1");
     }
@@ -166,6 +166,12 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         ranks: n,
         c: coll.chunks_per_rank,
         inplace: options.inplace,
+        // A custom collective's buffers have one chunk per address (address a at chunk a).
+        total: if kind == Kind::Custom {
+            coll.addresses()
+        } else {
+            kind.units_per_buffer(n) * coll.chunks_per_rank
+        },
     };
     let fused = options.flavor != Flavor::Rccl;
     let spread = options
@@ -307,13 +313,56 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         root: coll.root,
         protocol: options.protocol,
         ngpus: n,
-        nchunksperloop: kind.units_per_buffer(n) * coll.chunks_per_rank,
+        nchunksperloop: layout.total,
         inplace: options.inplace,
         outofplace: !options.inplace,
         min_bytes: options.min_bytes,
         max_bytes: options.max_bytes,
         gpus,
+        custom: (kind == Kind::Custom).then(|| custom_conditions(coll, layout.total)),
     })
+}
+
+/// A custom collective's conditions in the IR: address `a` is input and output chunk `a`;
+/// a chunk held by several ranks starts everywhere with its first holder's data; an output
+/// must hold the first holder's data, or for a reduction every contributor's.
+fn custom_conditions(
+    coll: &crate::collective::Collective,
+    total: usize,
+) -> runtime::ir::CustomCollective {
+    use runtime::ir::{CustomCollective, Holding, Requirement};
+    use runtime::semantics::Contribution;
+    let mut pre = Vec::new();
+    let mut post = Vec::new();
+    for (address, members) in coll.by_address() {
+        let value = |m: usize| Contribution {
+            rank: coll.chunks[m].pre[0],
+            chunk: address,
+        };
+        for &m in &members {
+            for &r in &coll.chunks[m].pre[1..] {
+                pre.push(Holding {
+                    rank: r,
+                    chunk: address,
+                    value: value(m),
+                });
+            }
+        }
+        let sum: Vec<Contribution> = members.iter().map(|&m| value(m)).collect();
+        for &r in &coll.chunks[members[0]].post {
+            post.push(Requirement {
+                rank: r,
+                chunk: address,
+                sum: sum.clone(),
+            });
+        }
+    }
+    CustomCollective {
+        input_chunks: total,
+        output_chunks: total,
+        pre,
+        post,
+    }
 }
 
 /// Transfers per connection tried, in order, until every threadblock fits the flavour's step

@@ -183,7 +183,9 @@ impl<'a> Plan<'a> {
     ) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
-            let mut a = found.reversed((self.original)(c)?, true);
+            let mut a = found
+                .without_dead_sends()
+                .reversed((self.original)(c)?, true);
             a.name = a.name.replacen(
                 &found.collective.kind.to_string(),
                 &a.collective.kind.to_string(),
@@ -212,6 +214,34 @@ impl<'a> Plan<'a> {
                 .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
         }
         Ok(algorithm)
+    }
+
+    /// When no chunk has to move (every rank that must end with an address, or with a
+    /// reduction's contributions, already holds it), the one optimal algorithm: zero steps.
+    fn nothing_to_deliver(&self, topology: &Topology) -> Result<Option<Algorithm>> {
+        let solved = (self.make)(1)?;
+        if !solved
+            .chunks
+            .iter()
+            .all(|c| c.post.iter().all(|r| c.pre.contains(r)))
+        {
+            return Ok(None);
+        }
+        let collective = (self.original)(1)?;
+        let algorithm = Algorithm {
+            name: format!(
+                "{}-{}-s0-r0-c1",
+                collective.kind,
+                topology.name.replace([':', '/'], "_")
+            ),
+            topology: topology.name.clone(),
+            collective,
+            steps: Vec::new(),
+            piece_channels: None,
+        };
+        crate::check::check(&algorithm, topology)
+            .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
+        Ok(Some(algorithm))
     }
 
     fn run(
@@ -280,7 +310,11 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    let resolved = method.resolve(req.topology, req.collective.kind, sketch.is_some());
+    // A custom collective equal to a built-in one is solved as that built-in (its symmetry,
+    // bounds, engines and lowering).
+    let builtin = req.collective.builtin();
+    let collective = builtin.as_ref().unwrap_or(&req.collective);
+    let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
     // Tree packing has no memory model: `auto` takes the MILP instead under a memory limit.
     let method = match (method, resolved) {
         (Method::Auto, Method::Trees) if req.limits.extra_memory.is_some() => Method::Milp,
@@ -305,10 +339,22 @@ pub fn synthesize_with(
             bail!("--extra-memory needs --method smt or milp (tree packing has no memory model)");
         }
     }
-    if req.collective.kind == Kind::AllReduce {
+    if collective.kind == Kind::AllReduce {
         return allreduce(req, method, sketch);
     }
-    let plan = Plan::new(req.topology, &req.collective, method, sketch)?;
+    let plan = Plan::new(req.topology, collective, method, sketch)?;
+    if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
+        return Ok(Synthesis {
+            bounds: BoundsReport {
+                steps: 0,
+                rounds_per_chunk: "0".into(),
+            },
+            algorithms: vec![algorithm],
+            complete: true,
+            method,
+            cuts: Vec::new(),
+        });
+    }
     let (bounds, found) = plan.run(req.search, &req.limits, req.progress, req.topology)?;
     Ok(Synthesis {
         bounds: BoundsReport {

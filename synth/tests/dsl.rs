@@ -49,12 +49,13 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-const EXAMPLES: [(&str, &[&str]); 5] = [
+const EXAMPLES: [(&str, &[&str]); 6] = [
     ("allreduce_ring.py", &["8"]),
     ("allreduce_allpairs.py", &["8"]),
     ("allreduce_hierarchical.py", &["8"]),
     ("alltoall_two_step.py", &["8"]),
     ("allgather_dgx1.py", &[]),
+    ("custom_pipeline.py", &["4"]),
 ];
 
 #[test]
@@ -325,4 +326,109 @@ fn bad_programs_give_one_line_errors_with_file_and_line() {
         count += 1;
     }
     assert!(count >= 20, "only {count} bad programs");
+}
+
+/// DSL issue, item 3: a custom collective (a `Collective` subclass with `init_buffers()` and
+/// `check()`) compiles to the IR's custom collective with the conditions its buffers imply,
+/// and those conditions catch a wrong program.
+#[test]
+fn custom_collective_compiles_with_its_conditions() {
+    let p = compile("custom_pipeline.py", &["4", "1"], Flavor::Nccl);
+    assert_eq!(p.collective, runtime::ir::Collective::Custom);
+    let custom = p
+        .custom
+        .clone()
+        .expect("the conditions travel with the program");
+    assert_eq!((custom.input_chunks, custom.output_chunks), (2, 3));
+    // rank 3's extra output slot holds the sum of every rank's slot 0
+    let total = custom
+        .post
+        .iter()
+        .find(|r| r.rank == 3 && r.chunk == 2)
+        .expect("the sum is required");
+    assert_eq!(total.sum.len(), 4);
+    // The same program against a postcondition it does not meet fails verification.
+    let mut wrong = p.clone();
+    let c = wrong.custom.as_mut().unwrap();
+    c.post
+        .iter_mut()
+        .find(|r| r.rank == 1 && r.chunk == 0)
+        .unwrap()
+        .sum = vec![runtime::semantics::Contribution { rank: 2, chunk: 0 }];
+    assert!(runtime::verify::verify(&wrong).is_err());
+}
+
+/// DSL issue: `dependence_nop` hoists the dependencies of a chain of local reduces onto its
+/// first step (nops before the chain), so the runtime fuses the chain into one transmission;
+/// without it each waiting `re` breaks the fusion. Both programs verify and run.
+#[test]
+fn dependence_nop_keeps_local_reduce_chains_fused() {
+    let build = |dependence_nop: bool| {
+        let n = 4;
+        let coll = Collective::new(Kind::AllReduce, n, 1, false, 0).unwrap();
+        let prog = synth::dsl::Program::new(
+            "gather_reduce",
+            Connectivity::fully_connected(n),
+            coll,
+            Options {
+                dependence_nop,
+                instr_fusion: false,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        // Rank 0 receives every other rank's chunk into scratch (one receive threadblock
+        // each), then sums them locally into its output: a chain of `re` steps, each
+        // waiting for another threadblock.
+        for r in 1..n {
+            prog.chunk(r, Buffer::Input, 0)
+                .copy(0, Buffer::scratch("in"), r - 1)
+                .unwrap();
+        }
+        let total = prog
+            .chunk(0, Buffer::Input, 0)
+            .copy(0, Buffer::Output, 0)
+            .unwrap();
+        for r in 1..n {
+            total
+                .reduce(&prog.chunk(0, Buffer::scratch("in"), r - 1))
+                .unwrap();
+        }
+        for r in 1..n {
+            total.copy(r, Buffer::Output, 0).unwrap();
+        }
+        prog.check().unwrap();
+        prog.compile().unwrap()
+    };
+    let (plain, hoisted) = (build(false), build(true));
+    let reduces = |p: &Program| -> Vec<usize> {
+        p.gpus[0]
+            .threadblocks
+            .iter()
+            .flat_map(|tb| &tb.steps)
+            .filter(|s| s.op == runtime::ir::Op::Reduce)
+            .map(|s| s.deps.len())
+            .collect()
+    };
+    assert_eq!(reduces(&hoisted).len(), 3);
+    assert_eq!(
+        reduces(&hoisted).iter().filter(|&&d| d > 0).count(),
+        1,
+        "only the chain's first re waits: {:?}",
+        reduces(&hoisted)
+    );
+    assert!(
+        reduces(&plain).iter().filter(|&&d| d > 0).count() > 1,
+        "{:?}",
+        reduces(&plain)
+    );
+    let t = |p: &Program| runtime::xml::transmissions(p)[0];
+    assert!(t(&hoisted) < t(&plain), "{} vs {}", t(&hoisted), t(&plain));
+    for p in [&plain, &hoisted] {
+        let xml = runtime::xml::write(p, Flavor::Nccl).unwrap();
+        let back = runtime::xml::read_str(&xml).unwrap();
+        runtime::verify::verify(&back).unwrap();
+        let report = run(&back, &RunOptions::for_bytes(&back, 1 << 12, DataType::F32)).unwrap();
+        assert_eq!(report.wrong, 0);
+    }
 }

@@ -64,6 +64,7 @@ fn fan_out(n: usize, to: &[usize]) -> Program {
         min_bytes: 0,
         max_bytes: 0,
         gpus,
+        custom: None,
     }
 }
 

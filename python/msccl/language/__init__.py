@@ -89,6 +89,9 @@ class MSCCLProgram:
         # synth's addition: "program" keeps each threadblock in the written order.
         self.instr_order = instr_order
         self.num_ranks = collective.num_ranks
+        if getattr(collective, "kind", "") is None and collective.init_buffers() is None:
+            raise TypeError(f"custom collective {type(collective).__name__} defines no init_buffers() "
+                            "(it gives each rank's initial input and output slots)")
         self.file, self.line = _caller()
         self.events = []
         self._scratch = {}
@@ -113,7 +116,7 @@ class MSCCLProgram:
             "file": self.file,
             "line": self.line,
             "topology": self.topo._describe(),
-            "collective": self.collective._describe(),
+            "collective": self.collective._describe(self.events),
             "instances": self.instances,
             "protocol": str(self.protocol),
             "threadblock_policy": policy.value if isinstance(policy, Enum) else str(policy),
@@ -240,6 +243,11 @@ def Check():
     """Checks the collective's postcondition on the program so far; returns True if it holds."""
     prog = _prog()
     if _TRACE:
+        if prog.collective.kind is None:
+            # A custom collective's own check() runs here, on the buffers so far.
+            ok = prog.collective._custom_check(prog.events)
+            prog._record({"op": "check", "ok": ok})
+            return ok
         prog._record({"op": "check"})
         return True
     done = _synth(["--check"], prog)

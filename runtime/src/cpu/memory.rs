@@ -104,7 +104,9 @@ impl<T: Element> Memory<T> {
         for rank in 0..p.ngpus {
             for k in 0..in_chunks {
                 let (region, idx) = sem.resolve(rank, Buffer::Input, k).expect("inside extent");
-                let src = &mem.inputs[rank][k * chunk..(k + 1) * chunk];
+                // A custom collective may start a chunk with another rank's data.
+                let value = sem.initial_input(rank, k);
+                let src = &mem.inputs[value.rank][value.chunk * chunk..(value.chunk + 1) * chunk];
                 let loc = Loc {
                     region: region.index(),
                     chunk: idx,

@@ -80,7 +80,8 @@ impl SweepRow {
             size: point.bytes,
             count: point.elements,
             dtype: point.dtype.to_string(),
-            redop: if p.collective.is_reduction() {
+            redop: if p.collective.is_reduction() || p.custom.as_ref().is_some_and(|c| c.reduces())
+            {
                 point.op.to_string()
             } else {
                 "none".to_string()

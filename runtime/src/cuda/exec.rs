@@ -455,7 +455,9 @@ impl<'a> Instance<'a> {
             for k in 0..in_chunks {
                 let loc = Schedule::resolve(p, self.sched.inplace, rank, Buffer::Input, k)
                     .context("input chunk outside the buffer")?;
-                let host = input_chunk(self.dtype, seed, rank, k, self.chunk, bound);
+                // A custom collective may start a chunk with another rank's data.
+                let v = sem.initial_input(rank, k);
+                let host = input_chunk(self.dtype, seed, v.rank, v.chunk, self.chunk, bound);
                 // SAFETY: the destination range lies inside the rank's allocation.
                 unsafe { result::memcpy_htod_sync(self.addr(loc, 0, 0), &host) }
                     .map_err(|e| anyhow!("upload: {e}"))?;

@@ -8,7 +8,7 @@ mod writer;
 
 pub use crate::ir::Flavor;
 pub use lexer::{parse_document, Element};
-pub use reader::{read_file, read_str};
+pub use reader::{read_file, read_str, CUSTOM_COMMENT};
 pub use writer::{write, Limits, WriteError, LEGACY_UNLIMITED_MAX_BYTES};
 
 use crate::ir::{Op, Program, Step};

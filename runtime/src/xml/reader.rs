@@ -52,7 +52,8 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
             "the top element must be algo",
         ));
     }
-    let header = read_algo(&top)?;
+    let custom = custom_comment(text)?;
+    let header = read_algo(&top, custom.as_ref())?;
     let mut gpus: Vec<Option<Gpu>> = vec![None; header.ngpus];
     for child in &top.children {
         expect_name(child, "gpu")?;
@@ -84,7 +85,43 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         min_bytes: header.min_bytes,
         max_bytes: header.max_bytes,
         gpus,
+        custom: (header.sem.collective == Collective::Custom)
+            .then_some(custom)
+            .flatten(),
     })
+}
+
+/// The marker of the comment that carries a custom collective's conditions.
+pub const CUSTOM_COMMENT: &str = "synth-custom";
+
+/// The conditions of a custom collective from a `<!-- synth-custom {json} -->` comment
+/// before the top element (the runtimes skip comments), if there is one.
+fn custom_comment(text: &str) -> Result<Option<crate::ir::CustomCollective>, XmlError> {
+    let mut rest = text;
+    let mut line = 1;
+    loop {
+        let trimmed = rest.trim_start_matches([' ', '\n', '\r']);
+        line += rest[..rest.len() - trimmed.len()].matches('\n').count();
+        let Some(body) = trimmed.strip_prefix("<!--") else {
+            return Ok(None);
+        };
+        let Some(end) = body.find("-->") else {
+            return Ok(None);
+        };
+        let comment = body[..end].trim();
+        if let Some(json) = comment.strip_prefix(CUSTOM_COMMENT) {
+            return serde_json::from_str(json.trim()).map(Some).map_err(|e| {
+                XmlError::new(
+                    line,
+                    "",
+                    None,
+                    format!("the {CUSTOM_COMMENT} comment is not a custom collective: {e}"),
+                )
+            });
+        }
+        line += body[..end].matches('\n').count();
+        rest = &body[end + 3..];
+    }
 }
 
 fn empty_gpu(rank: usize) -> Gpu {
@@ -217,7 +254,10 @@ struct Header {
     sem: Semantics,
 }
 
-fn read_algo(el: &Element) -> Result<Header, XmlError> {
+fn read_algo(
+    el: &Element,
+    custom: Option<&crate::ir::CustomCollective>,
+) -> Result<Header, XmlError> {
     let name = attr(el, "name")?.to_string();
     let proto = attr(el, "proto")?;
     let protocol = Protocol::from_name(proto).ok_or_else(|| {
@@ -256,8 +296,14 @@ fn read_algo(el: &Element) -> Result<Header, XmlError> {
         Some(_) => int_in(el, "root", 0, ngpus as i64 - 1)? as usize,
         None => 0,
     };
-    let sem = Semantics::new(collective, ngpus, nchunks, root, false)
-        .map_err(|m| err(el, "nchunksperloop", m))?;
+    let sem = match (collective, custom) {
+        (Collective::Custom, Some(c)) => Semantics::custom(c, ngpus, nchunks, false),
+        (Collective::Custom, None) => return Err(err(el, "coll", format!(
+            "coll=\"custom\" needs the collective's pre- and postcondition, which synth writes in a leading <!-- {CUSTOM_COMMENT} {{...}} --> comment; this file has none"
+        ))),
+        _ => Semantics::new(collective, ngpus, nchunks, root, false),
+    }
+    .map_err(|m| err(el, "nchunksperloop", m))?;
     Ok(Header {
         name,
         protocol,

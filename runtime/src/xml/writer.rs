@@ -85,6 +85,18 @@ pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
         .xml_name(flavor)
         .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
     let mut out = String::new();
+    if p.collective == Collective::Custom {
+        let custom = p.custom.as_ref().ok_or_else(|| {
+            fail("a custom collective needs its pre- and postcondition (Program::custom)".into())
+        })?;
+        // The runtimes skip comments; synth's reader takes the conditions from this one.
+        let _ = writeln!(
+            out,
+            "<!-- {} {} -->",
+            super::reader::CUSTOM_COMMENT,
+            custom.to_json_line()
+        );
+    }
     write_algo(&mut out, &p, flavor, coll);
     for g in &p.gpus {
         let _ = writeln!(

@@ -51,6 +51,7 @@ impl Build {
                 min_bytes: 0,
                 max_bytes: 0,
                 gpus,
+                custom: None,
             },
         }
     }

@@ -85,12 +85,30 @@ pub struct SynthArgs {
     emit_dsl: bool,
 }
 
+/// What the main command says on stderr when it writes a custom collective's XML.
+pub const CUSTOM_XML_NOTE: &str = "note: custom collectives are written with coll=\"custom\" and their conditions in a leading <!-- synth-custom --> comment: synth verify/run/simulate read them; of the MSCCL runtimes only the legacy microsoft/msccl loads coll=\"custom\" (msccl-executor-nccl and RCCL refuse the file: keep it out of MSCCL_ALGO_DIR)";
+
 /// Loads the collective named `coll` (or read from a file) for `topo` with C = 1.
 /// `root` is `--root`, checked by [`limits::root`].
 pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Result<Collective> {
     let collective = if coll.ends_with(".toml") || coll.ends_with(".json") {
         limits::root(None, root, topo.ranks)?;
-        Collective::from_file(coll, 1)?
+        let custom = Collective::from_file(coll, 1)?;
+        match custom.builtin() {
+            Some(builtin) => {
+                let root = if builtin.kind.is_rooted() {
+                    format!(" with root {}", builtin.root)
+                } else {
+                    String::new()
+                };
+                eprintln!(
+                    "note: {coll} is the built-in {}{root}: solved, bounded and lowered as it",
+                    builtin.kind
+                );
+                builtin
+            }
+            None => custom,
+        }
     } else {
         let kind = coll.parse::<Kind>()?;
         let root = limits::root(Some(kind), root, topo.ranks)?;
@@ -211,18 +229,17 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         synthesis.algorithms.len()
     ));
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
-    let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> =
-        match synthesis.algorithms[0].collective.kind {
-            Kind::Custom => vec![(Vec::new(), None); synthesis.algorithms.len()],
-            _ => synthesis
-                .algorithms
-                .iter()
-                .map(|a| {
-                    super::lower_args::write_xml(a, &args.out, &args.lowering)
-                        .map(|(paths, p)| (paths, Some(p)))
-                })
-                .collect::<Result<_>>()?,
-        };
+    let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> = synthesis
+        .algorithms
+        .iter()
+        .map(|a| {
+            super::lower_args::write_xml(a, &args.out, &args.lowering)
+                .map(|(paths, p)| (paths, Some(p)))
+        })
+        .collect::<Result<_>>()?;
+    if synthesis.algorithms[0].collective.kind == Kind::Custom {
+        eprintln!("{CUSTOM_XML_NOTE}");
+    }
     let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
     let mut written = files.len() + xml_files.iter().map(Vec::len).sum::<usize>();
     if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {

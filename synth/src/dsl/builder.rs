@@ -140,12 +140,14 @@ impl Tracer {
             return Err(DslError::new(&loc, "instances must be at least 1"));
         }
         let mut state = HashMap::new();
+        let semantics = collective.semantics();
         for rank in 0..collective.ranks {
             for i in 0..collective.size(ir::Buffer::Input) {
                 let (buf, index) = collective.resolve(rank, ir::Buffer::Input, i);
+                // A custom collective may start a slot with another rank's chunk.
                 state.insert(
                     (rank, pbuf(buf), index),
-                    vec![Contribution { rank, chunk: i }],
+                    vec![semantics.initial_input(rank, i)],
                 );
             }
         }

@@ -5,6 +5,7 @@
 use anyhow::{bail, Result};
 use runtime::ir;
 use runtime::semantics::{Contribution, Semantics};
+use std::sync::Arc;
 
 /// Which collective (MSCCLang's `AllReduce`, `AllGather`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,6 +20,9 @@ pub enum Kind {
     AllToAll,
     /// Every rank's output holds the root's input.
     Broadcast,
+    /// A `Collective` subclass of the program's own: its `init_buffers()` gives the initial
+    /// contents and its `check()` the postcondition ([`Collective::conditions`]).
+    Custom,
 }
 
 impl Kind {
@@ -47,6 +51,7 @@ impl Kind {
             Kind::ReduceScatter => "ReduceScatter",
             Kind::AllToAll => "AllToAll",
             Kind::Broadcast => "Broadcast",
+            Kind::Custom => "custom collective",
         }
     }
 }
@@ -100,6 +105,8 @@ pub struct Collective {
     pub inplace: bool,
     /// Root rank (broadcast).
     pub root: usize,
+    /// A custom collective's buffer sizes and conditions (one instance).
+    pub conditions: Option<Arc<ir::CustomCollective>>,
 }
 
 impl Collective {
@@ -120,13 +127,73 @@ impl Collective {
         if root >= ranks {
             bail!("root {root} is not a rank (the collective has {ranks})");
         }
+        if kind == Kind::Custom {
+            bail!("a custom collective is made with Collective::custom");
+        }
         Ok(Collective {
             kind,
             ranks,
             chunk_factor,
             inplace,
             root,
+            conditions: None,
         })
+    }
+
+    /// A custom collective on `ranks` ranks with its buffer sizes and conditions (checked as
+    /// the verifier will: ranks and chunks in range; in place, equal buffer sizes).
+    pub fn custom(
+        ranks: usize,
+        chunk_factor: usize,
+        inplace: bool,
+        conditions: ir::CustomCollective,
+    ) -> Result<Collective> {
+        let nchunks = conditions.input_chunks.max(conditions.output_chunks);
+        if nchunks == 0 {
+            bail!("the custom collective's buffers have no chunks");
+        }
+        Semantics::custom(&conditions, ranks, nchunks, inplace).map_err(anyhow::Error::msg)?;
+        Ok(Collective {
+            kind: Kind::Custom,
+            ranks,
+            chunk_factor: chunk_factor.max(1),
+            inplace,
+            root: 0,
+            conditions: Some(Arc::new(conditions)),
+        })
+    }
+
+    /// The conditions of `instances` interleaved or blocked copies, each input and output
+    /// chunk k of copy i at `map(k, i)`.
+    pub fn replicated_conditions(
+        &self,
+        instances: usize,
+        map: impl Fn(usize, usize) -> usize,
+    ) -> Option<ir::CustomCollective> {
+        let c = self.conditions.as_ref()?;
+        let mut out = ir::CustomCollective {
+            input_chunks: c.input_chunks * instances,
+            output_chunks: c.output_chunks * instances,
+            pre: Vec::new(),
+            post: Vec::new(),
+        };
+        for i in 0..instances {
+            let at = |x: Contribution| Contribution {
+                rank: x.rank,
+                chunk: map(x.chunk, i),
+            };
+            out.pre.extend(c.pre.iter().map(|h| ir::Holding {
+                rank: h.rank,
+                chunk: map(h.chunk, i),
+                value: at(h.value),
+            }));
+            out.post.extend(c.post.iter().map(|r| ir::Requirement {
+                rank: r.rank,
+                chunk: map(r.chunk, i),
+                sum: r.sum.iter().map(|&x| at(x)).collect(),
+            }));
+        }
+        Some(out)
     }
 
     /// The IR collective.
@@ -137,6 +204,7 @@ impl Collective {
             Kind::ReduceScatter => ir::Collective::ReduceScatter,
             Kind::AllToAll => ir::Collective::AllToAll,
             Kind::Broadcast => ir::Collective::Broadcast,
+            Kind::Custom => ir::Collective::Custom,
         }
     }
 
@@ -145,6 +213,10 @@ impl Collective {
         let (n, f) = (self.ranks, self.chunk_factor);
         match (self.kind, buffer) {
             (_, ir::Buffer::Scratch) => 0,
+            (Kind::Custom, ir::Buffer::Input) => {
+                self.conditions.as_ref().map_or(0, |c| c.input_chunks)
+            }
+            (Kind::Custom, _) => self.conditions.as_ref().map_or(0, |c| c.output_chunks),
             (Kind::AllGather, ir::Buffer::Input) => f,
             (Kind::ReduceScatter, ir::Buffer::Output) => f,
             (Kind::AllReduce | Kind::Broadcast, _) => f,
@@ -162,7 +234,7 @@ impl Collective {
     /// instances replicate within slices so that each copy keeps the collective's meaning.
     pub fn slice(&self) -> usize {
         match self.kind {
-            Kind::AllReduce | Kind::Broadcast => self.nchunks(),
+            Kind::AllReduce | Kind::Broadcast | Kind::Custom => self.nchunks(),
             _ => self.chunk_factor,
         }
     }
@@ -188,6 +260,10 @@ impl Collective {
 
     /// The IR semantics of one instance (initial contents and postcondition).
     pub fn semantics(&self) -> Semantics {
+        if let Some(c) = &self.conditions {
+            return Semantics::custom(c, self.ranks, self.nchunks(), self.inplace)
+                .expect("the conditions were checked in Collective::custom");
+        }
         Semantics::new(
             self.ir(),
             self.ranks,

@@ -29,7 +29,7 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
 fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
     let gpus = schedule::schedule(t, dag, pair)?;
     let instances = t.options.instances;
-    let gpus = replicate::replicate(
+    let (gpus, custom) = replicate::replicate(
         gpus,
         &t.collective,
         instances,
@@ -48,6 +48,7 @@ fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
         min_bytes: 0,
         max_bytes: 0,
         gpus,
+        custom,
     };
     runtime::verify::verify(&program).map_err(|e| {
         DslError::new(

@@ -50,7 +50,9 @@ pub struct Options {
     pub interleaved_replication: bool,
     /// Fuse receive-then-send into `rcs`/`rrcs`/`rrs`.
     pub instr_fusion: bool,
-    /// Accepted for compatibility: multiple dependencies always become nops in the XML.
+    /// Hoist the dependencies of a chain of local reduces onto its first step (nops before
+    /// the chain in the XML) so the runtime still fuses the chain; multiple dependencies
+    /// always become nops in the XML.
     pub dependence_nop: bool,
     /// Run each threadblock's instructions in the order they were written (synth's
     /// `instr_order="program"`) instead of by priority; programs written by `--emit-dsl` use

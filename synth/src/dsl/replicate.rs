@@ -34,30 +34,34 @@ struct SlotMap {
 
 impl SlotMap {
     fn map(&self, rank: usize, s: Slot, i: usize) -> Slot {
-        let k = s.offset;
         let offset = match s.buffer {
-            Buffer::Scratch => i * self.scratch[rank] + k,
-            _ if self.interleaved => {
-                let g = self.granule;
-                ((k / g) * self.instances + i) * g + k % g
-            }
-            _ => {
-                let f = self.slice;
-                (k / f) * f * self.instances + i * f + k % f
-            }
+            Buffer::Scratch => i * self.scratch[rank] + s.offset,
+            _ => self.user(s.offset, i),
         };
         Slot::new(s.buffer, offset)
+    }
+
+    /// Input or output chunk `k` of one copy in copy `i`.
+    fn user(&self, k: usize, i: usize) -> usize {
+        if self.interleaved {
+            let g = self.granule;
+            ((k / g) * self.instances + i) * g + k % g
+        } else {
+            let f = self.slice;
+            (k / f) * f * self.instances + i * f + k % f
+        }
     }
 }
 
 /// Replicates one instance `instances` times and numbers threadblocks as msccl-tools does
-/// (sorted by send peer, receive peer, channel).
+/// (sorted by send peer, receive peer, channel). Also returns a custom collective's
+/// conditions for all the copies.
 pub(crate) fn replicate(
     gpus: Vec<Gpu>,
     coll: &Collective,
     instances: usize,
     interleaved: bool,
-) -> Vec<Gpu> {
+) -> (Vec<Gpu>, Option<runtime::ir::CustomCollective>) {
     let one = |g: &Gpu| g.threadblocks.iter().map(|t| t.channel + 1).max();
     let channels = gpus.iter().filter_map(one).max().unwrap_or(1);
     let mut granule = coll.slice();
@@ -78,7 +82,9 @@ pub(crate) fn replicate(
         slice: coll.slice(),
         scratch: gpus.iter().map(|g| g.scratch_chunks).collect(),
     };
-    gpus.into_iter()
+    let custom = coll.replicated_conditions(instances, |k, i| map.user(k, i));
+    let gpus = gpus
+        .into_iter()
         .map(|g| {
             let mut tbs: Vec<Threadblock> = Vec::new();
             let per_copy = g.threadblocks.len();
@@ -121,7 +127,8 @@ pub(crate) fn replicate(
                 rank: g.rank,
             })
         })
-        .collect()
+        .collect();
+    (gpus, custom)
 }
 
 /// The pieces of a step in copy `i`: `count / g` steps of g slots (one step when there is

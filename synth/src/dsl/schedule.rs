@@ -529,6 +529,19 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
             .map(|(tb, step)| Dep { tb, step })
             .collect();
     }
+    if t.options.dependence_nop {
+        let position: HashMap<(usize, usize, usize), usize> = list
+            .iter()
+            .enumerate()
+            .map(|(k, &m)| {
+                let p = place[&m];
+                ((dag.instrs[m].rank, p.tb, p.step), k)
+            })
+            .collect();
+        for (rank, g) in tbs.iter_mut().enumerate() {
+            hoist_reduce_chain_deps(g, |tb, step| position[&(rank, tb, step)]);
+        }
+    }
     check_transfer_order(dag, &place, &tbs)?;
     let uses = |g: &[Threadblock], b: ir::Buffer| {
         g.iter().flat_map(|tb| &tb.steps).any(|s| {
@@ -555,6 +568,50 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
             threadblocks,
         })
         .collect())
+}
+
+/// `dependence_nop` (mscclang.md §4.5): in a chain of local reduces that the runtime fuses
+/// into one transmission (consecutive `re` steps with one destination and one source
+/// buffer), the dependencies of the later steps move to the first, where the XML writer
+/// emits them as nops before the chain, so that they no longer break the fusion. A
+/// dependency moves only when its producer comes before the chain's first step in the
+/// schedule's global order (`position`), so no wait can become a cycle.
+fn hoist_reduce_chain_deps(g: &mut [Threadblock], position: impl Fn(usize, usize) -> usize) {
+    for (tbi, tb) in g.iter_mut().enumerate() {
+        let steps = &mut tb.steps;
+        let mut first = 0;
+        for j in 1..steps.len() {
+            let (prev, cur) = (&steps[j - 1], &steps[j]);
+            let chained = prev.op == Op::Reduce
+                && cur.op == Op::Reduce
+                && prev.dst == cur.dst
+                && prev.src.buffer == cur.src.buffer;
+            if !chained {
+                first = j;
+                continue;
+            }
+            let start = position(tbi, first);
+            let deps = std::mem::take(&mut steps[j].deps);
+            let (movable, kept): (Vec<Dep>, Vec<Dep>) = deps
+                .into_iter()
+                .partition(|d| position(d.tb, d.step) < start);
+            if !kept.is_empty() {
+                // This step still waits: the chain is broken here, a new one may start.
+                steps[j].deps = kept;
+                steps[j].deps.extend(movable);
+                first = j;
+                continue;
+            }
+            for d in movable {
+                let target = &mut steps[first].deps;
+                match target.iter_mut().find(|e| e.tb == d.tb) {
+                    Some(e) => e.step = e.step.max(d.step),
+                    None => target.push(d),
+                }
+            }
+            steps[first].deps.sort_by_key(|d| (d.tb, d.step));
+        }
+    }
 }
 
 /// The IR step of an instruction; `s`/`r` name the remote slot in their unused field.

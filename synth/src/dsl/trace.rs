@@ -36,7 +36,7 @@ pub struct TraceProgram {
     pub interleaved_replication: bool,
     /// Instruction fusion.
     pub instr_fusion: bool,
-    /// Dependency nops (accepted, always on in the XML writer).
+    /// Hoist the dependencies of local reduce chains into nops before the chain.
     pub dependence_nop: bool,
     /// `priority` (the default) or `program`.
     #[serde(default)]
@@ -75,6 +75,13 @@ pub struct TraceCollective {
     /// Root rank.
     #[serde(default)]
     pub root: i64,
+    /// A custom collective's buffer sizes, initial contents (from its `init_buffers()`) and
+    /// postcondition (every output slot the program fills, as its final buffers hold it).
+    #[serde(default)]
+    pub custom: Option<runtime::ir::CustomCollective>,
+    /// Whether a custom collective's `check()` holds on the program's final buffers.
+    #[serde(default)]
+    pub check_ok: Option<bool>,
 }
 
 /// A chunk reference: rank, buffer name, index, size.
@@ -131,6 +138,9 @@ pub enum Event {
         file: String,
         /// Where.
         line: u32,
+        /// For a custom collective: what its own `check()` returned at this point.
+        #[serde(default)]
+        ok: Option<bool>,
     },
 }
 
@@ -177,19 +187,36 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
     let loc = Loc::new(&t.file, t.line);
     let bad = |m: String| DslError::new(&loc, m);
     let c = &t.collective;
-    if let Some(name) = c.kind.strip_prefix("custom:") {
-        return Err(bad(format!("custom collective {name}: synth compiles AllReduce, AllGather, ReduceScatter, AllToAll and Broadcast (the MSCCL runtimes know no others)")));
-    }
-    let kind = Kind::parse(&c.kind).map_err(|e| bad(e.to_string()))?;
     let ranks = index(c.ranks, "num_ranks", &loc)?;
-    let collective = Collective::new(
-        kind,
-        ranks,
-        index(c.chunk_factor, "chunk_factor", &loc)?,
-        c.inplace,
-        index(c.root, "root", &loc)?,
-    )
-    .map_err(|e| bad(e.to_string()))?;
+    let collective = if let Some(name) = c.kind.strip_prefix("custom:") {
+        let conditions = c.custom.clone().ok_or_else(|| {
+            bad(format!(
+                "custom collective {name}: the trace has no conditions (its init_buffers())"
+            ))
+        })?;
+        if c.check_ok == Some(false) {
+            return Err(bad(format!(
+                "custom collective {name}: its check() fails on the program's final buffers"
+            )));
+        }
+        Collective::custom(
+            ranks,
+            index(c.chunk_factor, "chunk_factor", &loc)?,
+            c.inplace,
+            conditions,
+        )
+        .map_err(|e| bad(format!("custom collective {name}: {e}")))?
+    } else {
+        let kind = Kind::parse(&c.kind).map_err(|e| bad(e.to_string()))?;
+        Collective::new(
+            kind,
+            ranks,
+            index(c.chunk_factor, "chunk_factor", &loc)?,
+            c.inplace,
+            index(c.root, "root", &loc)?,
+        )
+        .map_err(|e| bad(e.to_string()))?
+    };
     let topology = match (&t.topology.links, &t.topology.spec) {
         (Some(links), spec) => Connectivity {
             name: t.topology.name.clone(),
@@ -287,9 +314,17 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
                 })?;
             }
             Event::Xml { .. } => wants_xml = true,
-            Event::Check { file, line } => {
+            Event::Check { file, line, ok } => {
                 let at = Loc::new(file, *line);
-                checks.push(program.with_tracer(|tr| tr.check(&at)));
+                checks.push(match ok {
+                    // A custom collective's check() ran in the front end.
+                    Some(true) => Ok(()),
+                    Some(false) => Err(DslError::new(
+                        &at,
+                        "Check failed: the custom collective's check() returned False",
+                    )),
+                    None => program.with_tracer(|tr| tr.check(&at)),
+                });
             }
         }
     }

@@ -1,4 +1,4 @@
-# expect: custom collective
+# expect: custom collective Mine defines no init_buffers()
 from msccl.language import *
 from msccl.language.collectives import *
 from msccl.topologies import *

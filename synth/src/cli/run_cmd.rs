@@ -68,26 +68,16 @@ pub fn read_program(path: &str) -> Result<Program> {
     runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
-/// What `synth verify` reads: a program to verify (with the algorithm it was lowered from,
-/// for algorithm files), or a custom-collective algorithm, which the checker alone judges.
-enum VerifyInput {
-    Program(Program, Option<crate::algo_file::Loaded>),
-    CheckedCustom(crate::algo_file::Loaded),
-}
-
-/// Reads `synth verify`'s file in whichever format it is.
-fn read_verify_input(args: &VerifyArgs) -> Result<VerifyInput> {
+/// Reads `synth verify`'s file in whichever format it is: a program as it is, an algorithm
+/// file lowered with the default options (with the algorithm, for the report).
+fn read_verify_input(args: &VerifyArgs) -> Result<(Program, Option<crate::algo_file::Loaded>)> {
     use crate::algo_file::{detect, read_algorithm, Format};
     Ok(match detect(&args.file)? {
-        Format::Xml | Format::Program => VerifyInput::Program(read_program(&args.file)?, None),
+        Format::Xml | Format::Program => (read_program(&args.file)?, None),
         Format::Algorithm | Format::Msccl => {
             let loaded = read_algorithm(&args.file, args.topo.as_deref())?;
-            if loaded.algorithm.collective.kind == crate::collective::Kind::Custom {
-                VerifyInput::CheckedCustom(loaded)
-            } else {
-                let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
-                VerifyInput::Program(program, Some(loaded))
-            }
+            let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
+            (program, Some(loaded))
         }
     })
 }
@@ -95,35 +85,7 @@ fn read_verify_input(args: &VerifyArgs) -> Result<VerifyInput> {
 /// Runs `synth verify`.
 pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let (program, loaded) = match read_verify_input(args) {
-        Ok(VerifyInput::Program(program, loaded)) => (program, loaded),
-        Ok(VerifyInput::CheckedCustom(loaded)) => {
-            // No MSCCL collective to lower to: the checker's verdict is the answer.
-            let a = &loaded.algorithm;
-            if json {
-                let doc = serde_json::json!({
-                    "file": args.file,
-                    "format": loaded.format.name(),
-                    "algorithm": a.name,
-                    "topology": loaded.topology.name,
-                    "ok": true,
-                    "lowered": false,
-                    "steps": a.num_steps(),
-                });
-                writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-            } else {
-                writeln!(
-                    out,
-                    "{}: OK ({}: custom collective on {} ranks of `{}`, {} steps, {} rounds; the checker accepts it; custom collectives are not lowered)",
-                    args.file,
-                    loaded.format.name(),
-                    a.collective.ranks,
-                    loaded.topology.name,
-                    a.num_steps(),
-                    a.rounds()
-                )?;
-            }
-            return Ok(());
-        }
+        Ok(read) => read,
         Err(e) if json => {
             // `--json` always prints a document, also when the file cannot be read.
             let doc = serde_json::json!({

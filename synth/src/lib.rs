@@ -13,6 +13,7 @@ pub mod cutbound;
 pub mod dsl;
 pub mod engine;
 pub mod flow;
+pub mod greedy;
 pub mod lower;
 pub mod milp;
 pub mod progress;

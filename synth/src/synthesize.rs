@@ -8,6 +8,7 @@ use crate::bounds::Bounds;
 use crate::check::{check, check_memory};
 use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
+use crate::greedy::GreedyEngine;
 use crate::milp::{self, MilpEngine};
 use crate::progress::Progress;
 use crate::sketch::Sketch;
@@ -31,6 +32,12 @@ pub enum Method {
     /// Throughput-optimal tree packing (allgather, reduce-scatter, allreduce, broadcast,
     /// reduce).
     Trees,
+    /// The greedy link-chunk matching over the time-expanded fabric (every collective, any
+    /// scale; deterministic for a seed).
+    Greedy {
+        /// Seeds the tie-breaks of the randomized restarts.
+        seed: u64,
+    },
     /// With a sketch: MILP. Without: SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks
     /// with integer capacities; tree packing for the collectives it builds; MILP otherwise.
     Auto,
@@ -57,12 +64,13 @@ impl Method {
         }
     }
 
-    /// Lower-case name (`smt`, `milp`, `trees`, `auto`).
+    /// Lower-case name (`smt`, `milp`, `trees`, `greedy`, `auto`).
     pub fn name(self) -> &'static str {
         match self {
             Method::Smt => "smt",
             Method::Milp => "milp",
             Method::Trees => "trees",
+            Method::Greedy { .. } => "greedy",
             Method::Auto => "auto",
         }
     }
@@ -135,6 +143,7 @@ impl<'a> Plan<'a> {
         let engine: Box<dyn Engine> = match method {
             Method::Smt => Box::new(SmtEngine),
             Method::Trees => Box::new(TreeEngine),
+            Method::Greedy { seed } => Box::new(GreedyEngine { seed }),
             Method::Milp | Method::Auto => Box::new(MilpEngine { sketch }),
         };
         let (topology, make): (Topology, Box<dyn Fn(usize) -> Result<Collective> + Sync>) = if dual
@@ -273,7 +282,7 @@ pub fn synthesize_with(
             );
         }
         if !matches!(method, Method::Smt | Method::Milp) {
-            bail!("--extra-memory needs --method smt or milp (tree packing has no memory model)");
+            bail!("--extra-memory needs --method smt or milp (tree packing and the greedy engine have no memory model)");
         }
     }
     if req.collective.kind == Kind::AllReduce {

@@ -170,10 +170,19 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             _ => synthesis
                 .algorithms
                 .iter()
-                .map(|a| {
-                    super::lower_args::write_xml(a, &args.out, &args.lowering)
-                        .map(|(paths, p)| (paths, Some(p)))
-                })
+                .map(
+                    |a| match super::lower_args::write_xml(a, &args.out, &args.lowering) {
+                        Ok((paths, p)) => Ok((paths, Some(p))),
+                        // An algorithm the runtimes cannot express (too many steps or channels
+                        // for one link, e.g. a 1024-rank alltoall) is still a checked algorithm:
+                        // its JSON is kept and the reason printed.
+                        Err(e) if unexpressible(&e) => {
+                            eprintln!("warning: {}: no XML written: {e:#}", a.name);
+                            Ok((Vec::new(), None))
+                        }
+                        Err(e) => Err(e),
+                    },
+                )
                 .collect::<Result<_>>()?,
         };
     let xml_files: Vec<Vec<String>> = lowered.iter().map(|(p, _)| p.clone()).collect();
@@ -270,6 +279,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let how = match synthesis.method {
         Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
         Method::Trees => "tree packing",
+        Method::Greedy { .. } => "greedy matching",
         _ => "SMT",
     };
     if let Some(v) = &versus {
@@ -286,6 +296,14 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     writeln!(out, "search {status} ({how}); {seconds:.2} s")?;
     Ok(())
+}
+
+/// Whether a lowering error says that the runtimes cannot express the program (as opposed
+/// to an internal error).
+fn unexpressible(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    !text.contains("internal error")
+        && (text.contains("cannot be expressed") || text.contains("including nops"))
 }
 
 /// Largest fabric on which the main command simulates its result against NCCL (the

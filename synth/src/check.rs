@@ -116,7 +116,9 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         }
         let mut link_load = vec![0usize; topology.links.len()];
         let mut switch_load = vec![0usize; topology.switches.len()];
-        let before = state.clone();
+        // Every send reads the state before the step: read them all, then write them all
+        // (linear in the step's sends, not in the state).
+        let mut reads: Vec<Contents> = Vec::with_capacity(step.sends.len());
         for send in &step.sends {
             let Some(&l) = link_index.get(&(send.src, send.dst)) else {
                 return Err(CheckError::NoLink {
@@ -132,7 +134,7 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
                     switch_load[k] += 1;
                 }
             }
-            let Some(data) = before.get(&(send.chunk, send.src)) else {
+            let Some(data) = state.get(&(send.chunk, send.src)) else {
                 return Err(CheckError::NotHeld {
                     step: s,
                     chunk: send.chunk,
@@ -140,7 +142,9 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
                     dst: send.dst,
                 });
             };
-            let data = data.clone();
+            reads.push(data.clone());
+        }
+        for (send, data) in step.sends.iter().zip(reads) {
             let target = state
                 .entry((send.chunk, send.dst))
                 .or_insert_with(|| vec![0; data.len()]);
@@ -154,7 +158,7 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
             let link = &topology.links[l];
             overload(
                 s,
-                format!("link {}->{}", link.src, link.dst),
+                || format!("link {}->{}", link.src, link.dst),
                 load,
                 caps.links[l],
                 step.rounds,
@@ -163,7 +167,7 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
         for (k, &load) in switch_load.iter().enumerate() {
             overload(
                 s,
-                format!("switch constraint `{}`", topology.switches[k].name),
+                || format!("switch constraint `{}`", topology.switches[k].name),
                 load,
                 caps.switches[k],
                 step.rounds,
@@ -206,7 +210,7 @@ pub fn check(algorithm: &Algorithm, topology: &Topology) -> Result<(), CheckErro
 
 fn overload(
     step: usize,
-    what: String,
+    what: impl FnOnce() -> String,
     load: usize,
     capacity: u32,
     rounds: u32,
@@ -214,7 +218,7 @@ fn overload(
     if load > capacity as usize * rounds as usize {
         return Err(CheckError::Overloaded {
             step,
-            what,
+            what: what(),
             load,
             capacity,
             rounds,

@@ -363,6 +363,9 @@ fn compare_with_nccl(
     let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
         return Ok(None);
     };
+    if lowered.iter().all(|(_, p)| p.is_none()) {
+        return Ok(None);
+    }
     let sim = SimOptions::default();
     let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
     for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {

@@ -42,7 +42,7 @@ const MAX_RESTARTS: u64 = 8;
 
 /// A Pareto search tries more than one chunk per original chunk only while the demand
 /// (needing ranks over all chunks) stays within this.
-const PARETO_DEMAND: usize = 1 << 16;
+const PARETO_DEMAND: usize = 1 << 14;
 
 /// Most steps of a run when the search gives no step limit.
 const MAX_GREEDY_STEPS: usize = 1 << 20;

@@ -310,6 +310,10 @@ fn unexpressible(e: &anyhow::Error) -> bool {
 /// baselines' programs grow with ranks × steps).
 const COMPARE_MAX_RANKS: usize = 1024;
 
+/// Largest fabric on which the main command simulates a collective that NCCL has no
+/// baseline for (its line then compares with the bound only).
+const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
+
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
 
@@ -349,7 +353,8 @@ impl Versus {
 }
 
 /// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
-/// collectives and fabrics over [`COMPARE_MAX_RANKS`] ranks).
+/// collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without an NCCL
+/// baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
     topo: &Topology,
@@ -366,34 +371,44 @@ fn compare_with_nccl(
     if lowered.iter().all(|(_, p)| p.is_none()) {
         return Ok(None);
     }
+    let root = synthesis.algorithms[0].collective.root;
+    let options = BaselineOptions {
+        channels: None,
+        root,
+    };
+    let ring = baseline::ring(ir, topo, &options);
+    let tree = baseline::tree(ir, topo, &options);
+    // Without an NCCL baseline (alltoall, gather, scatter) there is nothing to compare with,
+    // and past one small fabric simulating n² concurrent transfers at 1 GB takes many minutes.
+    if ring.is_err() && tree.is_err() && topo.ranks > COMPARE_UNMATCHED_MAX_RANKS {
+        return Ok(None);
+    }
     let sim = SimOptions::default();
     let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
     for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
         best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
         best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
     }
-    let root = synthesis.algorithms[0].collective.root;
-    let options = BaselineOptions {
-        channels: None,
-        root,
-    };
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;
         simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
     };
     let bound = CutBound::new(ir, topo, root);
-    let ring = baseline::ring(ir, topo, &options);
     Ok(Some(Versus {
         busbw: best,
         at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
         ring: baseline(&ring, COMPARE_BYTES),
-        tree: baseline(&baseline::tree(ir, topo, &options), COMPARE_BYTES),
+        tree: baseline(&tree, COMPARE_BYTES),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
     }))
 }
 
-/// Writes each algorithm as `DIR/NAME.json`; returns the paths.
+/// Sends above which an algorithm's JSON is written without indentation.
+const COMPACT_JSON_SENDS: usize = 100_000;
+
+/// Writes each algorithm as `DIR/NAME.json` (compact past [`COMPACT_JSON_SENDS`] sends);
+/// returns the paths.
 fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
@@ -401,7 +416,15 @@ fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>>
         .iter()
         .map(|a| {
             let path = dir.join(format!("{}.json", a.name));
-            std::fs::write(&path, serde_json::to_string_pretty(a)?)
+            // Large algorithms (a 1024-rank alltoall has 16 million sends) are written
+            // compact: pretty-printing would triple a file of gigabytes.
+            let sends: usize = a.steps.iter().map(|s| s.sends.len()).sum();
+            let text = if sends > COMPACT_JSON_SENDS {
+                serde_json::to_string(a)?
+            } else {
+                serde_json::to_string_pretty(a)?
+            };
+            std::fs::write(&path, text)
                 .with_context(|| format!("{}: cannot write", path.display()))?;
             Ok(path.display().to_string())
         })

@@ -322,12 +322,12 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             steps,
             rounds,
             chunks,
-        } => (
-            allreduce_instance(req, &rs, &ag, steps, rounds, chunks)?
-                .into_iter()
-                .collect(),
-            true,
-        ),
+        } => {
+            let found = allreduce_instance(req, &rs, &ag, steps, rounds, chunks)?;
+            // A greedy phase that misses proves nothing: no answer is not UNSAT.
+            let complete = found.is_some() || !matches!(method, Method::Greedy { .. });
+            (found.into_iter().collect(), complete)
+        }
         Search::LeastSteps { chunks, rounds } => {
             let half = Search::LeastSteps {
                 chunks,

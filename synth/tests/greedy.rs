@@ -126,6 +126,10 @@ fn bad_combinations_fail_with_one_line() {
             "--extra-memory needs --method smt or milp",
         ),
         (vec!["--seed", "x"], "--seed"),
+        (
+            vec!["--steps", "1", "--rounds", "1"],
+            "the greedy engine found no algorithm within 1 steps",
+        ),
     ] {
         let mut args = vec![
             "--topo",

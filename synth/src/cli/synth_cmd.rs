@@ -151,6 +151,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             _ if synthesis.complete => {
                 bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
             }
+            Search::Instance { steps, rounds, .. }
+                if matches!(synthesis.method, Method::Greedy { .. }) =>
+            {
+                bail!("the greedy engine found no algorithm within {steps} steps and {rounds} rounds (a greedy run proves nothing; drop --steps for its own answer)")
+            }
             _ if started.elapsed().as_secs_f64() >= args.time_limit => bail!(
                 "time limit of {} s reached before any algorithm was found",
                 args.time_limit

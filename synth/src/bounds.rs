@@ -81,17 +81,25 @@ pub fn cut_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
     let steps = steps_lower_bound(topology, coll)?;
     let caps = topology.capacities()?;
     let mut bound = Ratio::from_integer(0u64);
-    for r in 0..topology.ranks {
-        let needed = coll
-            .chunks
-            .iter()
-            .filter(|c| c.post.contains(&r) && !c.pre.contains(&r))
-            .count() as u64;
-        let unique = coll
-            .chunks
-            .iter()
-            .filter(|c| c.pre == [r] && c.post.iter().any(|&p| p != r))
-            .count() as u64;
+    // One pass over the chunks (a 1024-rank alltoall has a million).
+    let n = topology.ranks;
+    let (mut needed, mut unique) = (vec![0u64; n], vec![0u64; n]);
+    let mut seen = vec![usize::MAX; n];
+    for (i, c) in coll.chunks.iter().enumerate() {
+        for &r in c.post.iter().filter(|&&r| r < n) {
+            if seen[r] != i && !c.pre.contains(&r) {
+                needed[r] += 1;
+            }
+            seen[r] = i;
+        }
+        if let [r] = c.pre[..] {
+            if r < n && c.post.iter().any(|&p| p != r) {
+                unique[r] += 1;
+            }
+        }
+    }
+    for r in 0..n {
+        let (needed, unique) = (needed[r], unique[r]);
         for (count, cap) in [
             (needed, rank_capacity(topology, &caps, r, true)),
             (unique, rank_capacity(topology, &caps, r, false)),

@@ -178,7 +178,7 @@ pub fn check_before(
             let link = &topology.links[l];
             overload(
                 s,
-                format!("link {}->{}", link.src, link.dst),
+                || format!("link {}->{}", link.src, link.dst),
                 load,
                 caps.links[l],
                 step.rounds,
@@ -187,7 +187,7 @@ pub fn check_before(
         for (k, &load) in switch_load.iter().enumerate() {
             overload(
                 s,
-                format!("switch constraint `{}`", topology.switches[k].name),
+                || format!("switch constraint `{}`", topology.switches[k].name),
                 load,
                 caps.switches[k],
                 step.rounds,
@@ -236,7 +236,7 @@ pub fn check_before(
 
 fn overload(
     step: usize,
-    what: String,
+    what: impl FnOnce() -> String,
     load: usize,
     capacity: u32,
     rounds: u32,
@@ -244,7 +244,7 @@ fn overload(
     if load > capacity as usize * rounds as usize {
         return Err(CheckError::Overloaded {
             step,
-            what,
+            what: what(),
             load,
             capacity,
             rounds,

@@ -14,6 +14,7 @@ pub mod draw;
 pub mod dsl;
 pub mod engine;
 pub mod flow;
+pub mod greedy;
 pub mod lower;
 pub mod milp;
 pub mod progress;

@@ -63,9 +63,18 @@ impl Default for LowerOptions {
 /// Ordered so that threadblocks that others depend on (local copies, receives) get the low
 /// ids: the runtime stores a dependency's threadblock id in an int8.
 enum TbKey {
-    Local,
-    Recv { peer: usize, channel: usize },
-    Send { peer: usize, channel: usize },
+    /// Local copies, [`LOCAL_STEPS`] per threadblock (`part` is set by `build_gpu`).
+    Local {
+        part: usize,
+    },
+    Recv {
+        peer: usize,
+        channel: usize,
+    },
+    Send {
+        peer: usize,
+        channel: usize,
+    },
 }
 
 /// One rank's instructions in algorithm order, before threadblock ids are fixed.
@@ -207,9 +216,10 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
                 let output = layout.output(address);
                 let combining = members.len() > 1;
                 if !combining && post.contains(&r) && input != output {
-                    code[r]
-                        .ops
-                        .push((TbKey::Local, Step::new(Op::Copy, input, output, 1)));
+                    code[r].ops.push((
+                        TbKey::Local { part: 0 },
+                        Step::new(Op::Copy, input, output, 1),
+                    ));
                 }
             }
         }
@@ -446,9 +456,10 @@ fn stage_overwritten_inputs(
                 .is_some_and(|&b| b != chunk.address);
             if overwritten && location.get(&(r, chunk.address)) == Some(&input) {
                 let staged = code[r].scratch_slot();
-                code[r]
-                    .ops
-                    .push((TbKey::Local, Step::new(Op::Copy, input, staged, 1)));
+                code[r].ops.push((
+                    TbKey::Local { part: 0 },
+                    Step::new(Op::Copy, input, staged, 1),
+                ));
                 location.insert((r, chunk.address), staged);
             }
         }
@@ -474,8 +485,20 @@ fn accumulator(
     }
 }
 
+/// Local copies per local threadblock (the runtimes' step limit).
+const LOCAL_STEPS: usize = 64;
+
 /// Assigns threadblock ids, computes dependencies and extents for one rank.
-fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usize) -> Gpu {
+fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: usize) -> Gpu {
+    // Local copies beyond one threadblock's step limit (an in-place alltoall past 64 ranks
+    // stages one copy per peer) go to further local threadblocks.
+    let mut locals = 0;
+    for (key, _) in rc.ops.iter_mut() {
+        if let TbKey::Local { part } = key {
+            *part = locals / LOCAL_STEPS;
+            locals += 1;
+        }
+    }
     let mut keys: Vec<TbKey> = rc.ops.iter().map(|(k, _)| *k).collect();
     keys.sort();
     keys.dedup();
@@ -483,7 +506,7 @@ fn build_gpu(rank: usize, rc: RankCode, input_extent: usize, output_extent: usiz
     let mut threadblocks: Vec<Threadblock> = keys
         .iter()
         .map(|k| match *k {
-            TbKey::Local => Threadblock {
+            TbKey::Local { .. } => Threadblock {
                 send: None,
                 recv: None,
                 channel: 0,

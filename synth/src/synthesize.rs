@@ -8,6 +8,7 @@ use crate::bounds::Bounds;
 use crate::check::{check_before, check_memory, CheckError};
 use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
+use crate::greedy::GreedyEngine;
 use crate::milp::{self, MilpEngine};
 use crate::progress::Progress;
 use crate::sketch::Sketch;
@@ -31,6 +32,12 @@ pub enum Method {
     /// Throughput-optimal tree packing (allgather, reduce-scatter, allreduce, broadcast,
     /// reduce).
     Trees,
+    /// The greedy link-chunk matching over the time-expanded fabric (every collective, any
+    /// scale; deterministic for a seed).
+    Greedy {
+        /// Seeds the tie-breaks of the randomized restarts.
+        seed: u64,
+    },
     /// With a sketch: MILP. Without: SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks
     /// with integer capacities; tree packing for the collectives it builds; MILP otherwise.
     Auto,
@@ -57,12 +64,13 @@ impl Method {
         }
     }
 
-    /// Lower-case name (`smt`, `milp`, `trees`, `auto`).
+    /// Lower-case name (`smt`, `milp`, `trees`, `greedy`, `auto`).
     pub fn name(self) -> &'static str {
         match self {
             Method::Smt => "smt",
             Method::Milp => "milp",
             Method::Trees => "trees",
+            Method::Greedy { .. } => "greedy",
             Method::Auto => "auto",
         }
     }
@@ -137,6 +145,7 @@ impl<'a> Plan<'a> {
         let engine: Box<dyn Engine> = match method {
             Method::Smt => Box::new(SmtEngine),
             Method::Trees => Box::new(TreeEngine),
+            Method::Greedy { seed } => Box::new(GreedyEngine { seed }),
             Method::Milp | Method::Auto => Box::new(MilpEngine { sketch }),
         };
         let (topology, make): (Topology, Box<dyn Fn(usize) -> Result<Collective> + Sync>) = if dual
@@ -336,7 +345,7 @@ pub fn synthesize_with(
             );
         }
         if !matches!(method, Method::Smt | Method::Milp) {
-            bail!("--extra-memory needs --method smt or milp (tree packing has no memory model)");
+            bail!("--extra-memory needs --method smt or milp (tree packing and the greedy engine have no memory model)");
         }
     }
     if collective.kind == Kind::AllReduce {
@@ -394,12 +403,13 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             steps,
             rounds,
             chunks,
-        } => (
-            allreduce_instance(req, &rs, &ag, (steps, rounds, chunks), &mut cuts)?
-                .into_iter()
-                .collect(),
-            cuts.is_empty(),
-        ),
+        } => {
+            let found = allreduce_instance(req, &rs, &ag, (steps, rounds, chunks), &mut cuts)?;
+            // A greedy phase that misses proves nothing: no answer is not UNSAT.
+            let complete =
+                cuts.is_empty() && (found.is_some() || !matches!(method, Method::Greedy { .. }));
+            (found.into_iter().collect(), complete)
+        }
         Search::LeastSteps { chunks, rounds } => {
             let half = Search::LeastSteps {
                 chunks,

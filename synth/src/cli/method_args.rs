@@ -10,11 +10,16 @@ use clap::Args;
 #[derive(Debug, Args, Clone)]
 pub struct MethodArgs {
     /// Engine: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
-    /// sketches), `trees` (throughput-optimal tree packing at any scale) or `auto` (milp with
-    /// a sketch; else smt for one node of at most 8 ranks, trees for allgather,
-    /// reduce-scatter, allreduce, broadcast and reduce, milp otherwise).
-    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "trees", "auto"])]
+    /// sketches), `trees` (throughput-optimal tree packing at any scale), `greedy` (greedy
+    /// link-chunk matching over the time-expanded fabric, every collective at any scale) or
+    /// `auto` (milp with a sketch; else smt for one node of at most 8 ranks, trees for
+    /// allgather, reduce-scatter, allreduce, broadcast and reduce, milp otherwise).
+    #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "trees", "greedy", "auto"])]
     pub method: String,
+    /// Seed of `--method greedy`'s randomized restarts: the same seed gives the same
+    /// algorithm, whatever the machine's load.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// TACCL-style communication sketch (TOML, see `sketches/`) restricting the MILP encoding.
     #[arg(long)]
     pub sketch: Option<String>,
@@ -33,9 +38,12 @@ impl MethodArgs {
             "smt" => Method::Smt,
             "milp" => Method::Milp,
             "trees" => Method::Trees,
+            "greedy" => Method::Greedy { seed: self.seed },
             _ => Method::Auto,
         };
-        if matches!(method, Method::Smt | Method::Trees) && self.sketch.is_some() {
+        if matches!(method, Method::Smt | Method::Trees | Method::Greedy { .. })
+            && self.sketch.is_some()
+        {
             bail!("--sketch applies to the MILP encoding; use --method milp or auto");
         }
         let sketch = self.sketch.as_deref().map(Sketch::load).transpose()?;

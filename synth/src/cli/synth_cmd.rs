@@ -210,6 +210,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             _ if synthesis.complete => {
                 bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
             }
+            Search::Instance { steps, rounds, .. }
+                if matches!(synthesis.method, Method::Greedy { .. }) =>
+            {
+                bail!("the greedy engine found no algorithm within {steps} steps and {rounds} rounds (a greedy run proves nothing; drop --steps for its own answer)")
+            }
             _ if started.elapsed().as_secs_f64() >= args.time_limit => bail!(
                 "time limit of {} s reached while searching ({}), before any algorithm was found",
                 args.time_limit,
@@ -232,10 +237,19 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> = synthesis
         .algorithms
         .iter()
-        .map(|a| {
-            super::lower_args::write_xml(a, &args.out, &args.lowering)
-                .map(|(paths, p)| (paths, Some(p)))
-        })
+        .map(
+            |a| match super::lower_args::write_xml(a, &args.out, &args.lowering) {
+                Ok((paths, p)) => Ok((paths, Some(p))),
+                // An algorithm the runtimes cannot express (too many steps or channels for
+                // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
+                // JSON is kept and the reason printed.
+                Err(e) if unexpressible(&e) => {
+                    eprintln!("warning: {}: no XML written: {e:#}", a.name);
+                    Ok((Vec::new(), None))
+                }
+                Err(e) => Err(e),
+            },
+        )
         .collect::<Result<_>>()?;
     if synthesis.algorithms[0].collective.kind == Kind::Custom {
         eprintln!("{CUSTOM_XML_NOTE}");
@@ -371,6 +385,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let how = match synthesis.method {
         Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
         Method::Trees => "tree packing",
+        Method::Greedy { .. } => "greedy matching",
         _ => "SMT",
     };
     if let Some(v) = &versus {
@@ -392,9 +407,21 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// Whether a lowering error says that the runtimes cannot express the program (as opposed
+/// to an internal error).
+fn unexpressible(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    !text.contains("internal error")
+        && (text.contains("cannot be expressed") || text.contains("including nops"))
+}
+
 /// Largest fabric on which the main command simulates its result against NCCL (the
 /// baselines' programs grow with ranks × steps).
 const COMPARE_MAX_RANKS: usize = 1024;
+
+/// Largest fabric on which the main command simulates a collective that NCCL has no
+/// baseline for (its line then compares with the bound only).
+const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
 
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
@@ -435,7 +462,8 @@ impl Versus {
 }
 
 /// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
-/// collectives and fabrics over [`COMPARE_MAX_RANKS`] ranks).
+/// collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without an NCCL
+/// baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
     topo: &Topology,
@@ -449,36 +477,48 @@ fn compare_with_nccl(
     let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
         return Ok(None);
     };
-    let sim = SimOptions::default();
-    let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
-    for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
-        best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
-        best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
+    if lowered.iter().all(|(_, p)| p.is_none()) {
+        return Ok(None);
     }
     let root = synthesis.algorithms[0].collective.root;
     let options = BaselineOptions {
         channels: None,
         root,
     };
+    let ring = baseline::ring(ir, topo, &options);
+    let tree = baseline::tree(ir, topo, &options);
+    // Without an NCCL baseline (alltoall, gather, scatter) there is nothing to compare with,
+    // and past one small fabric simulating n² concurrent transfers at 1 GB takes many minutes.
+    if ring.is_err() && tree.is_err() && topo.ranks > COMPARE_UNMATCHED_MAX_RANKS {
+        return Ok(None);
+    }
+    let sim = SimOptions::default();
+    let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
+    for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
+        best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
+        best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
+    }
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;
         simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
     };
     let bound = CutBound::new(ir, topo, root);
-    let ring = baseline::ring(ir, topo, &options);
     Ok(Some(Versus {
         busbw: best,
         at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
         ring: baseline(&ring, COMPARE_BYTES),
-        tree: baseline(&baseline::tree(ir, topo, &options), COMPARE_BYTES),
+        tree: baseline(&tree, COMPARE_BYTES),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
     }))
 }
 
-/// Writes each algorithm as `DIR/NAME.json`; returns the paths. Two algorithms of one run
-/// never share a file: a repeated name is an error before anything is written (see
-/// [`crate::algorithm::name_uniquely`]).
+/// Sends above which an algorithm's JSON is written without indentation.
+const COMPACT_JSON_SENDS: usize = 100_000;
+
+/// Writes each algorithm as `DIR/NAME.json` (compact past [`COMPACT_JSON_SENDS`] sends);
+/// returns the paths. Two algorithms of one run never share a file: a repeated name is an
+/// error before anything is written (see [`crate::algorithm::name_uniquely`]).
 fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>> {
     let mut names = std::collections::HashSet::new();
     if let Some(a) = algorithms.iter().find(|a| !names.insert(a.name.as_str())) {
@@ -493,7 +533,15 @@ fn write_algorithms(algorithms: &[Algorithm], dir: &Path) -> Result<Vec<String>>
         .iter()
         .map(|a| {
             let path = dir.join(format!("{}.json", a.name));
-            std::fs::write(&path, serde_json::to_string_pretty(a)?)
+            // Large algorithms (a 1024-rank alltoall has 16 million sends) are written
+            // compact: pretty-printing would triple a file of gigabytes.
+            let sends: usize = a.steps.iter().map(|s| s.sends.len()).sum();
+            let text = if sends > COMPACT_JSON_SENDS {
+                serde_json::to_string(a)?
+            } else {
+                serde_json::to_string_pretty(a)?
+            };
+            std::fs::write(&path, text)
                 .with_context(|| format!("{}: cannot write", path.display()))?;
             Ok(path.display().to_string())
         })

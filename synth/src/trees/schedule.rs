@@ -368,6 +368,9 @@ fn rounds_needed(
     links.chain(switches).max().unwrap_or(1).max(1) as u32
 }
 
+/// A tree's children lists and the height of every vertex.
+type Shape = (Vec<Vec<usize>>, Vec<usize>);
+
 /// One copy of a representative's tree that a piece travels: the piece's chunk, the
 /// representative root and tree it follows, and the group element that maps it.
 struct Copy {
@@ -410,7 +413,7 @@ pub fn list_scheduled(
     let root = packing.roots[0].root;
     let collective = Collective::new(kind, topology.ranks, root, chunks)?;
     // Children and heights of every representative tree.
-    let shapes: Vec<Vec<(Vec<Vec<usize>>, Vec<usize>)>> = packing
+    let shapes: Vec<Vec<Shape>> = packing
         .roots
         .iter()
         .map(|r| {

@@ -1,0 +1,122 @@
+//! From a greedy [`Schedule`] to [`Algorithm`]s: the schedule as it ran (one round per
+//! step), and the same sends *levelled*: every send moves to the step after the one that
+//! delivered its chunk to its sender (step 0 for a starting holder), so the algorithm has as
+//! many steps as the longest relay chain (fewer alphas) and each step takes the rounds its
+//! busiest link or switch constraint needs (more rounds).
+
+use super::schedule::{Fabric, Schedule};
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::Collective;
+
+/// Rounds a step needs: its busiest link or switch constraint's load over its capacity.
+fn rounds_needed(
+    fabric: &Fabric,
+    sends: &[(u32, u32)],
+    link_load: &mut [u32],
+    switch_load: &mut [u32],
+) -> u32 {
+    let mut rounds = 1u32;
+    for &(_, l) in sends {
+        let l = l as usize;
+        link_load[l] += 1;
+        rounds = rounds.max(link_load[l].div_ceil(fabric.link_cap[l].max(1)));
+        for &j in &fabric.governing[l] {
+            switch_load[j] += 1;
+            rounds = rounds.max(switch_load[j].div_ceil(fabric.switch_cap[j].max(1)));
+        }
+    }
+    for &(_, l) in sends {
+        link_load[l as usize] = 0;
+        for &j in &fabric.governing[l as usize] {
+            switch_load[j] = 0;
+        }
+    }
+    rounds
+}
+
+/// The algorithm with the given steps of (chunk index, link) sends.
+fn build(fabric: &Fabric, coll: &Collective, steps: &[Vec<(u32, u32)>], name: String) -> Algorithm {
+    let mut link_load = vec![0u32; fabric.src.len()];
+    let mut switch_load = vec![0u32; fabric.switch_cap.len()];
+    let steps: Vec<Step> = steps
+        .iter()
+        .map(|sends| Step {
+            rounds: rounds_needed(fabric, sends, &mut link_load, &mut switch_load),
+            reduce: false,
+            sends: sends
+                .iter()
+                .map(|&(c, l)| Send {
+                    chunk: coll.chunks[c as usize].address,
+                    src: fabric.src[l as usize],
+                    dst: fabric.dst[l as usize],
+                })
+                .collect(),
+        })
+        .collect();
+    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    Algorithm {
+        name: format!(
+            "{name}-s{}-r{rounds}-c{}",
+            steps.len(),
+            coll.chunks_per_rank
+        ),
+        topology: String::new(),
+        collective: coll.clone(),
+        steps,
+        piece_channels: None,
+    }
+}
+
+/// The schedule as it ran: one round per step.
+pub fn listed(fabric: &Fabric, coll: &Collective, schedule: &Schedule, name: &str) -> Algorithm {
+    build(fabric, coll, &schedule.steps, format!("{name}-greedy"))
+}
+
+/// The schedule levelled (see the module docs); within a step the sends keep the order in
+/// which the greedy run chose them.
+pub fn levelled(fabric: &Fabric, coll: &Collective, schedule: &Schedule, name: &str) -> Algorithm {
+    // Sends grouped by chunk, in schedule order.
+    let total: usize = schedule.steps.iter().map(|s| s.len()).sum();
+    let mut by_chunk: Vec<(u32, u32, u32)> = Vec::with_capacity(total); // (chunk, step, pos)
+    for (t, sends) in schedule.steps.iter().enumerate() {
+        for (i, &(c, _)) in sends.iter().enumerate() {
+            by_chunk.push((c, t as u32, i as u32));
+        }
+    }
+    by_chunk.sort_unstable();
+    let n = fabric.ranks;
+    let mut arrived: Vec<u32> = vec![0; n]; // level + 1 at which the chunk reached a rank
+    let mut touched: Vec<usize> = Vec::new();
+    let mut level_of: Vec<Vec<u32>> = schedule.steps.iter().map(|s| vec![0; s.len()]).collect();
+    let mut levels = 0usize;
+    let mut i = 0;
+    while i < by_chunk.len() {
+        let c = by_chunk[i].0;
+        let mut j = i;
+        while j < by_chunk.len() && by_chunk[j].0 == c {
+            let (_, t, p) = by_chunk[j];
+            let l = schedule.steps[t as usize][p as usize].1 as usize;
+            let (u, v) = (fabric.src[l], fabric.dst[l]);
+            // A sender that did not receive the chunk held it from the start.
+            let level = arrived[u];
+            level_of[t as usize][p as usize] = level;
+            if arrived[v] == 0 {
+                arrived[v] = level + 1;
+                touched.push(v);
+            }
+            levels = levels.max(level as usize + 1);
+            j += 1;
+        }
+        for v in touched.drain(..) {
+            arrived[v] = 0;
+        }
+        i = j;
+    }
+    let mut steps: Vec<Vec<(u32, u32)>> = vec![Vec::new(); levels];
+    for (t, sends) in schedule.steps.iter().enumerate() {
+        for (p, &send) in sends.iter().enumerate() {
+            steps[level_of[t][p] as usize].push(send);
+        }
+    }
+    build(fabric, coll, &steps, format!("{name}-greedy-levelled"))
+}

@@ -200,9 +200,13 @@ impl Engine for TreeEngine {
         }
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
-        let mut algorithms = vec![result.algorithm, result.listed];
-        // NCCL's rings as paths: shallower pipelines that the runtime may run faster than
-        // the packed trees; the caller simulates both.
+        // Of the two tree schedules, those not dominated in (steps, rounds per chunk).
+        let mut algorithms =
+            crate::synthesize::pareto_filter(vec![result.algorithm, result.listed]);
+        // NCCL's rings as paths, always kept: the cost model can rank them below the trees
+        // while the runtime runs them faster (shallow pipelines, one channel per ring), and
+        // they are the floor the default result must not fall below; the caller simulates
+        // every candidate.
         if let Some(ring) = rings::ring_algorithm(
             problem.topology,
             problem.index,
@@ -212,9 +216,8 @@ impl Engine for TreeEngine {
         )? {
             algorithms.push(ring);
         }
-        // Candidates dominated in (steps, rounds per chunk) are dropped before lowering.
         Ok(Found {
-            algorithms: crate::synthesize::pareto_filter(algorithms),
+            algorithms,
             complete,
             cuts: Vec::new(),
         })

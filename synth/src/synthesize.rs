@@ -204,20 +204,7 @@ impl<'a> Plan<'a> {
         } else {
             found
         };
-        match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
-            Ok(()) => {}
-            Err(CheckError::TimeLimit) => {
-                return Err(crate::engine::TimeLimitReached {
-                    phase: format!("checking {}", algorithm.name),
-                }
-                .into())
-            }
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("internal error: {} fails the checker", algorithm.name)
-                })
-            }
-        }
+        check_in_time(&algorithm, topology, deadline, "")?;
         if let Some(m) = extra_memory {
             check_memory(&algorithm, m)
                 .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -283,6 +270,26 @@ pub const CHECK_GRACE: Duration = Duration::from_secs(5);
 /// The deadline of one check: the search's, or [`CHECK_GRACE`] from now if that is later.
 fn checking_deadline(deadline: Instant) -> Instant {
     deadline.max(Instant::now() + CHECK_GRACE)
+}
+
+/// Checks `algorithm` with the independent checker until `deadline` (plus the checker's
+/// grace): a timeout names the phase, a rejection is an internal error naming the
+/// (`what`, e.g. "composed ") algorithm.
+fn check_in_time(
+    algorithm: &Algorithm,
+    topology: &Topology,
+    deadline: Instant,
+    what: &str,
+) -> Result<()> {
+    match check_before(algorithm, topology, Some(checking_deadline(deadline))) {
+        Ok(()) => Ok(()),
+        Err(CheckError::TimeLimit) => Err(crate::engine::TimeLimitReached {
+            phase: format!("checking {}", algorithm.name),
+        }
+        .into()),
+        Err(e) => Err(e)
+            .with_context(|| format!("internal error: {what}{} fails the checker", algorithm.name)),
+    }
 }
 
 /// Re-splits a C = 1 collective into C pieces.
@@ -541,23 +548,7 @@ fn compose(
         steps,
         piece_channels,
     };
-    match check_before(&algorithm, topology, Some(checking_deadline(deadline))) {
-        Ok(()) => {}
-        Err(CheckError::TimeLimit) => {
-            return Err(crate::engine::TimeLimitReached {
-                phase: format!("checking {}", algorithm.name),
-            }
-            .into())
-        }
-        Err(e) => {
-            return Err(e).with_context(|| {
-                format!(
-                    "internal error: composed {} fails the checker",
-                    algorithm.name
-                )
-            })
-        }
-    }
+    check_in_time(&algorithm, topology, deadline, "composed ")?;
     Ok(algorithm)
 }
 

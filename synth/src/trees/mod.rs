@@ -34,8 +34,9 @@ pub struct TreeResult {
     /// The algorithm: the fewest pieces per root whose rounding is within 0.1% of the best
     /// piece count tried (more pieces of the same trees simulate slower: more threadblocks).
     pub algorithm: Algorithm,
-    /// The same pieces and trees list-scheduled one round per step (more steps, fewer rounds).
-    pub listed: Algorithm,
+    /// The same pieces and trees list-scheduled one round per step (more steps, fewer
+    /// rounds); `None` when that schedule passes its step cap.
+    pub listed: Option<Algorithm>,
     /// The exact optimum rate (maximum flow).
     pub optimum_gbps: f64,
     /// The rate of the fractional packing.
@@ -109,7 +110,8 @@ pub fn synthesize_trees(
         schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
     let algorithm =
         schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
-    let listed = schedule::list_scheduled(
+    // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
+    let listed = match schedule::list_scheduled(
         topology,
         index,
         &packing,
@@ -117,7 +119,13 @@ pub fn synthesize_trees(
         chunks,
         &counts,
         MAX_LISTED_STEPS,
-    )?;
+    ) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            progress.message(&format!("no list-scheduled candidate: {e:#}"));
+            None
+        }
+    };
     Ok(TreeResult {
         algorithm,
         listed,
@@ -201,8 +209,12 @@ impl Engine for TreeEngine {
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
         // Of the two tree schedules, those not dominated in (steps, rounds per chunk).
-        let mut algorithms =
-            crate::synthesize::pareto_filter(vec![result.algorithm, result.listed]);
+        let mut algorithms = crate::synthesize::pareto_filter(
+            [result.algorithm]
+                .into_iter()
+                .chain(result.listed)
+                .collect(),
+        );
         // NCCL's rings as paths, always kept: the cost model can rank them below the trees
         // while the runtime runs them faster (shallow pipelines, one channel per ring), and
         // they are the floor the default result must not fall below; the caller simulates

@@ -258,60 +258,35 @@ pub fn algorithm(
     counts: &[Vec<usize>],
     per_tree: bool,
 ) -> Result<Algorithm> {
-    let Some(caps) = index.capacities.as_ref() else {
-        bail!(
-            "the bandwidths of `{}` have no common unit, so a k-synchronous schedule cannot be checked",
-            topology.name
-        );
-    };
-    let root = packing.roots[0].root;
-    let collective = Collective::new(kind, topology.ranks, root, chunks)?;
+    let caps = capacities(topology, index)?;
     let pipelined = kind == Kind::Broadcast;
     // Sends with the height of the subtree they feed, so each step can put the sends on the
     // longest remaining paths first.
     let mut steps: Vec<Vec<(usize, Send)>> = Vec::new();
-    for (r, rep) in packing.roots.iter().enumerate() {
-        let mut piece = 0;
-        for (t, ((tree, _), &count)) in rep.trees.iter().zip(&counts[r]).enumerate() {
-            if count == 0 {
-                continue;
+    // Depths and heights of the tree in use (copies come grouped by tree).
+    let (mut at, mut depth, mut height) = (None, Vec::new(), Vec::new());
+    for copy in copies(packing, kind, chunks, counts, per_tree) {
+        let tree = &packing.roots[copy.root].trees[copy.tree].0;
+        if at != Some((copy.root, copy.tree)) {
+            depth = depths(tree);
+            height = heights(tree, &depth);
+            at = Some((copy.root, copy.tree));
+        }
+        let g = &packing.group.elements[copy.element];
+        for (v, p) in tree.iter().enumerate() {
+            let Some(p) = *p else { continue };
+            let step = depth[v] - 1 + if pipelined { copy.offset } else { 0 };
+            if steps.len() <= step {
+                steps.resize_with(step + 1, Vec::new);
             }
-            let depth = depths(tree);
-            let height = heights(tree, &depth);
-            for in_tree in 0..count {
-                let offset = if per_tree { in_tree } else { piece };
-                // Per-tree pieces are numbered round-robin over the trees, so piece k follows
-                // tree k mod trees (and runs on that channel when lowered with as many).
-                let id = if per_tree {
-                    in_tree * rep.trees.len() + t
-                } else {
-                    piece
-                };
-                for g in &packing.group.elements {
-                    let owner = g[rep.root] as usize;
-                    let chunk = if kind == Kind::Broadcast {
-                        id
-                    } else {
-                        owner * chunks + id
-                    };
-                    for (v, p) in tree.iter().enumerate() {
-                        let Some(p) = *p else { continue };
-                        let step = depth[v] - 1 + if pipelined { offset } else { 0 };
-                        if steps.len() <= step {
-                            steps.resize_with(step + 1, Vec::new);
-                        }
-                        steps[step].push((
-                            height[v],
-                            Send {
-                                chunk,
-                                src: g[p] as usize,
-                                dst: g[v] as usize,
-                            },
-                        ));
-                    }
-                }
-                piece += 1;
-            }
+            steps[step].push((
+                height[v],
+                Send {
+                    chunk: copy.chunk,
+                    src: g[p] as usize,
+                    dst: g[v] as usize,
+                },
+            ));
         }
     }
     let steps: Vec<Step> = steps
@@ -326,10 +301,79 @@ pub fn algorithm(
             sends,
         })
         .collect();
+    finish(topology, packing, kind, chunks, "trees", steps)
+}
+
+/// The capacities of `topology` in one common unit, which a k-synchronous schedule needs.
+fn capacities<'i>(
+    topology: &Topology,
+    index: &'i TopologyIndex,
+) -> Result<&'i crate::topology::Capacities> {
+    match index.capacities.as_ref() {
+        Some(caps) => Ok(caps),
+        None => bail!(
+            "the bandwidths of `{}` have no common unit, so a k-synchronous schedule cannot be checked",
+            topology.name
+        ),
+    }
+}
+
+/// Every piece's copy of its tree, in order of representative root, tree, piece and group
+/// element, with its chunk id: pieces are numbered across a root's trees, or with
+/// `per_tree` round-robin over them (piece k follows tree k mod trees, and runs on that
+/// channel when lowered with as many).
+fn copies(
+    packing: &Packing,
+    kind: Kind,
+    chunks: usize,
+    counts: &[Vec<usize>],
+    per_tree: bool,
+) -> Vec<Copy> {
+    let mut copies = Vec::new();
+    for (r, rep) in packing.roots.iter().enumerate() {
+        let mut piece = 0;
+        for (t, &count) in counts[r].iter().enumerate() {
+            for in_tree in 0..count {
+                let (id, offset) = if per_tree {
+                    (in_tree * rep.trees.len() + t, in_tree)
+                } else {
+                    (piece, piece)
+                };
+                for (e, g) in packing.group.elements.iter().enumerate() {
+                    let chunk = if kind == Kind::Broadcast {
+                        id
+                    } else {
+                        g[rep.root] as usize * chunks + id
+                    };
+                    copies.push(Copy {
+                        chunk,
+                        root: r,
+                        tree: t,
+                        element: e,
+                        offset,
+                    });
+                }
+                piece += 1;
+            }
+        }
+    }
+    copies
+}
+
+/// The algorithm of `steps` for `packing`'s collective, named after the schedule (`label`).
+fn finish(
+    topology: &Topology,
+    packing: &Packing,
+    kind: Kind,
+    chunks: usize,
+    label: &str,
+    steps: Vec<Step>,
+) -> Result<Algorithm> {
+    let collective = Collective::new(kind, topology.ranks, packing.roots[0].root, chunks)?;
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
     Ok(Algorithm {
         name: format!(
-            "{}-{}-trees-s{}-r{}-c{}",
+            "{}-{}-{label}-s{}-r{}-c{}",
             kind,
             topology.name.replace([':', '/'], "_"),
             steps.len(),
@@ -372,12 +416,14 @@ fn rounds_needed(
 type Shape = (Vec<Vec<usize>>, Vec<usize>);
 
 /// One copy of a representative's tree that a piece travels: the piece's chunk, the
-/// representative root and tree it follows, and the group element that maps it.
+/// representative root and tree it follows, the group element that maps it, and (for a
+/// pipelined broadcast) the step at which it enters its tree.
 struct Copy {
     chunk: usize,
     root: usize,
     tree: usize,
     element: usize,
+    offset: usize,
 }
 
 /// A send waiting for its link: copy `copy` crosses the edge into the representative tree's
@@ -404,14 +450,7 @@ pub fn list_scheduled(
     counts: &[Vec<usize>],
     max_steps: usize,
 ) -> Result<Algorithm> {
-    let Some(caps) = index.capacities.as_ref() else {
-        bail!(
-            "the bandwidths of `{}` have no common unit, so a k-synchronous schedule cannot be checked",
-            topology.name
-        );
-    };
-    let root = packing.roots[0].root;
-    let collective = Collective::new(kind, topology.ranks, root, chunks)?;
+    let caps = capacities(topology, index)?;
     // Children and heights of every representative tree.
     let shapes: Vec<Vec<Shape>> = packing
         .roots
@@ -432,37 +471,21 @@ pub fn list_scheduled(
                 .collect()
         })
         .collect();
-    let mut copies = Vec::new();
-    let mut ready = Vec::new();
-    for (r, rep) in packing.roots.iter().enumerate() {
-        let mut piece = 0;
-        for (t, &count) in counts[r].iter().enumerate() {
-            for _ in 0..count {
-                for (e, g) in packing.group.elements.iter().enumerate() {
-                    let owner = g[rep.root] as usize;
-                    let chunk = if kind == Kind::Broadcast {
-                        piece
-                    } else {
-                        owner * chunks + piece
-                    };
-                    for &v in &shapes[r][t].0[rep.root] {
-                        ready.push(Pending {
-                            copy: copies.len(),
-                            vertex: v,
-                            since: 0,
-                        });
-                    }
-                    copies.push(Copy {
-                        chunk,
-                        root: r,
-                        tree: t,
-                        element: e,
-                    });
-                }
-                piece += 1;
-            }
-        }
-    }
+    let copies = copies(packing, kind, chunks, counts, false);
+    let mut ready: Vec<Pending> = copies
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let root = packing.roots[c.root].root;
+            shapes[c.root][c.tree].0[root]
+                .iter()
+                .map(move |&v| Pending {
+                    copy: i,
+                    vertex: v,
+                    since: 0,
+                })
+        })
+        .collect();
     let mut link_load = vec![0u32; topology.links.len()];
     let mut switch_load = vec![0u32; topology.switches.len()];
     let mut steps: Vec<Step> = Vec::new();
@@ -535,19 +558,5 @@ pub fn list_scheduled(
         ready = waiting;
         ready.extend(arrived);
     }
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    Ok(Algorithm {
-        name: format!(
-            "{}-{}-listed-s{}-r{}-c{}",
-            kind,
-            topology.name.replace([':', '/'], "_"),
-            steps.len(),
-            rounds,
-            chunks
-        ),
-        topology: topology.name.clone(),
-        collective,
-        steps,
-        piece_channels: None,
-    })
+    finish(topology, packing, kind, chunks, "listed", steps)
 }

@@ -11,7 +11,8 @@
 
 use crate::ir::{Buffer, Connection, Op, Program, Slot, Step, StepRef, Threadblock};
 use crate::semantics::{Contribution, Region, Semantics};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
 /// Messages a connection holds before a send blocks, in the verifier's model and by default in
@@ -213,7 +214,7 @@ pub fn verify_with(p: &Program, opts: &VerifyOptions) -> Result<(), VerifyError>
         check_size(p, &sem)?;
         let mut exec = Execution::run(p, sem, opts.fifo_depth.max(1))?;
         exec.check_races()?;
-        if let Some(e) = exec.deferred.take() {
+        if let Some((_, e)) = exec.deferred.take() {
             return Err(e);
         }
         exec.check_postcondition()?;
@@ -229,44 +230,22 @@ pub fn chunk_slots(p: &Program, sem: &Semantics) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
-/// Rejects a program whose symbolic execution would need more than [`MAX_VERIFY_BYTES`]: about
-/// 48 bytes per buffer slot plus the vector clocks (4 bytes an entry): with full clocks, one
-/// per threadblock and per dependency target, as wide as the program's threadblocks; with
-/// rank-local clocks (over [`FULL_CLOCK_THREADBLOCKS`]), one per threadblock and per step, as
-/// wide as the rank's threadblocks.
+/// Bytes the symbolic execution keeps per buffer slot: its content (an id into the
+/// arena of contents) and its access history (last write, two reads).
+const SLOT_BYTES: u64 = 28;
+
+/// Rejects a program whose symbolic execution would need more than [`MAX_VERIFY_BYTES`]
+/// before anything is allocated: [`SLOT_BYTES`] per buffer slot, 4 bytes per step (its
+/// clock snapshot's id) and each threadblock's current vector clock (4 bytes an entry):
+/// with full clocks as wide as the program's threadblocks, with rank-local clocks (over
+/// [`FULL_CLOCK_THREADBLOCKS`]) as wide as the rank's. What grows during the run (clock
+/// snapshots of dependency targets, reduced contents) is counted against the same limit as
+/// it is made.
 fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
-    let slots = chunk_slots(p, sem);
-    let tbs = p
-        .gpus
-        .iter()
-        .map(|g| g.threadblocks.len() as u64)
-        .sum::<u64>();
-    let clocks = if tbs as usize > FULL_CLOCK_THREADBLOCKS {
-        p.gpus
-            .iter()
-            .map(|g| {
-                let n = g.threadblocks.len() as u64;
-                let steps: u64 = g.threadblocks.iter().map(|t| t.steps.len() as u64).sum();
-                n.saturating_mul(n.saturating_add(steps)).saturating_mul(4)
-            })
-            .fold(0u64, u64::saturating_add)
-    } else {
-        let targets: std::collections::HashSet<(usize, usize, usize)> = p
-            .gpus
-            .iter()
-            .flat_map(|g| {
-                g.threadblocks.iter().flat_map(move |t| {
-                    t.steps
-                        .iter()
-                        .flat_map(move |st| st.deps.iter().map(move |d| (g.rank, d.tb, d.step)))
-                })
-            })
-            .collect();
-        tbs.saturating_mul(tbs.saturating_add(targets.len() as u64))
-            .saturating_mul(4)
-    };
-    let bytes = slots.saturating_mul(48).saturating_add(clocks);
+    let bytes = static_bytes(p, sem);
     if bytes > MAX_VERIFY_BYTES {
+        let slots = chunk_slots(p, sem);
+        let tbs: usize = p.gpus.iter().map(|g| g.threadblocks.len()).sum();
         return Err(VerifyError::Malformed(format!(
             "too large to verify: {slots} buffer chunks and {tbs} threadblocks need about {} MiB (limit {} MiB)",
             bytes >> 20,
@@ -274,6 +253,29 @@ fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
         )));
     }
     Ok(())
+}
+
+/// The memory the symbolic execution allocates up front (see [`check_size`]), saturating.
+fn static_bytes(p: &Program, sem: &Semantics) -> u64 {
+    let slots = chunk_slots(p, sem);
+    let tbs = p
+        .gpus
+        .iter()
+        .map(|g| g.threadblocks.len() as u64)
+        .sum::<u64>();
+    let steps = p.step_count() as u64;
+    let clocks = if tbs as usize > FULL_CLOCK_THREADBLOCKS {
+        p.gpus
+            .iter()
+            .map(|g| (g.threadblocks.len() as u64).saturating_pow(2))
+            .fold(0u64, u64::saturating_add)
+    } else {
+        tbs.saturating_mul(tbs)
+    };
+    slots
+        .saturating_mul(SLOT_BYTES)
+        .saturating_add(steps.saturating_mul(4))
+        .saturating_add(clocks.saturating_mul(4))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -437,25 +439,69 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
 // ---------------------------------------------------------------------------------------
 // Symbolic execution
 
-/// Sorted multiset of contributions; `None` = undefined data.
-type Content = Option<Vec<Contribution>>;
-
 /// Above this many threadblocks in a program, vector clocks cover each rank's own
-/// threadblocks only (full clocks per dependency would need steps × threadblocks memory).
+/// threadblocks only (full clocks over every threadblock would need threadblocks² memory).
 pub const FULL_CLOCK_THREADBLOCKS: usize = 4096;
 
+/// A slot's content: an id into [`Execution::contents`], or [`UNDEFINED`].
+type ContentId = u32;
+
+/// The content of a slot nothing has written.
+const UNDEFINED: ContentId = u32::MAX;
+
+/// An access to a slot, packed: threadblock in the high half, step in the low half.
+type Access = u64;
+
+/// No access.
+const NO_ACCESS: Access = u64::MAX;
+
+fn access(tb: usize, step: usize) -> Access {
+    ((tb as u64) << 32) | step as u64
+}
+
+fn access_tb(a: Access) -> usize {
+    (a >> 32) as usize
+}
+
+fn access_step(a: Access) -> usize {
+    (a & 0xffff_ffff) as usize
+}
+
+/// Marks a step that no dependency names (it needs no clock snapshot).
+const NOT_TARGET: u32 = u32::MAX;
+
+/// Marks a dependency target not executed yet.
+const PENDING: u32 = u32::MAX - 1;
+
+/// What one slot has seen since its last write, for the race check: the last write and the
+/// reads after it that are not ordered behind each other (two inline, more in an overflow
+/// map).
+#[derive(Clone, Copy)]
+struct History {
+    write: Access,
+    reads: [Access; 2],
+}
+
+impl History {
+    const EMPTY: History = History {
+        write: NO_ACCESS,
+        reads: [NO_ACCESS; 2],
+    };
+}
+
+/// A message in a connection: its data (content ids) waits in the connection's `data`.
 struct Message {
     from: StepRef,
     count: usize,
-    data: Vec<Vec<Contribution>>,
+    /// The sender's full vector clock (empty with rank-local clocks).
     clock: Vec<u32>,
 }
 
-#[derive(Clone, Copy)]
-struct Access {
-    tb: usize,
-    step: usize,
-    write: bool,
+/// One connection's FIFO.
+#[derive(Default)]
+struct Fifo {
+    messages: VecDeque<Message>,
+    data: VecDeque<ContentId>,
 }
 
 /// What blocks a threadblock's next step.
@@ -465,6 +511,12 @@ enum Blocked {
     Full(Connection),
 }
 
+/// The state of a symbolic execution. Memory is kept proportional to the program: a slot
+/// holds a 4-byte content id (contents are shared in an arena, so a copy or a send moves an
+/// id, not a list), races are checked as each access happens against the slot's last write
+/// and the reads since (vector clocks make that equal to comparing every pair), and clocks
+/// are stored only for dependency targets, shared while a threadblock's clock has not
+/// changed but for its own steps.
 struct Execution<'a> {
     p: &'a Program,
     sem: Semantics,
@@ -480,21 +532,41 @@ struct Execution<'a> {
     local: bool,
     /// Current clock per threadblock, per rank.
     clock: Vec<Vec<Vec<u32>>>,
-    /// Clock after each step, per rank, tb, restricted to the rank's own threadblocks (all
-    /// that race checks compare): full clocks per step would take steps × threadblocks.
-    step_clock: Vec<Vec<Vec<Vec<u32>>>>,
-    /// Full clock after each step that another step depends on.
-    dep_clock: HashMap<(usize, usize, usize), Vec<u32>>,
-    /// Steps that are dependency targets.
-    dep_targets: std::collections::HashSet<(usize, usize, usize)>,
-    /// Memory: rank → region → chunk → content.
-    mem: Vec<[Vec<Content>; 3]>,
-    fifos: BTreeMap<Connection, VecDeque<Message>>,
-    /// Accesses per rank, region, chunk.
-    accesses: Vec<[Vec<Vec<Access>>; 3]>,
-    /// First data error (undefined read, double count), reported after the race check
-    /// because a race can be its cause.
-    deferred: Option<VerifyError>,
+    /// Whether a threadblock's clock changed, but for its own entry, since its last snapshot.
+    changed: Vec<Vec<bool>>,
+    /// Each threadblock's last snapshot.
+    last_snapshot: Vec<Vec<Option<u32>>>,
+    /// Index of each threadblock's first step in `snapshot_of`, per rank.
+    step_base: Vec<Vec<usize>>,
+    /// Per step: [`NOT_TARGET`], [`PENDING`], or the snapshot of the clock after it.
+    snapshot_of: Vec<u32>,
+    /// Clock snapshots; a snapshot may serve several steps of one threadblock, whose own
+    /// entry is then raised to the step when it is joined.
+    snapshots: Vec<Vec<u32>>,
+    /// Send and receive connection of each threadblock, per rank.
+    send_conn: Vec<Vec<Option<usize>>>,
+    recv_conn: Vec<Vec<Option<usize>>>,
+    /// The connections, by id.
+    connections: Vec<Connection>,
+    fifos: Vec<Fifo>,
+    /// Memory: rank → region → chunk → content id.
+    mem: Vec<[Vec<ContentId>; 3]>,
+    /// The arena of contents: sorted multisets of contributions.
+    contents: Vec<Box<[Contribution]>>,
+    /// Access histories: rank → region → chunk.
+    history: Vec<[Vec<History>; 3]>,
+    /// Reads beyond a history's two, by (rank, region, chunk).
+    more_reads: FxHashMap<(usize, usize, usize), Vec<Access>>,
+    /// Bytes allocated so far (checked against [`MAX_VERIFY_BYTES`]).
+    bytes: u64,
+    /// The race on the first slot (by rank, region, chunk) found to have one.
+    race: Option<((usize, usize, usize), VerifyError)>,
+    /// First data error (undefined read, double count) by step position, reported after the
+    /// race check because a race can be its cause.
+    deferred: Option<(StepRef, VerifyError)>,
+    /// Scratch buffers of one step, kept to avoid allocating per step.
+    src_buf: Vec<ContentId>,
+    recv_buf: Vec<ContentId>,
 }
 
 impl<'a> Execution<'a> {
@@ -506,29 +578,80 @@ impl<'a> Execution<'a> {
     }
 
     fn new(p: &'a Program, sem: Semantics, depth: usize) -> Result<Execution<'a>, VerifyError> {
+        let total: usize = p.gpus.iter().map(|g| g.threadblocks.len()).sum();
+        let local = total > FULL_CLOCK_THREADBLOCKS;
         let mut next = 0;
         let tb_index: Vec<Vec<usize>> = p
             .gpus
             .iter()
             .map(|g| {
                 (0..g.threadblocks.len())
-                    .map(|_| {
+                    .map(|i| {
                         next += 1;
-                        next - 1
+                        if local {
+                            i
+                        } else {
+                            next - 1
+                        }
                     })
                     .collect()
             })
             .collect();
-        let total = next;
-        let local = total > FULL_CLOCK_THREADBLOCKS;
-        let tb_index: Vec<Vec<usize>> = if local {
-            p.gpus
-                .iter()
-                .map(|g| (0..g.threadblocks.len()).collect())
-                .collect()
-        } else {
-            tb_index
+        let mut steps = 0;
+        let step_base: Vec<Vec<usize>> = p
+            .gpus
+            .iter()
+            .map(|g| {
+                g.threadblocks
+                    .iter()
+                    .map(|tb| {
+                        steps += tb.steps.len();
+                        steps - tb.steps.len()
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut snapshot_of = vec![NOT_TARGET; steps];
+        for g in &p.gpus {
+            for tb in &g.threadblocks {
+                for d in tb.steps.iter().flat_map(|s| &s.deps) {
+                    snapshot_of[step_base[g.rank][d.tb] + d.step] = PENDING;
+                }
+            }
+        }
+        // Connections by id, and each threadblock's.
+        let mut ids: FxHashMap<Connection, usize> = FxHashMap::default();
+        let mut connections = Vec::new();
+        let mut id_of = |c: Connection| {
+            *ids.entry(c).or_insert_with(|| {
+                connections.push(c);
+                connections.len() - 1
+            })
         };
+        let mut send_conn = Vec::with_capacity(p.gpus.len());
+        let mut recv_conn = Vec::with_capacity(p.gpus.len());
+        for g in &p.gpus {
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            for tb in &g.threadblocks {
+                sends.push(tb.send.map(|peer| {
+                    id_of(Connection {
+                        sender: g.rank,
+                        receiver: peer,
+                        channel: tb.channel,
+                    })
+                }));
+                recvs.push(tb.recv.map(|peer| {
+                    id_of(Connection {
+                        sender: peer,
+                        receiver: g.rank,
+                        channel: tb.channel,
+                    })
+                }));
+            }
+            send_conn.push(sends);
+            recv_conn.push(recvs);
+        }
+        let fifos = (0..connections.len()).map(|_| Fifo::default()).collect();
         let mode = Mode::from_inplace(sem.inplace);
         let mut ex = Execution {
             p,
@@ -548,51 +671,75 @@ impl<'a> Execution<'a> {
                     vec![vec![0; width]; g.threadblocks.len()]
                 })
                 .collect(),
+            changed: p
+                .gpus
+                .iter()
+                .map(|g| vec![false; g.threadblocks.len()])
+                .collect(),
+            last_snapshot: p
+                .gpus
+                .iter()
+                .map(|g| vec![None; g.threadblocks.len()])
+                .collect(),
             local,
-            step_clock: p
-                .gpus
-                .iter()
-                .map(|g| {
-                    g.threadblocks
-                        .iter()
-                        .map(|tb| Vec::with_capacity(tb.steps.len()))
-                        .collect()
-                })
-                .collect(),
-            dep_clock: HashMap::new(),
-            dep_targets: p
-                .gpus
-                .iter()
-                .flat_map(|g| {
-                    g.threadblocks.iter().flat_map(move |tb| {
-                        tb.steps
-                            .iter()
-                            .flat_map(move |st| st.deps.iter().map(move |d| (g.rank, d.tb, d.step)))
-                    })
-                })
-                .collect(),
             tb_index,
-            mem: Vec::new(),
-            fifos: BTreeMap::new(),
-            accesses: Vec::new(),
+            step_base,
+            snapshot_of,
+            snapshots: Vec::new(),
+            send_conn,
+            recv_conn,
+            connections,
+            fifos,
+            mem: Vec::with_capacity(p.gpus.len()),
+            contents: Vec::new(),
+            history: Vec::with_capacity(p.gpus.len()),
+            more_reads: FxHashMap::default(),
+            bytes: static_bytes(p, &sem),
+            race: None,
             deferred: None,
+            src_buf: Vec::new(),
+            recv_buf: Vec::new(),
         };
         for g in &p.gpus {
             let size = |r: Region| sem.region_chunks(r).unwrap_or(g.scratch_chunks);
-            let mem: [Vec<Content>; 3] = Region::ALL.map(|r| vec![None; size(r)]);
-            let acc: [Vec<Vec<Access>>; 3] = Region::ALL.map(|r| vec![Vec::new(); size(r)]);
-            ex.mem.push(mem);
-            ex.accesses.push(acc);
+            ex.mem.push(Region::ALL.map(|r| vec![UNDEFINED; size(r)]));
+            ex.history
+                .push(Region::ALL.map(|r| vec![History::EMPTY; size(r)]));
             let input = sem.extent(Buffer::Input).unwrap_or(0);
             for k in 0..input {
                 let (region, idx) = sem
                     .resolve(g.rank, Buffer::Input, k)
                     .expect("inside extent");
-                ex.mem[g.rank][region.index()][idx] = Some(vec![sem.initial_input(g.rank, k)]);
+                let id = ex.intern(vec![sem.initial_input(g.rank, k)])?;
+                ex.mem[g.rank][region.index()][idx] = id;
             }
         }
         ex.check_resolution()?;
         Ok(ex)
+    }
+
+    /// Adds a content to the arena (counted against the memory limit).
+    fn intern(&mut self, content: Vec<Contribution>) -> Result<ContentId, VerifyError> {
+        self.grow(16 + 16 * content.len() as u64)?;
+        if self.contents.len() >= UNDEFINED as usize {
+            return Err(VerifyError::Malformed(
+                "too large to verify: more than 2^32 distinct buffer contents".into(),
+            ));
+        }
+        self.contents.push(content.into_boxed_slice());
+        Ok((self.contents.len() - 1) as ContentId)
+    }
+
+    /// Counts `bytes` more against [`MAX_VERIFY_BYTES`].
+    fn grow(&mut self, bytes: u64) -> Result<(), VerifyError> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MAX_VERIFY_BYTES {
+            return Err(VerifyError::Malformed(format!(
+                "too large to verify: the symbolic execution needs more than {} MiB (its clocks and contents)",
+                MAX_VERIFY_BYTES >> 20
+            )));
+        }
+        Ok(())
     }
 
     /// Every used slot must resolve inside this mode's memory, and src/dst of one step must
@@ -648,19 +795,77 @@ impl<'a> Execution<'a> {
         Ok((region, start))
     }
 
+    /// Runs every threadblock as far as it goes. A threadblock is looked at again only when
+    /// something it may wait for happened (a step of a threadblock it depends on, a message
+    /// on its receive connection, room on its send connection), so a large program costs
+    /// about one look per step.
     fn execute(&mut self) -> Result<(), VerifyError> {
-        loop {
-            let mut progressed = false;
-            for rank in 0..self.p.ngpus {
-                for tb in 0..self.pc[rank].len() {
-                    while self.blocker(rank, tb).is_none() && !self.finished(rank, tb) {
-                        self.step(rank, tb)?;
-                        progressed = true;
+        // Threadblocks of the same rank whose steps depend on each threadblock.
+        let dependents: Vec<Vec<Vec<usize>>> = self
+            .p
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut on: Vec<Vec<usize>> = vec![Vec::new(); g.threadblocks.len()];
+                for (tbi, tb) in g.threadblocks.iter().enumerate() {
+                    for d in tb.steps.iter().flat_map(|s| &s.deps) {
+                        if let Some(list) = on.get_mut(d.tb) {
+                            if list.last() != Some(&tbi) {
+                                list.push(tbi);
+                            }
+                        }
                     }
                 }
+                on
+            })
+            .collect();
+        // The threadblock at each end of every connection.
+        let mut sender_of = vec![None; self.connections.len()];
+        let mut receiver_of = vec![None; self.connections.len()];
+        for (rank, tbs) in self.send_conn.iter().enumerate() {
+            for (tb, c) in tbs.iter().enumerate() {
+                if let Some(c) = *c {
+                    sender_of[c].get_or_insert((rank, tb));
+                }
+            }
+        }
+        for (rank, tbs) in self.recv_conn.iter().enumerate() {
+            for (tb, c) in tbs.iter().enumerate() {
+                if let Some(c) = *c {
+                    receiver_of[c].get_or_insert((rank, tb));
+                }
+            }
+        }
+        let mut queue: VecDeque<(usize, usize)> = VecDeque::new();
+        let mut queued: Vec<Vec<bool>> = Vec::with_capacity(self.p.gpus.len());
+        for g in &self.p.gpus {
+            queue.extend((0..g.threadblocks.len()).map(|tb| (g.rank, tb)));
+            queued.push(vec![true; g.threadblocks.len()]);
+        }
+        while let Some((rank, tb)) = queue.pop_front() {
+            queued[rank][tb] = false;
+            let mut progressed = false;
+            while !self.finished(rank, tb) && self.blocker(rank, tb).is_none() {
+                self.step(rank, tb)?;
+                progressed = true;
             }
             if !progressed {
-                break;
+                continue;
+            }
+            let mut wake = |r: usize, t: usize| {
+                if !queued[r][t] {
+                    queued[r][t] = true;
+                    queue.push_back((r, t));
+                }
+            };
+            for &t in &dependents[rank][tb] {
+                wake(rank, t);
+            }
+            if let Some((r, t)) = self.send_conn[rank][tb].and_then(|c| receiver_of[c]) {
+                wake(r, t);
+            }
+            if let Some((r, t)) = self.recv_conn[rank][tb].and_then(|c| sender_of[c]) {
+                wake(r, t);
             }
         }
         let waits = self.stuck();
@@ -678,22 +883,6 @@ impl<'a> Execution<'a> {
         self.pc[rank][tb] >= self.p.gpus[rank].threadblocks[tb].steps.len()
     }
 
-    fn send_conn(&self, rank: usize, tb: &Threadblock) -> Option<Connection> {
-        tb.send.map(|peer| Connection {
-            sender: rank,
-            receiver: peer,
-            channel: tb.channel,
-        })
-    }
-
-    fn recv_conn(&self, rank: usize, tb: &Threadblock) -> Option<Connection> {
-        tb.recv.map(|peer| Connection {
-            sender: peer,
-            receiver: rank,
-            channel: tb.channel,
-        })
-    }
-
     /// Why the next step of a threadblock cannot run now (None if it can, or it is done).
     fn blocker(&self, rank: usize, tbi: usize) -> Option<Blocked> {
         let tb = &self.p.gpus[rank].threadblocks[tbi];
@@ -702,15 +891,15 @@ impl<'a> Execution<'a> {
             return Some(Blocked::Dep(d.tb, d.step));
         }
         if step.op.receives() {
-            let conn = self.recv_conn(rank, tb).expect("checked structurally");
-            if self.fifos.get(&conn).is_none_or(|q| q.is_empty()) {
-                return Some(Blocked::Empty(conn));
+            let c = self.recv_conn[rank][tbi].expect("checked structurally");
+            if self.fifos[c].messages.is_empty() {
+                return Some(Blocked::Empty(self.connections[c]));
             }
         }
         if step.op.sends() {
-            let conn = self.send_conn(rank, tb).expect("checked structurally");
-            if self.fifos.get(&conn).is_some_and(|q| q.len() >= self.depth) {
-                return Some(Blocked::Full(conn));
+            let c = self.send_conn[rank][tbi].expect("checked structurally");
+            if self.fifos[c].messages.len() >= self.depth {
+                return Some(Blocked::Full(self.connections[c]));
             }
         }
         None
@@ -742,6 +931,20 @@ impl<'a> Execution<'a> {
         waits
     }
 
+    /// Joins the clock after step `step` of threadblock `tb` of `rank` into `clock`; true if
+    /// that raised an entry.
+    fn join_step(&self, clock: &mut [u32], rank: usize, tb: usize, step: usize) -> bool {
+        let id = self.snapshot_of[self.step_base[rank][tb] + step];
+        debug_assert!(id < PENDING, "a dependency target runs before its dependents");
+        let mut raised = join(clock, &self.snapshots[id as usize]);
+        let own = &mut clock[self.tb_index[rank][tb]];
+        if *own < step as u32 + 1 {
+            *own = step as u32 + 1;
+            raised = true;
+        }
+        raised
+    }
+
     /// Executes the next step of a threadblock (it must be runnable).
     fn step(&mut self, rank: usize, tbi: usize) -> Result<(), VerifyError> {
         let p = self.p;
@@ -753,125 +956,224 @@ impl<'a> Execution<'a> {
             tb: tbi,
             step: si,
         };
-        let mut clock = self.clock[rank][tbi].clone();
+        let mut clock = std::mem::take(&mut self.clock[rank][tbi]);
+        let mut raised = false;
         for d in &step.deps {
-            if self.local {
-                join(&mut clock, &self.step_clock[rank][d.tb][d.step]);
-            } else {
-                join(&mut clock, &self.dep_clock[&(rank, d.tb, d.step)]);
-            }
+            raised |= self.join_step(&mut clock, rank, d.tb, d.step);
         }
-        let received = if step.op.receives() {
-            let conn = self.recv_conn(rank, tb).expect("checked");
-            let msg = self
-                .fifos
-                .get_mut(&conn)
-                .and_then(|q| q.pop_front())
-                .expect("runnable");
+        let mut received = std::mem::take(&mut self.recv_buf);
+        received.clear();
+        if step.op.receives() {
+            let c = self.recv_conn[rank][tbi].expect("checked");
+            let fifo = &mut self.fifos[c];
+            let msg = fifo.messages.pop_front().expect("runnable");
             if msg.count != step.count {
                 return Err(VerifyError::CountMismatch {
                     mode: self.mode,
-                    conn,
+                    conn: self.connections[c],
                     send: msg.from,
                     send_count: msg.count,
                     recv: at,
                     recv_count: step.count,
                 });
             }
+            received.extend(fifo.data.drain(..msg.count));
             if !self.local {
-                join(&mut clock, &msg.clock);
+                raised |= join(&mut clock, &msg.clock);
             }
-            Some(msg.data)
-        } else {
-            None
-        };
+        }
         clock[self.tb_index[rank][tbi]] += 1;
-        let outgoing = self.apply(at, step, received)?;
+        self.changed[rank][tbi] |= raised;
+        self.clock[rank][tbi] = clock;
+        let outgoing = self.apply(at, step, &received)?;
+        self.recv_buf = received;
         if let Some(data) = outgoing {
-            let conn = self.send_conn(rank, tb).expect("checked");
-            let msg = Message {
+            let c = self.send_conn[rank][tbi].expect("checked");
+            let clock = if self.local {
+                Vec::new()
+            } else {
+                self.clock[rank][tbi].clone()
+            };
+            let fifo = &mut self.fifos[c];
+            fifo.data.extend(data.iter().copied());
+            fifo.messages.push_back(Message {
                 from: at,
                 count: step.count,
-                data,
-                clock: if self.local {
-                    Vec::new()
-                } else {
-                    clock.clone()
-                },
+                clock,
+            });
+            self.src_buf = data;
+        }
+        let g = self.step_base[rank][tbi] + si;
+        if self.snapshot_of[g] != NOT_TARGET {
+            let id = match self.last_snapshot[rank][tbi] {
+                Some(id) if !self.changed[rank][tbi] => id,
+                _ => {
+                    let width = self.clock[rank][tbi].len() as u64;
+                    self.grow(4 * width + 24)?;
+                    self.snapshots.push(self.clock[rank][tbi].clone());
+                    self.changed[rank][tbi] = false;
+                    (self.snapshots.len() - 1) as u32
+                }
             };
-            self.fifos.entry(conn).or_default().push_back(msg);
+            self.last_snapshot[rank][tbi] = Some(id);
+            self.snapshot_of[g] = id;
         }
-        let base = self.tb_index[rank][0];
-        let own = p.gpus[rank].threadblocks.len();
-        self.step_clock[rank][tbi].push(clock[base..base + own].to_vec());
-        if !self.local && self.dep_targets.contains(&(rank, tbi, si)) {
-            self.dep_clock.insert((rank, tbi, si), clock.clone());
-        }
-        self.clock[rank][tbi] = clock;
         self.pc[rank][tbi] += 1;
         Ok(())
     }
 
-    /// The data effect of one step; returns what it sends.
+    /// The data effect of one step; returns what it sends (in `src_buf`'s allocation).
     fn apply(
         &mut self,
         at: StepRef,
         step: &Step,
-        received: Option<Vec<Vec<Contribution>>>,
-    ) -> Result<Option<Vec<Vec<Contribution>>>, VerifyError> {
-        let src = if step.op.reads_src() {
-            Some(self.read(at, step.src, step.count)?)
-        } else {
-            None
-        };
-        let combined = match (step.op, received, src) {
-            (Op::Nop, _, _) => return Ok(None),
-            (Op::Send, _, Some(src)) => return Ok(Some(src)),
-            (Op::Recv | Op::RecvCopySend, Some(x), _) => x,
-            (Op::Copy, _, Some(src)) => src,
-            (
-                Op::RecvReduceSend | Op::RecvReduceCopy | Op::RecvReduceCopySend,
-                Some(x),
-                Some(src),
-            ) => self.reduce(at, step.dst, x, src)?,
-            (Op::Reduce, _, Some(src)) => {
-                let old = self.read(at, step.dst, step.count)?;
-                self.reduce(at, step.dst, old, src)?
+        received: &[ContentId],
+    ) -> Result<Option<Vec<ContentId>>, VerifyError> {
+        let mut src = std::mem::take(&mut self.src_buf);
+        src.clear();
+        if step.op.reads_src() {
+            self.read(at, step.src, step.count, &mut src)?;
+        }
+        let combined = match step.op {
+            Op::Nop => {
+                self.src_buf = src;
+                return Ok(None);
             }
-            _ => unreachable!("op fields are consistent"),
+            Op::Send => return Ok(Some(src)),
+            Op::Recv | Op::RecvCopySend => {
+                src.clear();
+                src.extend_from_slice(received);
+                src
+            }
+            Op::Copy => src,
+            Op::RecvReduceSend | Op::RecvReduceCopy | Op::RecvReduceCopySend => {
+                self.reduce(at, step.dst, received, &mut src)?;
+                src
+            }
+            Op::Reduce => {
+                let mut old = Vec::with_capacity(step.count);
+                self.read(at, step.dst, step.count, &mut old)?;
+                self.reduce(at, step.dst, &old, &mut src)?;
+                src
+            }
         };
         if step.op.writes_dst() {
             self.write(at, step.dst, &combined);
         }
-        Ok(step.op.sends().then_some(combined))
+        if step.op.sends() {
+            Ok(Some(combined))
+        } else {
+            self.src_buf = combined;
+            Ok(None)
+        }
     }
 
-    /// Combines two runs of contents; a contribution counted twice is recorded (first one
-    /// only) and kept once so that contents stay small.
+    /// Records a data error; the one at the first step position is reported.
+    fn defer(&mut self, at: StepRef, e: VerifyError) {
+        if self.deferred.as_ref().is_none_or(|(first, _)| at < *first) {
+            self.deferred = Some((at, e));
+        }
+    }
+
+    /// `into[k] ← a[k] ⊕ into[k]`: merges two runs of contents; a contribution counted twice
+    /// is recorded and kept once so that contents stay small.
     fn reduce(
         &mut self,
         at: StepRef,
         slot: Slot,
-        a: Vec<Vec<Contribution>>,
-        b: Vec<Vec<Contribution>>,
-    ) -> Result<Vec<Vec<Contribution>>, VerifyError> {
-        let mut out = Vec::with_capacity(a.len());
-        for (k, (mut x, y)) in a.into_iter().zip(b).enumerate() {
-            x.extend(y);
-            x.sort_unstable();
-            if let Some(w) = x.windows(2).find(|w| w[0] == w[1]) {
+        a: &[ContentId],
+        into: &mut [ContentId],
+    ) -> Result<(), VerifyError> {
+        for (k, (x, y)) in a.iter().zip(into.iter_mut()).enumerate() {
+            let part = |id: ContentId, contents: &[Box<[Contribution]>]| -> Vec<Contribution> {
+                contents
+                    .get(id as usize)
+                    .map_or(Vec::new(), |c| c.to_vec())
+            };
+            let mut sum = part(*x, &self.contents);
+            sum.extend(part(*y, &self.contents));
+            sum.sort_unstable();
+            if let Some(w) = sum.windows(2).find(|w| w[0] == w[1]) {
                 let e = VerifyError::DoubleCounted {
                     mode: self.mode,
                     at,
                     slot: Slot::new(slot.buffer, slot.offset + k),
                     contribution: w[0],
                 };
-                self.deferred.get_or_insert(e);
-                x.dedup();
+                self.defer(at, e);
+                sum.dedup();
             }
-            out.push(x);
+            *y = self.intern(sum)?;
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// Whether access `a` happens before the current step of threadblock `tb` of `rank`
+    /// (whose clock already counts that step).
+    fn ordered_before(&self, rank: usize, tb: usize, a: Access) -> bool {
+        let (atb, astep) = (access_tb(a), access_step(a));
+        if atb == tb {
+            return true;
+        }
+        let base = self.tb_index[rank][0];
+        self.clock[rank][tb][base + atb] as usize > astep
+    }
+
+    /// Checks an access against a slot's history (it must be ordered after the last write
+    /// and, if it writes, after the reads since) and records it.
+    fn access(&mut self, at: StepRef, region: Region, idx: usize, write: bool) {
+        let (rank, tb) = (at.rank, at.tb);
+        let key = (rank, region.index(), idx);
+        let h = self.history[rank][region.index()][idx];
+        let unordered = |a: &Access| *a != NO_ACCESS && !self.ordered_before(rank, tb, *a);
+        let race = if unordered(&h.write) {
+            Some((h.write, "write"))
+        } else if write {
+            let more = self.more_reads.get(&key).map_or(&[][..], |v| v.as_slice());
+            h.reads.iter().chain(more).find(|r| unordered(r)).map(|&r| (r, "read"))
+        } else {
+            None
+        };
+        if let Some((first, first_access)) = race {
+            if self.race.as_ref().is_none_or(|(k, _)| key < *k) {
+                let e = VerifyError::Race {
+                    mode: self.mode,
+                    rank,
+                    region,
+                    chunk: idx,
+                    first: StepRef {
+                        rank,
+                        tb: access_tb(first),
+                        step: access_step(first),
+                    },
+                    first_access,
+                    second: at,
+                    second_access: if write { "write" } else { "read" },
+                };
+                self.race = Some((key, e));
+            }
+        }
+        let here = access(tb, at.step);
+        if write {
+            self.history[rank][region.index()][idx] = History {
+                write: here,
+                reads: [NO_ACCESS; 2],
+            };
+            if !self.more_reads.is_empty() {
+                self.more_reads.remove(&key);
+            }
+            return;
+        }
+        // A read ordered after an earlier one stands for both: whatever is ordered after
+        // it is ordered after the earlier one too.
+        for i in 0..2 {
+            let r = h.reads[i];
+            if r == NO_ACCESS || self.ordered_before(rank, tb, r) {
+                self.history[rank][region.index()][idx].reads[i] = here;
+                return;
+            }
+        }
+        self.more_reads.entry(key).or_default().push(here);
     }
 
     fn read(
@@ -879,53 +1181,46 @@ impl<'a> Execution<'a> {
         at: StepRef,
         slot: Slot,
         count: usize,
-    ) -> Result<Vec<Vec<Contribution>>, VerifyError> {
+        out: &mut Vec<ContentId>,
+    ) -> Result<(), VerifyError> {
         let (region, start) = self.range(at, slot, count)?;
-        let mut out = Vec::with_capacity(count);
         for k in 0..count {
             let idx = start + k;
-            self.accesses[at.rank][region.index()][idx].push(Access {
-                tb: at.tb,
-                step: at.step,
-                write: false,
-            });
-            match &self.mem[at.rank][region.index()][idx] {
-                Some(c) => out.push(c.clone()),
-                None => {
-                    let e = VerifyError::Undefined {
-                        mode: self.mode,
-                        at,
-                        slot: Slot::new(slot.buffer, slot.offset + k),
-                    };
-                    self.deferred.get_or_insert(e);
-                    out.push(Vec::new());
-                }
+            self.access(at, region, idx, false);
+            let id = self.mem[at.rank][region.index()][idx];
+            if id == UNDEFINED {
+                let e = VerifyError::Undefined {
+                    mode: self.mode,
+                    at,
+                    slot: Slot::new(slot.buffer, slot.offset + k),
+                };
+                self.defer(at, e);
             }
+            out.push(id);
         }
-        Ok(out)
+        Ok(())
     }
 
-    fn write(&mut self, at: StepRef, slot: Slot, data: &[Vec<Contribution>]) {
+    fn write(&mut self, at: StepRef, slot: Slot, data: &[ContentId]) {
         let (region, start) = self
             .range(at, slot, data.len())
             .expect("checked in check_resolution");
-        for (k, c) in data.iter().enumerate() {
+        for (k, &id) in data.iter().enumerate() {
             let idx = start + k;
-            self.accesses[at.rank][region.index()][idx].push(Access {
-                tb: at.tb,
-                step: at.step,
-                write: true,
-            });
-            self.mem[at.rank][region.index()][idx] = Some(c.clone());
+            self.access(at, region, idx, true);
+            self.mem[at.rank][region.index()][idx] = id;
         }
     }
 
     fn check_leftovers(&self) -> Result<(), VerifyError> {
-        for (conn, q) in &self.fifos {
+        let mut order: Vec<usize> = (0..self.connections.len()).collect();
+        order.sort_by_key(|&c| self.connections[c]);
+        for c in order {
+            let q = &self.fifos[c].messages;
             if let Some(first) = q.front() {
                 return Err(VerifyError::UnmatchedSend {
                     mode: self.mode,
-                    conn: *conn,
+                    conn: self.connections[c],
                     first: first.from,
                     count: q.len(),
                 });
@@ -934,63 +1229,12 @@ impl<'a> Execution<'a> {
         Ok(())
     }
 
-    /// True if access `a` happens before access `b` (same rank).
-    fn happens_before(&self, rank: usize, a: Access, b: Access) -> bool {
-        if a.tb == b.tb {
-            return a.step <= b.step;
+    /// The race found on the first slot, if any.
+    fn check_races(&mut self) -> Result<(), VerifyError> {
+        match self.race.take() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
         }
-        let clock_b = &self.step_clock[rank][b.tb][b.step];
-        clock_b[a.tb] as usize > a.step
-    }
-
-    fn check_races(&self) -> Result<(), VerifyError> {
-        for rank in 0..self.p.ngpus {
-            for region in Region::ALL {
-                for (chunk, list) in self.accesses[rank][region.index()].iter().enumerate() {
-                    self.check_slot(rank, region, chunk, list)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn check_slot(
-        &self,
-        rank: usize,
-        region: Region,
-        chunk: usize,
-        list: &[Access],
-    ) -> Result<(), VerifyError> {
-        for (i, &a) in list.iter().enumerate() {
-            for &b in &list[i + 1..] {
-                if a.tb == b.tb || !(a.write || b.write) {
-                    continue;
-                }
-                if self.happens_before(rank, a, b) || self.happens_before(rank, b, a) {
-                    continue;
-                }
-                let name = |x: Access| if x.write { "write" } else { "read" };
-                return Err(VerifyError::Race {
-                    mode: self.mode,
-                    rank,
-                    region,
-                    chunk,
-                    first: StepRef {
-                        rank,
-                        tb: a.tb,
-                        step: a.step,
-                    },
-                    first_access: name(a),
-                    second: StepRef {
-                        rank,
-                        tb: b.tb,
-                        step: b.step,
-                    },
-                    second_access: name(b),
-                });
-            }
-        }
-        Ok(())
     }
 
     fn check_postcondition(&self) -> Result<(), VerifyError> {
@@ -1004,8 +1248,9 @@ impl<'a> Execution<'a> {
                     .sem
                     .resolve(rank, Buffer::Output, chunk)
                     .expect("inside extent");
-                let actual = &self.mem[rank][region.index()][idx];
-                if let Some(problem) = compare(actual.as_deref(), &expected) {
+                let id = self.mem[rank][region.index()][idx];
+                let actual = self.contents.get(id as usize).map(|c| &c[..]);
+                if let Some(problem) = compare(actual, &expected) {
                     return Err(VerifyError::Postcondition {
                         mode: self.mode,
                         rank,
@@ -1019,10 +1264,14 @@ impl<'a> Execution<'a> {
     }
 }
 
-fn join(into: &mut [u32], other: &[u32]) {
+/// `into ← max(into, other)` entry by entry; true if an entry was raised.
+fn join(into: &mut [u32], other: &[u32]) -> bool {
+    let mut raised = false;
     for (a, b) in into.iter_mut().zip(other) {
+        raised |= *b > *a;
         *a = (*a).max(*b);
     }
+    raised
 }
 
 fn describe(c: &[Contribution]) -> String {

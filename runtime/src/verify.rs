@@ -12,7 +12,8 @@
 use crate::ir::{Buffer, Connection, Op, Program, Slot, Step, StepRef, Threadblock};
 use crate::semantics::{Contribution, Region, Semantics};
 use rustc_hash::FxHashMap;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 
 /// Messages a connection holds before a send blocks, in the verifier's model and by default in
@@ -238,7 +239,7 @@ const SLOT_BYTES: u64 = 28;
 /// before anything is allocated: [`SLOT_BYTES`] per buffer slot, 4 bytes per step (its
 /// clock snapshot's id) and each threadblock's current vector clock (4 bytes an entry):
 /// with full clocks as wide as the program's threadblocks, with rank-local clocks (over
-/// [`FULL_CLOCK_THREADBLOCKS`]) as wide as the rank's. What grows during the run (clock
+/// [`FULL_CLOCK_BYTES`]) as wide as the rank's. What grows during the run (clock
 /// snapshots of dependency targets, reduced contents) is counted against the same limit as
 /// it is made.
 fn check_size(p: &Program, sem: &Semantics) -> Result<(), VerifyError> {
@@ -264,7 +265,7 @@ fn static_bytes(p: &Program, sem: &Semantics) -> u64 {
         .map(|g| g.threadblocks.len() as u64)
         .sum::<u64>();
     let steps = p.step_count() as u64;
-    let clocks = if tbs as usize > FULL_CLOCK_THREADBLOCKS {
+    let clocks = if !full_clocks(p) {
         p.gpus
             .iter()
             .map(|g| (g.threadblocks.len() as u64).saturating_pow(2))
@@ -439,9 +440,23 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
 // ---------------------------------------------------------------------------------------
 // Symbolic execution
 
-/// Above this many threadblocks in a program, vector clocks cover each rank's own
-/// threadblocks only (full clocks over every threadblock would need threadblocks² memory).
-pub const FULL_CLOCK_THREADBLOCKS: usize = 4096;
+/// Most memory for vector clocks over every threadblock of a program: one per threadblock,
+/// per dependency target and per message in flight, each as wide as the program's
+/// threadblocks. Beyond it clocks cover each rank's own threadblocks only (a 256-rank ring
+/// allgather in place has 4096 threadblocks and 130,048 dependency targets: 2 GiB of full
+/// clocks, and as many 16 KiB copies).
+pub const FULL_CLOCK_BYTES: u64 = 256 << 20;
+
+/// Whether the program's clocks cover every threadblock (see [`FULL_CLOCK_BYTES`]): an
+/// upper bound of threadblocks × (threadblocks + dependency targets) entries of 4 bytes.
+fn full_clocks(p: &Program) -> bool {
+    let tbs = p.gpus.iter().map(|g| g.threadblocks.len() as u64).sum::<u64>();
+    let deps = p
+        .steps()
+        .map(|(_, s)| s.deps.len() as u64)
+        .fold(0u64, u64::saturating_add);
+    tbs.saturating_mul(tbs.saturating_add(deps)).saturating_mul(4) <= FULL_CLOCK_BYTES
+}
 
 /// A slot's content: an id into [`Execution::contents`], or [`UNDEFINED`].
 type ContentId = u32;
@@ -527,7 +542,7 @@ struct Execution<'a> {
     /// Index of (rank, tb) in vector clocks: global, or within its rank when `local`.
     tb_index: Vec<Vec<usize>>,
     /// Clocks over each rank's own threadblocks only (for programs with more than
-    /// [`FULL_CLOCK_THREADBLOCKS`] threadblocks): orders established only through other
+    /// [`FULL_CLOCK_BYTES`] of full clocks): orders established only through other
     /// ranks are then not seen, so the race check is stricter, never weaker.
     local: bool,
     /// Current clock per threadblock, per rank.
@@ -579,7 +594,7 @@ impl<'a> Execution<'a> {
 
     fn new(p: &'a Program, sem: Semantics, depth: usize) -> Result<Execution<'a>, VerifyError> {
         let total: usize = p.gpus.iter().map(|g| g.threadblocks.len()).sum();
-        let local = total > FULL_CLOCK_THREADBLOCKS;
+        let local = !full_clocks(p);
         let mut next = 0;
         let tb_index: Vec<Vec<usize>> = p
             .gpus
@@ -796,29 +811,10 @@ impl<'a> Execution<'a> {
     }
 
     /// Runs every threadblock as far as it goes. A threadblock is looked at again only when
-    /// something it may wait for happened (a step of a threadblock it depends on, a message
-    /// on its receive connection, room on its send connection), so a large program costs
-    /// about one look per step.
+    /// what it waits for happened (a step of the threadblock its next step depends on, a
+    /// message on its receive connection, room on its send connection), so a large program
+    /// costs about one look per step.
     fn execute(&mut self) -> Result<(), VerifyError> {
-        // Threadblocks of the same rank whose steps depend on each threadblock.
-        let dependents: Vec<Vec<Vec<usize>>> = self
-            .p
-            .gpus
-            .iter()
-            .map(|g| {
-                let mut on: Vec<Vec<usize>> = vec![Vec::new(); g.threadblocks.len()];
-                for (tbi, tb) in g.threadblocks.iter().enumerate() {
-                    for d in tb.steps.iter().flat_map(|s| &s.deps) {
-                        if let Some(list) = on.get_mut(d.tb) {
-                            if list.last() != Some(&tbi) {
-                                list.push(tbi);
-                            }
-                        }
-                    }
-                }
-                on
-            })
-            .collect();
         // The threadblock at each end of every connection.
         let mut sender_of = vec![None; self.connections.len()];
         let mut receiver_of = vec![None; self.connections.len()];
@@ -836,6 +832,14 @@ impl<'a> Execution<'a> {
                 }
             }
         }
+        // Threadblocks of the same rank waiting for each threadblock, keyed by the number of
+        // steps it must have done, the first due on top (a threadblock is woken when the
+        // step it waits for is done, not at every step before it).
+        let mut waiting: Vec<Vec<BinaryHeap<Reverse<(usize, usize)>>>> = self
+            .pc
+            .iter()
+            .map(|tbs| (0..tbs.len()).map(|_| BinaryHeap::new()).collect())
+            .collect();
         let mut queue: VecDeque<(usize, usize)> = VecDeque::new();
         let mut queued: Vec<Vec<bool>> = Vec::with_capacity(self.p.gpus.len());
         for g in &self.p.gpus {
@@ -845,9 +849,18 @@ impl<'a> Execution<'a> {
         while let Some((rank, tb)) = queue.pop_front() {
             queued[rank][tb] = false;
             let mut progressed = false;
-            while !self.finished(rank, tb) && self.blocker(rank, tb).is_none() {
-                self.step(rank, tb)?;
-                progressed = true;
+            while !self.finished(rank, tb) {
+                match self.blocker(rank, tb) {
+                    None => {
+                        self.step(rank, tb)?;
+                        progressed = true;
+                    }
+                    Some(Blocked::Dep(on, step)) => {
+                        waiting[rank][on].push(Reverse((step + 1, tb)));
+                        break;
+                    }
+                    Some(_) => break,
+                }
             }
             if !progressed {
                 continue;
@@ -858,7 +871,12 @@ impl<'a> Execution<'a> {
                     queue.push_back((r, t));
                 }
             };
-            for &t in &dependents[rank][tb] {
+            let done = self.pc[rank][tb];
+            while let Some(&Reverse((needed, t))) = waiting[rank][tb].peek() {
+                if needed > done {
+                    break;
+                }
+                waiting[rank][tb].pop();
                 wake(rank, t);
             }
             if let Some((r, t)) = self.send_conn[rank][tb].and_then(|c| receiver_of[c]) {

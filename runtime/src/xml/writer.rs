@@ -262,7 +262,7 @@ fn write_tb(
     tbi: usize,
     tb: &Threadblock,
     fields: &[(Slot, Slot)],
-    targets: &HashSet<(usize, usize)>,
+    targets: &[Vec<bool>],
     numbering: &[Vec<usize>],
 ) {
     let peer = |p: Option<usize>| p.map_or(-1, |p| p as i64);
@@ -302,7 +302,7 @@ fn write_tb(
             dst: (dst.buffer, dst.offset as i64),
             count: step.count,
             dep: if step.deps.is_empty() { (-1, -1) } else { dep(0) },
-            hasdep: targets.contains(&(tbi, si)),
+            hasdep: targets[tbi][si],
         };
         line.write(out);
         s += 1;
@@ -384,7 +384,7 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
                     }
                 }
             }
-            check_reduce_chains(tb, |j| targets.contains(&(tbi, j)), &at)?;
+            check_reduce_chains(tb, |j| targets[tbi][j], &at)?;
             for (si, step) in tb.steps.iter().enumerate() {
                 check_step(p, g.rank, tbi, step, &lim, &format!("{at} step {si}"))?;
             }

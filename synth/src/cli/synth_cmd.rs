@@ -233,13 +233,25 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         "lowering and verifying {} algorithm(s)",
         synthesis.algorithms.len()
     ));
+    progress.message("writing the algorithms");
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
-    let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> = synthesis
+    // Each algorithm is lowered, verified, written and (when the run compares with NCCL)
+    // simulated before the next, so one program is held at a time.
+    let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
+    let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
         .iter()
-        .map(
-            |a| match super::lower_args::write_xml(a, &args.out, &args.lowering) {
-                Ok((paths, p)) => Ok((paths, Some(p))),
+        .map(|a| {
+            let simulate = |p: &runtime::ir::Program| -> Result<Option<Simulated>> {
+                if !simulated {
+                    return Ok(None);
+                }
+                progress.message(&format!("simulating {} at 1 GB and 1 MB", a.name));
+                Simulated::of(p, &topo).map(Some)
+            };
+            match super::lower_args::write_xml(a, &args.out, &args.lowering, &progress, simulate)
+            {
+                Ok(done) => Ok(done),
                 // An algorithm the runtimes cannot express (too many steps or channels for
                 // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
                 // JSON is kept and the reason printed.
@@ -248,8 +260,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     Ok((Vec::new(), None))
                 }
                 Err(e) => Err(e),
-            },
-        )
+            }
+        })
         .collect::<Result<_>>()?;
     if synthesis.algorithms[0].collective.kind == Kind::Custom {
         eprintln!("{CUSTOM_XML_NOTE}");
@@ -291,7 +303,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    progress.message("simulating against NCCL's ring and tree at 1 GB");
+    progress.message("simulating NCCL's ring and tree at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
     if let Some(v) = &versus {
@@ -461,23 +473,53 @@ impl Versus {
     }
 }
 
-/// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
-/// collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without an NCCL
-/// baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
+/// An algorithm's simulated busbw (GB/s) at 1 GB and at 1 MB.
+#[derive(Debug, Clone, Copy)]
+struct Simulated {
+    at_1gb: f64,
+    at_1mb: f64,
+}
+
+impl Simulated {
+    fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
+        use crate::simulate::{simulate, SimOptions};
+        let sim = SimOptions::default();
+        Ok(Simulated {
+            at_1gb: simulate(program, topo, COMPARE_BYTES, &sim)?.busbw,
+            at_1mb: simulate(program, topo, 1 << 20, &sim)?.busbw,
+        })
+    }
+}
+
+/// Whether the main command simulates its algorithms against NCCL: built-in collectives on
+/// fabrics up to [`COMPARE_MAX_RANKS`] ranks, and those NCCL runs point to point (alltoall,
+/// gather, scatter: no baseline) up to [`COMPARE_UNMATCHED_MAX_RANKS`].
+fn compares(kind: Kind, ranks: usize) -> bool {
+    use runtime::ir::Collective as Ir;
+    let Some(ir) = kind.to_ir() else {
+        return false;
+    };
+    let has_baseline = matches!(
+        ir,
+        Ir::AllReduce | Ir::AllGather | Ir::ReduceScatter | Ir::Broadcast | Ir::Reduce
+    );
+    ranks <= COMPARE_MAX_RANKS && (has_baseline || ranks <= COMPARE_UNMATCHED_MAX_RANKS)
+}
+
+/// The best simulated algorithm against NCCL's ring and tree at 1 GB (`None` where
+/// [`compares`] says no, and when no algorithm was simulated).
 fn compare_with_nccl(
-    lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
+    lowered: &[(Vec<String>, Option<Simulated>)],
     topo: &Topology,
     synthesis: &crate::synthesize::Synthesis,
 ) -> Result<Option<Versus>> {
     use crate::baseline::{self, BaselineOptions};
     use crate::simulate::{simulate, SimOptions};
-    if topo.ranks > COMPARE_MAX_RANKS {
-        return Ok(None);
-    }
-    let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
+    let kind = synthesis.algorithms[0].collective.kind;
+    let Some(ir) = kind.to_ir().filter(|_| compares(kind, topo.ranks)) else {
         return Ok(None);
     };
-    if lowered.iter().all(|(_, p)| p.is_none()) {
+    if lowered.iter().all(|(_, s)| s.is_none()) {
         return Ok(None);
     }
     let root = synthesis.algorithms[0].collective.root;
@@ -494,9 +536,9 @@ fn compare_with_nccl(
     }
     let sim = SimOptions::default();
     let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
-    for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
-        best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
-        best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
+    for s in lowered.iter().filter_map(|(_, s)| s.as_ref()) {
+        best = best.max(s.at_1gb);
+        best_1mb = best_1mb.max(s.at_1mb);
     }
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;

@@ -156,6 +156,65 @@ impl Layout {
     }
 }
 
+/// Which ranks must end with each address: a bit per (address, rank) where the lists are
+/// long (a 1024-rank allgather: every rank, for each of 4096 addresses, in half a megabyte),
+/// sorted lists where they are short (alltoall: one rank per address).
+enum Posts {
+    Bits {
+        row: FxHashMap<usize, usize>,
+        ranks: usize,
+        bits: Vec<u64>,
+    },
+    Lists(FxHashMap<usize, Vec<usize>>),
+}
+
+impl Posts {
+    fn new(
+        coll: &crate::collective::Collective,
+        by_address: &std::collections::BTreeMap<usize, Vec<usize>>,
+    ) -> Posts {
+        let post = |members: &Vec<usize>| &coll.chunks[members[0]].post;
+        let entries: usize = by_address.values().map(|m| post(m).len()).sum();
+        let n = coll.ranks;
+        if entries.saturating_mul(64) >= by_address.len().saturating_mul(n) {
+            let row: FxHashMap<usize, usize> =
+                by_address.keys().enumerate().map(|(i, &a)| (a, i)).collect();
+            let mut bits = vec![0u64; (by_address.len() * n).div_ceil(64)];
+            for (i, members) in by_address.values().enumerate() {
+                for &r in post(members).iter().filter(|&&r| r < n) {
+                    let b = i * n + r;
+                    bits[b / 64] |= 1 << (b % 64);
+                }
+            }
+            Posts::Bits { row, ranks: n, bits }
+        } else {
+            Posts::Lists(
+                by_address
+                    .iter()
+                    .map(|(&a, members)| {
+                        let mut list = post(members).clone();
+                        list.sort_unstable();
+                        (a, list)
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    /// Whether `rank` must end with `address`.
+    fn contains(&self, address: usize, rank: usize) -> bool {
+        match self {
+            Posts::Bits { row, ranks, bits } => row.get(&address).is_some_and(|&i| {
+                let b = i * ranks + rank;
+                rank < *ranks && bits[b / 64] >> (b % 64) & 1 == 1
+            }),
+            Posts::Lists(lists) => lists
+                .get(&address)
+                .is_some_and(|l| l.binary_search(&rank).is_ok()),
+        }
+    }
+}
+
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let kind = algorithm.collective.kind;
@@ -208,15 +267,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     // Where each (rank, address) value currently lives.
     let mut location: FxHashMap<(usize, usize), Slot> = FxHashMap::default();
     let by_address = coll.by_address();
-    // Each address's postcondition ranks, sorted (a 1024-rank allgather's lists are long).
-    let posts: FxHashMap<usize, Vec<usize>> = by_address
-        .iter()
-        .map(|(&a, members)| {
-            let mut post = coll.chunks[members[0]].post.clone();
-            post.sort_unstable();
-            (a, post)
-        })
-        .collect();
+    let posts = Posts::new(coll, &by_address);
     for (&address, members) in &by_address {
         let post = &coll.chunks[members[0]].post;
         for &m in members {
@@ -260,9 +311,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             let (u, v, a) = (send.src, send.dst, send.chunk);
             let channel = channel_of(u, v, a);
             channels_used = channels_used.max(channel + 1);
-            let post = posts
-                .get(&a)
-                .is_some_and(|p| p.binary_search(&v).is_ok());
+            let post = posts.contains(a, v);
             let recv_key = TbKey::Recv { peer: u, channel };
             let landing = if step.reduce {
                 let current = location.get(&(v, a)).copied();

@@ -7,7 +7,7 @@ mod reader;
 mod writer;
 
 pub use crate::ir::Flavor;
-pub use lexer::{parse_document, Element};
+pub use lexer::{parse_document, parse_streaming, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
 pub use writer::{write, writable, write_to, Limits, WriteError, LEGACY_UNLIMITED_MAX_BYTES};
 

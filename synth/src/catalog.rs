@@ -8,7 +8,9 @@
 //! 1. **Candidates.** The algorithms of a search ([`Options::search`], the Pareto frontier by
 //!    default) with [`synthesize_with`], plus any extra instances ([`Options::extra`]); if
 //!    both give nothing, the least-steps algorithm at C = 1; with the default method, tree
-//!    packing is a candidate too wherever it applies. Each is lowered with every
+//!    packing (bandwidth side) and the greedy engine (latency side, up to
+//!    [`crate::synthesize::AUTO_GREEDY_MAX_RANKS`] ranks) are candidates too wherever they
+//!    apply, so SMT, trees, greedy and NCCL's ring and tree compete per size. Each is lowered with every
 //!    replication count of [`Options::instances`] (1, 2, 4 by default: the algorithm runs on N
 //!    channels, each carrying 1/N of every chunk), in place and out of place; a variant that
 //!    fails to lower, to verify ([`runtime::verify::verify`]) or to serialize is dropped with a
@@ -338,6 +340,8 @@ struct Found {
     algorithms: Vec<Algorithm>,
     bounds: Option<BoundsReport>,
     method: Option<Method>,
+    /// Every engine the searches ran.
+    engines: Vec<Method>,
     complete: bool,
     notes: Vec<String>,
 }
@@ -388,6 +392,7 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         algorithms: Vec::new(),
         bounds: None,
         method: None,
+        engines: Vec::new(),
         complete: true,
         notes: Vec::new(),
     };
@@ -412,6 +417,12 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
             Ok(s) => {
                 found.bounds.get_or_insert(s.bounds);
                 found.method.get_or_insert(s.method);
+                for engine in s.engines {
+                    if !found.engines.contains(&engine) {
+                        found.engines.push(engine);
+                    }
+                }
+                found.notes.extend(s.notes);
                 if !s.complete {
                     found.complete = false;
                     found.notes.push(format!(
@@ -441,23 +452,27 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
             searches.push(fallback);
         }
     }
-    // Tree packing is a candidate wherever it applies, beside what `auto` picked.
-    let trees_apply = options.method == Method::Auto
+    // Tree packing (bandwidth side) and the greedy engine (latency side) are candidates
+    // wherever they apply, beside what `auto` ran: the simulator chooses per size.
+    let extra_engines_apply = options.method == Method::Auto
         && options.sketch.is_none()
         && options.extra_memory.is_none()
-        && crate::synthesize::trees_build(kind)
-        && topology.capacities().is_ok()
-        && found.method != Some(Method::Trees);
-    if trees_apply {
-        progress.message(&format!("{kind}: tree packing"));
-        match run_search(
-            topology,
-            kind,
-            Search::Pareto,
-            Method::Trees,
-            options,
-            progress,
-        ) {
+        && topology.capacities().is_ok();
+    let engines = [
+        (Method::Trees, crate::synthesize::trees_build(kind)),
+        (
+            Method::Greedy {
+                seed: crate::synthesize::AUTO_GREEDY_SEED,
+            },
+            topology.ranks <= crate::synthesize::AUTO_GREEDY_MAX_RANKS,
+        ),
+    ];
+    for (engine, applies) in engines {
+        if !(extra_engines_apply && applies) || found.engines.contains(&engine) {
+            continue;
+        }
+        progress.message(&format!("{kind}: {} engine", engine.name()));
+        match run_search(topology, kind, Search::Pareto, engine, options, progress) {
             Ok(s) => {
                 for a in s.algorithms {
                     if !found.algorithms.contains(&a) {
@@ -465,7 +480,9 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
                     }
                 }
             }
-            Err(e) => found.notes.push(format!("tree packing failed: {e:#}")),
+            Err(e) => found
+                .notes
+                .push(format!("{} engine failed: {e:#}", engine.name())),
         }
     }
     found

@@ -294,13 +294,17 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     progress.message("simulating against NCCL's ring and tree at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
+    for note in &synthesis.notes {
+        eprintln!("note: {note}");
+    }
     if let Some(v) = &versus {
-        if v.loses_to_nccl() {
+        for at in v.sizes.iter().filter(|at| at.loses_to_nccl()) {
             eprintln!(
-                "warning: the best algorithm simulates at {:.1} GB/s busbw at 1 GB, slower than NCCL's {} ({:.1} GB/s) on {}",
-                v.busbw,
-                v.nccl_name(),
-                v.nccl_best(),
+                "warning: the best algorithm simulates at {:.2} GB/s busbw at {}, slower than NCCL's {} ({:.2} GB/s) on {}",
+                at.busbw,
+                size_label(at.bytes),
+                at.nccl_name(),
+                at.nccl_best(),
                 topo.name
             );
         }
@@ -320,6 +324,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "algorithms": algorithms,
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
+            "engines": synthesis.engines.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "notes": synthesis.notes,
             "extra_memory": args.encoding.extra_memory,
             "plot": args.plot.as_ref().map(|p| p.display().to_string()),
             "work_limit": args.work_limit,
@@ -382,13 +388,29 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     } else {
         "PARTIAL (a cap or the time limit stopped the search)"
     };
-    let how = match synthesis.method {
-        Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
-        Method::Trees => "tree packing",
-        Method::Greedy { .. } => "greedy matching",
-        _ => "SMT",
-    };
+    let how = synthesis
+        .engines
+        .iter()
+        .map(|m| match m {
+            Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
+            Method::Trees => "tree packing",
+            Method::Greedy { .. } => "greedy matching",
+            _ => "SMT",
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
     if let Some(v) = &versus {
+        for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
+            writeln!(
+                out,
+                "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}",
+                size_label(at.bytes),
+                at.busbw,
+                at.algorithm,
+                at.ring.map_or("-".into(), |x| format!("{x:.2}")),
+                at.tree.map_or("-".into(), |x| format!("{x:.2}")),
+            )?;
+        }
         writeln!(
             out,
             "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}",
@@ -426,24 +448,35 @@ const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
 
-/// The best synthesized algorithm against NCCL's ring and tree at 1 GB, simulated.
+/// Every size at which the main command simulates its algorithms against NCCL: the latency
+/// side (1 KB, 64 KB), the middle (1 MB) and the bandwidth side (1 GB).
+const COMPARE_SIZES: [u64; 4] = [1 << 10, 64 << 10, 1 << 20, COMPARE_BYTES];
+
+/// `1 KB`, `64 KB`, `1 MB`, `1 GB` (binary units, as everywhere in synth).
+fn size_label(bytes: u64) -> String {
+    let label = crate::catalog::bytes_label(bytes);
+    match label.strip_suffix(['K', 'M', 'G']) {
+        Some(number) => format!("{number} {}B", &label[number.len()..]),
+        None => format!("{label} B"),
+    }
+}
+
+/// The best algorithm at one size, simulated, beside NCCL's.
 #[derive(Debug, Clone, serde::Serialize)]
-struct Versus {
+struct AtSize {
+    /// nccl-tests size in bytes.
+    bytes: u64,
     /// Best busbw (GB/s) among the algorithms.
     busbw: f64,
+    /// The algorithm that reached it.
+    algorithm: String,
     /// NCCL ring's busbw, where defined.
     ring: Option<f64>,
     /// NCCL tree's busbw, where defined.
     tree: Option<f64>,
-    /// The bandwidth bound (busbw at 1 GB).
-    bound: f64,
-    /// Whether the bound is the exact optimum.
-    exact: bool,
-    /// The best busbw at 1 MB, and NCCL ring's.
-    at_1mb: (f64, Option<f64>),
 }
 
-impl Versus {
+impl AtSize {
     fn nccl_best(&self) -> f64 {
         self.ring.unwrap_or(0.0).max(self.tree.unwrap_or(0.0))
     }
@@ -461,9 +494,29 @@ impl Versus {
     }
 }
 
-/// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
-/// collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without an NCCL
-/// baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
+/// The best synthesized algorithm against NCCL's ring and tree, simulated at
+/// [`COMPARE_SIZES`]; the top-level figures are those at 1 GB.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Versus {
+    /// Best busbw (GB/s) among the algorithms at 1 GB.
+    busbw: f64,
+    /// NCCL ring's busbw at 1 GB, where defined.
+    ring: Option<f64>,
+    /// NCCL tree's busbw at 1 GB, where defined.
+    tree: Option<f64>,
+    /// The bandwidth bound (busbw at 1 GB).
+    bound: f64,
+    /// Whether the bound is the exact optimum.
+    exact: bool,
+    /// The best busbw at 1 MB, and NCCL ring's.
+    at_1mb: (f64, Option<f64>),
+    /// Every compared size, smallest first.
+    sizes: Vec<AtSize>,
+}
+
+/// Simulates every lowered algorithm and NCCL's ring and tree at [`COMPARE_SIZES`] (`None`
+/// for custom collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without
+/// an NCCL baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
     topo: &Topology,
@@ -493,23 +546,37 @@ fn compare_with_nccl(
         return Ok(None);
     }
     let sim = SimOptions::default();
-    let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
-    for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
-        best = best.max(simulate(program, topo, COMPARE_BYTES, &sim)?.busbw);
-        best_1mb = best_1mb.max(simulate(program, topo, 1 << 20, &sim)?.busbw);
-    }
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;
         simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
     };
+    let mut sizes = Vec::new();
+    for bytes in COMPARE_SIZES {
+        let mut best = (0.0f64, String::new());
+        for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
+            let busbw = simulate(program, topo, bytes, &sim)?.busbw;
+            if busbw > best.0 {
+                best = (busbw, program.name.clone());
+            }
+        }
+        sizes.push(AtSize {
+            bytes,
+            busbw: best.0,
+            algorithm: best.1,
+            ring: baseline(&ring, bytes),
+            tree: baseline(&tree, bytes),
+        });
+    }
+    let at = |bytes: u64| sizes.iter().find(|s| s.bytes == bytes).expect("compared");
     let bound = CutBound::new(ir, topo, root);
     Ok(Some(Versus {
-        busbw: best,
-        at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
-        ring: baseline(&ring, COMPARE_BYTES),
-        tree: baseline(&tree, COMPARE_BYTES),
+        busbw: at(COMPARE_BYTES).busbw,
+        ring: at(COMPARE_BYTES).ring,
+        tree: at(COMPARE_BYTES).tree,
+        at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
+        sizes,
     }))
 }
 

@@ -378,9 +378,14 @@ pub fn synthesize_with(
         return run_portfolio(req, &portfolio, sketch);
     }
     let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
-    // Tree packing has no memory model: `auto` takes the MILP instead under a memory limit.
+    // Tree packing and the greedy engine have no memory model: `auto` takes the MILP instead
+    // under a memory limit.
     let method = match (method, resolved) {
-        (Method::Auto, Method::Trees) if req.limits.extra_memory.is_some() => Method::Milp,
+        (Method::Auto, Method::Trees | Method::Greedy { .. })
+            if req.limits.extra_memory.is_some() =>
+        {
+            Method::Milp
+        }
         _ => resolved,
     };
     if req.collective.ranks != req.topology.ranks {

@@ -291,7 +291,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    progress.message("simulating against NCCL's ring and tree at 1 GB");
+    progress.message("simulating against NCCL's baselines at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
     if let Some(v) = &versus {
@@ -391,13 +391,14 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if let Some(v) = &versus {
         writeln!(
             out,
-            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}",
+            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}, p2p {}",
             v.busbw,
             100.0 * v.busbw / v.bound,
             if v.exact { "exact optimum" } else { "bound" },
             v.bound,
             v.ring.map_or("-".into(), |x| format!("{x:.1}")),
             v.tree.map_or("-".into(), |x| format!("{x:.1}")),
+            v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
         )?;
     }
     for cut in &synthesis.cuts {
@@ -419,9 +420,10 @@ fn unexpressible(e: &anyhow::Error) -> bool {
 /// baselines' programs grow with ranks × steps).
 const COMPARE_MAX_RANKS: usize = 1024;
 
-/// Largest fabric on which the main command simulates a collective that NCCL has no
-/// baseline for (its line then compares with the bound only).
-const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
+/// Largest fabric on which the main command simulates an alltoall against NCCL: its
+/// programs (synthesized and NCCL's point-to-point baseline) move n² blocks, relayed over
+/// several hops where the fabric is not fully connected, at 1 GB and 1 MB.
+const COMPARE_ALLTOALL_MAX_RANKS: usize = 64;
 
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
@@ -435,6 +437,8 @@ struct Versus {
     ring: Option<f64>,
     /// NCCL tree's busbw, where defined.
     tree: Option<f64>,
+    /// NCCL's point-to-point busbw (alltoall, gather, scatter), where defined.
+    p2p: Option<f64>,
     /// The bandwidth bound (busbw at 1 GB).
     bound: f64,
     /// Whether the bound is the exact optimum.
@@ -444,16 +448,23 @@ struct Versus {
 }
 
 impl Versus {
-    fn nccl_best(&self) -> f64 {
-        self.ring.unwrap_or(0.0).max(self.tree.unwrap_or(0.0))
+    /// NCCL's baselines with their names.
+    fn nccl(&self) -> [(&'static str, f64); 3] {
+        [("ring", self.ring), ("tree", self.tree), ("p2p", self.p2p)]
+            .map(|(name, v)| (name, v.unwrap_or(0.0)))
     }
 
+    fn nccl_best(&self) -> f64 {
+        self.nccl().iter().map(|x| x.1).fold(0.0, f64::max)
+    }
+
+    /// The fastest baseline's name (the first of ring, tree, p2p on a tie).
     fn nccl_name(&self) -> &'static str {
-        if self.tree.unwrap_or(0.0) > self.ring.unwrap_or(0.0) {
-            "tree"
-        } else {
-            "ring"
-        }
+        let best = self.nccl_best();
+        self.nccl()
+            .iter()
+            .find(|x| x.1 == best)
+            .map_or("ring", |x| x.0)
     }
 
     fn loses_to_nccl(&self) -> bool {
@@ -461,9 +472,9 @@ impl Versus {
     }
 }
 
-/// Simulates every lowered algorithm and NCCL's ring and tree at 1 GB (`None` for custom
-/// collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without an NCCL
-/// baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
+/// Simulates every lowered algorithm and NCCL's ring, tree and point-to-point baselines
+/// (those defined for the collective) at 1 GB (`None` for custom collectives, fabrics over
+/// [`COMPARE_MAX_RANKS`] ranks, and alltoall over [`COMPARE_ALLTOALL_MAX_RANKS`] ranks).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
     topo: &Topology,
@@ -471,12 +482,16 @@ fn compare_with_nccl(
 ) -> Result<Option<Versus>> {
     use crate::baseline::{self, BaselineOptions};
     use crate::simulate::{simulate, SimOptions};
-    if topo.ranks > COMPARE_MAX_RANKS {
-        return Ok(None);
-    }
     let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
         return Ok(None);
     };
+    let most = match ir {
+        runtime::ir::Collective::AllToAll => COMPARE_ALLTOALL_MAX_RANKS,
+        _ => COMPARE_MAX_RANKS,
+    };
+    if topo.ranks > most {
+        return Ok(None);
+    }
     if lowered.iter().all(|(_, p)| p.is_none()) {
         return Ok(None);
     }
@@ -487,11 +502,7 @@ fn compare_with_nccl(
     };
     let ring = baseline::ring(ir, topo, &options);
     let tree = baseline::tree(ir, topo, &options);
-    // Without an NCCL baseline (alltoall, gather, scatter) there is nothing to compare with,
-    // and past one small fabric simulating n² concurrent transfers at 1 GB takes many minutes.
-    if ring.is_err() && tree.is_err() && topo.ranks > COMPARE_UNMATCHED_MAX_RANKS {
-        return Ok(None);
-    }
+    let p2p = baseline::p2p(ir, topo, &options);
     let sim = SimOptions::default();
     let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
     for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
@@ -508,6 +519,7 @@ fn compare_with_nccl(
         at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
         ring: baseline(&ring, COMPARE_BYTES),
         tree: baseline(&tree, COMPARE_BYTES),
+        p2p: baseline(&p2p, COMPARE_BYTES),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
     }))

@@ -970,9 +970,9 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
             s,
             "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
              `maxBytes` is the range's last size + 1, and the last range's is 2^62, or, for a \
-             file that uses scratch, the size whose scratch is 1 GiB (the runtime allocates \
-             `maxBytes × s_chunks / nchunksperloop` bytes of scratch at start-up); larger \
-             calls run NCCL's own algorithm.\n"
+             file that uses scratch, the larger of 2^30 + 1 and the size whose scratch is 1 GiB \
+             (the runtime allocates `maxBytes × s_chunks / nchunksperloop` bytes of scratch at \
+             start-up); larger calls run NCCL's own algorithm.\n"
         );
     }
     let _ = writeln!(

@@ -25,8 +25,10 @@
 //!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
 //!    form one range. Between two ranges the switch point is found by bisection on the
 //!    byte count with the same rule, so a range starts where its algorithm starts to win.
-//!    Grid sizes where NCCL's own ring or tree (simulated the same way) is faster than every
-//!    candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL there.
+//!    Grid sizes where one of NCCL's own algorithms (ring, tree, point-to-point: those
+//!    [`crate::baseline`] defines for the collective, simulated the same way) is faster than
+//!    every candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL
+//!    there.
 //! 4. **Ranges.** Inclusive `[minBytes, maxBytes]` with the executor's semantics
 //!    (msccl-ir.md §2.1: selected when `minBytes ≤ nBytes` and (`maxBytes == 0` or
 //!    `nBytes ≤ maxBytes`), `nBytes` = nccl-tests size). The ranges (ours and NCCL's) start
@@ -44,9 +46,10 @@
 //!   algorithm, so the XML files have a folder of their own: `MSCCL_ALGO_DIR=OUT/algos`.
 //! * `OUT/manifest.json`: the [`Manifest`].
 //! * `OUT/README.md`: per collective, the ranges table and the per-size table next to NCCL's
-//!   ring and tree (simulated the same way) and the cut bound ([`crate::cutbound`]).
-//! * `OUT/COLL-busbw.svg`: busbw against log2(size), one line per candidate plus NCCL ring,
-//!   tree and the bound.
+//!   ring, tree and point-to-point baselines (simulated the same way) and the cut bound
+//!   ([`crate::cutbound`]).
+//! * `OUT/COLL-busbw.svg`: busbw against log2(size), one line per candidate plus NCCL's
+//!   baselines and the bound.
 
 use crate::algorithm::Algorithm;
 use crate::baseline::{self, BaselineOptions};
@@ -174,9 +177,11 @@ pub struct Baseline {
     pub ring: Option<f64>,
     /// NCCL tree, simulated (allreduce only).
     pub tree: Option<f64>,
+    /// NCCL's point-to-point algorithm, simulated (alltoall, gather, scatter).
+    pub p2p: Option<f64>,
     /// The cut bound at this size.
     pub bound: f64,
-    /// The least simulated time of ring and tree (µs), at their own rounded sizes.
+    /// The least simulated time of the baselines (µs), at their own rounded sizes.
     pub best_time_us: Option<f64>,
 }
 
@@ -642,28 +647,29 @@ fn build_one(
         );
     }
 
-    // NCCL's ring and tree, simulated the same way, and the bound.
+    // NCCL's ring, tree and point-to-point algorithms, simulated the same way, and the bound.
     let base = BaselineOptions {
         channels: None,
         root: 0,
     };
     let ring = baseline::ring(coll, topology, &base).ok();
     let tree = baseline::tree(coll, topology, &base).ok();
+    let p2p = baseline::p2p(coll, topology, &base).ok();
     let bound = CutBound::new(coll, topology, 0);
     let sim = |p: &Option<Program>, size: u64| {
         p.as_ref()
             .and_then(|p| simulate(p, topology, size, &options.sim).ok())
     };
     let name = kind.name();
-    if ring.is_none() {
-        notes.push(format!("no NCCL ring baseline for {name}"));
+    if ring.is_none() && tree.is_none() && p2p.is_none() {
+        notes.push(format!("no NCCL baseline for {name} on this fabric"));
     }
     let baselines: Vec<Baseline> = options
         .sizes
         .iter()
         .map(|&size| {
-            let (r, t) = (sim(&ring, size), sim(&tree, size));
-            let best_time_us = [&r, &t]
+            let (r, t, q) = (sim(&ring, size), sim(&tree, size), sim(&p2p, size));
+            let best_time_us = [&r, &t, &q]
                 .into_iter()
                 .flatten()
                 .map(|x| x.time_us)
@@ -672,6 +678,7 @@ fn build_one(
                 size,
                 ring: r.map(|x| x.busbw),
                 tree: t.map(|x| x.busbw),
+                p2p: q.map(|x| x.busbw),
                 bound: bound.busbw_at(size),
                 best_time_us,
             }
@@ -743,11 +750,11 @@ fn build_one(
             .strip_prefix(&format!("{name}-"))
             .unwrap_or(&c.label);
         let stem = format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_"));
-        let mut files = Vec::new();
+        let mut texts = Vec::new();
         let modes = [(Some(&c.outofplace), ""), (c.inplace.as_ref(), ".inplace")];
         for (program, suffix) in modes {
             let Some(program) = program else {
-                files.push(None);
+                texts.push(None);
                 continue;
             };
             let mut p = program.clone();
@@ -755,11 +762,34 @@ fn build_one(
             p.max_bytes = max_bytes;
             // The XML name: at most 63 plain characters (msccl-ir.md §1.13).
             p.name = format!("{stem}{suffix}").chars().take(63).collect();
-            let xml = runtime::xml::write(&p, options.flavor)
-                .map_err(|e| anyhow!("{}: cannot be written: {e}", c.label))?;
-            let rel = format!("{ALGO_DIR}/{stem}{suffix}.xml");
-            write_file(&out.join(&rel), &xml)?;
-            files.push(Some(rel));
+            match runtime::xml::write(&p, options.flavor) {
+                Ok(xml) => texts.push(Some((format!("{ALGO_DIR}/{stem}{suffix}.xml"), xml))),
+                // The legacy runtime's scratch limit (runtime::xml::legacy_max_bytes) ends
+                // below this open-ended range: NCCL serves these calls.
+                Err(e)
+                    if options.flavor == Flavor::Legacy
+                        && max_bytes == 0
+                        && runtime::xml::legacy_max_bytes(&p).is_err() =>
+                {
+                    notes.push(format!("{}{suffix}: no legacy file: {e}", c.label));
+                    texts.push(None);
+                }
+                Err(e) => bail!("{}: cannot be written: {e}", c.label),
+            }
+        }
+        if texts[0].is_none() {
+            left_to_nccl.push([min_bytes, max_bytes]);
+            continue;
+        }
+        let mut files = Vec::new();
+        for text in texts {
+            files.push(match text {
+                Some((rel, xml)) => {
+                    write_file(&out.join(&rel), &xml)?;
+                    Some(rel)
+                }
+                None => None,
+            });
         }
         ranges.push(Range {
             min_bytes,
@@ -778,7 +808,7 @@ fn build_one(
 
     if !uncovered.is_empty() {
         notes.push(format!(
-            "left to NCCL (its ring/tree simulate faster; no file covers these sizes): {}",
+            "left to NCCL (its own algorithms simulate faster; no file covers these sizes): {}",
             uncovered.join(", ")
         ));
     }
@@ -800,7 +830,7 @@ fn build_one(
         .collect();
     if !beaten.is_empty() {
         notes.push(format!(
-            "NCCL ring/tree (simulated) are faster than the chosen algorithm at: {}",
+            "NCCL's own algorithms (simulated) are faster than the chosen algorithm at: {}",
             beaten.join(", ")
         ));
     }
@@ -876,9 +906,10 @@ fn plot(
             Palette99::pick(i).stroke_width(2),
         ));
     }
-    let baseline_series: [BaselineLine; 3] = [
+    let baseline_series: [BaselineLine; 4] = [
         ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
         ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
+        ("NCCL p2p (simulated)", |b| b.p2p, RGBColor(0, 90, 160)),
         ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
     ];
     for (label, get, color) in baseline_series {
@@ -955,7 +986,10 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
         let _ = writeln!(
             s,
             "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
-             `maxBytes` is the range's last size + 1, and the last range's is 2^62.\n"
+             `maxBytes` is the range's last size + 1, and the last range's is 2^62, or, for a \
+             file that uses scratch, the larger of 2^30 + 1 and the size whose scratch is 1 GiB \
+             (the runtime allocates `maxBytes × s_chunks / nchunksperloop` bytes of scratch at \
+             start-up); larger calls run NCCL's own algorithm.\n"
         );
     }
     let _ = writeln!(
@@ -971,7 +1005,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
          algorithm runs) at sizes whose element count is not such a multiple. Ranges are \
          inclusive `[minBytes, maxBytes]` (executor semantics), disjoint, start at 1 B, and \
          the last has `maxBytes = 0` (no upper limit), so every size is covered. Busbw in GB/s \
-         (1e9 B/s); NCCL ring and tree are simulated the same way; the bound is the cut bound \
+         (1e9 B/s); NCCL's ring, tree and point-to-point algorithms are simulated the same way; the bound is the cut bound \
          at that size.\n",
         options.instances,
         options.sim.local_bandwidth,
@@ -1033,9 +1067,9 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
         }
         let _ = writeln!(
             s,
-            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | bound |"
+            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | NCCL p2p | bound |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for b in &c.baselines {
             let Some((r, p)) = c
                 .ranges
@@ -1046,7 +1080,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.2} |",
+                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
                 bytes_label(b.size),
                 r.algorithm,
                 p.simulated_bytes,
@@ -1054,6 +1088,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
                 p.busbw,
                 cell(b.ring),
                 cell(b.tree),
+                cell(b.p2p),
                 b.bound
             );
         }

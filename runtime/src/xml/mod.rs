@@ -9,7 +9,10 @@ mod writer;
 pub use crate::ir::Flavor;
 pub use lexer::{parse_document, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
-pub use writer::{write, Limits, WriteError, LEGACY_UNLIMITED_MAX_BYTES};
+pub use writer::{
+    legacy_max_bytes, write, Limits, WriteError, LEGACY_MIN_COVERED_BYTES, LEGACY_SCRATCH_BYTES,
+    LEGACY_UNLIMITED_MAX_BYTES,
+};
 
 use crate::ir::{Op, Program, Step};
 use std::collections::HashSet;

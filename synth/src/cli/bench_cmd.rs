@@ -123,7 +123,8 @@ const SCALE_FABRICS: [&str; 10] = [
 /// `synth bench --cases scale [--fabrics ..] [--coll C]`: runs the main command (default
 /// method; allgather unless `--coll`) once per fabric in a child process and prints a
 /// markdown table: resources, busbw at 1 GB against the optimum and NCCL, and the best busbw
-/// at 1 KB, 64 KB and 1 MB against NCCL's best of ring and tree ("LOSES" where it is slower).
+/// at 1 KB, 64 KB and 1 MB against NCCL's best of ring, tree and point-to-point ("LOSES"
+/// where it is slower).
 fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let exe = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("synth-bench-scale-{}", std::process::id()));
@@ -181,7 +182,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             else {
                 return "-".into();
             };
-            let nccl = [&row["ring"], &row["tree"]]
+            let nccl = [&row["ring"], &row["tree"], &row["p2p"]]
                 .iter()
                 .filter_map(|v| v.as_f64())
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
@@ -197,7 +198,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 _ => "-".into(),
             }
         };
-        let nccl_1gb = [&at["ring"], &at["tree"]]
+        let nccl_1gb = [&at["ring"], &at["tree"], &at["p2p"]]
             .iter()
             .filter_map(|v| v.as_f64())
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));

@@ -291,7 +291,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    progress.message("simulating against NCCL's ring and tree at 1 GB");
+    progress.message("simulating against NCCL's baselines at 1 GB");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
     for note in &synthesis.notes {
@@ -403,23 +403,25 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
             writeln!(
                 out,
-                "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}",
+                "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}, p2p {}",
                 size_label(at.bytes),
                 at.busbw,
                 at.algorithm,
                 at.ring.map_or("-".into(), |x| format!("{x:.2}")),
                 at.tree.map_or("-".into(), |x| format!("{x:.2}")),
+                at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
             )?;
         }
         writeln!(
             out,
-            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}",
+            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}, p2p {}",
             v.busbw,
             100.0 * v.busbw / v.bound,
             if v.exact { "exact optimum" } else { "bound" },
             v.bound,
             v.ring.map_or("-".into(), |x| format!("{x:.1}")),
             v.tree.map_or("-".into(), |x| format!("{x:.1}")),
+            v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
         )?;
     }
     for cut in &synthesis.cuts {
@@ -441,9 +443,10 @@ fn unexpressible(e: &anyhow::Error) -> bool {
 /// baselines' programs grow with ranks × steps).
 const COMPARE_MAX_RANKS: usize = 1024;
 
-/// Largest fabric on which the main command simulates a collective that NCCL has no
-/// baseline for (its line then compares with the bound only).
-const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
+/// Largest fabric on which the main command simulates an alltoall against NCCL: its
+/// programs (synthesized and NCCL's point-to-point baseline) move n² blocks, relayed over
+/// several hops where the fabric is not fully connected, at 1 GB and 1 MB.
+const COMPARE_ALLTOALL_MAX_RANKS: usize = 64;
 
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
@@ -474,19 +477,28 @@ struct AtSize {
     ring: Option<f64>,
     /// NCCL tree's busbw, where defined.
     tree: Option<f64>,
+    /// NCCL's point-to-point busbw (alltoall, gather, scatter), where defined.
+    p2p: Option<f64>,
 }
 
 impl AtSize {
-    fn nccl_best(&self) -> f64 {
-        self.ring.unwrap_or(0.0).max(self.tree.unwrap_or(0.0))
+    /// NCCL's baselines with their names.
+    fn nccl(&self) -> [(&'static str, f64); 3] {
+        [("ring", self.ring), ("tree", self.tree), ("p2p", self.p2p)]
+            .map(|(name, v)| (name, v.unwrap_or(0.0)))
     }
 
+    fn nccl_best(&self) -> f64 {
+        self.nccl().iter().map(|x| x.1).fold(0.0, f64::max)
+    }
+
+    /// The fastest baseline's name (the first of ring, tree, p2p on a tie).
     fn nccl_name(&self) -> &'static str {
-        if self.tree.unwrap_or(0.0) > self.ring.unwrap_or(0.0) {
-            "tree"
-        } else {
-            "ring"
-        }
+        let best = self.nccl_best();
+        self.nccl()
+            .iter()
+            .find(|x| x.1 == best)
+            .map_or("ring", |x| x.0)
     }
 
     fn loses_to_nccl(&self) -> bool {
@@ -494,7 +506,7 @@ impl AtSize {
     }
 }
 
-/// The best synthesized algorithm against NCCL's ring and tree, simulated at
+/// The best synthesized algorithm against NCCL's baselines, simulated at
 /// [`COMPARE_SIZES`]; the top-level figures are those at 1 GB.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Versus {
@@ -504,6 +516,8 @@ struct Versus {
     ring: Option<f64>,
     /// NCCL tree's busbw at 1 GB, where defined.
     tree: Option<f64>,
+    /// NCCL's point-to-point busbw at 1 GB (alltoall, gather, scatter), where defined.
+    p2p: Option<f64>,
     /// The bandwidth bound (busbw at 1 GB).
     bound: f64,
     /// Whether the bound is the exact optimum.
@@ -514,9 +528,10 @@ struct Versus {
     sizes: Vec<AtSize>,
 }
 
-/// Simulates every lowered algorithm and NCCL's ring and tree at [`COMPARE_SIZES`] (`None`
-/// for custom collectives, fabrics over [`COMPARE_MAX_RANKS`] ranks, and collectives without
-/// an NCCL baseline on fabrics over [`COMPARE_UNMATCHED_MAX_RANKS`] ranks).
+/// Simulates every lowered algorithm and NCCL's ring, tree and point-to-point baselines
+/// (those defined for the collective) at [`COMPARE_SIZES`] (`None` for custom collectives,
+/// fabrics over [`COMPARE_MAX_RANKS`] ranks, and alltoall over
+/// [`COMPARE_ALLTOALL_MAX_RANKS`] ranks).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
     topo: &Topology,
@@ -524,12 +539,16 @@ fn compare_with_nccl(
 ) -> Result<Option<Versus>> {
     use crate::baseline::{self, BaselineOptions};
     use crate::simulate::{simulate, SimOptions};
-    if topo.ranks > COMPARE_MAX_RANKS {
-        return Ok(None);
-    }
     let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
         return Ok(None);
     };
+    let most = match ir {
+        runtime::ir::Collective::AllToAll => COMPARE_ALLTOALL_MAX_RANKS,
+        _ => COMPARE_MAX_RANKS,
+    };
+    if topo.ranks > most {
+        return Ok(None);
+    }
     if lowered.iter().all(|(_, p)| p.is_none()) {
         return Ok(None);
     }
@@ -540,11 +559,7 @@ fn compare_with_nccl(
     };
     let ring = baseline::ring(ir, topo, &options);
     let tree = baseline::tree(ir, topo, &options);
-    // Without an NCCL baseline (alltoall, gather, scatter) there is nothing to compare with,
-    // and past one small fabric simulating n² concurrent transfers at 1 GB takes many minutes.
-    if ring.is_err() && tree.is_err() && topo.ranks > COMPARE_UNMATCHED_MAX_RANKS {
-        return Ok(None);
-    }
+    let p2p = baseline::p2p(ir, topo, &options);
     let sim = SimOptions::default();
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;
@@ -565,6 +580,7 @@ fn compare_with_nccl(
             algorithm: best.1,
             ring: baseline(&ring, bytes),
             tree: baseline(&tree, bytes),
+            p2p: baseline(&p2p, bytes),
         });
     }
     let at = |bytes: u64| sizes.iter().find(|s| s.bytes == bytes).expect("compared");
@@ -573,6 +589,7 @@ fn compare_with_nccl(
         busbw: at(COMPARE_BYTES).busbw,
         ring: at(COMPARE_BYTES).ring,
         tree: at(COMPARE_BYTES).tree,
+        p2p: at(COMPARE_BYTES).p2p,
         at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,

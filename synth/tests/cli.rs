@@ -1253,6 +1253,37 @@ fn alltoall_is_compared_with_nccl_p2p() {
     let at = &doc["at_1gb"];
     assert!(at["ring"].is_null() && at["tree"].is_null(), "{at}");
     assert!((at["p2p"].as_f64().unwrap() - p2p).abs() < 0.05, "{at}");
+    // `synth simulate` has the same column.
+    let xml = dir.join("alltoall-dgx1-s3-r3-c1.xml");
+    let sim = synth(&[
+        "simulate",
+        xml.to_str().unwrap(),
+        "--topo",
+        "dgx1",
+        "--sizes",
+        "1G",
+    ]);
+    let table = String::from_utf8_lossy(&sim.stdout);
+    assert!(
+        table.lines().nth(1).is_some_and(|h| h.contains("p2p")),
+        "{table}"
+    );
+    let sim = synth(&[
+        "simulate",
+        xml.to_str().unwrap(),
+        "--topo",
+        "dgx1",
+        "--sizes",
+        "1G",
+        "--json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let row = &doc["rows"][0];
+    assert!(row["ring_busbw"].is_null(), "{row}");
+    assert!(
+        (row["p2p_busbw"].as_f64().unwrap() - p2p).abs() < 0.05,
+        "{row}"
+    );
 }
 
 /// Legacy files that use scratch get a real `maxBytes`: the runtime allocates

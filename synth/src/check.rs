@@ -73,6 +73,42 @@ pub enum CheckError {
 /// chunk (index into the collective's chunk list) has been summed in.
 type Contents = Vec<u32>;
 
+/// What every rank holds of every address during the replay.
+enum Holdings {
+    /// No address combines and no step reduces (allgather, broadcast, alltoall, ...): whether
+    /// a rank holds an address says everything, one bit per (address, rank), so a 1024-rank
+    /// allgather's four million holdings take half a megabyte.
+    Bits {
+        /// Dense index of each address.
+        index: HashMap<usize, usize>,
+        ranks: usize,
+        bits: Vec<u64>,
+    },
+    /// Contribution counts per (address, rank), for reductions.
+    Counts(HashMap<(usize, usize), Contents>),
+}
+
+impl Holdings {
+    /// The bit of (address, rank), if the address is known.
+    fn bit(
+        index: &HashMap<usize, usize>,
+        ranks: usize,
+        address: usize,
+        rank: usize,
+    ) -> Option<usize> {
+        index.get(&address).map(|&a| a * ranks + rank)
+    }
+
+    /// Whether `rank` holds `address` at all.
+    fn holds(&self, address: usize, rank: usize) -> bool {
+        match self {
+            Holdings::Bits { index, ranks, bits } => Self::bit(index, *ranks, address, rank)
+                .is_some_and(|b| bits[b / 64] >> (b % 64) & 1 == 1),
+            Holdings::Counts(state) => state.contains_key(&(address, rank)),
+        }
+    }
+}
+
 /// Checks `algorithm` on `topology`: every send uses a link and sends held data, every
 /// link and switch constraint stays within capacity × rounds in every step, and at the end
 /// every rank in a chunk's postcondition holds its address with every contribution exactly once.
@@ -105,6 +141,8 @@ pub fn check_before(
         .enumerate()
         .map(|(i, l)| ((l.src, l.dst), i))
         .collect();
+    // The switch constraints covering each link, once (not every constraint per send).
+    let governing = topology.governing_constraints(&topology.out_link_ids());
 
     // Which contributor slot each chunk occupies within its address.
     let by_address = coll.by_address();
@@ -114,20 +152,48 @@ pub fn check_before(
             slot_of[m] = slot;
         }
     }
-    let mut state: HashMap<(usize, usize), Contents> = HashMap::new();
+    let reduces =
+        by_address.values().any(|m| m.len() > 1) || algorithm.steps.iter().any(|s| s.reduce);
+    let n = topology.ranks;
+    let mut state = if reduces {
+        Holdings::Counts(HashMap::new())
+    } else {
+        let index: HashMap<usize, usize> = by_address
+            .keys()
+            .enumerate()
+            .map(|(i, &a)| (a, i))
+            .collect();
+        let bits = vec![0u64; (index.len() * n).div_ceil(64)];
+        Holdings::Bits {
+            index,
+            ranks: n,
+            bits,
+        }
+    };
     for (i, chunk) in coll.chunks.iter().enumerate() {
         if i.is_multiple_of(1024) && expired() {
             return Err(CheckError::TimeLimit);
         }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.pre {
-            let entry = state
-                .entry((chunk.address, r))
-                .or_insert_with(|| vec![0; width]);
-            entry[slot_of[i]] = 1;
+            match &mut state {
+                Holdings::Bits { index, ranks, bits } => {
+                    if let Some(b) = Holdings::bit(index, *ranks, chunk.address, r) {
+                        bits[b / 64] |= 1 << (b % 64);
+                    }
+                }
+                Holdings::Counts(counts) => {
+                    let entry = counts
+                        .entry((chunk.address, r))
+                        .or_insert_with(|| vec![0; width]);
+                    entry[slot_of[i]] = 1;
+                }
+            }
         }
     }
 
+    let mut link_load = vec![0usize; topology.links.len()];
+    let mut switch_load = vec![0usize; topology.switches.len()];
     for (s, step) in algorithm.steps.iter().enumerate() {
         if expired() {
             return Err(CheckError::TimeLimit);
@@ -135,10 +201,10 @@ pub fn check_before(
         if step.rounds == 0 {
             return Err(CheckError::ZeroRounds { step: s });
         }
-        let mut link_load = vec![0usize; topology.links.len()];
-        let mut switch_load = vec![0usize; topology.switches.len()];
+        link_load.iter_mut().for_each(|x| *x = 0);
+        switch_load.iter_mut().for_each(|x| *x = 0);
         // Every send reads what its sender held before the step: read them all, then write.
-        let mut reads: Vec<Contents> = Vec::with_capacity(step.sends.len());
+        let mut reads: Vec<Contents> = Vec::new();
         for send in &step.sends {
             let Some(&l) = link_index.get(&(send.src, send.dst)) else {
                 return Err(CheckError::NoLink {
@@ -149,29 +215,40 @@ pub fn check_before(
                 });
             };
             link_load[l] += 1;
-            for (k, sw) in topology.switches.iter().enumerate() {
-                if sw.covers(send.src, send.dst) {
-                    switch_load[k] += 1;
-                }
+            for &k in &governing[l] {
+                switch_load[k] += 1;
             }
-            let Some(data) = state.get(&(send.chunk, send.src)) else {
+            if !state.holds(send.chunk, send.src) {
                 return Err(CheckError::NotHeld {
                     step: s,
                     chunk: send.chunk,
                     src: send.src,
                     dst: send.dst,
                 });
-            };
-            reads.push(data.clone());
+            }
+            if let Holdings::Counts(counts) = &state {
+                reads.push(counts[&(send.chunk, send.src)].clone());
+            }
         }
-        for (send, data) in step.sends.iter().zip(reads) {
-            let target = state
-                .entry((send.chunk, send.dst))
-                .or_insert_with(|| vec![0; data.len()]);
-            if step.reduce {
-                target.iter_mut().zip(&data).for_each(|(t, d)| *t += d);
-            } else {
-                *target = data;
+        match &mut state {
+            Holdings::Bits { index, ranks, bits } => {
+                for send in &step.sends {
+                    let b = Holdings::bit(index, *ranks, send.chunk, send.dst)
+                        .expect("the sender holds it, so the address is known");
+                    bits[b / 64] |= 1 << (b % 64);
+                }
+            }
+            Holdings::Counts(counts) => {
+                for (send, data) in step.sends.iter().zip(reads) {
+                    let target = counts
+                        .entry((send.chunk, send.dst))
+                        .or_insert_with(|| vec![0; data.len()]);
+                    if step.reduce {
+                        target.iter_mut().zip(&data).for_each(|(t, d)| *t += d);
+                    } else {
+                        *target = data;
+                    }
+                }
             }
         }
         for (l, &load) in link_load.iter().enumerate() {
@@ -204,14 +281,18 @@ pub fn check_before(
         }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.post {
-            match state.get(&(chunk.address, r)) {
-                None => {
-                    return Err(CheckError::Postcondition {
-                        chunk: chunk.address,
-                        rank: r,
-                        problem: "never arrives".into(),
-                    })
-                }
+            let never = || CheckError::Postcondition {
+                chunk: chunk.address,
+                rank: r,
+                problem: "never arrives".into(),
+            };
+            let counts = match &state {
+                Holdings::Bits { .. } if state.holds(chunk.address, r) => continue,
+                Holdings::Bits { .. } => return Err(never()),
+                Holdings::Counts(counts) => counts.get(&(chunk.address, r)),
+            };
+            match counts {
+                None => return Err(never()),
                 Some(c) if c.contains(&0) => {
                     let missing = c.iter().filter(|&&x| x == 0).count();
                     return Err(CheckError::Postcondition {

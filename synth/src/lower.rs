@@ -13,7 +13,8 @@ use crate::algorithm::Algorithm;
 use crate::collective::Kind;
 use anyhow::{bail, Context, Result};
 use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 
 /// How to lower.
 #[derive(Debug, Clone)]
@@ -155,6 +156,72 @@ impl Layout {
     }
 }
 
+/// Which ranks must end with each address: a bit per (address, rank) where the lists are
+/// long (a 1024-rank allgather: every rank, for each of 4096 addresses, in half a megabyte),
+/// sorted lists where they are short (alltoall: one rank per address).
+enum Posts {
+    Bits {
+        row: FxHashMap<usize, usize>,
+        ranks: usize,
+        bits: Vec<u64>,
+    },
+    Lists(FxHashMap<usize, Vec<usize>>),
+}
+
+impl Posts {
+    fn new(
+        coll: &crate::collective::Collective,
+        by_address: &std::collections::BTreeMap<usize, Vec<usize>>,
+    ) -> Posts {
+        let post = |members: &Vec<usize>| &coll.chunks[members[0]].post;
+        let entries: usize = by_address.values().map(|m| post(m).len()).sum();
+        let n = coll.ranks;
+        if entries.saturating_mul(64) >= by_address.len().saturating_mul(n) {
+            let row: FxHashMap<usize, usize> = by_address
+                .keys()
+                .enumerate()
+                .map(|(i, &a)| (a, i))
+                .collect();
+            let mut bits = vec![0u64; (by_address.len() * n).div_ceil(64)];
+            for (i, members) in by_address.values().enumerate() {
+                for &r in post(members).iter().filter(|&&r| r < n) {
+                    let b = i * n + r;
+                    bits[b / 64] |= 1 << (b % 64);
+                }
+            }
+            Posts::Bits {
+                row,
+                ranks: n,
+                bits,
+            }
+        } else {
+            Posts::Lists(
+                by_address
+                    .iter()
+                    .map(|(&a, members)| {
+                        let mut list = post(members).clone();
+                        list.sort_unstable();
+                        (a, list)
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    /// Whether `rank` must end with `address`.
+    fn contains(&self, address: usize, rank: usize) -> bool {
+        match self {
+            Posts::Bits { row, ranks, bits } => row.get(&address).is_some_and(|&i| {
+                let b = i * ranks + rank;
+                rank < *ranks && bits[b / 64] >> (b % 64) & 1 == 1
+            }),
+            Posts::Lists(lists) => lists
+                .get(&address)
+                .is_some_and(|l| l.binary_search(&rank).is_ok()),
+        }
+    }
+}
+
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let kind = algorithm.collective.kind;
@@ -164,9 +231,9 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     }
     let instances = options.instances;
     let algorithm = if instances > 1 {
-        algorithm.refined(algorithm.chunks() * instances)
+        Cow::Owned(algorithm.refined(algorithm.chunks() * instances))
     } else {
-        algorithm.clone()
+        Cow::Borrowed(algorithm)
     };
     let coll = &algorithm.collective;
     let n = coll.ranks;
@@ -193,7 +260,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         ((address % pieces) / instances % spread) * instances + address % instances
     };
     // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
-    let mut carried: HashMap<(usize, usize, usize), usize> = HashMap::new();
+    let mut carried: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
     let mut channel_of = |u: usize, v: usize, address: usize| {
         let base = base_channel(address);
         let count = carried.entry((u, v, base)).or_insert(0);
@@ -205,8 +272,9 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
 
     let mut code: Vec<RankCode> = (0..n).map(|_| RankCode::default()).collect();
     // Where each (rank, address) value currently lives.
-    let mut location: HashMap<(usize, usize), Slot> = HashMap::new();
+    let mut location: FxHashMap<(usize, usize), Slot> = FxHashMap::default();
     let by_address = coll.by_address();
+    let posts = Posts::new(coll, &by_address);
     for (&address, members) in &by_address {
         let post = &coll.chunks[members[0]].post;
         for &m in members {
@@ -250,7 +318,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             let (u, v, a) = (send.src, send.dst, send.chunk);
             let channel = channel_of(u, v, a);
             channels_used = channels_used.max(channel + 1);
-            let post = coll.chunks[by_address[&a][0]].post.contains(&v);
+            let post = posts.contains(a, v);
             let recv_key = TbKey::Recv { peer: u, channel };
             let landing = if step.reduce {
                 let current = location.get(&(v, a)).copied();
@@ -385,8 +453,17 @@ const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
 /// threadblocks share each link). The program is verified; returns it with its XML, or the
 /// reason it cannot be expressed (nothing is written by this function).
 pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
+    let program = lower_verified(algorithm, options)?;
+    let xml = runtime::xml::write(&program, options.flavor)?;
+    Ok((program, xml))
+}
+
+/// [`lower_to_xml`] without the XML text: the program found fits the flavour
+/// ([`runtime::xml::writable`]) and verifies; [`runtime::xml::write_to`] then streams it to
+/// a file (a 1024-rank program's XML is hundreds of megabytes).
+pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     // The busiest link's transfers: splits that need more than MAX_CHANNELS are not tried.
-    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut per_link: FxHashMap<(usize, usize), usize> = FxHashMap::default();
     for s in algorithm.steps.iter().flat_map(|s| &s.sends) {
         *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
     }
@@ -413,12 +490,12 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
         if options.inplace {
             program.name.push_str("-inplace");
         }
-        match runtime::xml::write(&program, options.flavor) {
-            Ok(xml) => {
+        match runtime::xml::writable(&program, options.flavor) {
+            Ok(()) => {
                 runtime::verify::verify(&program).with_context(|| {
                     format!("internal error: lowered {} does not verify", program.name)
                 })?;
-                return Ok((program, xml));
+                return Ok(program);
             }
             // Too many steps in a threadblock: split connections further.
             Err(e) if e.to_string().contains("steps including nops") => last = Some(e.into()),
@@ -440,9 +517,9 @@ fn stage_overwritten_inputs(
     coll: &crate::collective::Collective,
     layout: &Layout,
     code: &mut [RankCode],
-    location: &mut HashMap<(usize, usize), Slot>,
+    location: &mut FxHashMap<(usize, usize), Slot>,
 ) {
-    let mut landing: HashMap<(usize, Slot), usize> = HashMap::new();
+    let mut landing: FxHashMap<(usize, Slot), usize> = FxHashMap::default();
     for chunk in &coll.chunks {
         for &r in &chunk.post {
             landing.insert((r, layout.output(chunk.address)), chunk.address);
@@ -502,7 +579,7 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
     let mut keys: Vec<TbKey> = rc.ops.iter().map(|(k, _)| *k).collect();
     keys.sort();
     keys.dedup();
-    let tb_of: HashMap<TbKey, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+    let tb_of: FxHashMap<TbKey, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     let mut threadblocks: Vec<Threadblock> = keys
         .iter()
         .map(|k| match *k {
@@ -526,8 +603,8 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             },
         })
         .collect();
-    let mut last_writer: HashMap<Slot, Dep> = HashMap::new();
-    let mut readers: HashMap<Slot, Vec<Dep>> = HashMap::new();
+    let mut last_writer: FxHashMap<Slot, Dep> = FxHashMap::default();
+    let mut readers: FxHashMap<Slot, Vec<Dep>> = FxHashMap::default();
     let (mut uses_input, mut uses_output) = (false, false);
     for (key, mut step) in rc.ops {
         let tb = tb_of[&key];
@@ -556,16 +633,10 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         for slot in &writes {
             deps.extend(readers.get(slot).into_iter().flatten());
         }
-        let mut latest: HashMap<usize, usize> = HashMap::new();
-        for d in deps.into_iter().filter(|d| d.tb != tb) {
-            let e = latest.entry(d.tb).or_insert(d.step);
-            *e = (*e).max(d.step);
-        }
-        let mut deps: Vec<Dep> = latest
-            .into_iter()
-            .map(|(tb, step)| Dep { tb, step })
-            .collect();
-        deps.sort_by_key(|d| (d.tb, d.step));
+        // The latest step per other threadblock, in threadblock order.
+        deps.retain(|d| d.tb != tb);
+        deps.sort_by_key(|d| (d.tb, std::cmp::Reverse(d.step)));
+        deps.dedup_by_key(|d| d.tb);
         step.deps = deps;
         for slot in &reads {
             readers.entry(*slot).or_default().push(here);

@@ -68,6 +68,9 @@ pub struct Progress {
     bar: Option<ProgressBar>,
     state: Mutex<Status>,
     deadline: Arc<Mutex<Option<Instant>>>,
+    /// When `SYNTH_TRACE` is set: the start, to print every phase with its time on stderr
+    /// (where the time of a long run goes, without a profiler).
+    trace: Option<Instant>,
 }
 
 impl Progress {
@@ -111,6 +114,7 @@ impl Progress {
             bar,
             state: Mutex::new(Status::default()),
             deadline,
+            trace: (enabled && std::env::var_os("SYNTH_TRACE").is_some()).then_some(start),
         }
     }
 
@@ -124,8 +128,12 @@ impl Progress {
         *self.deadline.lock().unwrap() = Some(deadline);
     }
 
-    /// Updates the phase; shows the line once the work has run for a second.
+    /// Updates the phase; shows the line once the work has run for a second. With
+    /// `SYNTH_TRACE` set, also prints the phase and the seconds since the start on stderr.
     pub fn message(&self, text: &str) {
+        if let Some(start) = self.trace {
+            eprintln!("[{:8.2} s] {text}", start.elapsed().as_secs_f64());
+        }
         self.update(|s| s.phase = text.to_string());
     }
 

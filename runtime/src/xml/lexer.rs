@@ -13,26 +13,25 @@ pub const MAX_STR_LEN: usize = 255;
 /// rejected instead of recursing without bound.
 pub const MAX_DEPTH: usize = 16;
 
-/// One element with its attributes (in order) and children.
+/// One element with its attributes (in order) and children, borrowing its names and
+/// values from the document text (a 1024-rank program's XML has tens of millions of
+/// attributes: one allocation each would dominate reading it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Element {
+pub struct Element<'a> {
     /// Element name.
-    pub name: String,
+    pub name: &'a str,
     /// 1-based line of the `<`.
     pub line: usize,
     /// Attributes as written.
-    pub attrs: Vec<(String, String)>,
+    pub attrs: Vec<(&'a str, &'a str)>,
     /// Child elements.
-    pub children: Vec<Element>,
+    pub children: Vec<Element<'a>>,
 }
 
-impl Element {
+impl<'a> Element<'a> {
     /// The value of an attribute, if present.
-    pub fn attr(&self, key: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+    pub fn attr(&self, key: &str) -> Option<&'a str> {
+        self.attrs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 }
 
@@ -46,14 +45,16 @@ pub fn show_char(c: char) -> String {
     }
 }
 
-enum Node {
-    Open(Element),
-    SelfClosed(Element),
-    Close(String, usize),
+enum Node<'a> {
+    Open(Element<'a>),
+    SelfClosed(Element<'a>),
+    Close(&'a str, usize),
 }
 
 struct Lexer<'a> {
-    chars: std::iter::Peekable<std::str::Chars<'a>>,
+    text: &'a str,
+    /// Byte offset of the next character.
+    pos: usize,
     line: usize,
 }
 
@@ -62,10 +63,24 @@ impl<'a> Lexer<'a> {
         XmlError::new(self.line, element, None, message)
     }
 
+    /// The next character, consumed; None at the end.
+    fn bump(&mut self) -> Option<char> {
+        let b = *self.text.as_bytes().get(self.pos)?;
+        let c = if b < 0x80 {
+            b as char
+        } else {
+            self.text[self.pos..]
+                .chars()
+                .next()
+                .expect("not at the end")
+        };
+        self.pos += c.len_utf8();
+        Some(c)
+    }
+
     fn next_char(&mut self, element: &str) -> Result<char, XmlError> {
         let c = self
-            .chars
-            .next()
+            .bump()
             .ok_or_else(|| self.err(element, "XML Parse : Unexpected EOF"))?;
         if c == '\n' {
             self.line += 1;
@@ -76,7 +91,7 @@ impl<'a> Lexer<'a> {
     /// Skips whitespace; returns the next char, or None at end of input.
     fn skip_space(&mut self) -> Option<char> {
         loop {
-            let c = self.chars.next()?;
+            let c = self.bump()?;
             match c {
                 '\n' => self.line += 1,
                 ' ' | '\r' => {}
@@ -90,25 +105,27 @@ impl<'a> Lexer<'a> {
         &mut self,
         element: &str,
         allow_value: bool,
-    ) -> Result<(String, Option<String>, char), XmlError> {
-        let mut tok = String::new();
+    ) -> Result<(&'a str, Option<&'a str>, char), XmlError> {
+        let start = self.pos;
         loop {
+            let before = self.pos;
             let c = self.next_char(element)?;
             if c == '=' {
+                let tok = &self.text[start..before];
                 if !allow_value {
                     return Err(self.err(
                         element,
                         format!("XML Parse : Unexpected value with name {tok}"),
                     ));
                 }
-                let (value, last) = self.value(element, &tok)?;
+                let (value, last) = self.value(element, tok)?;
                 return Ok((tok, Some(value), last));
             }
             if matches!(c, ' ' | '>' | '/' | '\n' | '\r') {
-                return Ok((tok, None, c));
+                return Ok((&self.text[start..before], None, c));
             }
-            tok.push(c);
-            if tok.len() >= MAX_STR_LEN {
+            if self.pos - start >= MAX_STR_LEN {
+                let tok = &self.text[start..self.pos];
                 return Err(self.err(
                     element,
                     format!("Error : name {tok} too long (max {MAX_STR_LEN})"),
@@ -118,7 +135,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Reads a quoted value (after `=`) and the char that follows it.
-    fn value(&mut self, element: &str, key: &str) -> Result<(String, char), XmlError> {
+    fn value(&mut self, element: &str, key: &str) -> Result<(&'a str, char), XmlError> {
         let q = self.next_char(element)?;
         if q != '"' && q != '\'' {
             return Err(XmlError::new(
@@ -128,14 +145,15 @@ impl<'a> Lexer<'a> {
                 "XML Parse : Expected (double) quote.",
             ));
         }
-        let mut v = String::new();
+        let start = self.pos;
         loop {
+            let before = self.pos;
             let c = self.next_char(element)?;
             if c == '"' {
-                break;
+                let v = &self.text[start..before];
+                return Ok((v, self.next_char(element)?));
             }
-            v.push(c);
-            if v.len() >= MAX_STR_LEN {
+            if self.pos - start >= MAX_STR_LEN {
                 return Err(XmlError::new(
                     self.line,
                     element,
@@ -144,28 +162,22 @@ impl<'a> Lexer<'a> {
                 ));
             }
         }
-        Ok((v, self.next_char(element)?))
     }
 
     fn skip_comment(&mut self) -> Result<(), XmlError> {
-        let mut tail = [' '; 3];
-        loop {
-            let c = self
-                .chars
-                .next()
-                .ok_or_else(|| self.err("", "XML Parse : unterminated comment"))?;
-            if c == '\n' {
-                self.line += 1;
-            }
-            tail = [tail[1], tail[2], c];
-            if tail == ['-', '-', '>'] {
-                return Ok(());
-            }
-        }
+        let rest = &self.text[self.pos..];
+        let Some(end) = rest.find("-->") else {
+            self.line += rest.matches('\n').count();
+            self.pos = self.text.len();
+            return Err(self.err("", "XML Parse : unterminated comment"));
+        };
+        self.line += rest[..end].matches('\n').count();
+        self.pos += end + 3;
+        Ok(())
     }
 
     /// Reads the next node (skipping comments); None at end of input.
-    fn node(&mut self) -> Result<Option<Node>, XmlError> {
+    fn node(&mut self) -> Result<Option<Node<'a>>, XmlError> {
         let line = loop {
             let Some(c) = self.skip_space() else {
                 return Ok(None);
@@ -176,11 +188,10 @@ impl<'a> Lexer<'a> {
                     format!("XML Parse error : expecting '<', got '{}'", show_char(c)),
                 ));
             }
-            let opener: String = self.chars.clone().take(3).collect();
-            if opener != "!--" {
+            if !self.text[self.pos..].starts_with("!--") {
                 break self.line;
             }
-            self.chars.nth(2);
+            self.pos += 3;
             self.skip_comment()?;
         };
         let (name, _, last) = self.token("", false)?;
@@ -188,7 +199,7 @@ impl<'a> Lexer<'a> {
             let (close, _, last) = self.token("", false)?;
             if last != '>' {
                 return Err(self.err(
-                    &close,
+                    close,
                     format!(
                         "XML Parse error : unexpected trailing {} in closing tag {close}",
                         show_char(last)
@@ -200,7 +211,12 @@ impl<'a> Lexer<'a> {
         self.open_tag(name, line, last).map(Some)
     }
 
-    fn open_tag(&mut self, name: String, line: usize, mut last: char) -> Result<Node, XmlError> {
+    fn open_tag(
+        &mut self,
+        name: &'a str,
+        line: usize,
+        mut last: char,
+    ) -> Result<Node<'a>, XmlError> {
         let mut el = Element {
             name,
             line,
@@ -209,7 +225,7 @@ impl<'a> Lexer<'a> {
         };
         let mut slots = 0;
         while last == ' ' {
-            let (key, value, l) = self.token(&el.name, true)?;
+            let (key, value, l) = self.token(el.name, true)?;
             last = l;
             if key.is_empty() && value.is_none() {
                 slots += 1; // an empty entry, as the runtime stores for a doubled space
@@ -218,8 +234,8 @@ impl<'a> Lexer<'a> {
             let Some(value) = value else {
                 return Err(XmlError::new(
                     self.line,
-                    &el.name,
-                    Some(&key),
+                    el.name,
+                    Some(key),
                     "attribute has no value",
                 ));
             };
@@ -227,23 +243,23 @@ impl<'a> Lexer<'a> {
             if el.attrs.iter().any(|(k, _)| *k == key) {
                 return Err(XmlError::new(
                     self.line,
-                    &el.name,
-                    Some(&key),
+                    el.name,
+                    Some(key),
                     "duplicate attribute (the runtime would read only the first)",
                 ));
             }
             if slots > MAX_ATTRS {
-                return Err(XmlError::new(self.line, &el.name, Some(&key), format!(
+                return Err(XmlError::new(self.line, el.name, Some(key), format!(
                     "more than {MAX_ATTRS} attributes: the runtime ignores this one and any after it"
                 )));
             }
             el.attrs.push((key, value));
         }
         if last == '/' {
-            let c = self.next_char(&el.name)?;
+            let c = self.next_char(el.name)?;
             if c != '>' {
                 return Err(self.err(
-                    &el.name,
+                    el.name,
                     format!("XML Parse : expected >, got '{}'", show_char(c)),
                 ));
             }
@@ -251,39 +267,50 @@ impl<'a> Lexer<'a> {
         }
         if last != '>' {
             return Err(self.err(
-                &el.name,
+                el.name,
                 format!("XML Parse : expected >, got '{}'", show_char(last)),
             ));
         }
         Ok(Node::Open(el))
     }
 
-    /// Reads the children of an open element, `depth` levels deep, up to its closing tag.
-    fn children(&mut self, el: &mut Element, depth: usize) -> Result<(), XmlError> {
+    /// Reads the children of an open element, `depth` levels deep, up to its closing tag,
+    /// handing each to `child` as soon as it is complete.
+    fn children(
+        &mut self,
+        el: &Element<'a>,
+        depth: usize,
+        child: &mut dyn FnMut(Element<'a>) -> Result<(), XmlError>,
+    ) -> Result<(), XmlError> {
         if depth > MAX_DEPTH {
             return Err(self.err(
-                &el.name,
+                el.name,
                 format!("elements nested deeper than {MAX_DEPTH} levels"),
             ));
         }
         loop {
             match self.node()? {
-                None => return Err(self.err(&el.name, "XML Parse : Unexpected EOF")),
+                None => return Err(self.err(el.name, "XML Parse : Unexpected EOF")),
                 Some(Node::Close(name, line)) => {
                     if name != el.name {
                         return Err(XmlError::new(
                             line,
-                            &el.name,
+                            el.name,
                             None,
                             format!("XML Mismatch : {} / {name}", el.name),
                         ));
                     }
                     return Ok(());
                 }
-                Some(Node::SelfClosed(child)) => el.children.push(child),
-                Some(Node::Open(mut child)) => {
-                    self.children(&mut child, depth + 1)?;
-                    el.children.push(child);
+                Some(Node::SelfClosed(c)) => child(c)?,
+                Some(Node::Open(mut c)) => {
+                    let mut grandchildren = Vec::new();
+                    self.children(&c, depth + 1, &mut |g| {
+                        grandchildren.push(g);
+                        Ok(())
+                    })?;
+                    c.children = grandchildren;
+                    child(c)?;
                 }
             }
         }
@@ -292,9 +319,26 @@ impl<'a> Lexer<'a> {
 
 /// Parses a document: comments, then exactly one top element (with its subtree), then only
 /// comments or whitespace.
-pub fn parse_document(text: &str) -> Result<Element, XmlError> {
+pub fn parse_document(text: &str) -> Result<Element<'_>, XmlError> {
+    let mut children = Vec::new();
+    let mut top = parse_streaming(text, |_, c| {
+        children.push(c);
+        Ok(())
+    })?;
+    top.children = children;
+    Ok(top)
+}
+
+/// [`parse_document`] one child of the top element at a time: `child` gets the top element
+/// (without its children) and each child with its subtree as soon as it is read, so a large
+/// document is never held as a tree. Returns the top element without its children.
+pub fn parse_streaming<'a>(
+    text: &'a str,
+    mut child: impl FnMut(&Element<'a>, Element<'a>) -> Result<(), XmlError>,
+) -> Result<Element<'a>, XmlError> {
     let mut lx = Lexer {
-        chars: text.chars().peekable(),
+        text,
+        pos: 0,
         line: 1,
     };
     let top = match lx.node()? {
@@ -302,14 +346,14 @@ pub fn parse_document(text: &str) -> Result<Element, XmlError> {
         Some(Node::Close(name, line)) => {
             return Err(XmlError::new(
                 line,
-                &name,
+                name,
                 None,
                 format!("XML Mismatch : (none) / {name}"),
             ))
         }
         Some(Node::SelfClosed(el)) => el,
-        Some(Node::Open(mut el)) => {
-            lx.children(&mut el, 1)?;
+        Some(Node::Open(el)) => {
+            lx.children(&el, 1, &mut |c| child(&el, c))?;
             el
         }
     };
@@ -320,7 +364,7 @@ pub fn parse_document(text: &str) -> Result<Element, XmlError> {
         };
         return Err(XmlError::new(
             line,
-            &name,
+            name,
             None,
             format!(
                 "content after the closing tag of {} (the runtime reads a single algo element)",

@@ -7,15 +7,14 @@ mod reader;
 mod writer;
 
 pub use crate::ir::Flavor;
-pub use lexer::{parse_document, Element};
+pub use lexer::{parse_document, parse_streaming, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
 pub use writer::{
-    legacy_max_bytes, write, Limits, WriteError, LEGACY_MIN_COVERED_BYTES, LEGACY_SCRATCH_BYTES,
-    LEGACY_UNLIMITED_MAX_BYTES,
+    legacy_max_bytes, writable, write, write_to, Limits, WriteError, LEGACY_MIN_COVERED_BYTES,
+    LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES,
 };
 
 use crate::ir::{Op, Program, Step};
-use std::collections::HashSet;
 use std::fmt;
 
 /// Most `re` steps the runtime fuses into one transmission.
@@ -70,17 +69,20 @@ impl fmt::Display for XmlError {
     }
 }
 
-/// The steps of each rank that some dependency names (those get `hasdep="1"`).
-pub fn dependency_targets(p: &Program, rank: usize) -> HashSet<(usize, usize)> {
-    p.gpus[rank]
-        .threadblocks
+/// The steps of a rank that some dependency names (those get `hasdep="1"`): per
+/// threadblock, per step (dependencies on steps that do not exist are left out).
+pub fn dependency_targets(p: &Program, rank: usize) -> Vec<Vec<bool>> {
+    let tbs = &p.gpus[rank].threadblocks;
+    let mut targets: Vec<Vec<bool>> = tbs.iter().map(|tb| vec![false; tb.steps.len()]).collect();
+    for d in tbs
         .iter()
-        .flat_map(|tb| {
-            tb.steps
-                .iter()
-                .flat_map(|s| s.deps.iter().map(|d| (d.tb, d.step)))
-        })
-        .collect()
+        .flat_map(|tb| tb.steps.iter().flat_map(|s| &s.deps))
+    {
+        if let Some(t) = targets.get_mut(d.tb).and_then(|t| t.get_mut(d.step)) {
+            *t = true;
+        }
+    }
+    targets
 }
 
 /// True if the runtime fuses `cur` into the `re` chain ending with `prev` (msccl-ir.md
@@ -121,7 +123,7 @@ pub fn transmissions(p: &Program) -> Vec<usize> {
                 .iter()
                 .enumerate()
                 .map(|(tbi, tb)| {
-                    let lens = chain_lengths(&tb.steps, |j| targets.contains(&(tbi, j)));
+                    let lens = chain_lengths(&tb.steps, |j| targets[tbi][j]);
                     tb.steps
                         .iter()
                         .zip(&lens)

@@ -3,7 +3,7 @@
 //! [`Program`]: `nop`s fold into the dependencies of the next step and XML step numbers
 //! become in-memory indices.
 
-use super::lexer::{parse_document, Element};
+use super::lexer::{parse_streaming, Element};
 use super::{XmlError, MAX_NGPUS, MAX_REDUCE_FUSION};
 use crate::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use crate::semantics::Semantics;
@@ -41,23 +41,32 @@ pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
 }
 
 /// Reads MSCCL XML text into a [`Program`], rejecting anything a runtime would reject or
-/// mis-execute.
+/// mis-execute. Each `<gpu>` element is turned into its part of the program as soon as it
+/// is read, so the document is never held as a tree.
 pub fn read_str(text: &str) -> Result<Program, XmlError> {
-    let top = parse_document(text)?;
-    if top.name != "algo" {
-        return Err(XmlError::new(
-            top.line,
-            &top.name,
-            None,
-            "the top element must be algo",
-        ));
-    }
-    let custom = custom_comment(text)?;
-    let header = read_algo(&top, custom.as_ref())?;
-    let mut gpus: Vec<Option<Gpu>> = vec![None; header.ngpus];
-    for child in &top.children {
-        expect_name(child, "gpu")?;
-        let gpu = read_gpu(child, &header)?;
+    let mut header: Option<Header> = None;
+    let mut gpus: Vec<Option<Gpu>> = Vec::new();
+    let start = |top: &Element| -> Result<Header, XmlError> {
+        if top.name != "algo" {
+            return Err(XmlError::new(
+                top.line,
+                top.name,
+                None,
+                "the top element must be algo",
+            ));
+        }
+        let custom = custom_comment(text)?;
+        read_algo(top, custom)
+    };
+    let top = parse_streaming(text, |top, child| {
+        if header.is_none() {
+            let h = start(top)?;
+            gpus = vec![None; h.ngpus];
+            header = Some(h);
+        }
+        let h = header.as_ref().expect("set above");
+        expect_name(&child, "gpu")?;
+        let gpu = read_gpu(&child, h)?;
         let rank = gpu.rank;
         if gpus[rank].replace(gpu).is_some() {
             return Err(XmlError::new(
@@ -67,7 +76,16 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
                 format!("duplicate gpu id {rank}"),
             ));
         }
-    }
+        Ok(())
+    })?;
+    let header = match header {
+        Some(h) => h,
+        None => {
+            let h = start(&top)?;
+            gpus = vec![None; h.ngpus];
+            h
+        }
+    };
     let gpus = gpus
         .into_iter()
         .enumerate()
@@ -86,7 +104,7 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         max_bytes: header.max_bytes,
         gpus,
         custom: (header.sem.collective == Collective::Custom)
-            .then_some(custom)
+            .then_some(header.custom)
             .flatten(),
     })
 }
@@ -140,7 +158,7 @@ fn expect_name(el: &Element, name: &str) -> Result<(), XmlError> {
     }
     Err(XmlError::new(
         el.line,
-        &el.name,
+        el.name,
         None,
         format!(
             "unexpected element {} (expected {name}; the runtime would skip it silently)",
@@ -153,7 +171,7 @@ fn expect_name(el: &Element, name: &str) -> Result<(), XmlError> {
 // Attribute access
 
 fn err(el: &Element, attr: &str, msg: impl Into<String>) -> XmlError {
-    XmlError::new(el.line, &el.name, Some(attr), msg)
+    XmlError::new(el.line, el.name, Some(attr), msg)
 }
 
 fn attr<'a>(el: &'a Element, key: &str) -> Result<&'a str, XmlError> {
@@ -252,11 +270,13 @@ struct Header {
     min_bytes: u64,
     max_bytes: u64,
     sem: Semantics,
+    /// A custom collective's conditions (from the leading comment).
+    custom: Option<crate::ir::CustomCollective>,
 }
 
 fn read_algo(
     el: &Element,
-    custom: Option<&crate::ir::CustomCollective>,
+    custom: Option<crate::ir::CustomCollective>,
 ) -> Result<Header, XmlError> {
     let name = attr(el, "name")?.to_string();
     let proto = attr(el, "proto")?;
@@ -296,7 +316,7 @@ fn read_algo(
         Some(_) => int_in(el, "root", 0, ngpus as i64 - 1)? as usize,
         None => 0,
     };
-    let sem = match (collective, custom) {
+    let sem = match (collective, &custom) {
         (Collective::Custom, Some(c)) => Semantics::custom(c, ngpus, nchunks, false),
         (Collective::Custom, None) => return Err(err(el, "coll", format!(
             "coll=\"custom\" needs the collective's pre- and postcondition, which synth writes in a leading <!-- {CUSTOM_COMMENT} {{...}} --> comment; this file has none"
@@ -314,6 +334,7 @@ fn read_algo(
         min_bytes,
         max_bytes,
         sem,
+        custom,
     })
 }
 
@@ -375,7 +396,7 @@ fn check_extents(el: &Element, h: &Header, i: usize, o: usize) -> Result<(), Xml
 // <tb> and <step>, as written
 
 struct RawTb<'a> {
-    el: &'a Element,
+    el: &'a Element<'a>,
     send: Option<usize>,
     recv: Option<usize>,
     chan: usize,
@@ -383,7 +404,7 @@ struct RawTb<'a> {
 }
 
 struct RawStep<'a> {
-    el: &'a Element,
+    el: &'a Element<'a>,
     op: Op,
     src: (Buffer, i64),
     dst: (Buffer, i64),
@@ -393,7 +414,7 @@ struct RawStep<'a> {
 }
 
 fn read_threadblocks<'a>(
-    gpu_el: &'a Element,
+    gpu_el: &'a Element<'a>,
     h: &Header,
     gpu: &Gpu,
 ) -> Result<Vec<RawTb<'a>>, XmlError> {
@@ -447,7 +468,7 @@ fn read_threadblocks<'a>(
         .collect()
 }
 
-fn read_tb<'a>(el: &'a Element, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlError> {
+fn read_tb<'a>(el: &'a Element<'a>, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlError> {
     let send = peer(el, "send", gpu.rank, h.ngpus)?;
     let recv = peer(el, "recv", gpu.rank, h.ngpus)?;
     let chan = int(el, "chan")?;
@@ -486,7 +507,7 @@ fn read_tb<'a>(el: &'a Element, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlE
 }
 
 fn read_step<'a>(
-    el: &'a Element,
+    el: &'a Element<'a>,
     pos: usize,
     tb: &RawTb,
     gpu: &Gpu,

@@ -5,7 +5,9 @@
 //! send/receive pairs carrying identical src/dst fields.
 
 use super::{chain_lengths, dependency_targets};
-use crate::ir::{Collective, Flavor, Op, Program, Step, Threadblock};
+use crate::ir::{Buffer, Collective, Flavor, Op, Program, Slot, Step, Threadblock};
+use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
@@ -128,10 +130,36 @@ const MAX_NAME: usize = 63;
 
 /// Writes a program as MSCCL XML in a flavour. Nops in the program are folded first.
 pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
+    let mut out = Vec::new();
+    write_to(program, flavor, &mut out)?;
+    Ok(String::from_utf8(out).expect("the writer writes ASCII and checked names"))
+}
+
+/// Checks that a program can be written in a flavour (the format-level checks of
+/// [`write`], without writing anything): lowering uses it to find the split that fits.
+pub fn writable(program: &Program, flavor: Flavor) -> Result<(), WriteError> {
     let fail = |message: String| WriteError { flavor, message };
-    let mut p = program.clone();
-    p.fold_nops().map_err(fail)?;
-    p.normalize_transfer_fields();
+    let p = folded(program).map_err(fail)?;
+    check(&p, flavor).map_err(fail)?;
+    if flavor == Flavor::Legacy {
+        legacy_max_bytes(&p).map_err(fail)?;
+    }
+    p.collective
+        .xml_name(flavor)
+        .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
+    Ok(())
+}
+
+/// [`write`] to a stream, a line at a time: a 1024-rank program's XML (hundreds of
+/// megabytes) goes to its file without being held in memory. Nothing is written when the
+/// program cannot be expressed; an I/O failure is a [`WriteError`] naming it.
+pub fn write_to(
+    program: &Program,
+    flavor: Flavor,
+    out: &mut dyn std::io::Write,
+) -> Result<(), WriteError> {
+    let fail = |message: String| WriteError { flavor, message };
+    let p = folded(program).map_err(fail)?;
     check(&p, flavor).map_err(fail)?;
     let max_bytes = match flavor {
         Flavor::Legacy => legacy_max_bytes(&p).map_err(fail)?,
@@ -141,40 +169,120 @@ pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
         .collective
         .xml_name(flavor)
         .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
-    let mut out = String::new();
+    let mut buf = Vec::with_capacity(FLUSH_BYTES + 4096);
+    let mut flush = |buf: &mut Vec<u8>, force: bool| -> Result<(), WriteError> {
+        if force || buf.len() >= FLUSH_BYTES {
+            out.write_all(buf)
+                .map_err(|e| fail(format!("cannot write: {e}")))?;
+            buf.clear();
+        }
+        Ok(())
+    };
     if p.collective == Collective::Custom {
         let custom = p.custom.as_ref().ok_or_else(|| {
             fail("a custom collective needs its pre- and postcondition (Program::custom)".into())
         })?;
         // The runtimes skip comments; synth's reader takes the conditions from this one.
-        let _ = writeln!(
-            out,
-            "<!-- {} {} -->",
+        let line = format!(
+            "<!-- {} {} -->\n",
             super::reader::CUSTOM_COMMENT,
             custom.to_json_line()
         );
+        buf.extend_from_slice(line.as_bytes());
     }
-    write_algo(&mut out, &p, coll, max_bytes);
+    buf.extend_from_slice(algo_line(&p, coll, max_bytes).as_bytes());
+    let ends = ConnectionEnds::of(&p);
     for g in &p.gpus {
-        let _ = writeln!(
-            out,
-            "  <gpu id=\"{}\" i_chunks=\"{}\" o_chunks=\"{}\" s_chunks=\"{}\">",
-            g.rank, g.input_chunks, g.output_chunks, g.scratch_chunks
+        buf.extend_from_slice(
+            format!(
+                "  <gpu id=\"{}\" i_chunks=\"{}\" o_chunks=\"{}\" s_chunks=\"{}\">\n",
+                g.rank, g.input_chunks, g.output_chunks, g.scratch_chunks
+            )
+            .as_bytes(),
         );
         let targets = dependency_targets(&p, g.rank);
         let numbering: Vec<Vec<usize>> = g.threadblocks.iter().map(xml_numbers).collect();
         for (tbi, tb) in g.threadblocks.iter().enumerate() {
-            write_tb(&mut out, tbi, tb, &targets, &numbering);
+            let fields = ends.transfer_fields(&p, g.rank, tb);
+            write_tb(&mut buf, tbi, tb, &fields, &targets, &numbering);
+            flush(&mut buf, false)?;
         }
-        out.push_str("  </gpu>\n");
+        buf.extend_from_slice(b"  </gpu>\n");
     }
-    out.push_str("</algo>\n");
-    Ok(out)
+    buf.extend_from_slice(b"</algo>\n");
+    flush(&mut buf, true)
 }
 
-fn write_algo(out: &mut String, p: &Program, coll: &str, max_bytes: u64) {
-    let _ = write!(
-        out,
+/// Bytes gathered before they go to the stream.
+const FLUSH_BYTES: usize = 1 << 16;
+
+/// The program with its nops folded (a copy only when it has nops).
+fn folded(program: &Program) -> Result<Cow<'_, Program>, String> {
+    if program.steps().any(|(_, s)| s.op == Op::Nop) {
+        let mut p = program.clone();
+        p.fold_nops()?;
+        Ok(Cow::Owned(p))
+    } else {
+        Ok(Cow::Borrowed(program))
+    }
+}
+
+/// The sending and the receiving threadblock of every connection, to write each `s`/`r`
+/// pair with identical fields (msccl-tools' convention, [`Program::normalize_transfer_fields`])
+/// without copying the program.
+struct ConnectionEnds {
+    /// (rank, peer, channel) → the rank's first threadblock sending to peer on channel.
+    senders: FxHashMap<(usize, usize, usize), usize>,
+    /// (rank, peer, channel) → the rank's first threadblock receiving from peer on channel.
+    receivers: FxHashMap<(usize, usize, usize), usize>,
+}
+
+impl ConnectionEnds {
+    fn of(p: &Program) -> ConnectionEnds {
+        let (mut senders, mut receivers) = (FxHashMap::default(), FxHashMap::default());
+        for (rank, tbi, tb) in p.threadblocks() {
+            if let Some(peer) = tb.send {
+                senders.entry((rank, peer, tb.channel)).or_insert(tbi);
+            }
+            if let Some(peer) = tb.recv {
+                receivers.entry((rank, peer, tb.channel)).or_insert(tbi);
+            }
+        }
+        ConnectionEnds { senders, receivers }
+    }
+
+    /// For each step of `tb` on `rank`, the (src, dst) to write: a `s` takes the `dst` of
+    /// the `r` it pairs with (the k-th send with the k-th receive of the connection), a `r`
+    /// the `src` of its `s`; other steps keep their own.
+    fn transfer_fields(&self, p: &Program, rank: usize, tb: &Threadblock) -> Vec<(Slot, Slot)> {
+        let mut fields: Vec<(Slot, Slot)> = tb.steps.iter().map(|s| (s.src, s.dst)).collect();
+        let other = |map: &FxHashMap<(usize, usize, usize), usize>, peer: usize| {
+            map.get(&(peer, rank, tb.channel))
+                .map(|&t| &p.gpus[peer].threadblocks[t].steps)
+        };
+        if let Some(recvs) = tb.send.and_then(|peer| other(&self.receivers, peer)) {
+            let mine = tb.steps.iter().enumerate().filter(|(_, s)| s.op.sends());
+            for ((i, s), r) in mine.zip(recvs.iter().filter(|s| s.op.receives())) {
+                if s.op == Op::Send && r.op == Op::Recv {
+                    fields[i].1 = r.dst;
+                }
+            }
+        }
+        if let Some(sends) = tb.recv.and_then(|peer| other(&self.senders, peer)) {
+            let mine = tb.steps.iter().enumerate().filter(|(_, s)| s.op.receives());
+            for ((i, r), s) in mine.zip(sends.iter().filter(|s| s.op.sends())) {
+                if s.op == Op::Send && r.op == Op::Recv {
+                    fields[i].0 = s.src;
+                }
+            }
+        }
+        fields
+    }
+}
+
+/// The `<algo …>` line, with `maxBytes` as the flavour writes it.
+fn algo_line(p: &Program, coll: &str, max_bytes: u64) -> String {
+    let mut out = format!(
         "<algo name=\"{}\" proto=\"{}\" nchannels=\"{}\" nchunksperloop=\"{}\" ngpus=\"{}\" coll=\"{coll}\" inplace=\"{}\" outofplace=\"{}\" minBytes=\"{}\" maxBytes=\"{max_bytes}\"",
         p.name,
         p.protocol.name(),
@@ -189,6 +297,7 @@ fn write_algo(out: &mut String, p: &Program, coll: &str, max_bytes: u64) {
         let _ = write!(out, " root=\"{}\"", p.root);
     }
     out.push_str(">\n");
+    out
 }
 
 /// XML `s` number of each in-memory step: extra dependencies become nops before it.
@@ -205,20 +314,23 @@ fn xml_numbers(tb: &Threadblock) -> Vec<usize> {
 }
 
 fn write_tb(
-    out: &mut String,
+    out: &mut Vec<u8>,
     tbi: usize,
     tb: &Threadblock,
-    targets: &HashSet<(usize, usize)>,
+    fields: &[(Slot, Slot)],
+    targets: &[Vec<bool>],
     numbering: &[Vec<usize>],
 ) {
     let peer = |p: Option<usize>| p.map_or(-1, |p| p as i64);
-    let _ = writeln!(
-        out,
-        "    <tb id=\"{tbi}\" send=\"{}\" recv=\"{}\" chan=\"{}\">",
-        peer(tb.send),
-        peer(tb.recv),
-        tb.channel
-    );
+    out.extend_from_slice(b"    <tb id=\"");
+    number(out, tbi as i64);
+    out.extend_from_slice(b"\" send=\"");
+    number(out, peer(tb.send));
+    out.extend_from_slice(b"\" recv=\"");
+    number(out, peer(tb.recv));
+    out.extend_from_slice(b"\" chan=\"");
+    number(out, tb.channel as i64);
+    out.extend_from_slice(b"\">\n");
     let mut s = 0;
     for (si, step) in tb.steps.iter().enumerate() {
         let dep = |i: usize| {
@@ -226,39 +338,80 @@ fn write_tb(
             (d.tb as i64, numbering[d.tb][d.step] as i64)
         };
         for i in 1..step.deps.len() {
-            write_nop(out, s, dep(i));
+            let nop = Line {
+                s,
+                code: "nop",
+                src: (Buffer::Input, -1),
+                dst: (Buffer::Output, -1),
+                count: 0,
+                dep: dep(i),
+                hasdep: false,
+            };
+            nop.write(out);
             s += 1;
         }
-        let first = if step.deps.is_empty() {
-            (-1, -1)
-        } else {
-            dep(0)
+        let (src, dst) = fields[si];
+        let line = Line {
+            s,
+            code: step.op.code(),
+            src: (src.buffer, src.offset as i64),
+            dst: (dst.buffer, dst.offset as i64),
+            count: step.count,
+            dep: if step.deps.is_empty() {
+                (-1, -1)
+            } else {
+                dep(0)
+            },
+            hasdep: targets[tbi][si],
         };
-        write_step(out, s, step, first, targets.contains(&(tbi, si)));
+        line.write(out);
         s += 1;
     }
-    out.push_str("    </tb>\n");
+    out.extend_from_slice(b"    </tb>\n");
 }
 
-fn write_nop(out: &mut String, s: usize, (depid, deps): (i64, i64)) {
-    let _ = writeln!(
-        out,
-        "      <step s=\"{s}\" type=\"nop\" srcbuf=\"i\" srcoff=\"-1\" dstbuf=\"o\" dstoff=\"-1\" cnt=\"0\" depid=\"{depid}\" deps=\"{deps}\" hasdep=\"0\"/>"
-    );
+/// One `<step>` line.
+struct Line {
+    s: usize,
+    code: &'static str,
+    src: (Buffer, i64),
+    dst: (Buffer, i64),
+    count: usize,
+    dep: (i64, i64),
+    hasdep: bool,
 }
 
-fn write_step(out: &mut String, s: usize, step: &Step, (depid, deps): (i64, i64), hasdep: bool) {
-    let _ = writeln!(
-        out,
-        "      <step s=\"{s}\" type=\"{}\" srcbuf=\"{}\" srcoff=\"{}\" dstbuf=\"{}\" dstoff=\"{}\" cnt=\"{}\" depid=\"{depid}\" deps=\"{deps}\" hasdep=\"{}\"/>",
-        step.op.code(),
-        step.src.buffer.letter(),
-        step.src.offset,
-        step.dst.buffer.letter(),
-        step.dst.offset,
-        step.count,
-        u8::from(hasdep)
-    );
+impl Line {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"      <step s=\"");
+        number(out, self.s as i64);
+        out.extend_from_slice(b"\" type=\"");
+        out.extend_from_slice(self.code.as_bytes());
+        out.extend_from_slice(b"\" srcbuf=\"");
+        out.extend_from_slice(self.src.0.letter().as_bytes());
+        out.extend_from_slice(b"\" srcoff=\"");
+        number(out, self.src.1);
+        out.extend_from_slice(b"\" dstbuf=\"");
+        out.extend_from_slice(self.dst.0.letter().as_bytes());
+        out.extend_from_slice(b"\" dstoff=\"");
+        number(out, self.dst.1);
+        out.extend_from_slice(b"\" cnt=\"");
+        number(out, self.count as i64);
+        out.extend_from_slice(b"\" depid=\"");
+        number(out, self.dep.0);
+        out.extend_from_slice(b"\" deps=\"");
+        number(out, self.dep.1);
+        out.extend_from_slice(if self.hasdep {
+            b"\" hasdep=\"1\"/>\n"
+        } else {
+            b"\" hasdep=\"0\"/>\n"
+        });
+    }
+}
+
+/// Appends a decimal integer.
+fn number(out: &mut Vec<u8>, x: i64) {
+    out.extend_from_slice(itoa::Buffer::new().format(x).as_bytes());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -291,7 +444,7 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
                     }
                 }
             }
-            check_reduce_chains(tb, |j| targets.contains(&(tbi, j)), &at)?;
+            check_reduce_chains(tb, |j| targets[tbi][j], &at)?;
             for (si, step) in tb.steps.iter().enumerate() {
                 check_step(p, g.rank, tbi, step, &lim, &format!("{at} step {si}"))?;
             }

@@ -2,11 +2,13 @@
 //! verifies and writes an algorithm in both buffer modes.
 
 use crate::algorithm::Algorithm;
-use crate::lower::{lower_to_xml, LowerOptions};
+use crate::lower::{lower_verified, LowerOptions};
+use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use runtime::ir::{Flavor, Protocol};
-use std::path::Path;
+use runtime::ir::{Flavor, Program, Protocol};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// How algorithms are lowered to MSCCL XML.
 #[derive(Debug, Args, Clone)]
@@ -65,28 +67,67 @@ impl LowerArgs {
 }
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
-/// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and the out-of-place
-/// program. Nothing is written unless both programs can be expressed.
-pub fn write_xml(
+/// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and what `use_program` made of
+/// the out-of-place program. Nothing is written unless both programs can be expressed. One
+/// program is held at a time (a 1024-rank program takes most of a gigabyte): each is lowered,
+/// verified and streamed to a temporary file, the out-of-place one is handed to
+/// `use_program` (the main command simulates it) and dropped, and the files get their names
+/// once both exist.
+pub fn write_xml<T>(
     algorithm: &Algorithm,
     dir: &Path,
     args: &LowerArgs,
-) -> Result<(Vec<String>, runtime::ir::Program)> {
-    let mut files = Vec::new();
-    let mut programs = Vec::new();
-    for inplace in [false, true] {
-        let (program, xml) = lower_to_xml(algorithm, &args.options(inplace)?)?;
-        let path = dir.join(format!(
-            "{}.xml",
-            program.name.replace("-inplace", ".inplace")
-        ));
-        files.push((path, xml));
-        programs.push(program);
+    progress: &Progress,
+    use_program: impl FnOnce(&Program) -> Result<T>,
+) -> Result<(Vec<String>, T)> {
+    let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let result = (|| {
+        let mut used = None;
+        let mut use_program = Some(use_program);
+        for inplace in [false, true] {
+            let mode = if inplace { "in place" } else { "out of place" };
+            progress.message(&format!("lowering and verifying {} {mode}", algorithm.name));
+            let program = lower_verified(algorithm, &args.options(inplace)?)?;
+            let path = dir.join(format!(
+                "{}.xml",
+                program.name.replace("-inplace", ".inplace")
+            ));
+            let partial = path.with_extension("xml.partial");
+            progress.message(&format!("writing {}", path.display()));
+            write_file(&program, args.flavor(), &partial)?;
+            written.push((partial, path));
+            if let Some(f) = use_program.take() {
+                used = Some(f(&program)?);
+            }
+        }
+        for (partial, path) in &written {
+            std::fs::rename(partial, path)
+                .with_context(|| format!("{}: cannot write", path.display()))?;
+        }
+        let paths = written
+            .iter()
+            .map(|(_, p)| p.display().to_string())
+            .collect();
+        Ok((
+            paths,
+            used.expect("the out-of-place program is lowered first"),
+        ))
+    })();
+    if result.is_err() {
+        for (partial, _) in &written {
+            let _ = std::fs::remove_file(partial);
+        }
     }
-    let mut paths = Vec::new();
-    for (path, xml) in files {
-        std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
-        paths.push(path.display().to_string());
-    }
-    Ok((paths, programs.swap_remove(0)))
+    result
+}
+
+/// Streams a program's XML to `path`.
+fn write_file(program: &Program, flavor: Flavor, path: &Path) -> Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("{}: cannot write", path.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    runtime::xml::write_to(program, flavor, &mut out)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    out.flush()
+        .with_context(|| format!("{}: cannot write", path.display()))
 }

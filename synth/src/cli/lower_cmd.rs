@@ -4,7 +4,7 @@
 
 use super::lower_args::{write_xml, LowerArgs};
 use crate::algo_file::{self, Format, Loaded};
-use crate::lower::{lower_to_xml, LowerOptions};
+use crate::lower::{lower_verified, LowerOptions};
 use anyhow::{Context, Result};
 use clap::Args;
 use runtime::ir::Program;
@@ -33,8 +33,16 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let loaded = algo_file::read_algorithm(&args.file, args.topo.as_deref())?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
-    let (paths, program) = write_xml(&loaded.algorithm, &args.out, &args.lowering)
-        .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    let progress = crate::progress::Progress::new(true);
+    let (paths, threadblocks) = write_xml(
+        &loaded.algorithm,
+        &args.out,
+        &args.lowering,
+        &progress,
+        |p| Ok(p.threadblocks().count()),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    progress.finish();
     let a = &loaded.algorithm;
     if json {
         let doc = serde_json::json!({
@@ -49,7 +57,7 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "chunks": a.chunks(),
             "flavor": args.lowering.flavor,
             "instances": args.lowering.instances,
-            "threadblocks": program.threadblocks().count(),
+            "threadblocks": threadblocks,
             "xml": paths,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
@@ -88,7 +96,6 @@ pub fn read_any(path: &str, topo: Option<&str>) -> Result<(Program, Option<Loade
 
 /// Lowers a loaded algorithm out of place with the default options (verified).
 pub fn lower_default(path: &str, loaded: &Loaded) -> Result<Program> {
-    let (program, _) = lower_to_xml(&loaded.algorithm, &LowerOptions::default())
-        .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))?;
-    Ok(program)
+    lower_verified(&loaded.algorithm, &LowerOptions::default())
+        .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))
 }

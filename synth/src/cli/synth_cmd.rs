@@ -233,13 +233,24 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         "lowering and verifying {} algorithm(s)",
         synthesis.algorithms.len()
     ));
+    progress.message("writing the algorithms");
     let files = write_algorithms(&synthesis.algorithms, &args.out)?;
-    let lowered: Vec<(Vec<String>, Option<runtime::ir::Program>)> = synthesis
+    // Each algorithm is lowered, verified, written and (when the run compares with NCCL)
+    // simulated before the next, so one program is held at a time.
+    let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
+    let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
         .iter()
-        .map(
-            |a| match super::lower_args::write_xml(a, &args.out, &args.lowering) {
-                Ok((paths, p)) => Ok((paths, Some(p))),
+        .map(|a| {
+            let simulate = |p: &runtime::ir::Program| -> Result<Option<Simulated>> {
+                if !simulated {
+                    return Ok(None);
+                }
+                progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
+                Simulated::of(p, &topo).map(Some)
+            };
+            match super::lower_args::write_xml(a, &args.out, &args.lowering, &progress, simulate) {
+                Ok(done) => Ok(done),
                 // An algorithm the runtimes cannot express (too many steps or channels for
                 // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
                 // JSON is kept and the reason printed.
@@ -248,8 +259,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     Ok((Vec::new(), None))
                 }
                 Err(e) => Err(e),
-            },
-        )
+            }
+        })
         .collect::<Result<_>>()?;
     if synthesis.algorithms[0].collective.kind == Kind::Custom {
         eprintln!("{CUSTOM_XML_NOTE}");
@@ -291,7 +302,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    progress.message("simulating against NCCL's baselines at 1 GB");
+    progress.message("simulating NCCL's baselines");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
     for note in &synthesis.notes {
@@ -528,28 +539,53 @@ struct Versus {
     sizes: Vec<AtSize>,
 }
 
-/// Simulates every lowered algorithm and NCCL's ring, tree and point-to-point baselines
-/// (those defined for the collective) at [`COMPARE_SIZES`] (`None` for custom collectives,
-/// fabrics over [`COMPARE_MAX_RANKS`] ranks, and alltoall over
-/// [`COMPARE_ALLTOALL_MAX_RANKS`] ranks).
+/// An algorithm's name and simulated busbw (GB/s) at each of [`COMPARE_SIZES`].
+#[derive(Debug, Clone)]
+struct Simulated {
+    name: String,
+    busbw: [f64; COMPARE_SIZES.len()],
+}
+
+impl Simulated {
+    fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
+        use crate::simulate::{simulate, SimOptions};
+        let sim = SimOptions::default();
+        let mut busbw = [0.0; COMPARE_SIZES.len()];
+        for (b, size) in busbw.iter_mut().zip(COMPARE_SIZES) {
+            *b = simulate(program, topo, size, &sim)?.busbw;
+        }
+        Ok(Simulated {
+            name: program.name.clone(),
+            busbw,
+        })
+    }
+}
+
+/// Whether the main command simulates its algorithms against NCCL: built-in collectives on
+/// fabrics up to [`COMPARE_MAX_RANKS`] ranks, alltoall up to [`COMPARE_ALLTOALL_MAX_RANKS`].
+fn compares(kind: Kind, ranks: usize) -> bool {
+    match kind.to_ir() {
+        None => false,
+        Some(runtime::ir::Collective::AllToAll) => ranks <= COMPARE_ALLTOALL_MAX_RANKS,
+        Some(_) => ranks <= COMPARE_MAX_RANKS,
+    }
+}
+
+/// Simulates NCCL's ring, tree and point-to-point baselines (those defined for the
+/// collective) at [`COMPARE_SIZES`] beside the algorithms' own figures (`None` where
+/// [`compares`] says no, and when no algorithm was simulated).
 fn compare_with_nccl(
-    lowered: &[(Vec<String>, Option<runtime::ir::Program>)],
+    lowered: &[(Vec<String>, Option<Simulated>)],
     topo: &Topology,
     synthesis: &crate::synthesize::Synthesis,
 ) -> Result<Option<Versus>> {
     use crate::baseline::{self, BaselineOptions};
     use crate::simulate::{simulate, SimOptions};
-    let Some(ir) = synthesis.algorithms[0].collective.kind.to_ir() else {
+    let kind = synthesis.algorithms[0].collective.kind;
+    let Some(ir) = kind.to_ir().filter(|_| compares(kind, topo.ranks)) else {
         return Ok(None);
     };
-    let most = match ir {
-        runtime::ir::Collective::AllToAll => COMPARE_ALLTOALL_MAX_RANKS,
-        _ => COMPARE_MAX_RANKS,
-    };
-    if topo.ranks > most {
-        return Ok(None);
-    }
-    if lowered.iter().all(|(_, p)| p.is_none()) {
+    if lowered.iter().all(|(_, s)| s.is_none()) {
         return Ok(None);
     }
     let root = synthesis.algorithms[0].collective.root;
@@ -568,10 +604,13 @@ fn compare_with_nccl(
     let mut sizes = Vec::new();
     for bytes in COMPARE_SIZES {
         let mut best = (0.0f64, String::new());
-        for program in lowered.iter().filter_map(|(_, p)| p.as_ref()) {
-            let busbw = simulate(program, topo, bytes, &sim)?.busbw;
-            if busbw > best.0 {
-                best = (busbw, program.name.clone());
+        let at = COMPARE_SIZES
+            .iter()
+            .position(|&b| b == bytes)
+            .expect("a compared size");
+        for s in lowered.iter().filter_map(|(_, s)| s.as_ref()) {
+            if s.busbw[at] > best.0 {
+                best = (s.busbw[at], s.name.clone());
             }
         }
         sizes.push(AtSize {

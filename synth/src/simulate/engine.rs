@@ -1,12 +1,23 @@
 //! The event loop of the simulator: threadblocks as state machines, transfers and local
-//! steps as fluid flows whose rates are recomputed (max-min fair) at every event.
+//! steps as fluid flows whose rates are max-min fair at every moment.
+//!
+//! Flows that cross the same resources (a connection's link and switch constraints, or a
+//! rank's memory) always get equal rates, so they are kept together in a *class*: a
+//! processor-sharing queue whose flows all advance at the class's rate. The bytes a class
+//! has served to each of its flows grow linearly between events, and a flow ends when the
+//! class has served its bytes since it started. When a class gains or loses a flow, rates are
+//! recomputed for the classes connected to it through shared resources only (one link on a
+//! torus, one switch on an NVSwitch box), and the next event comes from heaps: an event costs
+//! a logarithm and one connected group, not every flow of the fabric, so a 1024-rank program
+//! with millions of transfers simulates in seconds.
 
-use super::share::max_min_rates_of;
+use super::share::Sharing;
 use super::{wire_overhead, SimOptions, MAX_EVENTS};
 use crate::topology::Topology;
 use anyhow::{bail, Result};
 use runtime::ir::{Op, Program, Step};
-use std::collections::HashMap;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
 
 /// What one run of the event loop measured.
 pub(super) struct Run {
@@ -38,46 +49,106 @@ struct Conn {
     /// Transfers started.
     started: usize,
     alpha: f64,
-    resources: Vec<usize>,
+    /// The class its transfers belong to.
+    class: usize,
 }
 
-/// A transfer or a local step in progress: its bytes flow at a shared rate; a transfer's
-/// message then travels for the link's alpha before it arrives.
+/// A time or a byte count ordered totally (they are never NaN).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Key(f64);
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// A transfer or a local step in progress.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Flow {
+    /// Bytes the class has served per flow when this flow ends.
+    end: Key,
+    /// Start order (ties).
+    seq: usize,
+    /// Its bytes (for the tolerance of the end).
+    bytes: Key,
     tb: usize,
     conn: Option<usize>,
+}
+
+/// Flows crossing the same resources, sharing them equally.
+struct Class {
     resources: Vec<usize>,
-    initial: f64,
-    remaining: f64,
+    /// Flows in progress, the first to end on top.
+    flows: BinaryHeap<Reverse<Flow>>,
+    /// Bytes served to each of its flows since the start of the run, as of `at`.
+    served: f64,
+    at: f64,
+    /// Rate of each of its flows (bytes per µs).
     rate: f64,
+    /// Bumped at every rate change; events of older versions are stale.
+    version: u64,
+    /// Its flows changed since its rate was computed.
+    dirty: bool,
+    /// In the group being recomputed.
+    grouped: bool,
+}
+
+impl Class {
+    /// Brings `served` to time `now`.
+    fn advance_to(&mut self, now: f64) {
+        self.served += self.rate * (now - self.at);
+        self.at = now;
+    }
 }
 
 /// A message whose bytes have left the sender and that arrives at `at`.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct InFlight {
-    at: f64,
+    at: Key,
+    seq: usize,
     conn: usize,
 }
 
 struct Sim<'a> {
     tbs: Vec<Tb<'a>>,
-    /// Threadblocks whose steps depend on each threadblock.
-    dependents: Vec<Vec<usize>>,
+    /// Threadblocks whose next step waits for each threadblock, keyed by the number of
+    /// steps it must have done, the first due on top (so a threadblock is woken when the
+    /// step it waits for is done, not at every step before it).
+    waiting: Vec<BinaryHeap<Reverse<(usize, usize)>>>,
     /// Sending and receiving threadblock of each connection.
     conn_ends: Vec<(Option<usize>, Option<usize>)>,
     /// Global index of (rank, tb id).
     index: Vec<Vec<usize>>,
     conns: Vec<Conn>,
     caps: Vec<f64>,
-    local_resource: Vec<usize>,
+    classes: Vec<Class>,
+    /// Classes using each resource.
+    users: Vec<Vec<usize>>,
+    /// The class of each rank's local copies.
+    local_class: Vec<usize>,
     slices: &'a [f64],
     wire: f64,
     depth: usize,
-    flows: Vec<Flow>,
-    in_flight: Vec<InFlight>,
+    /// Flows in progress, over all classes.
+    active: usize,
+    /// Next end of each class: (time, class, version).
+    ends: BinaryHeap<Reverse<(Key, usize, u64)>>,
+    in_flight: BinaryHeap<Reverse<InFlight>>,
+    /// Classes whose flows changed since rates were computed.
+    dirty: Vec<usize>,
+    sharing: Sharing,
     now: f64,
+    seq: usize,
     transfers: usize,
-    /// The set of flows using bandwidth changed since rates were computed.
-    dirty: bool,
 }
 
 pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOptions) -> Result<Run> {
@@ -85,6 +156,7 @@ pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOption
     let mut events = 0usize;
     let mut queue: Vec<usize> = (0..sim.tbs.len()).rev().collect();
     let mut queued = vec![true; sim.tbs.len()];
+    let mut woken = Vec::new();
     loop {
         events += 1;
         if events > MAX_EVENTS {
@@ -95,31 +167,34 @@ pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOption
         while let Some(t) = queue.pop() {
             queued[t] = false;
             if sim.start(t) {
-                for w in sim.neighbours(t) {
+                sim.neighbours(t, |w| {
                     if !queued[w] {
                         queued[w] = true;
                         queue.push(w);
                     }
-                }
+                });
             }
         }
-        if sim.flows.is_empty() && sim.in_flight.is_empty() {
+        if sim.active == 0 && sim.in_flight.is_empty() {
             if let Some(t) = sim.tbs.iter().find(|t| !t.finished(slices.len())) {
                 bail!("{}", sim.stuck(t));
             }
             break;
         }
-        // The sharing changes when a flow starts using bandwidth or finishes.
-        if sim.dirty {
-            sim.update_rates();
-        }
-        for t in sim.advance() {
-            for w in std::iter::once(t).chain(sim.neighbours(t)) {
+        // The sharing changes when a flow starts or finishes.
+        sim.update_rates();
+        sim.advance(&mut woken);
+        for t in woken.drain(..) {
+            if !queued[t] {
+                queued[t] = true;
+                queue.push(t);
+            }
+            sim.neighbours(t, |w| {
                 if !queued[w] {
                     queued[w] = true;
                     queue.push(w);
                 }
-            }
+            });
         }
     }
     Ok(Run {
@@ -154,12 +229,39 @@ impl<'a> Sim<'a> {
             .collect();
         let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
         caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
+        let governing = topo.governing_constraints(&topo.out_link_ids());
         let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
         caps.extend(std::iter::repeat_n(opts.local_bandwidth * 1e3, p.ngpus));
 
+        let mut classes: Vec<Class> = Vec::new();
+        let mut class_of: HashMap<Vec<usize>, usize> = HashMap::new();
+        let mut class = |resources: Vec<usize>, classes: &mut Vec<Class>| -> usize {
+            *class_of.entry(resources.clone()).or_insert_with(|| {
+                classes.push(Class {
+                    resources,
+                    flows: BinaryHeap::new(),
+                    served: 0.0,
+                    at: 0.0,
+                    rate: 0.0,
+                    version: 0,
+                    dirty: false,
+                    grouped: false,
+                });
+                classes.len() - 1
+            })
+        };
+        let local_class: Vec<usize> = local_resource
+            .iter()
+            .map(|&r| class(vec![r], &mut classes))
+            .collect();
         let mut conn_of: HashMap<(usize, usize, usize), usize> = HashMap::new();
         let mut conns: Vec<Conn> = Vec::new();
-        let mut conn = |s: usize, r: usize, ch: usize, conns: &mut Vec<Conn>| -> Result<usize> {
+        let mut conn = |s: usize,
+                        r: usize,
+                        ch: usize,
+                        conns: &mut Vec<Conn>,
+                        classes: &mut Vec<Class>|
+         -> Result<usize> {
             if let Some(&c) = conn_of.get(&(s, r, ch)) {
                 return Ok(c);
             }
@@ -170,17 +272,13 @@ impl<'a> Sim<'a> {
                 );
             };
             let mut resources = vec![l];
-            for (k, sw) in topo.switches.iter().enumerate() {
-                if sw.covers(s, r) {
-                    resources.push(topo.links.len() + k);
-                }
-            }
+            resources.extend(governing[l].iter().map(|k| topo.links.len() + k));
             conns.push(Conn {
                 arrived: 0,
                 taken: 0,
                 started: 0,
                 alpha: topo.links[l].alpha.max(0.0),
-                resources,
+                class: class(resources, classes),
             });
             conn_of.insert((s, r, ch), conns.len() - 1);
             Ok(conns.len() - 1)
@@ -198,7 +296,7 @@ impl<'a> Sim<'a> {
                         bail!("rank {} tb {id}: bad peer {q}", g.rank);
                     }
                     let (s, r) = if is_send { (g.rank, q) } else { (q, g.rank) };
-                    conn(s, r, tb.channel, &mut conns).map(Some)
+                    conn(s, r, tb.channel, &mut conns, &mut classes).map(Some)
                 };
                 let send_conn = if sends { peer(tb.send, true)? } else { None };
                 let recv_conn = if recvs { peer(tb.recv, false)? } else { None };
@@ -246,17 +344,8 @@ impl<'a> Sim<'a> {
             }
             index.push(ids);
         }
-        let mut dependents = vec![Vec::new(); tbs.len()];
         let mut conn_ends = vec![(None, None); conns.len()];
         for (t, tb) in tbs.iter().enumerate() {
-            for step in tb.steps {
-                for d in &step.deps {
-                    let on = index[tb.rank][d.tb];
-                    if !dependents[on].contains(&t) {
-                        dependents[on].push(t);
-                    }
-                }
-            }
             if let Some(c) = tb.send_conn {
                 conn_ends[c].0 = Some(t);
             }
@@ -264,37 +353,81 @@ impl<'a> Sim<'a> {
                 conn_ends[c].1 = Some(t);
             }
         }
+        let mut users = vec![Vec::new(); caps.len()];
+        for (c, class) in classes.iter().enumerate() {
+            for &j in &class.resources {
+                if users[j].last() != Some(&c) {
+                    users[j].push(c);
+                }
+            }
+        }
         Ok(Sim {
+            waiting: (0..tbs.len()).map(|_| BinaryHeap::new()).collect(),
             tbs,
-            dependents,
             conn_ends,
             index,
             conns,
+            sharing: Sharing::new(caps.len()),
             caps,
-            local_resource,
+            classes,
+            users,
+            local_class,
             slices,
             wire: wire_overhead(p.protocol),
             depth: opts.fifo_depth.max(1),
-            flows: Vec::new(),
-            in_flight: Vec::new(),
+            active: 0,
+            ends: BinaryHeap::new(),
+            in_flight: BinaryHeap::new(),
+            dirty: Vec::new(),
             now: 0.0,
+            seq: 0,
             transfers: 0,
-            dirty: true,
         })
     }
 
-    /// Threadblocks whose progress may follow from progress of `t`: its dependents, the
-    /// sender feeding it (room in the connection) and the receiver it feeds (arrivals).
-    fn neighbours(&self, t: usize) -> Vec<usize> {
+    /// Calls `f` on the threadblocks whose progress may follow from progress of `t`: those
+    /// waiting for a step of it, the sender feeding it (room in the connection) and the
+    /// receiver it feeds (arrivals).
+    fn neighbours(&mut self, t: usize, mut f: impl FnMut(usize)) {
+        let done = self.tbs[t].done;
+        while let Some(&Reverse((needed, w))) = self.waiting[t].peek() {
+            if needed > done {
+                break;
+            }
+            self.waiting[t].pop();
+            f(w);
+        }
         let tb = &self.tbs[t];
-        let mut v = self.dependents[t].clone();
         if let Some(s) = tb.recv_conn.and_then(|c| self.conn_ends[c].0) {
-            v.push(s);
+            f(s);
         }
         if let Some(r) = tb.send_conn.and_then(|c| self.conn_ends[c].1) {
-            v.push(r);
+            f(r);
         }
-        v
+    }
+
+    /// Starts a flow of `bytes` in `class` for threadblock `tb`.
+    fn add_flow(&mut self, class: usize, tb: usize, conn: Option<usize>, bytes: f64) {
+        let now = self.now;
+        let c = &mut self.classes[class];
+        c.advance_to(now);
+        c.flows.push(Reverse(Flow {
+            end: Key(c.served + bytes),
+            seq: self.seq,
+            bytes: Key(bytes),
+            tb,
+            conn,
+        }));
+        self.seq += 1;
+        self.active += 1;
+        self.mark(class);
+    }
+
+    fn mark(&mut self, class: usize) {
+        if !self.classes[class].dirty {
+            self.classes[class].dirty = true;
+            self.dirty.push(class);
+        }
     }
 
     /// Runs threadblock `t` as far as it goes without waiting; true if it made progress.
@@ -309,11 +442,16 @@ impl<'a> Sim<'a> {
             let n = tb.steps.len();
             let (iter, idx) = (tb.done / n, tb.done % n);
             let step = &tb.steps[idx];
-            let deps_ok = step.deps.iter().all(|d| {
-                let other = &self.tbs[self.index[tb.rank][d.tb]];
-                other.done > iter * other.steps.len() + d.step
+            // A dependency is met once the other threadblock has done that step of this
+            // slice: more than `needed` steps over all slices.
+            let unmet = step.deps.iter().find_map(|d| {
+                let on = self.index[tb.rank][d.tb];
+                let other = &self.tbs[on];
+                let needed = iter * other.steps.len() + d.step;
+                (other.done <= needed).then_some((on, needed + 1))
             });
-            if !deps_ok {
+            if let Some((on, needed)) = unmet {
+                self.waiting[on].push(Reverse((needed, t)));
                 return progressed;
             }
             if step.op.receives() {
@@ -338,30 +476,13 @@ impl<'a> Sim<'a> {
             }
             if op.sends() {
                 let c = self.tbs[t].send_conn.expect("checked in new");
-                let conn = &mut self.conns[c];
-                conn.started += 1;
-                let bytes = bytes * self.wire;
-                self.flows.push(Flow {
-                    tb: t,
-                    conn: Some(c),
-                    resources: conn.resources.clone(),
-                    initial: bytes,
-                    remaining: bytes,
-                    rate: 0.0,
-                });
-                self.dirty = true;
+                self.conns[c].started += 1;
+                let class = self.conns[c].class;
+                self.add_flow(class, t, Some(c), bytes * self.wire);
                 self.tbs[t].busy = true;
                 self.transfers += 1;
             } else if matches!(op, Op::Copy | Op::Reduce) {
-                self.flows.push(Flow {
-                    tb: t,
-                    conn: None,
-                    resources: vec![self.local_resource[rank]],
-                    initial: bytes,
-                    remaining: bytes,
-                    rate: 0.0,
-                });
-                self.dirty = true;
+                self.add_flow(self.local_class[rank], t, None, bytes);
                 self.tbs[t].busy = true;
             } else {
                 self.tbs[t].done += 1;
@@ -369,71 +490,126 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Recomputes the rates of the classes connected, through shared resources, to a class
+    /// whose flows changed, and schedules their next ends.
     fn update_rates(&mut self) {
-        let paths: Vec<&[usize]> = self.flows.iter().map(|f| f.resources.as_slice()).collect();
-        let rates = max_min_rates_of(&self.caps, &paths);
-        for (f, r) in self.flows.iter_mut().zip(rates) {
-            f.rate = r;
+        let mut group: Vec<usize> = Vec::new();
+        while let Some(start) = self.dirty.pop() {
+            if !self.classes[start].dirty {
+                continue;
+            }
+            // The connected group: classes with flows, and changed ones (a class that lost
+            // its last flow frees bandwidth for its neighbours).
+            group.clear();
+            group.push(start);
+            self.classes[start].dirty = false;
+            self.classes[start].grouped = true;
+            let mut i = 0;
+            while i < group.len() {
+                let c = group[i];
+                i += 1;
+                for k in 0..self.classes[c].resources.len() {
+                    let j = self.classes[c].resources[k];
+                    for &other in &self.users[j] {
+                        let o = &mut self.classes[other];
+                        if !o.grouped && (o.dirty || !o.flows.is_empty()) {
+                            o.grouped = true;
+                            o.dirty = false;
+                            group.push(other);
+                        }
+                    }
+                }
+            }
+            for &c in &group {
+                self.classes[c].grouped = false;
+            }
+            let now = self.now;
+            let members: Vec<(&[usize], f64)> = group
+                .iter()
+                .filter(|&&c| !self.classes[c].flows.is_empty())
+                .map(|&c| {
+                    let class = &self.classes[c];
+                    (class.resources.as_slice(), class.flows.len() as f64)
+                })
+                .collect();
+            let mut rates = Vec::with_capacity(members.len());
+            self.sharing.rates(&self.caps, &members, &mut rates);
+            let mut rates = rates.into_iter();
+            for &c in &group {
+                let class = &mut self.classes[c];
+                class.advance_to(now);
+                class.version += 1;
+                let Some(top) = class.flows.peek() else {
+                    class.rate = 0.0;
+                    continue;
+                };
+                class.rate = rates.next().expect("one rate per class with flows");
+                let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
+                self.ends.push(Reverse((Key(end), c, class.version)));
+            }
         }
-        self.dirty = false;
     }
 
     /// Moves time to the next event (a flow's last byte leaves, or a message arrives) and
-    /// retires what finished; returns the threadblocks that may now go on.
-    fn advance(&mut self) -> Vec<usize> {
-        let now = self.now;
-        let finish = |f: &Flow| {
-            if f.remaining <= 0.0 {
-                now
-            } else {
-                now + f.remaining / f.rate
+    /// retires what finished; `woken` gets the threadblocks that may now go on.
+    fn advance(&mut self, woken: &mut Vec<usize>) {
+        while let Some(Reverse((_, c, v))) = self.ends.peek() {
+            if self.classes[*c].version == *v {
+                break;
             }
-        };
-        let next = self
-            .flows
-            .iter()
-            .map(finish)
-            .chain(self.in_flight.iter().map(|m| m.at))
-            .fold(f64::INFINITY, f64::min);
-        let dt = next - now;
-        for f in &mut self.flows {
-            f.remaining -= f.rate * dt;
+            self.ends.pop();
         }
+        let next_end = self.ends.peek().map_or(f64::INFINITY, |e| (e.0).0 .0);
+        let next_arrival = self.in_flight.peek().map_or(f64::INFINITY, |m| m.0.at.0);
+        let next = next_end.min(next_arrival);
         self.now = next;
-        let mut woken = Vec::new();
-        let mut i = 0;
-        while i < self.flows.len() {
-            let f = &self.flows[i];
-            if f.remaining <= 1e-9 * f.initial + 1e-6 {
-                let f = self.flows.swap_remove(i);
+        let tol = 1e-12 * next.max(1.0);
+        while let Some(&Reverse((at, c, v))) = self.ends.peek() {
+            if at.0 > next + tol {
+                break;
+            }
+            self.ends.pop();
+            if self.classes[c].version != v {
+                continue;
+            }
+            let class = &mut self.classes[c];
+            class.advance_to(next);
+            // The flow this event is for ends; others of the class ending within the
+            // tolerance too.
+            let mut first = true;
+            while let Some(Reverse(f)) = class.flows.peek() {
+                let left = f.end.0 - class.served;
+                if !first && left > 1e-9 * f.bytes.0 + 1e-6 {
+                    break;
+                }
+                first = false;
+                let Reverse(f) = class.flows.pop().expect("peeked");
+                self.active -= 1;
                 let tb = &mut self.tbs[f.tb];
                 tb.busy = false;
                 tb.done += 1;
-                if let Some(c) = f.conn {
-                    self.in_flight.push(InFlight {
-                        at: next + self.conns[c].alpha,
-                        conn: c,
-                    });
+                if let Some(conn) = f.conn {
+                    self.in_flight.push(Reverse(InFlight {
+                        at: Key(next + self.conns[conn].alpha),
+                        seq: self.seq,
+                        conn,
+                    }));
+                    self.seq += 1;
                 }
                 woken.push(f.tb);
-                self.dirty = true;
-            } else {
-                i += 1;
             }
+            class.version += 1;
+            self.mark(c);
         }
-        let tol = 1e-12 * next.max(1.0);
-        let mut i = 0;
-        while i < self.in_flight.len() {
-            if self.in_flight[i].at <= next + tol {
-                // Messages of one connection have equal latency, so they arrive in order.
-                let m = self.in_flight.swap_remove(i);
-                self.conns[m.conn].arrived += 1;
-                woken.extend(self.conn_ends[m.conn].1);
-            } else {
-                i += 1;
+        while let Some(Reverse(m)) = self.in_flight.peek() {
+            if m.at.0 > next + tol {
+                break;
             }
+            // Messages of one connection have equal latency, so they arrive in order.
+            let Reverse(m) = self.in_flight.pop().expect("peeked");
+            self.conns[m.conn].arrived += 1;
+            woken.extend(self.conn_ends[m.conn].1);
         }
-        woken
     }
 
     /// A one-line description of why threadblock `t` cannot go on.

@@ -105,12 +105,15 @@ pub fn synthesize_trees(
                 .collect()
         })
         .collect();
+    progress.message("rounding the packing to pieces");
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let (chunks, counts, scheduled) =
         schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
+    progress.message(&format!("laying out the trees ({chunks} pieces per root)"));
     let algorithm =
         schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
+    progress.message("list-scheduling the trees");
     let listed = match schedule::list_scheduled(
         topology,
         index,
@@ -219,6 +222,7 @@ impl Engine for TreeEngine {
         // while the runtime runs them faster (shallow pipelines, one channel per ring), and
         // they are the floor the default result must not fall below; the caller simulates
         // every candidate.
+        problem.progress.message("NCCL's rings as paths");
         if let Some(ring) = rings::ring_algorithm(
             problem.topology,
             problem.index,

@@ -9,6 +9,8 @@ use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::{Collective, Kind};
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Piece counts per representative root's trees at `chunks` pieces, by largest remainder.
 fn piece_counts(packing: &Packing, chunks: usize) -> Vec<Vec<usize>> {
@@ -428,11 +430,13 @@ struct Copy {
 
 /// A send waiting for its link: copy `copy` crosses the edge into the representative tree's
 /// vertex `vertex`; it has waited since step `since`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
     copy: usize,
     vertex: usize,
     since: usize,
+    /// Creation order (ties).
+    seq: usize,
 }
 
 /// The algorithm of `packing` (as [`algorithm`]) scheduled by list scheduling in the
@@ -472,24 +476,62 @@ pub fn list_scheduled(
         })
         .collect();
     let copies = copies(packing, kind, chunks, counts, false);
-    let mut ready: Vec<Pending> = copies
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| {
-            let root = packing.roots[c.root].root;
-            shapes[c.root][c.tree].0[root]
-                .iter()
-                .map(move |&v| Pending {
-                    copy: i,
-                    vertex: v,
-                    since: 0,
-                })
-        })
+    // The link a pending send crosses, and its priority: longest remaining path first, then
+    // oldest, then chunk, then creation order (what a stable sort of all pending sends by
+    // the first three gives).
+    let link = |p: &Pending| {
+        let c = &copies[p.copy];
+        let g = &packing.group.elements[c.element];
+        let tree = &packing.roots[c.root].trees[c.tree].0;
+        let parent = tree[p.vertex].expect("a pending send enters a non-root vertex");
+        let (src, dst) = (g[parent] as usize, g[p.vertex] as usize);
+        (index.link_of[&(src, dst)], src, dst)
+    };
+    let priority = |p: &Pending| {
+        let c = &copies[p.copy];
+        (
+            Reverse(shapes[c.root][c.tree].1[p.vertex]),
+            p.since,
+            c.chunk,
+            p.seq,
+        )
+    };
+    // Pending sends per link, the first in priority on top: a step takes, link by link in
+    // the order of their first sends, what each link and its switch constraints have room
+    // for, which is the order in which one sorted list of all pending sends would be
+    // scanned, at the cost of the sends taken rather than of every send pending.
+    type Queue<K> = BinaryHeap<Reverse<(K, Pending)>>;
+    let mut queues: Vec<Queue<_>> = (0..topology.links.len())
+        .map(|_| BinaryHeap::new())
         .collect();
+    let mut active: Vec<usize> = Vec::new();
+    let mut left = 0usize;
+    let enqueue = |p: Pending, queues: &mut Vec<Queue<_>>, active: &mut Vec<usize>| {
+        let (l, _, _) = link(&p);
+        if queues[l].is_empty() {
+            active.push(l);
+        }
+        queues[l].push(Reverse((priority(&p), p)));
+    };
+    let mut seq = 0;
+    for (i, c) in copies.iter().enumerate() {
+        let root = packing.roots[c.root].root;
+        for &v in &shapes[c.root][c.tree].0[root] {
+            let p = Pending {
+                copy: i,
+                vertex: v,
+                since: 0,
+                seq,
+            };
+            seq += 1;
+            enqueue(p, &mut queues, &mut active);
+            left += 1;
+        }
+    }
     let mut link_load = vec![0u32; topology.links.len()];
     let mut switch_load = vec![0u32; topology.switches.len()];
     let mut steps: Vec<Step> = Vec::new();
-    while !ready.is_empty() {
+    while left > 0 {
         if steps.len() >= max_steps {
             bail!(
                 "list scheduling of the trees on `{}` needs more than {max_steps} steps",
@@ -497,46 +539,55 @@ pub fn list_scheduled(
             );
         }
         let now = steps.len();
-        let height = |p: &Pending| {
-            let c = &copies[p.copy];
-            shapes[c.root][c.tree].1[p.vertex]
-        };
-        ready.sort_by_key(|p| (std::cmp::Reverse(height(p)), p.since, copies[p.copy].chunk));
         let mut sends = Vec::new();
-        let mut waiting = Vec::new();
         let mut arrived = Vec::new();
         let mut touched = Vec::new();
-        for p in ready.drain(..) {
-            let c = &copies[p.copy];
-            let g = &packing.group.elements[c.element];
-            let tree = &packing.roots[c.root].trees[c.tree].0;
-            let parent = tree[p.vertex].expect("a pending send enters a non-root vertex");
-            let (src, dst) = (g[parent] as usize, g[p.vertex] as usize);
-            let l = index.link_of[&(src, dst)];
+        // A link whose queue emptied in the last step and refilled with its arrivals was
+        // listed again: once each.
+        active.retain(|&l| !queues[l].is_empty());
+        active.sort_unstable();
+        active.dedup();
+        let mut links: BinaryHeap<Reverse<(_, usize)>> = active
+            .iter()
+            .map(|&l| Reverse((queues[l].peek().expect("active").0 .0, l)))
+            .collect();
+        while let Some(Reverse((_, l))) = links.pop() {
             let fits = link_load[l] < caps.links[l]
                 && index.governing[l]
                     .iter()
                     .all(|&j| switch_load[j] < caps.switches[j]);
             if !fits {
-                waiting.push(p);
+                // Nothing more crosses this link in this step: its load and its switch
+                // constraints' only grow.
                 continue;
             }
+            let Reverse((_, p)) = queues[l].pop().expect("a link in the heap has sends");
             link_load[l] += 1;
             for &j in &index.governing[l] {
                 switch_load[j] += 1;
             }
             touched.push(l);
+            let c = &copies[p.copy];
+            let (_, src, dst) = link(&p);
             sends.push(Send {
                 chunk: c.chunk,
                 src,
                 dst,
             });
+            left -= 1;
             let (children, _) = &shapes[c.root][c.tree];
-            arrived.extend(children[p.vertex].iter().map(|&v| Pending {
-                copy: p.copy,
-                vertex: v,
-                since: now + 1,
-            }));
+            for &v in &children[p.vertex] {
+                arrived.push(Pending {
+                    copy: p.copy,
+                    vertex: v,
+                    since: now + 1,
+                    seq,
+                });
+                seq += 1;
+            }
+            if let Some(next) = queues[l].peek() {
+                links.push(Reverse((next.0 .0, l)));
+            }
         }
         for l in touched {
             link_load[l] = 0;
@@ -555,8 +606,10 @@ pub fn list_scheduled(
             reduce: false,
             sends,
         });
-        ready = waiting;
-        ready.extend(arrived);
+        left += arrived.len();
+        for p in arrived {
+            enqueue(p, &mut queues, &mut active);
+        }
     }
     finish(topology, packing, kind, chunks, "listed", steps)
 }

@@ -1,0 +1,755 @@
+//! The symbolic execution: threadblocks run their steps as far as dependencies and
+//! connection FIFOs allow; every buffer slot holds the multiset of (rank, input chunk)
+//! contributions it contains.
+//!
+//! Memory stays proportional to the program: a slot holds a 4-byte id into an arena of
+//! contents (a copy or a send moves an id, not a list), each threadblock's state is one
+//! record, and a threadblock is looked at again only when what it waits for happened (the
+//! step of another threadblock its next step depends on, a message on its receive
+//! connection, room on its send connection), so a run costs about one look per step.
+
+use super::races::{reads_and_writes, Accessor, Races, Snapshots, HISTORY_BYTES};
+use super::{Mode, VerifyError, MAX_VERIFY_BYTES};
+use crate::ir::{Buffer, Connection, Op, Program, Slot, Step, StepRef};
+use crate::semantics::{Contribution, Region, Semantics};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// A slot's content: an id into [`Execution::contents`], or [`UNDEFINED`].
+type ContentId = u32;
+
+/// The content of a slot nothing has written.
+const UNDEFINED: ContentId = u32::MAX;
+
+/// No connection.
+const NONE: u32 = u32::MAX;
+
+/// A message in a connection: its data (content ids) waits in the connection's `data`.
+struct Message {
+    from: StepRef,
+    count: usize,
+    /// The sender's full vector clock (empty with rank-local clocks).
+    clock: Vec<u32>,
+}
+
+/// One connection's FIFO.
+#[derive(Default)]
+struct Fifo {
+    messages: VecDeque<Message>,
+    data: VecDeque<ContentId>,
+}
+
+/// What blocks a threadblock's next step.
+pub(super) enum Blocked {
+    Dep(usize, usize),
+    Empty(Connection),
+    Full(Connection),
+}
+
+/// One threadblock's state.
+struct Tb<'a> {
+    steps: &'a [Step],
+    rank: u32,
+    id: u32,
+    /// Its next step.
+    pc: u32,
+    send: u32,
+    recv: u32,
+    /// Index of its first step among all steps.
+    step_base: usize,
+}
+
+/// Clocks over every threadblock of the program, for the race check during the run (small
+/// programs, see [`super::FULL_CLOCK_BYTES`]).
+struct Clocks {
+    /// The current clock of every threadblock, `width` entries each.
+    clock: Vec<u32>,
+    width: usize,
+    snapshots: Snapshots,
+    races: Races,
+}
+
+pub(super) struct Execution<'a> {
+    p: &'a Program,
+    sem: &'a Semantics,
+    mode: Mode,
+    depth: usize,
+    tbs: Vec<Tb<'a>>,
+    /// Index in `tbs` of each rank's threadblock 0.
+    first: Vec<usize>,
+    connections: Vec<Connection>,
+    fifos: Vec<Fifo>,
+    /// Memory: every rank's regions, one after the other.
+    mem: Vec<ContentId>,
+    /// Index in `mem` of each rank's regions.
+    region_base: Vec<[usize; 3]>,
+    /// The arena of contents: sorted multisets of contributions.
+    contents: Vec<Box<[Contribution]>>,
+    clocks: Option<Clocks>,
+    /// Bytes allocated so far (checked against [`MAX_VERIFY_BYTES`]).
+    bytes: u64,
+    /// First data error (undefined read, double count) by step position, reported after the
+    /// race check because a race can be its cause.
+    deferred: Option<(StepRef, VerifyError)>,
+    /// Scratch buffers of one step.
+    src_buf: Vec<ContentId>,
+    recv_buf: Vec<ContentId>,
+}
+
+impl<'a> Execution<'a> {
+    /// Runs `p` in the mode of `sem` (with clocks over every threadblock if `full`): errors
+    /// on a deadlock, a count mismatch or a message never received; the race check, data
+    /// errors and postcondition are asked for afterwards. `bytes` is what the run may
+    /// allocate up front (counted against the limit).
+    pub fn run(
+        p: &'a Program,
+        sem: &'a Semantics,
+        depth: usize,
+        full: bool,
+        bytes: u64,
+    ) -> Result<Execution<'a>, VerifyError> {
+        let mut ex = Execution::new(p, sem, depth, full, bytes)?;
+        ex.execute()?;
+        ex.check_leftovers()?;
+        Ok(ex)
+    }
+
+    fn new(
+        p: &'a Program,
+        sem: &'a Semantics,
+        depth: usize,
+        full: bool,
+        bytes: u64,
+    ) -> Result<Execution<'a>, VerifyError> {
+        let mode = Mode::from_inplace(sem.inplace);
+        // Connections by id.
+        let mut ids: FxHashMap<Connection, u32> = FxHashMap::default();
+        let mut connections = Vec::new();
+        let mut id_of = |c: Connection| {
+            *ids.entry(c).or_insert_with(|| {
+                connections.push(c);
+                (connections.len() - 1) as u32
+            })
+        };
+        let mut tbs = Vec::new();
+        let mut first = Vec::with_capacity(p.gpus.len());
+        let mut steps = 0;
+        for g in &p.gpus {
+            first.push(tbs.len());
+            for (id, tb) in g.threadblocks.iter().enumerate() {
+                let mut conn = |peer: Option<usize>, send: bool| {
+                    peer.map_or(NONE, |peer| {
+                        let (sender, receiver) = if send { (g.rank, peer) } else { (peer, g.rank) };
+                        id_of(Connection {
+                            sender,
+                            receiver,
+                            channel: tb.channel,
+                        })
+                    })
+                };
+                let (send, recv) = (conn(tb.send, true), conn(tb.recv, false));
+                tbs.push(Tb {
+                    steps: &tb.steps,
+                    rank: g.rank as u32,
+                    id: id as u32,
+                    pc: 0,
+                    send,
+                    recv,
+                    step_base: steps,
+                });
+                steps += tb.steps.len();
+            }
+        }
+        let mut region_base = Vec::with_capacity(p.gpus.len());
+        let mut slots = 0;
+        for g in &p.gpus {
+            let size = |r: Region| sem.region_chunks(r).unwrap_or(g.scratch_chunks);
+            let [a, b, c] = Region::ALL.map(size);
+            region_base.push([slots, slots + a, slots + a + b]);
+            slots += a + b + c;
+        }
+        let clocks = full.then(|| {
+            let width = tbs.len();
+            let targets: Vec<usize> = p
+                .gpus
+                .iter()
+                .flat_map(|g| {
+                    let tbs = &tbs;
+                    let base = first[g.rank];
+                    g.threadblocks.iter().flat_map(move |tb| {
+                        tb.steps
+                            .iter()
+                            .flat_map(|s| &s.deps)
+                            .map(move |d| tbs[base + d.tb].step_base + d.step)
+                    })
+                })
+                .collect();
+            Clocks {
+                clock: vec![0; width * width],
+                width,
+                snapshots: Snapshots::new(steps, width, width, targets.into_iter()),
+                races: Races::new(mode, slots),
+            }
+        });
+        let connections_count = connections.len();
+        let mut ex = Execution {
+            p,
+            sem,
+            mode,
+            depth,
+            tbs,
+            first,
+            connections,
+            fifos: (0..connections_count).map(|_| Fifo::default()).collect(),
+            mem: vec![UNDEFINED; slots],
+            region_base,
+            contents: Vec::new(),
+            clocks,
+            bytes,
+            deferred: None,
+            src_buf: Vec::new(),
+            recv_buf: Vec::new(),
+        };
+        for g in &p.gpus {
+            let input = sem.extent(Buffer::Input).unwrap_or(0);
+            for k in 0..input {
+                let (region, idx) = sem
+                    .resolve(g.rank, Buffer::Input, k)
+                    .expect("inside extent");
+                let id = ex.intern(vec![sem.initial_input(g.rank, k)])?;
+                let slot = ex.region_base[g.rank][region.index()] + idx;
+                ex.mem[slot] = id;
+            }
+        }
+        ex.check_resolution()?;
+        Ok(ex)
+    }
+
+    /// Bytes per buffer slot the run keeps: its content id, and with full clocks its
+    /// access history.
+    pub fn slot_bytes(full: bool) -> u64 {
+        4 + if full { HISTORY_BYTES } else { 0 }
+    }
+
+    /// Bytes the run has allocated (what the race check of one rank may add is the rest).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Adds a content to the arena (counted against the memory limit).
+    fn intern(&mut self, content: Vec<Contribution>) -> Result<ContentId, VerifyError> {
+        self.grow(16 + 16 * content.len() as u64)?;
+        if self.contents.len() >= UNDEFINED as usize {
+            return Err(VerifyError::Malformed(
+                "too large to verify: more than 2^32 distinct buffer contents".into(),
+            ));
+        }
+        self.contents.push(content.into_boxed_slice());
+        Ok((self.contents.len() - 1) as ContentId)
+    }
+
+    /// Counts `bytes` more against [`MAX_VERIFY_BYTES`].
+    fn grow(&mut self, bytes: u64) -> Result<(), VerifyError> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MAX_VERIFY_BYTES {
+            return Err(VerifyError::Malformed(format!(
+                "too large to verify: the symbolic execution needs more than {} MiB (its clocks and contents)",
+                MAX_VERIFY_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every used slot must resolve inside this mode's memory, and src/dst of one step must
+    /// not partially overlap.
+    fn check_resolution(&self) -> Result<(), VerifyError> {
+        for (at, step) in self.p.steps() {
+            let src = if step.op.reads_src() {
+                Some(self.range(at, step.src, step.count)?)
+            } else {
+                None
+            };
+            let dst = if step.op.writes_dst() {
+                Some(self.range(at, step.dst, step.count)?)
+            } else {
+                None
+            };
+            if let (Some(a), Some(b)) = (src, dst) {
+                let overlap = a.0 == b.0 && a.1 < b.1 + step.count && b.1 < a.1 + step.count;
+                if overlap && a.1 != b.1 {
+                    return Err(VerifyError::Step {
+                        at,
+                        what: format!(
+                            "source {} and destination {} partially overlap",
+                            step.src, step.dst
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The physical start of `count` chunks at `slot`; they must be contiguous and in range.
+    fn range(&self, at: StepRef, slot: Slot, count: usize) -> Result<(Region, usize), VerifyError> {
+        let oob = |extent: usize| VerifyError::OutOfBounds {
+            at,
+            slot,
+            count,
+            buffer: slot.buffer.letter(),
+            extent,
+        };
+        let extent = self
+            .sem
+            .extent(slot.buffer)
+            .unwrap_or(self.p.gpus[at.rank].scratch_chunks);
+        if slot.offset + count > extent {
+            return Err(oob(extent));
+        }
+        let (region, start) = self
+            .sem
+            .resolve(at.rank, slot.buffer, slot.offset)
+            .ok_or_else(|| oob(extent))?;
+        Ok((region, start))
+    }
+
+    fn execute(&mut self) -> Result<(), VerifyError> {
+        // The threadblock at each end of every connection.
+        let mut sender_of = vec![NONE; self.connections.len()];
+        let mut receiver_of = vec![NONE; self.connections.len()];
+        for (t, tb) in self.tbs.iter().enumerate() {
+            if tb.send != NONE && sender_of[tb.send as usize] == NONE {
+                sender_of[tb.send as usize] = t as u32;
+            }
+            if tb.recv != NONE && receiver_of[tb.recv as usize] == NONE {
+                receiver_of[tb.recv as usize] = t as u32;
+            }
+        }
+        // Threadblocks waiting for each threadblock, keyed by the number of steps it must
+        // have done, the first due on top.
+        let mut waiting: Vec<BinaryHeap<Reverse<(u32, u32)>>> =
+            (0..self.tbs.len()).map(|_| BinaryHeap::new()).collect();
+        let mut queue: VecDeque<u32> = (0..self.tbs.len() as u32).collect();
+        let mut queued = vec![true; self.tbs.len()];
+        while let Some(t) = queue.pop_front() {
+            let t = t as usize;
+            queued[t] = false;
+            let mut progressed = false;
+            while (self.tbs[t].pc as usize) < self.tbs[t].steps.len() {
+                match self.blocker(t) {
+                    None => {
+                        self.step(t)?;
+                        progressed = true;
+                    }
+                    Some(Blocked::Dep(on, step)) => {
+                        let on = self.first[self.tbs[t].rank as usize] + on;
+                        waiting[on].push(Reverse((step as u32 + 1, t as u32)));
+                        break;
+                    }
+                    Some(_) => break,
+                }
+            }
+            if !progressed {
+                continue;
+            }
+            let mut wake = |w: u32| {
+                if w != NONE && !queued[w as usize] {
+                    queued[w as usize] = true;
+                    queue.push_back(w);
+                }
+            };
+            let done = self.tbs[t].pc;
+            while let Some(&Reverse((needed, w))) = waiting[t].peek() {
+                if needed > done {
+                    break;
+                }
+                waiting[t].pop();
+                wake(w);
+            }
+            let tb = &self.tbs[t];
+            if tb.send != NONE {
+                wake(receiver_of[tb.send as usize]);
+            }
+            if tb.recv != NONE {
+                wake(sender_of[tb.recv as usize]);
+            }
+        }
+        let waits = self.stuck();
+        if waits.is_empty() {
+            Ok(())
+        } else {
+            Err(VerifyError::Deadlock {
+                mode: self.mode,
+                waits,
+            })
+        }
+    }
+
+    /// Why the next step of threadblock `t` cannot run now (None if it can, or it is done).
+    fn blocker(&self, t: usize) -> Option<Blocked> {
+        let tb = &self.tbs[t];
+        let step = tb.steps.get(tb.pc as usize)?;
+        let first = self.first[tb.rank as usize];
+        if let Some(d) = step
+            .deps
+            .iter()
+            .find(|d| self.tbs[first + d.tb].pc as usize <= d.step)
+        {
+            return Some(Blocked::Dep(d.tb, d.step));
+        }
+        if step.op.receives() && self.fifos[tb.recv as usize].messages.is_empty() {
+            return Some(Blocked::Empty(self.connections[tb.recv as usize]));
+        }
+        if step.op.sends() && self.fifos[tb.send as usize].messages.len() >= self.depth {
+            return Some(Blocked::Full(self.connections[tb.send as usize]));
+        }
+        None
+    }
+
+    fn stuck(&self) -> Vec<String> {
+        let mut waits = Vec::new();
+        for (t, tb) in self.tbs.iter().enumerate() {
+            let Some(b) = self.blocker(t) else {
+                continue;
+            };
+            let op = tb.steps[tb.pc as usize].op;
+            let what = match b {
+                Blocked::Dep(t, s) => format!("waits for tb {t} step {s}"),
+                Blocked::Empty(c) => format!(
+                    "waits to receive from rank {} on channel {}",
+                    c.sender, c.channel
+                ),
+                Blocked::Full(c) => format!(
+                    "waits for room to send to rank {} on channel {}",
+                    c.receiver, c.channel
+                ),
+            };
+            waits.push(format!(
+                "rank {} tb {} step {} ({op}) {what}",
+                tb.rank, tb.id, tb.pc
+            ));
+        }
+        waits
+    }
+
+    /// Executes the next step of threadblock `t` (it must be runnable).
+    fn step(&mut self, t: usize) -> Result<(), VerifyError> {
+        let tb = &self.tbs[t];
+        let (steps, rank, si) = (tb.steps, tb.rank as usize, tb.pc as usize);
+        let step = &steps[si];
+        let at = StepRef {
+            rank,
+            tb: tb.id as usize,
+            step: si,
+        };
+        let first = self.first[rank];
+        let mut received = std::mem::take(&mut self.recv_buf);
+        received.clear();
+        let mut message_clock = Vec::new();
+        if step.op.receives() {
+            let c = tb.recv as usize;
+            let fifo = &mut self.fifos[c];
+            let msg = fifo.messages.pop_front().expect("runnable");
+            if msg.count != step.count {
+                return Err(VerifyError::CountMismatch {
+                    mode: self.mode,
+                    conn: self.connections[c],
+                    send: msg.from,
+                    send_count: msg.count,
+                    recv: at,
+                    recv_count: step.count,
+                });
+            }
+            received.extend(fifo.data.drain(..msg.count));
+            message_clock = msg.clock;
+        }
+        // The clock of this step: the last one, joined with its dependencies' and the
+        // message's, counting the step.
+        if let Some(c) = &mut self.clocks {
+            let w = c.width;
+            let clock = &mut c.clock[t * w..(t + 1) * w];
+            let mut raised = false;
+            for d in &step.deps {
+                let on = first + d.tb;
+                let index = self.tbs[on].step_base + d.step;
+                raised |= c.snapshots.join_into(clock, index, d.step, on);
+            }
+            raised |= super::races::join(clock, &message_clock);
+            clock[t] += 1;
+            if raised {
+                c.snapshots.changed(t);
+            }
+        }
+        let outgoing = self.apply(t, at, step, &received)?;
+        self.recv_buf = received;
+        if let Some(data) = outgoing {
+            let c = self.tbs[t].send as usize;
+            let clock = match &self.clocks {
+                Some(k) => k.clock[t * k.width..(t + 1) * k.width].to_vec(),
+                None => Vec::new(),
+            };
+            let fifo = &mut self.fifos[c];
+            fifo.data.extend(data.iter().copied());
+            fifo.messages.push_back(Message {
+                from: at,
+                count: step.count,
+                clock,
+            });
+            self.src_buf = data;
+        }
+        if let Some(c) = &mut self.clocks {
+            let w = c.width;
+            let index = self.tbs[t].step_base + si;
+            if c.snapshots.after(index, t, &c.clock[t * w..(t + 1) * w]) {
+                self.bytes = self.bytes.saturating_add(4 * w as u64);
+                if c.snapshots.full() || self.bytes > MAX_VERIFY_BYTES {
+                    return Err(VerifyError::Malformed(format!(
+                        "too large to verify: the symbolic execution needs more than {} MiB (its clocks and contents)",
+                        MAX_VERIFY_BYTES >> 20
+                    )));
+                }
+            }
+        }
+        self.tbs[t].pc += 1;
+        Ok(())
+    }
+
+    /// The data effect of one step; returns what it sends (in `src_buf`'s allocation).
+    fn apply(
+        &mut self,
+        t: usize,
+        at: StepRef,
+        step: &Step,
+        received: &[ContentId],
+    ) -> Result<Option<Vec<ContentId>>, VerifyError> {
+        if self.clocks.is_some() {
+            // Accesses in the order the data moves: source, `re`'s destination, then the write.
+            let (reads, write) = reads_and_writes(step);
+            let mut ranges = [None; 3];
+            for (i, slot) in reads.iter().chain([&write]).enumerate() {
+                if let Some(slot) = slot {
+                    ranges[i] = Some(self.range(at, *slot, step.count)?);
+                }
+            }
+            let c = self.clocks.as_mut().expect("checked");
+            let w = c.width;
+            let by = Accessor {
+                at,
+                clock: &c.clock[t * w..(t + 1) * w],
+                base: self.first[at.rank],
+            };
+            for (i, range) in ranges.iter().enumerate() {
+                let Some((region, start)) = *range else {
+                    continue;
+                };
+                let is_write = i == 2;
+                let base = self.region_base[at.rank][region.index()];
+                for k in start..start + step.count {
+                    c.races
+                        .access(base + k, (at.rank, region, k), &by, is_write);
+                }
+            }
+        }
+        let mut src = std::mem::take(&mut self.src_buf);
+        src.clear();
+        if step.op.reads_src() {
+            self.read(at, step.src, step.count, &mut src)?;
+        }
+        let combined = match step.op {
+            Op::Nop => {
+                self.src_buf = src;
+                return Ok(None);
+            }
+            Op::Send => return Ok(Some(src)),
+            Op::Recv | Op::RecvCopySend => {
+                src.clear();
+                src.extend_from_slice(received);
+                src
+            }
+            Op::Copy => src,
+            Op::RecvReduceSend | Op::RecvReduceCopy | Op::RecvReduceCopySend => {
+                self.reduce(at, step.dst, received, &mut src)?;
+                src
+            }
+            Op::Reduce => {
+                let mut old = Vec::with_capacity(step.count);
+                self.read(at, step.dst, step.count, &mut old)?;
+                self.reduce(at, step.dst, &old, &mut src)?;
+                src
+            }
+        };
+        if step.op.writes_dst() {
+            self.write(at, step.dst, &combined);
+        }
+        if step.op.sends() {
+            Ok(Some(combined))
+        } else {
+            self.src_buf = combined;
+            Ok(None)
+        }
+    }
+
+    /// Records a data error; the one at the first step position is reported.
+    fn defer(&mut self, at: StepRef, e: VerifyError) {
+        if self.deferred.as_ref().is_none_or(|(first, _)| at < *first) {
+            self.deferred = Some((at, e));
+        }
+    }
+
+    /// `into[k] ← a[k] ⊕ into[k]`: merges two runs of contents; a contribution counted twice
+    /// is recorded and kept once so that contents stay small.
+    fn reduce(
+        &mut self,
+        at: StepRef,
+        slot: Slot,
+        a: &[ContentId],
+        into: &mut [ContentId],
+    ) -> Result<(), VerifyError> {
+        for (k, (x, y)) in a.iter().zip(into.iter_mut()).enumerate() {
+            let part = |id: ContentId, contents: &[Box<[Contribution]>]| -> Vec<Contribution> {
+                contents.get(id as usize).map_or(Vec::new(), |c| c.to_vec())
+            };
+            let mut sum = part(*x, &self.contents);
+            sum.extend(part(*y, &self.contents));
+            sum.sort_unstable();
+            if let Some(w) = sum.windows(2).find(|w| w[0] == w[1]) {
+                let e = VerifyError::DoubleCounted {
+                    mode: self.mode,
+                    at,
+                    slot: Slot::new(slot.buffer, slot.offset + k),
+                    contribution: w[0],
+                };
+                self.defer(at, e);
+                sum.dedup();
+            }
+            *y = self.intern(sum)?;
+        }
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        at: StepRef,
+        slot: Slot,
+        count: usize,
+        out: &mut Vec<ContentId>,
+    ) -> Result<(), VerifyError> {
+        let (region, start) = self.range(at, slot, count)?;
+        let base = self.region_base[at.rank][region.index()] + start;
+        for k in 0..count {
+            let id = self.mem[base + k];
+            if id == UNDEFINED {
+                let e = VerifyError::Undefined {
+                    mode: self.mode,
+                    at,
+                    slot: Slot::new(slot.buffer, slot.offset + k),
+                };
+                self.defer(at, e);
+            }
+            out.push(id);
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, at: StepRef, slot: Slot, data: &[ContentId]) {
+        let (region, start) = self
+            .range(at, slot, data.len())
+            .expect("checked in check_resolution");
+        let base = self.region_base[at.rank][region.index()] + start;
+        self.mem[base..base + data.len()].copy_from_slice(data);
+    }
+
+    fn check_leftovers(&self) -> Result<(), VerifyError> {
+        let mut order: Vec<usize> = (0..self.connections.len()).collect();
+        order.sort_by_key(|&c| self.connections[c]);
+        for c in order {
+            let q = &self.fifos[c].messages;
+            if let Some(first) = q.front() {
+                return Err(VerifyError::UnmatchedSend {
+                    mode: self.mode,
+                    conn: self.connections[c],
+                    first: first.from,
+                    count: q.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The race on the first slot found during the run (with full clocks; with rank-local
+    /// clocks see [`super::races::local_races`]).
+    pub fn take_race(&mut self) -> Option<VerifyError> {
+        self.clocks.take().and_then(|c| c.races.found())
+    }
+
+    /// The first data error (undefined read, double count), if any.
+    pub fn take_deferred(&mut self) -> Option<VerifyError> {
+        self.deferred.take().map(|(_, e)| e)
+    }
+
+    pub fn check_postcondition(&self) -> Result<(), VerifyError> {
+        let outputs = self.sem.extent(Buffer::Output).unwrap_or(0);
+        for rank in 0..self.p.ngpus {
+            for chunk in 0..outputs {
+                let Some(expected) = self.sem.expected_output(rank, chunk) else {
+                    continue;
+                };
+                let (region, idx) = self
+                    .sem
+                    .resolve(rank, Buffer::Output, chunk)
+                    .expect("inside extent");
+                let id = self.mem[self.region_base[rank][region.index()] + idx];
+                let actual = self.contents.get(id as usize).map(|c| &c[..]);
+                if let Some(problem) = compare(actual, &expected) {
+                    return Err(VerifyError::Postcondition {
+                        mode: self.mode,
+                        rank,
+                        chunk,
+                        problem,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn describe(c: &[Contribution]) -> String {
+    let items: Vec<String> = c
+        .iter()
+        .map(|x| format!("{}:{}", x.rank, x.chunk))
+        .collect();
+    format!("{{{}}}", items.join(" "))
+}
+
+/// Compares a final slot with the expected multiset (both sorted); None if equal.
+fn compare(actual: Option<&[Contribution]>, expected: &[Contribution]) -> Option<String> {
+    let Some(actual) = actual else {
+        return Some(format!("never written (expected {})", describe(expected)));
+    };
+    if actual == expected {
+        return None;
+    }
+    let count = |set: &[Contribution], c: &Contribution| set.iter().filter(|x| *x == c).count();
+    if let Some(c) = actual.iter().find(|c| count(actual, c) > 1) {
+        return Some(format!(
+            "double-counted contribution {c} (has {})",
+            describe(actual)
+        ));
+    }
+    if let Some(c) = expected.iter().find(|c| count(actual, c) == 0) {
+        return Some(format!(
+            "missing contribution {c} (has {})",
+            describe(actual)
+        ));
+    }
+    let extra = actual
+        .iter()
+        .find(|c| count(expected, c) == 0)
+        .expect("differs");
+    Some(format!(
+        "unexpected contribution {extra} (has {})",
+        describe(actual)
+    ))
+}

@@ -43,6 +43,9 @@ pub struct LowerOptions {
 /// Channels a program may use (MSCCL's MAXCHANNELS).
 pub const MAX_CHANNELS: usize = 32;
 
+/// The words of [`lower`]'s error for a program past [`MAX_CHANNELS`].
+const CHANNELS_EXCEEDED: &str = "channels (the runtimes allow";
+
 impl Default for LowerOptions {
     fn default() -> Self {
         LowerOptions {
@@ -157,6 +160,12 @@ impl Layout {
 
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    lower_grouped(algorithm, options, algorithm.step_channels.unwrap_or(1))
+}
+
+/// [`lower`] with the steps spread over `groups` channel groups (see
+/// [`Algorithm::step_channels`]; clamped to the channels left and to the step count).
+fn lower_grouped(algorithm: &Algorithm, options: &LowerOptions, groups: usize) -> Result<Program> {
     let kind = algorithm.collective.kind;
     let collective = kind.to_ir().unwrap_or(runtime::ir::Collective::Custom);
     if options.instances == 0 {
@@ -187,15 +196,20 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1))
         .clamp(1, (MAX_CHANNELS / instances).max(1));
-    let base_channels = spread * instances;
+    let groups = step_groups(algorithm.steps.len(), spread * instances, groups);
+    let per_group = spread * instances;
+    let base_channels = per_group * groups;
     let pieces = coll.chunks_per_rank;
-    let base_channel = |address: usize| {
-        ((address % pieces) / instances % spread) * instances + address % instances
+    let num_steps = algorithm.steps.len().max(1);
+    let base_channel = |address: usize, step: usize| {
+        ((address % pieces) / instances % spread) * instances
+            + address % instances
+            + step * groups / num_steps * per_group
     };
     // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
     let mut carried: HashMap<(usize, usize, usize), usize> = HashMap::new();
-    let mut channel_of = |u: usize, v: usize, address: usize| {
-        let base = base_channel(address);
+    let mut channel_of = |u: usize, v: usize, address: usize, step: usize| {
+        let base = base_channel(address, step);
         let count = carried.entry((u, v, base)).or_insert(0);
         let extra = count.checked_div(options.max_transfers).unwrap_or(0);
         *count += 1;
@@ -229,7 +243,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         stage_overwritten_inputs(coll, &layout, &mut code, &mut location);
     }
 
-    for step in &algorithm.steps {
+    for (step_index, step) in algorithm.steps.iter().enumerate() {
         let mut sends = step.sends.clone();
         // Grouped by link; within a link the algorithm's order is kept (engines put the
         // sends that feed the longest paths first).
@@ -248,7 +262,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             .collect::<Result<_>>()?;
         for (send, src_slot) in sends.iter().zip(sources) {
             let (u, v, a) = (send.src, send.dst, send.chunk);
-            let channel = channel_of(u, v, a);
+            let channel = channel_of(u, v, a, step_index);
             channels_used = channels_used.max(channel + 1);
             let post = coll.chunks[by_address[&a][0]].post.contains(&v);
             let recv_key = TbKey::Recv { peer: u, channel };
@@ -307,7 +321,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     }
     if channels_used > MAX_CHANNELS {
         bail!(
-            "{} cannot be expressed: it needs {channels_used} channels (the runtimes allow {MAX_CHANNELS})",
+            "{} cannot be expressed: it needs {channels_used} {CHANNELS_EXCEEDED} {MAX_CHANNELS})",
             algorithm.name
         );
     }
@@ -382,19 +396,46 @@ const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
 /// Lowers `algorithm` with `options` for the runtimes: connections are split over more
 /// channels until every threadblock is within the flavour's step limit (pieces stay on the
 /// channels `options` gives them: spreading them wider simulates slower, as more
-/// threadblocks share each link). The program is verified; returns it with its XML, or the
-/// reason it cannot be expressed (nothing is written by this function).
+/// threadblocks share each link), and where the algorithm's step groups
+/// ([`Algorithm::step_channels`]) leave no such split, they are halved until one fits. The
+/// program is verified; returns it with its XML, or the reason it cannot be expressed
+/// (nothing is written by this function).
 pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
-    // The busiest link's transfers: splits that need more than MAX_CHANNELS are not tried.
-    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
-    for s in algorithm.steps.iter().flat_map(|s| &s.sends) {
-        *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
+    let mut groups = algorithm.step_channels.unwrap_or(1).max(1);
+    loop {
+        match lower_to_xml_grouped(algorithm, options, groups)? {
+            Ok(done) => return Ok(done),
+            Err(e) if groups == 1 => return Err(e),
+            Err(_) => groups /= 2,
+        }
     }
-    let busiest = per_link.values().copied().max().unwrap_or(0);
+}
+
+/// [`lower_to_xml`] at `groups` step groups: the outer error is fatal (an internal error),
+/// the inner one says why the program does not fit the runtime at this grouping.
+fn lower_to_xml_grouped(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: usize,
+) -> Result<Result<(Program, String)>> {
     let spread = options
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1));
-    let base = spread * options.instances.max(1);
+    let per_group = spread * options.instances.max(1);
+    let groups = step_groups(algorithm.steps.len(), per_group, groups);
+    // The busiest connection's transfers (link and step group): splits that need more than
+    // MAX_CHANNELS are not tried.
+    let num_steps = algorithm.steps.len().max(1);
+    let mut per_link: HashMap<(usize, usize, usize), usize> = HashMap::new();
+    for (i, step) in algorithm.steps.iter().enumerate() {
+        for s in &step.sends {
+            *per_link
+                .entry((s.src, s.dst, i * groups / num_steps))
+                .or_insert(0) += 1;
+        }
+    }
+    let busiest = per_link.values().copied().max().unwrap_or(0);
+    let base = per_group * groups;
     let per_channel = busiest.div_ceil(spread);
     let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
         if l == 0 {
@@ -409,7 +450,15 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
             max_transfers: limit,
             ..options.clone()
         };
-        let mut program = lower(algorithm, &attempt)?;
+        let mut program = match lower_grouped(algorithm, &attempt, groups) {
+            Ok(p) => p,
+            // More channels than the runtimes have: try the next split or fewer groups.
+            Err(e) if e.to_string().contains(CHANNELS_EXCEEDED) => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if options.inplace {
             program.name.push_str("-inplace");
         }
@@ -418,19 +467,29 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
                 runtime::verify::verify(&program).with_context(|| {
                     format!("internal error: lowered {} does not verify", program.name)
                 })?;
-                return Ok((program, xml));
+                return Ok(Ok((program, xml)));
             }
             // Too many steps in a threadblock: split connections further.
             Err(e) if e.to_string().contains("steps including nops") => last = Some(e.into()),
-            Err(e) => return Err(e.into()),
+            // Past another limit of the runtime (threadblocks, dependency ids).
+            Err(e) => return Ok(Err(e.into())),
         }
     }
-    Err(last.unwrap_or_else(|| {
+    Ok(Err(last.unwrap_or_else(|| {
         anyhow::anyhow!(
             "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of 64-step threadblocks hold",
             algorithm.name
         )
-    }))
+    })))
+}
+
+/// Step groups used for `requested` groups of `steps` steps when each group takes
+/// `per_group` channels: at most one per step and as many as the channels allow.
+fn step_groups(steps: usize, per_group: usize, requested: usize) -> usize {
+    requested
+        .min(steps)
+        .min(MAX_CHANNELS / per_group.max(1))
+        .max(1)
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot

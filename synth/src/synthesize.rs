@@ -234,6 +234,7 @@ impl<'a> Plan<'a> {
             collective,
             steps: Vec::new(),
             piece_channels: None,
+            step_channels: None,
         };
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -535,7 +536,7 @@ fn compose(
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let algorithm = Algorithm {
+    let mut algorithm = Algorithm {
         name: format!(
             "allreduce-{}-s{}-r{}-c{}",
             topology.name.replace([':', '/'], "_"),
@@ -547,7 +548,13 @@ fn compose(
         collective,
         steps,
         piece_channels,
+        step_channels: None,
     };
+    // Halves laid out as pipeline stages stay so; the phases then get channels of their
+    // own, so the allgather of one slice overlaps the reduce-scatter of the next.
+    if rs.step_channels.is_some() || ag.step_channels.is_some() {
+        algorithm.step_channels = crate::trees::schedule::step_channels(&algorithm);
+    }
     check_in_time(&algorithm, topology, deadline, "composed ")?;
     Ok(algorithm)
 }

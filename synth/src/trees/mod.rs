@@ -108,8 +108,9 @@ pub fn synthesize_trees(
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let (chunks, counts, scheduled) =
         schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
-    let algorithm =
+    let mut algorithm =
         schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
+    algorithm.step_channels = schedule::step_channels(&algorithm);
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     let listed = match schedule::list_scheduled(
         topology,
@@ -120,7 +121,10 @@ pub fn synthesize_trees(
         &counts,
         MAX_LISTED_STEPS,
     ) {
-        Ok(a) => Some(a),
+        Ok(mut a) => {
+            a.step_channels = schedule::step_channels(&a);
+            Some(a)
+        }
         Err(e) => {
             progress.message(&format!("no list-scheduled candidate: {e:#}"));
             None

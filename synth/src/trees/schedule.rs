@@ -304,6 +304,53 @@ pub fn algorithm(
     finish(topology, packing, kind, chunks, "trees", steps)
 }
 
+/// Threadblocks per rank that [`step_channels`] may lead the lowering to: all threadblocks
+/// of a program spin on each other's flags, so they must be resident at once (msccl-ir.md
+/// §1.9); 104 is the smallest compute-unit count among the fabrics' GPUs (an MI250 GCD; an
+/// A100 has 108 SMs, an H100 132).
+pub const RESIDENT_THREADBLOCKS: usize = 104;
+
+/// The most step groups ([`Algorithm::step_channels`], at most one per step and within the
+/// runtime's channels) whose lowering keeps every rank within [`RESIDENT_THREADBLOCKS`]
+/// (one threadblock per peer, direction and channel, plus one for local copies); `None`
+/// when only one group fits. Each group holds one stage of the trees' pipeline, so the
+/// runtime overlaps the stages of consecutive slices.
+pub fn step_channels(algorithm: &Algorithm) -> Option<usize> {
+    let steps = algorithm.steps.len();
+    let per_group = algorithm.piece_channels.unwrap_or(1).max(1);
+    // Per (rank, peer, direction): the steps with a transfer on it, ascending.
+    let mut used: std::collections::HashMap<(usize, usize, bool), Vec<usize>> =
+        std::collections::HashMap::new();
+    for (i, step) in algorithm.steps.iter().enumerate() {
+        for s in &step.sends {
+            for key in [(s.src, s.dst, true), (s.dst, s.src, false)] {
+                let list = used.entry(key).or_default();
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
+            }
+        }
+    }
+    let fits = |groups: usize| {
+        let mut per_rank = vec![0usize; algorithm.collective.ranks];
+        for (&(rank, _, _), list) in &used {
+            let mut distinct = 0;
+            let mut last = None;
+            for &i in list {
+                let group = i * groups / steps;
+                if last != Some(group) {
+                    distinct += 1;
+                    last = Some(group);
+                }
+            }
+            per_rank[rank] += distinct * per_group;
+        }
+        per_rank.into_iter().max().unwrap_or(0) < RESIDENT_THREADBLOCKS
+    };
+    let most = steps.min(crate::lower::MAX_CHANNELS / per_group);
+    (2..=most).rev().find(|&g| fits(g))
+}
+
 /// The capacities of `topology` in one common unit, which a k-synchronous schedule needs.
 fn capacities<'i>(
     topology: &Topology,
@@ -384,6 +431,7 @@ fn finish(
         collective,
         steps,
         piece_channels: None,
+        step_channels: None,
     })
 }
 

@@ -45,13 +45,13 @@ pub struct Algorithm {
     /// behind each other in one threadblock; `None` leaves it to the lowering options.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub piece_channels: Option<usize>,
-    /// Channel groups the lowering spreads the steps over (step s of S on group ⌊s·g/S⌋,
-    /// each group on channels of its own), set by engines whose later steps forward what
-    /// earlier steps delivered: a threadblock then holds one stage of that pipeline, so the
-    /// runtime's slice-by-slice replay overlaps the stages of consecutive slices instead of
-    /// taking each slice through every step before the next; `None` is one group.
+    /// The channel group of each step (the lowering gives every group channels of its
+    /// own), set by engines whose later steps forward what earlier steps delivered: a
+    /// threadblock then holds one stage of that pipeline, so the runtime's slice-by-slice
+    /// replay overlaps the stages of consecutive slices instead of taking each slice through
+    /// every step before the next; `None` puts every step in one group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step_channels: Option<usize>,
+    pub step_groups: Option<Vec<usize>>,
 }
 
 impl Algorithm {
@@ -117,7 +117,10 @@ impl Algorithm {
             collective,
             steps,
             piece_channels: self.piece_channels,
-            step_channels: self.step_channels,
+            step_groups: self
+                .step_groups
+                .as_ref()
+                .map(|g| g.iter().rev().copied().collect()),
         }
     }
 
@@ -207,7 +210,7 @@ impl Algorithm {
             collective,
             steps,
             piece_channels: self.piece_channels,
-            step_channels: self.step_channels,
+            step_groups: self.step_groups.clone(),
         }
     }
 

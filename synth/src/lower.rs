@@ -160,12 +160,40 @@ impl Layout {
 
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
-    lower_grouped(algorithm, options, algorithm.step_channels.unwrap_or(1))
+    lower_grouped(algorithm, options, &step_groups_of(algorithm)?)
 }
 
-/// [`lower`] with the steps spread over `groups` channel groups (see
-/// [`Algorithm::step_channels`]; clamped to the channels left and to the step count).
-fn lower_grouped(algorithm: &Algorithm, options: &LowerOptions, groups: usize) -> Result<Program> {
+/// The channel group of every step of `algorithm` ([`Algorithm::step_groups`]; all 0 when
+/// unset), or why its list does not fit its steps.
+fn step_groups_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
+    let steps = algorithm.steps.len();
+    match &algorithm.step_groups {
+        None => Ok(vec![0; steps]),
+        Some(groups) if groups.len() == steps => Ok(groups.clone()),
+        Some(groups) => bail!(
+            "algorithm {}: step_groups lists {} groups for {steps} steps",
+            algorithm.name,
+            groups.len()
+        ),
+    }
+}
+
+/// `groups` (one per step) renumbered onto at most `most` groups in the same order: group
+/// g of k becomes ⌊g·most/k⌋.
+fn squeeze(groups: &[usize], most: usize) -> Vec<usize> {
+    let count = groups.iter().max().map_or(1, |g| g + 1);
+    if count <= most {
+        return groups.to_vec();
+    }
+    groups.iter().map(|g| g * most.max(1) / count).collect()
+}
+
+/// [`lower`] with step `s` on channel group `groups[s]` (squeezed onto the channels left).
+fn lower_grouped(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+) -> Result<Program> {
     let kind = algorithm.collective.kind;
     let collective = kind.to_ir().unwrap_or(runtime::ir::Collective::Custom);
     if options.instances == 0 {
@@ -196,15 +224,14 @@ fn lower_grouped(algorithm: &Algorithm, options: &LowerOptions, groups: usize) -
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1))
         .clamp(1, (MAX_CHANNELS / instances).max(1));
-    let groups = step_groups(algorithm.steps.len(), spread * instances, groups);
     let per_group = spread * instances;
-    let base_channels = per_group * groups;
+    let groups = squeeze(groups, MAX_CHANNELS / per_group);
+    let base_channels = per_group * groups.iter().max().map_or(1, |g| g + 1);
     let pieces = coll.chunks_per_rank;
-    let num_steps = algorithm.steps.len().max(1);
     let base_channel = |address: usize, step: usize| {
         ((address % pieces) / instances % spread) * instances
             + address % instances
-            + step * groups / num_steps * per_group
+            + groups[step] * per_group
     };
     // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
     let mut carried: HashMap<(usize, usize, usize), usize> = HashMap::new();
@@ -397,45 +424,44 @@ const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
 /// channels until every threadblock is within the flavour's step limit (pieces stay on the
 /// channels `options` gives them: spreading them wider simulates slower, as more
 /// threadblocks share each link), and where the algorithm's step groups
-/// ([`Algorithm::step_channels`]) leave no such split, they are halved until one fits. The
+/// ([`Algorithm::step_groups`]) leave no such split, they are halved until one fits. The
 /// program is verified; returns it with its XML, or the reason it cannot be expressed
 /// (nothing is written by this function).
 pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
-    let mut groups = algorithm.step_channels.unwrap_or(1).max(1);
+    let groups = step_groups_of(algorithm)?;
+    let mut most = groups.iter().max().map_or(1, |g| g + 1);
     loop {
-        match lower_to_xml_grouped(algorithm, options, groups)? {
+        match lower_to_xml_grouped(algorithm, options, &squeeze(&groups, most))? {
             Ok(done) => return Ok(done),
-            Err(e) if groups == 1 => return Err(e),
-            Err(_) => groups /= 2,
+            Err(e) if most == 1 => return Err(e),
+            Err(_) => most /= 2,
         }
     }
 }
 
-/// [`lower_to_xml`] at `groups` step groups: the outer error is fatal (an internal error),
-/// the inner one says why the program does not fit the runtime at this grouping.
+/// [`lower_to_xml`] with step `s` on channel group `groups[s]`: the outer error is fatal
+/// (an internal error), the inner one says why the program does not fit the runtime with
+/// these groups.
 fn lower_to_xml_grouped(
     algorithm: &Algorithm,
     options: &LowerOptions,
-    groups: usize,
+    groups: &[usize],
 ) -> Result<Result<(Program, String)>> {
     let spread = options
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1));
     let per_group = spread * options.instances.max(1);
-    let groups = step_groups(algorithm.steps.len(), per_group, groups);
+    let groups = squeeze(groups, MAX_CHANNELS / per_group.max(1));
     // The busiest connection's transfers (link and step group): splits that need more than
     // MAX_CHANNELS are not tried.
-    let num_steps = algorithm.steps.len().max(1);
     let mut per_link: HashMap<(usize, usize, usize), usize> = HashMap::new();
-    for (i, step) in algorithm.steps.iter().enumerate() {
+    for (step, group) in algorithm.steps.iter().zip(&groups) {
         for s in &step.sends {
-            *per_link
-                .entry((s.src, s.dst, i * groups / num_steps))
-                .or_insert(0) += 1;
+            *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
         }
     }
     let busiest = per_link.values().copied().max().unwrap_or(0);
-    let base = per_group * groups;
+    let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
     let per_channel = busiest.div_ceil(spread);
     let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
         if l == 0 {
@@ -450,7 +476,7 @@ fn lower_to_xml_grouped(
             max_transfers: limit,
             ..options.clone()
         };
-        let mut program = match lower_grouped(algorithm, &attempt, groups) {
+        let mut program = match lower_grouped(algorithm, &attempt, &groups) {
             Ok(p) => p,
             // More channels than the runtimes have: try the next split or fewer groups.
             Err(e) if e.to_string().contains(CHANNELS_EXCEEDED) => {
@@ -481,15 +507,6 @@ fn lower_to_xml_grouped(
             algorithm.name
         )
     })))
-}
-
-/// Step groups used for `requested` groups of `steps` steps when each group takes
-/// `per_group` channels: at most one per step and as many as the channels allow.
-fn step_groups(steps: usize, per_group: usize, requested: usize) -> usize {
-    requested
-        .min(steps)
-        .min(MAX_CHANNELS / per_group.max(1))
-        .max(1)
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot

@@ -106,11 +106,33 @@ pub fn synthesize_trees(
         })
         .collect();
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let (chunks, counts, scheduled) =
-        schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
-    let mut algorithm =
-        schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
-    algorithm.step_channels = schedule::step_channels(&algorithm);
+    let options = schedule::chunk_options(&packing, &usages, &orbits.bandwidth, cap);
+    let build = |choice: &schedule::ChunkOption| -> Result<Algorithm> {
+        let a = schedule::algorithm(
+            topology,
+            index,
+            &packing,
+            coll.kind,
+            choice.chunks,
+            &choice.counts,
+            false,
+        )?;
+        let groups = schedule::step_groups(topology, index, &a);
+        Ok(schedule::with_groups(a, groups))
+    };
+    let mut choice = schedule::fewest_pieces(&options);
+    let mut algorithm = build(choice)?;
+    // A schedule in stages pays about a slice period of pipeline fill at the reference size;
+    // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
+    let slices = |c: usize| reference_slices(topology, coll.kind, c);
+    if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
+        let pipelined = schedule::best_pipelined(&options[..choice.chunks], slices);
+        if pipelined.chunks != choice.chunks {
+            choice = pipelined;
+            algorithm = build(choice)?;
+        }
+    }
+    let (chunks, counts, scheduled) = (choice.chunks, &choice.counts, choice.rate);
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     let listed = match schedule::list_scheduled(
         topology,
@@ -118,12 +140,12 @@ pub fn synthesize_trees(
         &packing,
         coll.kind,
         chunks,
-        &counts,
+        counts,
         MAX_LISTED_STEPS,
     ) {
-        Ok(mut a) => {
-            a.step_channels = schedule::step_channels(&a);
-            Some(a)
+        Ok(a) => {
+            let groups = schedule::step_groups(topology, index, &a);
+            Some(schedule::with_groups(a, groups))
         }
         Err(e) => {
             progress.message(&format!("no list-scheduled candidate: {e:#}"));
@@ -148,6 +170,22 @@ fn expressible_chunks(topology: &Topology) -> usize {
     let n = topology.ranks as f64;
     let per_link = (crate::lower::MAX_CHANNELS * 64) as f64 / 2.0;
     ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
+}
+
+/// The message size (bytes) the chunk count is tuned for: the main command's headline size.
+const REFERENCE_BYTES: u64 = 1 << 30;
+
+/// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
+/// and [`REFERENCE_BYTES`]: an allgather buffer holds every root's pieces, a broadcast
+/// buffer one root's.
+fn reference_slices(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
+    let roots = if kind == Kind::Broadcast {
+        1
+    } else {
+        topology.ranks
+    };
+    let piece = REFERENCE_BYTES as f64 / (roots * chunks.max(1)) as f64;
+    piece / crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64
 }
 
 /// Most steps of a list-scheduled tree algorithm.

@@ -660,3 +660,64 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         threadblocks,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Send, Step as AlgoStep};
+    use crate::collective::Collective;
+
+    /// A broadcast down line:3 (0 → 1 → 2), one step per hop.
+    fn chain(step_groups: Option<Vec<usize>>) -> Algorithm {
+        let step = |src, dst| AlgoStep {
+            rounds: 1,
+            reduce: false,
+            sends: vec![Send { chunk: 0, src, dst }],
+        };
+        Algorithm {
+            name: "broadcast-line_3".into(),
+            topology: "line:3".into(),
+            collective: Collective::new(Kind::Broadcast, 3, 0, 1).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups,
+        }
+    }
+
+    /// The channel of rank `rank`'s threadblock that sends to (or receives from) `peer`.
+    fn channel(program: &Program, rank: usize, peer: usize, send: bool) -> usize {
+        let tb = program.gpus[rank]
+            .threadblocks
+            .iter()
+            .find(|t| if send { t.send } else { t.recv } == Some(peer))
+            .expect("threadblock");
+        tb.channel
+    }
+
+    #[test]
+    fn step_groups_get_channels_of_their_own() {
+        let (program, _) =
+            lower_to_xml(&chain(Some(vec![0, 1])), &LowerOptions::default()).unwrap();
+        assert_eq!(channel(&program, 1, 0, false), 0);
+        assert_eq!(channel(&program, 1, 2, true), 1);
+        assert_eq!(channel(&program, 2, 1, false), 1);
+        let (program, _) = lower_to_xml(&chain(None), &LowerOptions::default()).unwrap();
+        assert_eq!(channel(&program, 1, 2, true), 0);
+    }
+
+    #[test]
+    fn step_groups_of_the_wrong_length_are_an_error() {
+        let e = lower(&chain(Some(vec![0])), &LowerOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "algorithm broadcast-line_3: step_groups lists 1 groups for 2 steps"
+        );
+    }
+
+    #[test]
+    fn squeeze_keeps_the_order_of_groups() {
+        assert_eq!(squeeze(&[0, 1, 2, 3], 4), vec![0, 1, 2, 3]);
+        assert_eq!(squeeze(&[0, 1, 2, 3], 2), vec![0, 0, 1, 1]);
+        assert_eq!(squeeze(&[0, 1, 2, 3], 1), vec![0, 0, 0, 0]);
+    }
+}

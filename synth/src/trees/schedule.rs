@@ -734,3 +734,72 @@ pub fn list_scheduled(
     }
     finish(topology, packing, kind, chunks, "listed", steps)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+
+    #[test]
+    fn balanced_steps_share_a_group_and_tree_stages_do_not() {
+        // A ring's steps load every link alike: one group.
+        let topo = load("ring:6").unwrap();
+        let index = topo.index();
+        let ring = super::super::rings::ring_algorithm(&topo, &index, Kind::AllGather, 0, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(step_groups(&topo, &index, &ring), None);
+        // dgx-a100x2's trees send over the NICs, then relay over NVSwitch: two stages.
+        let topo = load("dgx-a100x2").unwrap();
+        let index = topo.index();
+        let coll = Collective::new(Kind::AllGather, topo.ranks, 0, 1).unwrap();
+        let limits = crate::engine::Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(3600),
+            extra_memory: None,
+            work_limit: None,
+        };
+        let progress = crate::progress::Progress::hidden();
+        let r = super::super::synthesize_trees(&topo, &index, &coll, &limits, &progress).unwrap();
+        assert_eq!(r.algorithm.step_groups, Some(vec![0, 1]));
+        assert!(r.algorithm.name.ends_with("-g2"), "{}", r.algorithm.name);
+        assert_eq!(ungrouped(&r.algorithm).step_groups, None);
+        assert!(!ungrouped(&r.algorithm).name.ends_with("-g2"));
+    }
+
+    #[test]
+    fn groups_keep_threadblocks_resident() {
+        // Every rank of a 32-rank fabric talks to all 31 others in both of two steps: one
+        // group holds 62 threadblocks per rank, two would hold 124.
+        let topo = load("dgx-a100x4").unwrap();
+        let n = topo.ranks;
+        let all: Vec<Send> = (0..n)
+            .flat_map(|s| {
+                (0..n).filter(move |&d| d != s).map(move |d| Send {
+                    chunk: s,
+                    src: s,
+                    dst: d,
+                })
+            })
+            .collect();
+        let step = Step {
+            rounds: 1,
+            reduce: false,
+            sends: all,
+        };
+        let a = Algorithm {
+            name: "allgather-dgx-a100x4".into(),
+            topology: topo.name.clone(),
+            collective: Collective::new(Kind::AllGather, n, 0, 1).unwrap(),
+            steps: vec![step.clone(), step],
+            piece_channels: None,
+            step_groups: None,
+        };
+        assert_eq!(fit_groups(&a, vec![0, 1]), None);
+        // With the second step inside each 8-GPU node, 62 + 14 threadblocks fit.
+        let mut within = a.clone();
+        within.steps[1].sends.retain(|s| s.src / 8 == s.dst / 8);
+        assert_eq!(fit_groups(&within, vec![0, 1]), Some(vec![0, 1]));
+    }
+}

@@ -6,7 +6,10 @@
 //!    root per orbit of a semiregular symmetry group (translations), until the packing
 //!    reaches the optimum or no cheaper tree exists.
 //! 3. Weights become integer piece counts and the trees a k-synchronous schedule
-//!    ([`schedule`]), checked like every other algorithm.
+//!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
+//!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
+//! 4. Beside them: NCCL's rings as path trees ([`rings`]) and, for a broadcast, shallow trees
+//!    by integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -33,7 +36,9 @@ use packing::{pack, Orbits};
 #[derive(Debug, Clone)]
 pub struct TreeResult {
     /// The algorithm: the fewest pieces per root whose rounding is within 0.1% of the best
-    /// piece count tried (more pieces of the same trees simulate slower: more threadblocks).
+    /// piece count tried (more pieces of the same trees simulate slower: more threadblocks),
+    /// or, when its steps are grouped in stages, the count best after a slice of pipeline
+    /// fill at 1 GB.
     pub algorithm: Algorithm,
     /// The same pieces and trees list-scheduled one round per step (more steps, fewer
     /// rounds); `None` when that schedule passes its step cap.

@@ -1057,6 +1057,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
             collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
             steps: vec![step(&[first]), step(&rest)],
             piece_channels: None,
+            step_groups: None,
         }
     };
     let mut found = vec![schedule(1), schedule(2)];

@@ -804,6 +804,7 @@ mod tests {
             collective: coll.clone(),
             steps: vec![step(rounds)],
             piece_channels: None,
+            step_groups: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -386,6 +386,7 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         collective,
         steps,
         piece_channels: None,
+        step_groups: None,
     };
     Ok((algorithm, topology))
 }

@@ -45,6 +45,13 @@ pub struct Algorithm {
     /// behind each other in one threadblock; `None` leaves it to the lowering options.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub piece_channels: Option<usize>,
+    /// The channel group of each step (the lowering gives every group channels of its
+    /// own), set by engines whose later steps forward what earlier steps delivered: a
+    /// threadblock then holds one stage of that pipeline, so the runtime's slice-by-slice
+    /// replay overlaps the stages of consecutive slices instead of taking each slice through
+    /// every step before the next; `None` puts every step in one group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_groups: Option<Vec<usize>>,
 }
 
 impl Algorithm {
@@ -110,6 +117,10 @@ impl Algorithm {
             collective,
             steps,
             piece_channels: self.piece_channels,
+            step_groups: self
+                .step_groups
+                .as_ref()
+                .map(|g| g.iter().rev().copied().collect()),
         }
     }
 
@@ -199,6 +210,7 @@ impl Algorithm {
             collective,
             steps,
             piece_channels: self.piece_channels,
+            step_groups: self.step_groups.clone(),
         }
     }
 

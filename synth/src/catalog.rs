@@ -8,7 +8,9 @@
 //! 1. **Candidates.** The algorithms of a search ([`Options::search`], the Pareto frontier by
 //!    default) with [`synthesize_with`], plus any extra instances ([`Options::extra`]); if
 //!    both give nothing, the least-steps algorithm at C = 1; with the default method, tree
-//!    packing is a candidate too wherever it applies. Each is lowered with every
+//!    packing (bandwidth side) and the greedy engine (latency side, up to
+//!    [`crate::synthesize::AUTO_GREEDY_MAX_RANKS`] ranks) are candidates too wherever they
+//!    apply, so SMT, trees, greedy and NCCL's ring and tree compete per size. Each is lowered with every
 //!    replication count of [`Options::instances`] (1, 2, 4 by default: the algorithm runs on N
 //!    channels, each carrying 1/N of every chunk), in place and out of place; a variant that
 //!    fails to lower, to verify ([`runtime::verify::verify`]) or to serialize is dropped with a
@@ -23,8 +25,10 @@
 //!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
 //!    form one range. Between two ranges the switch point is found by bisection on the
 //!    byte count with the same rule, so a range starts where its algorithm starts to win.
-//!    Grid sizes where NCCL's own ring or tree (simulated the same way) is faster than every
-//!    candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL there.
+//!    Grid sizes where one of NCCL's own algorithms (ring, tree, point-to-point: those
+//!    [`crate::baseline`] defines for the collective, simulated the same way) is faster than
+//!    every candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL
+//!    there.
 //! 4. **Ranges.** Inclusive `[minBytes, maxBytes]` with the executor's semantics
 //!    (msccl-ir.md §2.1: selected when `minBytes ≤ nBytes` and (`maxBytes == 0` or
 //!    `nBytes ≤ maxBytes`), `nBytes` = nccl-tests size). The ranges (ours and NCCL's) start
@@ -42,9 +46,10 @@
 //!   algorithm, so the XML files have a folder of their own: `MSCCL_ALGO_DIR=OUT/algos`.
 //! * `OUT/manifest.json`: the [`Manifest`].
 //! * `OUT/README.md`: per collective, the ranges table and the per-size table next to NCCL's
-//!   ring and tree (simulated the same way) and the cut bound ([`crate::cutbound`]).
-//! * `OUT/COLL-busbw.svg`: busbw against log2(size), one line per candidate plus NCCL ring,
-//!   tree and the bound.
+//!   ring, tree and point-to-point baselines (simulated the same way) and the cut bound
+//!   ([`crate::cutbound`]).
+//! * `OUT/COLL-busbw.svg`: busbw against log2(size), one line per candidate plus NCCL's
+//!   baselines and the bound.
 
 use crate::algorithm::Algorithm;
 use crate::baseline::{self, BaselineOptions};
@@ -172,9 +177,11 @@ pub struct Baseline {
     pub ring: Option<f64>,
     /// NCCL tree, simulated (allreduce only).
     pub tree: Option<f64>,
+    /// NCCL's point-to-point algorithm, simulated (alltoall, gather, scatter).
+    pub p2p: Option<f64>,
     /// The cut bound at this size.
     pub bound: f64,
-    /// The least simulated time of ring and tree (µs), at their own rounded sizes.
+    /// The least simulated time of the baselines (µs), at their own rounded sizes.
     pub best_time_us: Option<f64>,
 }
 
@@ -338,6 +345,8 @@ struct Found {
     algorithms: Vec<Algorithm>,
     bounds: Option<BoundsReport>,
     method: Option<Method>,
+    /// Every engine the searches ran.
+    engines: Vec<Method>,
     complete: bool,
     notes: Vec<String>,
 }
@@ -388,6 +397,7 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         algorithms: Vec::new(),
         bounds: None,
         method: None,
+        engines: Vec::new(),
         complete: true,
         notes: Vec::new(),
     };
@@ -412,6 +422,12 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
             Ok(s) => {
                 found.bounds.get_or_insert(s.bounds);
                 found.method.get_or_insert(s.method);
+                for engine in s.engines {
+                    if !found.engines.contains(&engine) {
+                        found.engines.push(engine);
+                    }
+                }
+                found.notes.extend(s.notes);
                 if !s.complete {
                     found.complete = false;
                     found.notes.push(format!(
@@ -441,23 +457,27 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
             searches.push(fallback);
         }
     }
-    // Tree packing is a candidate wherever it applies, beside what `auto` picked.
-    let trees_apply = options.method == Method::Auto
+    // Tree packing (bandwidth side) and the greedy engine (latency side) are candidates
+    // wherever they apply, beside what `auto` ran: the simulator chooses per size.
+    let extra_engines_apply = options.method == Method::Auto
         && options.sketch.is_none()
         && options.extra_memory.is_none()
-        && crate::synthesize::trees_build(kind)
-        && topology.capacities().is_ok()
-        && found.method != Some(Method::Trees);
-    if trees_apply {
-        progress.message(&format!("{kind}: tree packing"));
-        match run_search(
-            topology,
-            kind,
-            Search::Pareto,
-            Method::Trees,
-            options,
-            progress,
-        ) {
+        && topology.capacities().is_ok();
+    let engines = [
+        (Method::Trees, crate::synthesize::trees_build(kind)),
+        (
+            Method::Greedy {
+                seed: crate::synthesize::AUTO_GREEDY_SEED,
+            },
+            topology.ranks <= crate::synthesize::AUTO_GREEDY_MAX_RANKS,
+        ),
+    ];
+    for (engine, applies) in engines {
+        if !(extra_engines_apply && applies) || found.engines.contains(&engine) {
+            continue;
+        }
+        progress.message(&format!("{kind}: {} engine", engine.name()));
+        match run_search(topology, kind, Search::Pareto, engine, options, progress) {
             Ok(s) => {
                 for a in s.algorithms {
                     if !found.algorithms.contains(&a) {
@@ -465,7 +485,9 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
                     }
                 }
             }
-            Err(e) => found.notes.push(format!("tree packing failed: {e:#}")),
+            Err(e) => found
+                .notes
+                .push(format!("{} engine failed: {e:#}", engine.name())),
         }
     }
     found
@@ -625,28 +647,29 @@ fn build_one(
         );
     }
 
-    // NCCL's ring and tree, simulated the same way, and the bound.
+    // NCCL's ring, tree and point-to-point algorithms, simulated the same way, and the bound.
     let base = BaselineOptions {
         channels: None,
         root: 0,
     };
     let ring = baseline::ring(coll, topology, &base).ok();
     let tree = baseline::tree(coll, topology, &base).ok();
+    let p2p = baseline::p2p(coll, topology, &base).ok();
     let bound = CutBound::new(coll, topology, 0);
     let sim = |p: &Option<Program>, size: u64| {
         p.as_ref()
             .and_then(|p| simulate(p, topology, size, &options.sim).ok())
     };
     let name = kind.name();
-    if ring.is_none() {
-        notes.push(format!("no NCCL ring baseline for {name}"));
+    if ring.is_none() && tree.is_none() && p2p.is_none() {
+        notes.push(format!("no NCCL baseline for {name} on this fabric"));
     }
     let baselines: Vec<Baseline> = options
         .sizes
         .iter()
         .map(|&size| {
-            let (r, t) = (sim(&ring, size), sim(&tree, size));
-            let best_time_us = [&r, &t]
+            let (r, t, q) = (sim(&ring, size), sim(&tree, size), sim(&p2p, size));
+            let best_time_us = [&r, &t, &q]
                 .into_iter()
                 .flatten()
                 .map(|x| x.time_us)
@@ -655,6 +678,7 @@ fn build_one(
                 size,
                 ring: r.map(|x| x.busbw),
                 tree: t.map(|x| x.busbw),
+                p2p: q.map(|x| x.busbw),
                 bound: bound.busbw_at(size),
                 best_time_us,
             }
@@ -726,11 +750,11 @@ fn build_one(
             .strip_prefix(&format!("{name}-"))
             .unwrap_or(&c.label);
         let stem = format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_"));
-        let mut files = Vec::new();
+        let mut texts = Vec::new();
         let modes = [(Some(&c.outofplace), ""), (c.inplace.as_ref(), ".inplace")];
         for (program, suffix) in modes {
             let Some(program) = program else {
-                files.push(None);
+                texts.push(None);
                 continue;
             };
             let mut p = program.clone();
@@ -738,11 +762,34 @@ fn build_one(
             p.max_bytes = max_bytes;
             // The XML name: at most 63 plain characters (msccl-ir.md §1.13).
             p.name = format!("{stem}{suffix}").chars().take(63).collect();
-            let xml = runtime::xml::write(&p, options.flavor)
-                .map_err(|e| anyhow!("{}: cannot be written: {e}", c.label))?;
-            let rel = format!("{ALGO_DIR}/{stem}{suffix}.xml");
-            write_file(&out.join(&rel), &xml)?;
-            files.push(Some(rel));
+            match runtime::xml::write(&p, options.flavor) {
+                Ok(xml) => texts.push(Some((format!("{ALGO_DIR}/{stem}{suffix}.xml"), xml))),
+                // The legacy runtime's scratch limit (runtime::xml::legacy_max_bytes) ends
+                // below this open-ended range: NCCL serves these calls.
+                Err(e)
+                    if options.flavor == Flavor::Legacy
+                        && max_bytes == 0
+                        && runtime::xml::legacy_max_bytes(&p).is_err() =>
+                {
+                    notes.push(format!("{}{suffix}: no legacy file: {e}", c.label));
+                    texts.push(None);
+                }
+                Err(e) => bail!("{}: cannot be written: {e}", c.label),
+            }
+        }
+        if texts[0].is_none() {
+            left_to_nccl.push([min_bytes, max_bytes]);
+            continue;
+        }
+        let mut files = Vec::new();
+        for text in texts {
+            files.push(match text {
+                Some((rel, xml)) => {
+                    write_file(&out.join(&rel), &xml)?;
+                    Some(rel)
+                }
+                None => None,
+            });
         }
         ranges.push(Range {
             min_bytes,
@@ -761,7 +808,7 @@ fn build_one(
 
     if !uncovered.is_empty() {
         notes.push(format!(
-            "left to NCCL (its ring/tree simulate faster; no file covers these sizes): {}",
+            "left to NCCL (its own algorithms simulate faster; no file covers these sizes): {}",
             uncovered.join(", ")
         ));
     }
@@ -783,7 +830,7 @@ fn build_one(
         .collect();
     if !beaten.is_empty() {
         notes.push(format!(
-            "NCCL ring/tree (simulated) are faster than the chosen algorithm at: {}",
+            "NCCL's own algorithms (simulated) are faster than the chosen algorithm at: {}",
             beaten.join(", ")
         ));
     }
@@ -859,9 +906,10 @@ fn plot(
             Palette99::pick(i).stroke_width(2),
         ));
     }
-    let baseline_series: [BaselineLine; 3] = [
+    let baseline_series: [BaselineLine; 4] = [
         ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
         ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
+        ("NCCL p2p (simulated)", |b| b.p2p, RGBColor(0, 90, 160)),
         ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
     ];
     for (label, get, color) in baseline_series {
@@ -938,7 +986,10 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
         let _ = writeln!(
             s,
             "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
-             `maxBytes` is the range's last size + 1, and the last range's is 2^62.\n"
+             `maxBytes` is the range's last size + 1, and the last range's is 2^62, or, for a \
+             file that uses scratch, the larger of 2^30 + 1 and the size whose scratch is 1 GiB \
+             (the runtime allocates `maxBytes × s_chunks / nchunksperloop` bytes of scratch at \
+             start-up); larger calls run NCCL's own algorithm.\n"
         );
     }
     let _ = writeln!(
@@ -954,7 +1005,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
          algorithm runs) at sizes whose element count is not such a multiple. Ranges are \
          inclusive `[minBytes, maxBytes]` (executor semantics), disjoint, start at 1 B, and \
          the last has `maxBytes = 0` (no upper limit), so every size is covered. Busbw in GB/s \
-         (1e9 B/s); NCCL ring and tree are simulated the same way; the bound is the cut bound \
+         (1e9 B/s); NCCL's ring, tree and point-to-point algorithms are simulated the same way; the bound is the cut bound \
          at that size.\n",
         options.instances,
         options.sim.local_bandwidth,
@@ -1016,9 +1067,9 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
         }
         let _ = writeln!(
             s,
-            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | bound |"
+            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | NCCL p2p | bound |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
         for b in &c.baselines {
             let Some((r, p)) = c
                 .ranges
@@ -1029,7 +1080,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.2} |",
+                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
                 bytes_label(b.size),
                 r.algorithm,
                 p.simulated_bytes,
@@ -1037,6 +1088,7 @@ pub fn readme(manifest: &Manifest, options: &Options) -> String {
                 p.busbw,
                 cell(b.ring),
                 cell(b.tree),
+                cell(b.p2p),
                 b.bound
             );
         }

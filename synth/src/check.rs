@@ -90,7 +90,12 @@ enum Holdings {
 
 impl Holdings {
     /// The bit of (address, rank), if the address is known.
-    fn bit(index: &HashMap<usize, usize>, ranks: usize, address: usize, rank: usize) -> Option<usize> {
+    fn bit(
+        index: &HashMap<usize, usize>,
+        ranks: usize,
+        address: usize,
+        rank: usize,
+    ) -> Option<usize> {
         index.get(&address).map(|&a| a * ranks + rank)
     }
 
@@ -147,13 +152,17 @@ pub fn check_before(
             slot_of[m] = slot;
         }
     }
-    let reduces = by_address.values().any(|m| m.len() > 1) || algorithm.steps.iter().any(|s| s.reduce);
+    let reduces =
+        by_address.values().any(|m| m.len() > 1) || algorithm.steps.iter().any(|s| s.reduce);
     let n = topology.ranks;
     let mut state = if reduces {
         Holdings::Counts(HashMap::new())
     } else {
-        let index: HashMap<usize, usize> =
-            by_address.keys().enumerate().map(|(i, &a)| (a, i)).collect();
+        let index: HashMap<usize, usize> = by_address
+            .keys()
+            .enumerate()
+            .map(|(i, &a)| (a, i))
+            .collect();
         let bits = vec![0u64; (index.len() * n).div_ceil(64)];
         Holdings::Bits {
             index,

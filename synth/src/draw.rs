@@ -439,6 +439,7 @@ mod tests {
             collective: Collective::new(Kind::AllGather, 3, 0, 1).unwrap(),
             steps: vec![step(0), step(1)],
             piece_channels: None,
+            step_groups: None,
         }
     }
 

@@ -44,6 +44,9 @@ pub struct LowerOptions {
 /// Channels a program may use (MSCCL's MAXCHANNELS).
 pub const MAX_CHANNELS: usize = 32;
 
+/// The words of [`lower`]'s error for a program past [`MAX_CHANNELS`].
+const CHANNELS_EXCEEDED: &str = "channels (the runtimes allow";
+
 impl Default for LowerOptions {
     fn default() -> Self {
         LowerOptions {
@@ -177,8 +180,11 @@ impl Posts {
         let entries: usize = by_address.values().map(|m| post(m).len()).sum();
         let n = coll.ranks;
         if entries.saturating_mul(64) >= by_address.len().saturating_mul(n) {
-            let row: FxHashMap<usize, usize> =
-                by_address.keys().enumerate().map(|(i, &a)| (a, i)).collect();
+            let row: FxHashMap<usize, usize> = by_address
+                .keys()
+                .enumerate()
+                .map(|(i, &a)| (a, i))
+                .collect();
             let mut bits = vec![0u64; (by_address.len() * n).div_ceil(64)];
             for (i, members) in by_address.values().enumerate() {
                 for &r in post(members).iter().filter(|&&r| r < n) {
@@ -186,7 +192,11 @@ impl Posts {
                     bits[b / 64] |= 1 << (b % 64);
                 }
             }
-            Posts::Bits { row, ranks: n, bits }
+            Posts::Bits {
+                row,
+                ranks: n,
+                bits,
+            }
         } else {
             Posts::Lists(
                 by_address
@@ -217,6 +227,40 @@ impl Posts {
 
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    lower_grouped(algorithm, options, &step_groups_of(algorithm)?)
+}
+
+/// The channel group of every step of `algorithm` ([`Algorithm::step_groups`]; all 0 when
+/// unset), or why its list does not fit its steps.
+fn step_groups_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
+    let steps = algorithm.steps.len();
+    match &algorithm.step_groups {
+        None => Ok(vec![0; steps]),
+        Some(groups) if groups.len() == steps => Ok(groups.clone()),
+        Some(groups) => bail!(
+            "algorithm {}: step_groups lists {} groups for {steps} steps",
+            algorithm.name,
+            groups.len()
+        ),
+    }
+}
+
+/// `groups` (one per step) renumbered onto at most `most` groups in the same order: group
+/// g of k becomes ⌊g·most/k⌋.
+fn squeeze(groups: &[usize], most: usize) -> Vec<usize> {
+    let count = groups.iter().max().map_or(1, |g| g + 1);
+    if count <= most {
+        return groups.to_vec();
+    }
+    groups.iter().map(|g| g * most.max(1) / count).collect()
+}
+
+/// [`lower`] with step `s` on channel group `groups[s]` (squeezed onto the channels left).
+fn lower_grouped(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+) -> Result<Program> {
     let kind = algorithm.collective.kind;
     let collective = kind.to_ir().unwrap_or(runtime::ir::Collective::Custom);
     if options.instances == 0 {
@@ -247,15 +291,19 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1))
         .clamp(1, (MAX_CHANNELS / instances).max(1));
-    let base_channels = spread * instances;
+    let per_group = spread * instances;
+    let groups = squeeze(groups, MAX_CHANNELS / per_group);
+    let base_channels = per_group * groups.iter().max().map_or(1, |g| g + 1);
     let pieces = coll.chunks_per_rank;
-    let base_channel = |address: usize| {
-        ((address % pieces) / instances % spread) * instances + address % instances
+    let base_channel = |address: usize, step: usize| {
+        ((address % pieces) / instances % spread) * instances
+            + address % instances
+            + groups[step] * per_group
     };
     // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
     let mut carried: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
-    let mut channel_of = |u: usize, v: usize, address: usize| {
-        let base = base_channel(address);
+    let mut channel_of = |u: usize, v: usize, address: usize, step: usize| {
+        let base = base_channel(address, step);
         let count = carried.entry((u, v, base)).or_insert(0);
         let extra = count.checked_div(options.max_transfers).unwrap_or(0);
         *count += 1;
@@ -290,7 +338,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
         stage_overwritten_inputs(coll, &layout, &mut code, &mut location);
     }
 
-    for step in &algorithm.steps {
+    for (step_index, step) in algorithm.steps.iter().enumerate() {
         let mut sends = step.sends.clone();
         // Grouped by link; within a link the algorithm's order is kept (engines put the
         // sends that feed the longest paths first).
@@ -309,7 +357,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
             .collect::<Result<_>>()?;
         for (send, src_slot) in sends.iter().zip(sources) {
             let (u, v, a) = (send.src, send.dst, send.chunk);
-            let channel = channel_of(u, v, a);
+            let channel = channel_of(u, v, a, step_index);
             channels_used = channels_used.max(channel + 1);
             let post = posts.contains(a, v);
             let recv_key = TbKey::Recv { peer: u, channel };
@@ -368,7 +416,7 @@ pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     }
     if channels_used > MAX_CHANNELS {
         bail!(
-            "{} cannot be expressed: it needs {channels_used} channels (the runtimes allow {MAX_CHANNELS})",
+            "{} cannot be expressed: it needs {channels_used} {CHANNELS_EXCEEDED} {MAX_CHANNELS})",
             algorithm.name
         );
     }
@@ -443,8 +491,10 @@ const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
 /// Lowers `algorithm` with `options` for the runtimes: connections are split over more
 /// channels until every threadblock is within the flavour's step limit (pieces stay on the
 /// channels `options` gives them: spreading them wider simulates slower, as more
-/// threadblocks share each link). The program is verified; returns it with its XML, or the
-/// reason it cannot be expressed (nothing is written by this function).
+/// threadblocks share each link), and where the algorithm's step groups
+/// ([`Algorithm::step_groups`]) leave no such split, they are halved until one fits. The
+/// program is verified; returns it with its XML, or the reason it cannot be expressed
+/// (nothing is written by this function).
 pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Program, String)> {
     let program = lower_verified(algorithm, options)?;
     let xml = runtime::xml::write(&program, options.flavor)?;
@@ -455,16 +505,40 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 /// ([`runtime::xml::writable`]) and verifies; [`runtime::xml::write_to`] then streams it to
 /// a file (a 1024-rank program's XML is hundreds of megabytes).
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
-    // The busiest link's transfers: splits that need more than MAX_CHANNELS are not tried.
-    let mut per_link: FxHashMap<(usize, usize), usize> = FxHashMap::default();
-    for s in algorithm.steps.iter().flat_map(|s| &s.sends) {
-        *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
+    let groups = step_groups_of(algorithm)?;
+    let mut most = groups.iter().max().map_or(1, |g| g + 1);
+    loop {
+        match lower_verified_grouped(algorithm, options, &squeeze(&groups, most))? {
+            Ok(done) => return Ok(done),
+            Err(e) if most == 1 => return Err(e),
+            Err(_) => most /= 2,
+        }
     }
-    let busiest = per_link.values().copied().max().unwrap_or(0);
+}
+
+/// [`lower_verified`] with step `s` on channel group `groups[s]`: the outer error is fatal
+/// (an internal error), the inner one says why the program does not fit the runtime with
+/// these groups.
+fn lower_verified_grouped(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+) -> Result<Result<Program>> {
     let spread = options
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1));
-    let base = spread * options.instances.max(1);
+    let per_group = spread * options.instances.max(1);
+    let groups = squeeze(groups, MAX_CHANNELS / per_group.max(1));
+    // The busiest connection's transfers (link and step group): splits that need more than
+    // MAX_CHANNELS are not tried.
+    let mut per_link: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
+    for (step, group) in algorithm.steps.iter().zip(&groups) {
+        for s in &step.sends {
+            *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
+        }
+    }
+    let busiest = per_link.values().copied().max().unwrap_or(0);
+    let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
     let per_channel = busiest.div_ceil(spread);
     let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
         if l == 0 {
@@ -479,7 +553,15 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
             max_transfers: limit,
             ..options.clone()
         };
-        let mut program = lower(algorithm, &attempt)?;
+        let mut program = match lower_grouped(algorithm, &attempt, &groups) {
+            Ok(p) => p,
+            // More channels than the runtimes have: try the next split or fewer groups.
+            Err(e) if e.to_string().contains(CHANNELS_EXCEEDED) => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if options.inplace {
             program.name.push_str("-inplace");
         }
@@ -488,19 +570,20 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
                 runtime::verify::verify(&program).with_context(|| {
                     format!("internal error: lowered {} does not verify", program.name)
                 })?;
-                return Ok(program);
+                return Ok(Ok(program));
             }
             // Too many steps in a threadblock: split connections further.
             Err(e) if e.to_string().contains("steps including nops") => last = Some(e.into()),
-            Err(e) => return Err(e.into()),
+            // Past another limit of the runtime (threadblocks, dependency ids).
+            Err(e) => return Ok(Err(e.into())),
         }
     }
-    Err(last.unwrap_or_else(|| {
+    Ok(Err(last.unwrap_or_else(|| {
         anyhow::anyhow!(
             "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of 64-step threadblocks hold",
             algorithm.name
         )
-    }))
+    })))
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot
@@ -646,5 +729,66 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         output_chunks: if uses_output { output_extent } else { 0 },
         scratch_chunks: rc.scratch,
         threadblocks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Send, Step as AlgoStep};
+    use crate::collective::Collective;
+
+    /// A broadcast down line:3 (0 → 1 → 2), one step per hop.
+    fn chain(step_groups: Option<Vec<usize>>) -> Algorithm {
+        let step = |src, dst| AlgoStep {
+            rounds: 1,
+            reduce: false,
+            sends: vec![Send { chunk: 0, src, dst }],
+        };
+        Algorithm {
+            name: "broadcast-line_3".into(),
+            topology: "line:3".into(),
+            collective: Collective::new(Kind::Broadcast, 3, 0, 1).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups,
+        }
+    }
+
+    /// The channel of rank `rank`'s threadblock that sends to (or receives from) `peer`.
+    fn channel(program: &Program, rank: usize, peer: usize, send: bool) -> usize {
+        let tb = program.gpus[rank]
+            .threadblocks
+            .iter()
+            .find(|t| if send { t.send } else { t.recv } == Some(peer))
+            .expect("threadblock");
+        tb.channel
+    }
+
+    #[test]
+    fn step_groups_get_channels_of_their_own() {
+        let (program, _) =
+            lower_to_xml(&chain(Some(vec![0, 1])), &LowerOptions::default()).unwrap();
+        assert_eq!(channel(&program, 1, 0, false), 0);
+        assert_eq!(channel(&program, 1, 2, true), 1);
+        assert_eq!(channel(&program, 2, 1, false), 1);
+        let (program, _) = lower_to_xml(&chain(None), &LowerOptions::default()).unwrap();
+        assert_eq!(channel(&program, 1, 2, true), 0);
+    }
+
+    #[test]
+    fn step_groups_of_the_wrong_length_are_an_error() {
+        let e = lower(&chain(Some(vec![0])), &LowerOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "algorithm broadcast-line_3: step_groups lists 1 groups for 2 steps"
+        );
+    }
+
+    #[test]
+    fn squeeze_keeps_the_order_of_groups() {
+        assert_eq!(squeeze(&[0, 1, 2, 3], 4), vec![0, 1, 2, 3]);
+        assert_eq!(squeeze(&[0, 1, 2, 3], 2), vec![0, 0, 1, 1]);
+        assert_eq!(squeeze(&[0, 1, 2, 3], 1), vec![0, 0, 0, 0]);
     }
 }

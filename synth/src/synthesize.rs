@@ -39,12 +39,27 @@ pub enum Method {
         seed: u64,
     },
     /// With a sketch: MILP. Without: SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks
-    /// with integer capacities; tree packing for the collectives it builds; MILP otherwise.
+    /// with integer capacities; otherwise, with integer capacities, tree packing (for the
+    /// collectives it builds) and the greedy engine together ([`Method::portfolio`]); MILP
+    /// when the capacities are not integral.
     Auto,
 }
 
 /// The largest single node `Method::Auto` gives to the SMT encoding.
 pub const AUTO_SMT_MAX_RANKS: usize = 8;
+
+/// The seed `Method::Auto` gives the greedy engine (`--seed` applies to `--method greedy`).
+pub const AUTO_GREEDY_SEED: u64 = 0;
+
+/// The largest fabric on which `Method::Auto` runs the greedy engine beside tree packing:
+/// past it, lowering and simulating a second schedule of a 1024-rank fabric costs minutes
+/// (a 32x32 torus allgather's greedy schedule took 30 minutes end to end), for the latency
+/// side only.
+pub const AUTO_GREEDY_MAX_RANKS: usize = 256;
+
+/// The share of the time left that `Method::Auto` gives the greedy engine when it runs
+/// beside tree packing (the greedy run stops at its deadline with what it found).
+const AUTO_GREEDY_SHARE: f64 = 0.25;
 
 impl Method {
     /// Resolves `Auto` for `topology`, the collective's kind and whether a sketch was given.
@@ -59,8 +74,31 @@ impl Method {
             Method::Smt
         } else if integral && trees_build(kind) {
             Method::Trees
+        } else if integral {
+            Method::Greedy {
+                seed: AUTO_GREEDY_SEED,
+            }
         } else {
             Method::Milp
+        }
+    }
+
+    /// The engines a request runs, in order: `Auto` past one small box (no sketch, integer
+    /// capacities, at most [`AUTO_GREEDY_MAX_RANKS`] ranks) runs tree packing (bandwidth
+    /// side, where it applies) and the greedy engine (latency side) and keeps both engines'
+    /// algorithms, so the simulator can choose per message size; every other method is one
+    /// engine ([`Method::resolve`]).
+    pub fn portfolio(self, topology: &Topology, kind: Kind, sketched: bool) -> Vec<Method> {
+        match self.resolve(topology, kind, sketched) {
+            Method::Trees if self == Method::Auto && topology.ranks <= AUTO_GREEDY_MAX_RANKS => {
+                vec![
+                    Method::Trees,
+                    Method::Greedy {
+                        seed: AUTO_GREEDY_SEED,
+                    },
+                ]
+            }
+            m => vec![m],
         }
     }
 
@@ -107,8 +145,13 @@ pub struct Synthesis {
     pub algorithms: Vec<Algorithm>,
     /// False when a cap, the deadline or an undecided solve cut the search short.
     pub complete: bool,
-    /// The engine that produced them (never `Auto`).
+    /// The engine that produced them (never `Auto`; the first of [`Synthesis::engines`]).
     pub method: Method,
+    /// Every engine whose algorithms are listed (more than one for `auto` past one box, see
+    /// [`Method::portfolio`]), in the order they ran.
+    pub engines: Vec<Method>,
+    /// Engines of the portfolio that failed while another one succeeded (one line each).
+    pub notes: Vec<String>,
     /// The solves a work or time limit cut short (MILP).
     pub cuts: Vec<crate::engine::Cut>,
 }
@@ -234,6 +277,7 @@ impl<'a> Plan<'a> {
             collective,
             steps: Vec::new(),
             piece_channels: None,
+            step_groups: None,
         };
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -254,6 +298,19 @@ impl<'a> Plan<'a> {
             bounds.steps, bounds.rounds_per_chunk
         ));
         let mut found = self.engine.search(&problem, search, limits)?;
+        if self.dual {
+            // A combining schedule in stages competes with its one-group twin: where the
+            // stages that feed the bottleneck share links with later ones, the twin, whose
+            // threadblocks take each slice's steps in order, simulates faster (dgx-a100x2
+            // reduce-scatter 317.5 against 312.7 GB/s at 1 GB), elsewhere the stages win.
+            let twins: Vec<Algorithm> = found
+                .algorithms
+                .iter()
+                .filter(|a| a.step_groups.is_some())
+                .map(crate::trees::schedule::ungrouped)
+                .collect();
+            found.algorithms.extend(twins);
+        }
         found.algorithms = found
             .algorithms
             .into_iter()
@@ -330,10 +387,19 @@ pub fn synthesize_with(
     // bounds, engines and lowering).
     let builtin = req.collective.builtin();
     let collective = builtin.as_ref().unwrap_or(&req.collective);
+    let portfolio = method.portfolio(req.topology, collective.kind, sketch.is_some());
+    if portfolio.len() > 1 && req.limits.extra_memory.is_none() {
+        return run_portfolio(req, &portfolio, sketch);
+    }
     let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
-    // Tree packing has no memory model: `auto` takes the MILP instead under a memory limit.
+    // Tree packing and the greedy engine have no memory model: `auto` takes the MILP instead
+    // under a memory limit.
     let method = match (method, resolved) {
-        (Method::Auto, Method::Trees) if req.limits.extra_memory.is_some() => Method::Milp,
+        (Method::Auto, Method::Trees | Method::Greedy { .. })
+            if req.limits.extra_memory.is_some() =>
+        {
+            Method::Milp
+        }
         _ => resolved,
     };
     if req.collective.ranks != req.topology.ranks {
@@ -368,6 +434,8 @@ pub fn synthesize_with(
             algorithms: vec![algorithm],
             complete: true,
             method,
+            engines: vec![method],
+            notes: Vec::new(),
             cuts: Vec::new(),
         });
     }
@@ -380,8 +448,121 @@ pub fn synthesize_with(
         algorithms: found.algorithms,
         complete: found.complete,
         method,
+        engines: vec![method],
+        notes: Vec::new(),
         cuts: found.cuts,
     })
+}
+
+/// Runs every engine of `engines` on the request (the greedy engine first, on
+/// [`AUTO_GREEDY_SHARE`] of the time and for its fewest-steps algorithm when the request is
+/// a frontier, then the others on what is left) and keeps all their
+/// algorithms: the engines' cost models differ, so choosing among them is left to the
+/// simulator. An engine that fails is a note while another one succeeds; if all fail, the
+/// first error is returned.
+fn run_portfolio(req: &Request, engines: &[Method], sketch: Option<&Sketch>) -> Result<Synthesis> {
+    let mut order: Vec<Method> = engines.to_vec();
+    order.sort_by_key(|m| !matches!(m, Method::Greedy { .. }));
+    let mut results: Vec<(usize, Synthesis)> = Vec::new();
+    let mut first_error = None;
+    let mut notes = Vec::new();
+    for &engine in &order {
+        let deadline = match engine {
+            Method::Greedy { .. } => {
+                let left = req
+                    .limits
+                    .deadline
+                    .saturating_duration_since(Instant::now());
+                Instant::now() + left.mul_f64(AUTO_GREEDY_SHARE)
+            }
+            _ => req.limits.deadline,
+        };
+        // Beside a bandwidth engine, the greedy engine is there for the latency side: its
+        // fewest-steps algorithm at one chunk, not a frontier to lower and simulate.
+        let search = match (engine, req.search) {
+            (Method::Greedy { .. }, Search::Pareto) => Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            (_, search) => search,
+        };
+        let sub = Request {
+            topology: req.topology,
+            collective: req.collective.clone(),
+            search,
+            limits: Limits {
+                deadline,
+                ..req.limits.clone()
+            },
+            progress: req.progress,
+        };
+        match synthesize_with(&sub, engine, sketch) {
+            Ok(s) => results.push((engines.iter().position(|&m| m == engine).unwrap_or(0), s)),
+            Err(e) => {
+                notes.push(format!("{} engine: {e:#}", engine.name()));
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    // Merged in the portfolio's order, so a schedule two engines share keeps the first's name.
+    results.sort_by_key(|(i, _)| *i);
+    let merged = results.into_iter().map(|(_, s)| s).reduce(merge);
+    match (merged, first_error) {
+        (Some(mut s), _) => {
+            s.notes.extend(notes);
+            Ok(s)
+        }
+        (None, Some(e)) => Err(e),
+        (None, None) => bail!("internal error: an empty portfolio of engines"),
+    }
+}
+
+/// Two engines' results on one request: the algorithms of both (by increasing steps), the
+/// larger of each lower bound (both hold), complete only if both are.
+fn merge(a: Synthesis, b: Synthesis) -> Synthesis {
+    let ratio = |r: &str| r.parse::<Ratio<u64>>().ok();
+    let rounds_per_chunk = match (
+        ratio(&a.bounds.rounds_per_chunk),
+        ratio(&b.bounds.rounds_per_chunk),
+    ) {
+        (Some(x), Some(y)) if y > x => b.bounds.rounds_per_chunk.clone(),
+        _ => a.bounds.rounds_per_chunk.clone(),
+    };
+    // Two engines may find the very same schedule (e.g. a one-hop allgather): keep one.
+    let mut algorithms = a.algorithms;
+    for x in b.algorithms {
+        if !algorithms.iter().any(|y| same_schedule(&x, y)) {
+            algorithms.push(x);
+        }
+    }
+    algorithms.sort_by_key(|x| (x.num_steps(), x.rounds_per_chunk(), x.chunks()));
+    Synthesis {
+        bounds: BoundsReport {
+            steps: a.bounds.steps.max(b.bounds.steps),
+            rounds_per_chunk,
+        },
+        algorithms,
+        complete: a.complete && b.complete,
+        method: a.method,
+        engines: a.engines.into_iter().chain(b.engines).collect(),
+        notes: a.notes.into_iter().chain(b.notes).collect(),
+        cuts: a.cuts.into_iter().chain(b.cuts).collect(),
+    }
+}
+
+/// Whether two algorithms make the same sends in the same steps (in any order within a step).
+fn same_schedule(x: &Algorithm, y: &Algorithm) -> bool {
+    let sorted = |a: &Algorithm| -> Vec<(u32, bool, Vec<crate::algorithm::Send>)> {
+        a.steps
+            .iter()
+            .map(|s| {
+                let mut sends = s.sends.clone();
+                sends.sort_unstable();
+                (s.rounds, s.reduce, sends)
+            })
+            .collect()
+    };
+    x.collective == y.collective && x.steps.len() == y.steps.len() && sorted(x) == sorted(y)
 }
 
 /// Allreduce = reduce-scatter then allgather over n·C addresses.
@@ -452,7 +633,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     let sizes = sketch.map_or_else(|| Sketch::default().sizes, |s| s.sizes.clone());
                     milp::pareto_by_time(all, req.topology, &sizes).0
                 }
-                _ => pareto_filter(all),
+                _ => frontier_with_twins(all),
             };
             (kept, a.complete && b.complete)
         }
@@ -462,6 +643,8 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         algorithms,
         complete,
         method,
+        engines: vec![method],
+        notes: Vec::new(),
         cuts,
     })
 }
@@ -535,9 +718,15 @@ fn compose(
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let algorithm = Algorithm {
+    let tag = match (engine_tag(rs), engine_tag(ag)) {
+        (Some(a), Some(b)) if a == b => format!("{a}-"),
+        (Some(a), Some(b)) => format!("{a}-{b}-"),
+        (Some(a), None) | (None, Some(a)) => format!("{a}-"),
+        (None, None) => String::new(),
+    };
+    let mut algorithm = Algorithm {
         name: format!(
-            "allreduce-{}-s{}-r{}-c{}",
+            "allreduce-{}-{tag}s{}-r{}-c{}",
             topology.name.replace([':', '/'], "_"),
             steps.len(),
             rounds,
@@ -547,9 +736,44 @@ fn compose(
         collective,
         steps,
         piece_channels,
+        step_groups: None,
     };
+    // Where a half is laid out in step groups, each half keeps its groups and the phases get
+    // channels of their own, so the allgather of one slice overlaps the reduce-scatter of
+    // the next (dgx-a100x2: 321.4 GB/s at 1 GB against 231.7 in one group).
+    if rs.step_groups.is_some() || ag.step_groups.is_some() {
+        let groups_of = |a: &Algorithm| {
+            a.step_groups
+                .clone()
+                .unwrap_or_else(|| vec![0; a.steps.len()])
+        };
+        let first = groups_of(rs);
+        let offset = first.iter().max().map_or(0, |g| g + 1);
+        let wanted = first
+            .into_iter()
+            .chain(groups_of(ag).into_iter().map(|g| g + offset))
+            .collect();
+        let groups = crate::trees::schedule::fit_groups(&algorithm, wanted);
+        algorithm = crate::trees::schedule::with_groups(algorithm, groups);
+    }
     check_in_time(&algorithm, topology, deadline, "composed ")?;
     Ok(algorithm)
+}
+
+/// The engine's part of an algorithm name (`trees`, `greedy-levelled`, …): what lies between
+/// `COLLECTIVE-TOPOLOGY-` and `-sS-rR-cC`; `None` for the plain names of SMT and MILP.
+fn engine_tag(a: &Algorithm) -> Option<&str> {
+    let prefix = format!(
+        "{}-{}-",
+        a.collective.kind,
+        a.topology.replace([':', '/'], "_")
+    );
+    let rest = a.name.strip_prefix(&prefix)?;
+    let end = rest
+        .match_indices("-s")
+        .find(|(i, _)| rest[i + 2..].starts_with(|c: char| c.is_ascii_digit()))?
+        .0;
+    Some(&rest[..end]).filter(|t| !t.is_empty())
 }
 
 fn num_integer_lcm(a: usize, b: usize) -> usize {
@@ -560,6 +784,29 @@ fn num_integer_lcm(a: usize, b: usize) -> usize {
         a
     };
     a / gcd(a, b) * b
+}
+
+/// [`pareto_filter`], keeping beside each kept algorithm its twins: those with the same
+/// steps, rounds and chunks lowered in other step groups (a composed reduce-scatter in
+/// stages or in one group), which only a simulation tells apart.
+fn frontier_with_twins(mut all: Vec<Algorithm>) -> Vec<Algorithm> {
+    all.sort_by_key(|a| (a.num_steps(), a.rounds_per_chunk(), a.chunks()));
+    let mut kept: Vec<Algorithm> = Vec::new();
+    let mut best: Option<Ratio<u64>> = None;
+    for a in all {
+        let key = |x: &Algorithm| (x.num_steps(), x.rounds_per_chunk(), x.chunks());
+        let twin = kept
+            .last()
+            .is_some_and(|k| key(k) == key(&a) && k.steps == a.steps)
+            && !kept
+                .iter()
+                .any(|k| key(k) == key(&a) && k.step_groups == a.step_groups);
+        if twin || best.is_none_or(|b| a.rounds_per_chunk() < b) {
+            best = Some(a.rounds_per_chunk());
+            kept.push(a);
+        }
+    }
+    kept
 }
 
 /// Keeps the algorithms not dominated in (steps, rounds per chunk), by increasing steps.

@@ -100,7 +100,8 @@ fn check_catalog(manifest: &Manifest, dir: &Path, kinds: &[Kind]) {
             "{}",
             c.svg
         );
-        assert!(svg.contains("NCCL ring") && svg.contains("cut bound"));
+        // An NCCL baseline (ring, tree or p2p) and the bound.
+        assert!(svg.contains("NCCL ") && svg.contains("(simulated)") && svg.contains("cut bound"));
         for cand in &c.candidates {
             assert!(svg.contains(&cand.label), "{} not in the plot", cand.label);
             assert_eq!(cand.points.len(), manifest.sizes.len());
@@ -278,4 +279,74 @@ fn dgx1_allgather_simulator_ranks_pareto_as_cost_formula() {
             "simulator at {size} B: (2,3,2) {tf} us, (3,7,6) {tl} us"
         );
     }
+}
+
+/// Alltoall has NCCL's point-to-point baseline at every grid size; a legacy catalog of it
+/// keeps the runtime's start-up scratch allocation bounded (files that use scratch get a
+/// real `maxBytes`, and an open-ended range beyond it is left to NCCL).
+#[test]
+fn dgx1_alltoall_catalog_has_the_p2p_baseline() {
+    let topo = topology::load("dgx1").unwrap();
+    let kinds = [Kind::AllToAll];
+    let options = Options {
+        search: Search::Instance {
+            steps: 3,
+            rounds: 3,
+            chunks: 1,
+        },
+        instances: vec![1, 2],
+        ..Options::default()
+    };
+    let dir = temp_dir("dgx1-alltoall");
+    let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
+    check_catalog(&manifest, &dir, &kinds);
+    let c = &manifest.collectives[0];
+    for b in &c.baselines {
+        assert!(b.ring.is_none() && b.tree.is_none());
+        let p2p = b.p2p.expect("p2p simulated at every size");
+        assert!(p2p > 0.0 && b.best_time_us.is_some());
+        // (Below 4 KiB a size is simulated rounded up to whole elements per chunk, so the
+        // bound at the grid size does not apply.)
+        if b.size >= 4 << 10 {
+            assert!(p2p <= b.bound * (1.0 + 1e-9), "{p2p} at {}", b.size);
+        }
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(readme.contains("NCCL p2p"));
+    let svg = std::fs::read_to_string(dir.join(&c.svg)).unwrap();
+    assert!(svg.contains("NCCL p2p"));
+
+    let legacy = Options {
+        flavor: runtime::ir::Flavor::Legacy,
+        ..options
+    };
+    let dir = temp_dir("dgx1-alltoall-legacy");
+    let manifest = catalog::build(&topo, &kinds, &dir, &legacy, &Progress::hidden()).unwrap();
+    let c = &manifest.collectives[0];
+    for r in &c.ranges {
+        for file in std::iter::once(&r.file).chain(&r.file_inplace) {
+            let p = runtime::xml::read_file(dir.join(file)).unwrap();
+            let scratch = p.gpus.iter().map(|g| g.scratch_chunks).max().unwrap() as u128;
+            let max = p.max_bytes as u128;
+            assert!(max > 0 && max * scratch <= i64::MAX as u128, "{file}");
+            if r.max_bytes == 0 && scratch > 0 {
+                let one_gib_call = ((1u128 << 30) + 1) * scratch;
+                let budget = (1u128 << 30) * p.nchunksperloop as u128;
+                assert!(max * scratch <= budget.max(one_gib_call), "{file}: {max}");
+            }
+        }
+    }
+    // Ours and NCCL's ranges still cover every size from 1 B, without overlaps.
+    let mut all: Vec<[u64; 2]> = c
+        .ranges
+        .iter()
+        .map(|r| [r.min_bytes, r.max_bytes])
+        .chain(c.left_to_nccl.iter().copied())
+        .collect();
+    all.sort();
+    assert_eq!(all[0][0], 1);
+    for pair in all.windows(2) {
+        assert_eq!(pair[1][0], pair[0][1] + 1);
+    }
+    assert_eq!(all.last().unwrap()[1], 0);
 }

@@ -1057,6 +1057,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
             collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
             steps: vec![step(&[first]), step(&rest)],
             piece_channels: None,
+            step_groups: None,
         }
     };
     let mut found = vec![schedule(1), schedule(2)];
@@ -1224,4 +1225,121 @@ fn pareto_plot_and_schedule_drawings() {
     );
     let junk = write(&dir, "junk.json", "{\"name\": 3}");
     fails_with(&["draw", &junk], "junk.json:1:");
+}
+
+/// Alltoall has a column to beat: NCCL's point-to-point baseline.
+#[test]
+fn alltoall_is_compared_with_nccl_p2p() {
+    let dir = temp_dir("alltoall-p2p");
+    let args = [
+        "--topo", "dgx1", "--coll", "alltoall", "--steps", "3", "--rounds", "3", "--chunks", "1",
+        "--out",
+    ];
+    let out = synth(&[&args[..], &[dir.to_str().unwrap()]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("simulated at 1 GB"))
+        .unwrap_or_else(|| panic!("no comparison line: {stdout}"));
+    assert!(line.contains("NCCL ring -, tree -, p2p "), "{line}");
+    let p2p: f64 = line.rsplit("p2p ").next().unwrap().parse().unwrap();
+    assert!(p2p > 10.0 && p2p < 150.0, "{line}");
+    let json = synth(&[&args[..], &[dir.to_str().unwrap(), "--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let at = &doc["at_1gb"];
+    assert!(at["ring"].is_null() && at["tree"].is_null(), "{at}");
+    assert!((at["p2p"].as_f64().unwrap() - p2p).abs() < 0.05, "{at}");
+    // `synth simulate` has the same column.
+    let xml = dir.join("alltoall-dgx1-s3-r3-c1.xml");
+    let sim = synth(&[
+        "simulate",
+        xml.to_str().unwrap(),
+        "--topo",
+        "dgx1",
+        "--sizes",
+        "1G",
+    ]);
+    let table = String::from_utf8_lossy(&sim.stdout);
+    assert!(
+        table.lines().nth(1).is_some_and(|h| h.contains("p2p")),
+        "{table}"
+    );
+    let sim = synth(&[
+        "simulate",
+        xml.to_str().unwrap(),
+        "--topo",
+        "dgx1",
+        "--sizes",
+        "1G",
+        "--json",
+    ]);
+    let doc: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let row = &doc["rows"][0];
+    assert!(row["ring_busbw"].is_null(), "{row}");
+    assert!(
+        (row["p2p_busbw"].as_f64().unwrap() - p2p).abs() < 0.05,
+        "{row}"
+    );
+}
+
+/// Legacy files that use scratch get a real `maxBytes`: the runtime allocates
+/// `maxBytes × s_chunks / nchunksperloop` bytes of scratch when it loads one, and 2^62 × 4
+/// scratch chunks wrapped to 0 for in-place alltoall with two instances.
+#[test]
+fn legacy_in_place_alltoall_gets_a_real_max_bytes() {
+    let dir = temp_dir("legacy-maxbytes");
+    let out = synth(&[
+        "--topo",
+        "dgx1",
+        "--coll",
+        "alltoall",
+        "--steps",
+        "3",
+        "--rounds",
+        "3",
+        "--chunks",
+        "1",
+        "--flavor",
+        "legacy",
+        "--instances",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "xml") {
+            continue;
+        }
+        let p = runtime::xml::read_file(&path).unwrap();
+        let scratch = p.gpus.iter().map(|g| g.scratch_chunks).max().unwrap() as u128;
+        let max = p.max_bytes as u128;
+        assert!(
+            max > 0 && max * scratch <= i64::MAX as u128,
+            "{}",
+            path.display()
+        );
+        if scratch > 0 {
+            // 1 GiB of scratch at start-up, or what a 1 GiB call needs where that is more.
+            let one_gib_call = ((1 << 30) + 1) * scratch;
+            assert!(max * scratch <= ((1u128 << 30) * p.nchunksperloop as u128).max(one_gib_call));
+            // Calls up to nccl-tests' 1 GB are served.
+            assert!(max > 1 << 30, "{}: {max}", path.display());
+            checked += 1;
+        } else {
+            assert_eq!(max, 1 << 62);
+        }
+    }
+    assert!(checked >= 1, "no file uses scratch");
 }

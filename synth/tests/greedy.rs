@@ -191,3 +191,51 @@ fn in_place_alltoall_with_more_than_64_local_copies_lowers() {
         .count();
     assert!(local >= 2, "the staged copies span local threadblocks");
 }
+
+/// `auto` past one box runs tree packing and the greedy engine, keeps both engines'
+/// algorithms and simulates them against NCCL at 1 KB, 64 KB, 1 MB and 1 GB: on a 2-D torus
+/// the greedy schedule (diameter-deep) wins the small sizes and never loses to NCCL's ring,
+/// and the best at 1 GB is the tree packing's.
+#[test]
+fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
+    let dir = temp_dir("auto-portfolio");
+    let doc = run_json(&[
+        "--topo",
+        "torus-2d:4x4",
+        "--coll",
+        "allgather",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(doc["method"], "trees");
+    assert_eq!(doc["engines"], serde_json::json!(["trees", "greedy"]));
+    let files: Vec<String> = doc["algorithms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["file"].as_str().unwrap().to_string())
+        .collect();
+    assert!(files.iter().any(|f| f.contains("-greedy")), "{files:?}");
+    assert!(files.iter().any(|f| f.contains("-trees-")), "{files:?}");
+    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
+    let bytes: Vec<u64> = sizes.iter().map(|s| s["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(bytes, vec![1 << 10, 64 << 10, 1 << 20, 1 << 30]);
+    for s in sizes {
+        let (best, ring) = (s["busbw"].as_f64().unwrap(), s["ring"].as_f64().unwrap());
+        assert!(best >= ring, "loses to NCCL ring: {s}");
+    }
+    assert!(
+        sizes[0]["algorithm"].as_str().unwrap().contains("-greedy"),
+        "{}",
+        sizes[0]
+    );
+    assert!(
+        !sizes[3]["algorithm"].as_str().unwrap().contains("-greedy"),
+        "{}",
+        sizes[3]
+    );
+    assert!(
+        doc["at_1gb"]["busbw"].as_f64().unwrap() >= 0.99 * doc["at_1gb"]["bound"].as_f64().unwrap()
+    );
+}

@@ -168,7 +168,7 @@ fn reducescatter_and_allreduce_through_synthesize() {
 }
 
 #[test]
-fn auto_picks_smt_for_one_small_node_and_trees_at_scale() {
+fn auto_picks_smt_for_one_small_node_and_trees_with_greedy_at_scale() {
     let dgx1 = topology::load("dgx1").unwrap();
     let a100 = topology::load("dgx-a100x2").unwrap();
     assert_eq!(
@@ -189,7 +189,29 @@ fn auto_picks_smt_for_one_small_node_and_trees_at_scale() {
     );
     assert_eq!(
         Method::Auto.resolve(&a100, Kind::AllToAll, false),
-        Method::Milp
+        Method::Greedy { seed: 0 }
+    );
+    // Past one box, auto runs tree packing and the greedy engine together; MILP only with a
+    // sketch; one engine on a small box.
+    assert_eq!(
+        Method::Auto.portfolio(&a100, Kind::AllGather, false),
+        vec![Method::Trees, Method::Greedy { seed: 0 }]
+    );
+    assert_eq!(
+        Method::Auto.portfolio(&a100, Kind::AllToAll, false),
+        vec![Method::Greedy { seed: 0 }]
+    );
+    assert_eq!(
+        Method::Auto.portfolio(&a100, Kind::AllGather, true),
+        vec![Method::Milp]
+    );
+    assert_eq!(
+        Method::Auto.portfolio(&dgx1, Kind::AllGather, false),
+        vec![Method::Smt]
+    );
+    assert_eq!(
+        Method::Trees.portfolio(&a100, Kind::AllGather, false),
+        vec![Method::Trees]
     );
 }
 

@@ -405,3 +405,90 @@ fn cli_simulate_prints_table_and_json() {
     assert!(e.contains("missing.xml") && !e.contains('\n'), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// NCCL's point-to-point alltoall, gather and scatter: they verify, and they simulate at
+/// most at the cut bound and, where they are limited by a cut the bound knows (one rank's
+/// or one node's links), close to it.
+#[test]
+fn p2p_baselines_verify_and_meet_the_bound() {
+    // (fabric, collective, least busbw at 1 GiB as a fraction of the bound, or an absolute
+    // figure where the bound is loose)
+    let cases: [(&str, Collective, f64); 12] = [
+        // Fully connected: every block direct, each rank's 7 links carry one block each.
+        ("fully-connected:8", Collective::AllToAll, 0.99),
+        ("dgx-a100", Collective::AllToAll, 0.99),
+        ("dgx-a100", Collective::Gather, 0.99),
+        ("dgx-a100", Collective::Scatter, 0.99),
+        // The node cut (8 NICs for half the data each way) binds alltoall.
+        ("dgx-a100x2", Collective::AllToAll, 0.99),
+        // Rails: blocks for another rail cross NVSwitch first (PXN-like relays).
+        ("dgx-a100x2:rail", Collective::AllToAll, 0.99),
+        ("dgx-a100x2:rail", Collective::Gather, 0.95),
+        // DGX-1: three peers per GPU are two NVLinks away; the bisection between the two
+        // quads (150 GB/s each way for 16 blocks) limits alltoall to 7 / (16 / 150) = 65.6
+        // GB/s, 58.3 with whole blocks (a 25 GB/s cross link carries 3). The bound (per rank)
+        // says 150.
+        ("dgx1", Collective::AllToAll, 55.0),
+        // Root 3 has links of 25, 50, 50 and 25 GB/s: 7 whole blocks put 2 on a 25 GB/s
+        // link at best, 7 / (2 / 25) = 87.5 GB/s (the bound, with split blocks: 150).
+        ("dgx1", Collective::Gather, 85.0),
+        ("dgx1", Collective::Scatter, 85.0),
+        // 4x4 torus: 512 block hops over 64 links of 25 GB/s: 8 blocks per link at best,
+        // 15 · 25 / 8 = 46.9 GB/s (the per-rank bound says 100); at most 9 per link here.
+        ("torus-2d:4x4", Collective::AllToAll, 40.0),
+        ("torus-2d:4x4", Collective::Scatter, 0.9),
+    ];
+    for (name, coll, least) in cases {
+        let topo = topology::load(name).unwrap();
+        let opts = BaselineOptions {
+            channels: None,
+            root: 3,
+        };
+        let p = baseline::p2p(coll, &topo, &opts).unwrap();
+        runtime::verify::verify(&p).unwrap_or_else(|e| panic!("p2p {coll} on {name}: {e}"));
+        let bound = CutBound::new(coll, &topo, 3);
+        for size in [4 << 10, 1 << 20, GB] {
+            let r = simulate(&p, &topo, size, &SimOptions::default()).unwrap();
+            assert!(
+                r.time_us >= bound.time_us(r.size_bytes) * (1.0 - 1e-9),
+                "{coll} on {name} at {size}: {} us beats the bound",
+                r.time_us
+            );
+            assert!(r.busbw <= bound.busbw() * (1.0 + 1e-9));
+            if size == GB {
+                let floor = if least < 1.0 {
+                    least * bound.busbw()
+                } else {
+                    least
+                };
+                eprintln!(
+                    "{coll} on {name}: p2p {:.2} GB/s, bound {:.2}",
+                    r.busbw,
+                    bound.busbw()
+                );
+                assert!(r.busbw >= floor, "{coll} on {name}: {} < {floor}", r.busbw);
+            }
+        }
+    }
+}
+
+#[test]
+fn p2p_baseline_relays_only_where_no_link_joins_two_ranks() {
+    let opts = BaselineOptions::default();
+    let full = topology::load("dgx-a100x2").unwrap();
+    let p = baseline::p2p(Collective::AllToAll, &full, &opts).unwrap();
+    assert!(p.gpus.iter().all(|g| g.scratch_chunks == 0));
+    assert_eq!(p.name, "nccl-p2p-alltoall-dgx-a100x2");
+    // DGX-1: GPU 0 has no NVLink to 5, 6 and 7, so their blocks pass through a neighbour
+    // (24 relayed blocks on 8 GPUs; the channel of a block's second link is 1).
+    let dgx1 = topology::load("dgx1").unwrap();
+    let p = baseline::p2p(Collective::AllToAll, &dgx1, &opts).unwrap();
+    let relayed: usize = p.gpus.iter().map(|g| g.scratch_chunks).sum();
+    assert_eq!(relayed, 24);
+    assert_eq!(p.nchannels(), 2);
+    // The others are refused, in one line.
+    let e = baseline::p2p(Collective::AllReduce, &dgx1, &opts).unwrap_err();
+    assert!(e.to_string().contains("ring or tree"), "{e}");
+    let e = baseline::ring(Collective::AllToAll, &dgx1, &opts).unwrap_err();
+    assert!(e.to_string().contains("point-to-point"), "{e}");
+}

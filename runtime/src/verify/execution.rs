@@ -140,11 +140,7 @@ impl<'a> Execution<'a> {
             for (id, tb) in g.threadblocks.iter().enumerate() {
                 let mut conn = |peer: Option<usize>, send: bool| {
                     peer.map_or(NONE, |peer| {
-                        let (sender, receiver) = if send {
-                            (g.rank, peer)
-                        } else {
-                            (peer, g.rank)
-                        };
+                        let (sender, receiver) = if send { (g.rank, peer) } else { (peer, g.rank) };
                         id_of(Connection {
                             sender,
                             receiver,
@@ -544,7 +540,9 @@ impl<'a> Execution<'a> {
                 base: self.first[at.rank],
             };
             for (i, range) in ranges.iter().enumerate() {
-                let Some((region, start)) = *range else { continue };
+                let Some((region, start)) = *range else {
+                    continue;
+                };
                 let is_write = i == 2;
                 let base = self.region_base[at.rank][region.index()];
                 for k in start..start + step.count {

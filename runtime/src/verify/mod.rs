@@ -254,12 +254,18 @@ pub const FULL_CLOCK_BYTES: u64 = 256 << 20;
 /// Whether the program's clocks cover every threadblock (see [`FULL_CLOCK_BYTES`]): an
 /// upper bound of threadblocks × (threadblocks + dependency targets) entries of 4 bytes.
 fn full_clocks(p: &Program) -> bool {
-    let tbs = p.gpus.iter().map(|g| g.threadblocks.len() as u64).sum::<u64>();
+    let tbs = p
+        .gpus
+        .iter()
+        .map(|g| g.threadblocks.len() as u64)
+        .sum::<u64>();
     let deps = p
         .steps()
         .map(|(_, s)| s.deps.len() as u64)
         .fold(0u64, u64::saturating_add);
-    tbs.saturating_mul(tbs.saturating_add(deps)).saturating_mul(4) <= FULL_CLOCK_BYTES
+    tbs.saturating_mul(tbs.saturating_add(deps))
+        .saturating_mul(4)
+        <= FULL_CLOCK_BYTES
 }
 
 /// Rejects a program whose symbolic execution would need more than [`MAX_VERIFY_BYTES`]
@@ -469,7 +475,6 @@ fn check_bounds(p: &Program, at: StepRef, step: &Step) -> Result<(), VerifyError
     }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -298,7 +298,8 @@ pub(super) fn local_races(
             (0..n).map(|_| BinaryHeap::new()).collect();
         let mut queue: VecDeque<usize> = (0..n).collect();
         let mut queued = vec![true; n];
-        let fixed = (regions.iter().sum::<usize>() as u64) * HISTORY_BYTES + 4 * (n * n + steps) as u64;
+        let fixed =
+            (regions.iter().sum::<usize>() as u64) * HISTORY_BYTES + 4 * (n * n + steps) as u64;
         while let Some(tb) = queue.pop_front() {
             queued[tb] = false;
             let steps = &g.threadblocks[tb].steps;

@@ -75,7 +75,10 @@ impl<'a> Lexer<'a> {
         let c = if b < 0x80 {
             b as char
         } else {
-            self.text[self.pos..].chars().next().expect("not at the end")
+            self.text[self.pos..]
+                .chars()
+                .next()
+                .expect("not at the end")
         };
         self.pos += c.len_utf8();
         Some(c)
@@ -231,7 +234,12 @@ impl<'a> Lexer<'a> {
         self.open_tag(name, line, last).map(Some)
     }
 
-    fn open_tag(&mut self, name: &'a str, line: usize, mut last: char) -> Result<Node<'a>, XmlError> {
+    fn open_tag(
+        &mut self,
+        name: &'a str,
+        line: usize,
+        mut last: char,
+    ) -> Result<Node<'a>, XmlError> {
         let mut el = Element {
             name,
             line,

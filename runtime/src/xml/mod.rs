@@ -9,7 +9,10 @@ mod writer;
 pub use crate::ir::Flavor;
 pub use lexer::{parse_document, parse_streaming, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
-pub use writer::{write, writable, write_to, Limits, WriteError, LEGACY_UNLIMITED_MAX_BYTES};
+pub use writer::{
+    legacy_max_bytes, writable, write, write_to, Limits, WriteError, LEGACY_MIN_COVERED_BYTES,
+    LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES,
+};
 
 use crate::ir::{Op, Program, Step};
 use std::fmt;
@@ -71,7 +74,10 @@ impl fmt::Display for XmlError {
 pub fn dependency_targets(p: &Program, rank: usize) -> Vec<Vec<bool>> {
     let tbs = &p.gpus[rank].threadblocks;
     let mut targets: Vec<Vec<bool>> = tbs.iter().map(|tb| vec![false; tb.steps.len()]).collect();
-    for d in tbs.iter().flat_map(|tb| tb.steps.iter().flat_map(|s| &s.deps)) {
+    for d in tbs
+        .iter()
+        .flat_map(|tb| tb.steps.iter().flat_map(|s| &s.deps))
+    {
         if let Some(t) = targets.get_mut(d.tb).and_then(|t| t.get_mut(d.step)) {
             *t = true;
         }

@@ -11,11 +11,64 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
-/// `maxBytes` written for the legacy runtime when the program has no upper limit (0): the
-/// legacy runtime treats 0 as "never selected", so a huge explicit bound (2^62) stands for
-/// "no limit". A program's positive `max_bytes` (inclusive, the executor's reading) is
-/// written as `max_bytes + 1` because the legacy range is exclusive.
+/// `maxBytes` written for the legacy runtime when the program has no upper limit (0) and
+/// uses no scratch: the legacy runtime treats 0 as "never selected", so a huge explicit bound
+/// (2^62) stands for "no limit". A program's positive `max_bytes` (inclusive, the executor's
+/// reading) is written as `max_bytes + 1` because the legacy range is exclusive. See
+/// [`legacy_max_bytes`] for programs that use scratch.
 pub const LEGACY_UNLIMITED_MAX_BYTES: u64 = 1 << 62;
+
+/// Scratch (bytes per GPU) that a legacy file without an upper size limit may make the
+/// runtime allocate beyond what a 1 GiB call needs: microsoft/msccl allocates `maxBytes ×
+/// s_chunks / nchunksperloop` bytes of scratch when it loads a file, so 2^62 would ask for
+/// about 10^17 bytes.
+pub const LEGACY_SCRATCH_BYTES: u64 = 1 << 30;
+
+/// The largest call (bytes) every legacy file without an upper limit serves: nccl-tests'
+/// 1 GB.
+pub const LEGACY_MIN_COVERED_BYTES: u64 = 1 << 30;
+
+/// The `maxBytes` written for the legacy runtime (exclusive; see
+/// [`LEGACY_UNLIMITED_MAX_BYTES`]). A program whose GPUs use scratch (`s` = the most
+/// `s_chunks` of any GPU) and has no upper limit gets the larger of `2^30 + 1` (calls up to
+/// [`LEGACY_MIN_COVERED_BYTES`] are served) and the size whose scratch is
+/// [`LEGACY_SCRATCH_BYTES`], `⌊2^30 × nchunksperloop / s⌋` (at most 2^62): the start-up
+/// allocation is then 1 GiB, or what a 1 GiB call needs if that is more, and larger calls
+/// run NCCL's own algorithm. An explicit limit is kept, but the runtime's product
+/// `maxBytes × s` must fit in an int64 (in-place alltoall with two instances made 2^62 × s
+/// wrap to 0). Errors (one line) when the product overflows or the range is empty.
+pub fn legacy_max_bytes(p: &Program) -> Result<u64, String> {
+    let scratch = p.gpus.iter().map(|g| g.scratch_chunks).max().unwrap_or(0) as u128;
+    let written = match p.max_bytes {
+        0 if scratch == 0 => LEGACY_UNLIMITED_MAX_BYTES,
+        0 => {
+            let cap = LEGACY_SCRATCH_BYTES as u128 * p.nchunksperloop as u128 / scratch;
+            cap.max(LEGACY_MIN_COVERED_BYTES as u128 + 1)
+                .min(LEGACY_UNLIMITED_MAX_BYTES as u128) as u64
+        }
+        m => m.saturating_add(1),
+    };
+    if written as u128 * scratch > i64::MAX as u128 {
+        return Err(format!(
+            "legacy maxBytes {written} × {scratch} scratch chunks overflows the runtime's int64 scratch size (maxBytes × s_chunks / nchunksperloop); give a smaller --max-bytes"
+        ));
+    }
+    if written <= p.min_bytes {
+        let why = if scratch > 0 && p.max_bytes == 0 {
+            format!(
+                "the default limit of a file with {scratch} scratch chunks per {} chunks, whose scratch the runtime allocates at start-up; give --max-bytes",
+                p.nchunksperloop
+            )
+        } else {
+            "the legacy range is exclusive".to_string()
+        };
+        return Err(format!(
+            "legacy maxBytes {written} is not above minBytes {} ({why})",
+            p.min_bytes
+        ));
+    }
+    Ok(written)
+}
 
 /// Why a program cannot be written in a flavour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +141,9 @@ pub fn writable(program: &Program, flavor: Flavor) -> Result<(), WriteError> {
     let fail = |message: String| WriteError { flavor, message };
     let p = folded(program).map_err(fail)?;
     check(&p, flavor).map_err(fail)?;
+    if flavor == Flavor::Legacy {
+        legacy_max_bytes(&p).map_err(fail)?;
+    }
     p.collective
         .xml_name(flavor)
         .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
@@ -105,6 +161,10 @@ pub fn write_to(
     let fail = |message: String| WriteError { flavor, message };
     let p = folded(program).map_err(fail)?;
     check(&p, flavor).map_err(fail)?;
+    let max_bytes = match flavor {
+        Flavor::Legacy => legacy_max_bytes(&p).map_err(fail)?,
+        _ => p.max_bytes,
+    };
     let coll = p
         .collective
         .xml_name(flavor)
@@ -130,7 +190,7 @@ pub fn write_to(
         );
         buf.extend_from_slice(line.as_bytes());
     }
-    buf.extend_from_slice(algo_line(&p, flavor, coll).as_bytes());
+    buf.extend_from_slice(algo_line(&p, coll, max_bytes).as_bytes());
     let ends = ConnectionEnds::of(&p);
     for g in &p.gpus {
         buf.extend_from_slice(
@@ -220,12 +280,8 @@ impl ConnectionEnds {
     }
 }
 
-fn algo_line(p: &Program, flavor: Flavor, coll: &str) -> String {
-    let max_bytes = match (flavor, p.max_bytes) {
-        (Flavor::Legacy, 0) => LEGACY_UNLIMITED_MAX_BYTES,
-        (Flavor::Legacy, m) => m.saturating_add(1),
-        (_, m) => m,
-    };
+/// The `<algo …>` line, with `maxBytes` as the flavour writes it.
+fn algo_line(p: &Program, coll: &str, max_bytes: u64) -> String {
     let mut out = format!(
         "<algo name=\"{}\" proto=\"{}\" nchannels=\"{}\" nchunksperloop=\"{}\" ngpus=\"{}\" coll=\"{coll}\" inplace=\"{}\" outofplace=\"{}\" minBytes=\"{}\" maxBytes=\"{max_bytes}\"",
         p.name,
@@ -301,7 +357,11 @@ fn write_tb(
             src: (src.buffer, src.offset as i64),
             dst: (dst.buffer, dst.offset as i64),
             count: step.count,
-            dep: if step.deps.is_empty() { (-1, -1) } else { dep(0) },
+            dep: if step.deps.is_empty() {
+                (-1, -1)
+            } else {
+                dep(0)
+            },
             hasdep: targets[tbi][si],
         };
         line.write(out);
@@ -508,4 +568,86 @@ fn check_step(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::{ring_allgather, ring_reduce_scatter};
+
+    /// The `maxBytes` attribute of a written file.
+    fn written_max(text: &str) -> u64 {
+        let at = text.find("maxBytes=\"").expect("maxBytes") + "maxBytes=\"".len();
+        text[at..].split('"').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn legacy_max_bytes_without_scratch_is_unlimited() {
+        let p = ring_allgather(&[0, 1, 2, 3], 2, false);
+        assert!(p.gpus.iter().all(|g| g.scratch_chunks == 0));
+        let text = write(&p, Flavor::Legacy).unwrap();
+        assert_eq!(written_max(&text), LEGACY_UNLIMITED_MAX_BYTES);
+        // The executor's 0 (no limit) stays 0.
+        assert_eq!(written_max(&write(&p, Flavor::Nccl).unwrap()), 0);
+    }
+
+    #[test]
+    fn legacy_max_bytes_with_scratch_bounds_the_start_up_allocation() {
+        // 4 ranks, 2 channels: 8 chunks per loop, 2 scratch chunks per GPU.
+        let mut p = ring_reduce_scatter(&[0, 1, 2, 3], 2, false);
+        assert_eq!((p.nchunksperloop, p.gpus[0].scratch_chunks), (8, 2));
+        let max = written_max(&write(&p, Flavor::Legacy).unwrap());
+        // 1 GiB of scratch: maxBytes × 2 / 8 = 2^30.
+        assert_eq!(max, 4 << 30);
+        assert_eq!(max * 2 / 8, LEGACY_SCRATCH_BYTES);
+        // An explicit (inclusive) limit is written exclusive, scratch or not.
+        p.max_bytes = 1 << 20;
+        assert_eq!(
+            written_max(&write(&p, Flavor::Legacy).unwrap()),
+            (1 << 20) + 1
+        );
+        // One whose scratch product would wrap the runtime's int64 is refused in one line.
+        p.max_bytes = 1 << 62;
+        let e = write(&p, Flavor::Legacy).unwrap_err().to_string();
+        assert!(e.contains("overflows") && !e.contains('\n'), "{e}");
+        // A range that starts above the default limit needs an explicit one.
+        p.max_bytes = 0;
+        p.min_bytes = 8 << 30;
+        let e = write(&p, Flavor::Legacy).unwrap_err().to_string();
+        assert!(
+            e.contains("not above minBytes") && e.contains("--max-bytes"),
+            "{e}"
+        );
+        // The executor flavours are unaffected.
+        assert_eq!(written_max(&write(&p, Flavor::Nccl).unwrap()), 0);
+    }
+
+    #[test]
+    fn legacy_max_bytes_serves_1_gib_calls_when_scratch_is_large() {
+        // 28 scratch chunks per 16: 1 GiB of scratch is a 613 MiB call, less than 1 GiB.
+        let mut p = ring_reduce_scatter(&[0, 1, 2, 3], 4, false);
+        assert_eq!(p.nchunksperloop, 16);
+        p.gpus[1].scratch_chunks = 28;
+        assert_eq!(legacy_max_bytes(&p).unwrap(), (1 << 30) + 1);
+    }
+
+    #[test]
+    fn legacy_max_bytes_never_wraps_with_many_scratch_chunks() {
+        // As with in-place alltoall and two instances: 2^62 × 4 scratch chunks is 2^64,
+        // which wraps to 0 in 64 bits; the written limit keeps the product in an int64.
+        for scratch in [1usize, 4, 64, 1 << 20] {
+            let mut p = ring_reduce_scatter(&[0, 1, 2, 3], 2, false);
+            for g in &mut p.gpus {
+                g.scratch_chunks = scratch;
+            }
+            let max = legacy_max_bytes(&p).unwrap();
+            let product = max as u128 * scratch as u128;
+            assert!(product <= i64::MAX as u128, "{scratch}: {max}");
+            // 1 GiB of scratch, or what a 1 GiB call needs.
+            let one_gib_call = ((1u128 << 30) + 1) * scratch as u128;
+            let budget = LEGACY_SCRATCH_BYTES as u128 * p.nchunksperloop as u128;
+            assert!(product <= budget.max(one_gib_call));
+            assert!(max > 1 << 30);
+        }
+    }
 }

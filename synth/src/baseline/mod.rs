@@ -1,13 +1,18 @@
-//! NCCL baselines on a topology: its ring and tree algorithms as IR programs (run in the
-//! same simulator as synthesized ones, [`crate::simulate`]) and its published tuning model as
-//! a second opinion ([`nccl_model_time_us`]).
+//! NCCL baselines on a topology: its ring and tree algorithms and its point-to-point
+//! alltoall, gather and scatter as IR programs (run in the same simulator as synthesized
+//! ones, [`crate::simulate`]), and its published tuning model as a second opinion
+//! ([`nccl_model_time_us`]). Each collective has at least one: [`ring`] (allgather,
+//! reduce-scatter, allreduce, broadcast, reduce), [`tree`] (allreduce), [`p2p()`]
+//! (alltoall, gather, scatter).
 
 pub mod model;
 pub mod orders;
+pub mod p2p;
 pub mod programs;
 
 pub use model::{nccl_model_busbw, nccl_model_time_us, Algo};
 pub use orders::{ring_orders, tree_parents};
+pub use p2p::p2p_program;
 pub use programs::{ring_program, tree_allreduce_program};
 
 use crate::topology::Topology;
@@ -45,5 +50,15 @@ pub fn tree(coll: Collective, topology: &Topology, options: &BaselineOptions) ->
     let trees = tree_parents(topology, options.channels)?;
     let mut p = tree_allreduce_program(topology.ranks, &trees)?;
     p.name = format!("nccl-tree-allreduce-{}", topology.name);
+    Ok(p)
+}
+
+/// NCCL's point-to-point algorithm for alltoall, gather and scatter (grouped
+/// `ncclSend`/`ncclRecv`, every block sent at once, relayed along a shortest path where no
+/// link joins its ranks; see the [`p2p` module](mod@p2p)). `options.channels` does not
+/// apply: a block crosses its h-th link on channel h.
+pub fn p2p(coll: Collective, topology: &Topology, options: &BaselineOptions) -> Result<Program> {
+    let mut p = p2p_program(coll, topology, options.root)?;
+    p.name = format!("nccl-p2p-{coll}-{}", topology.name);
     Ok(p)
 }

@@ -6,21 +6,25 @@
 use anyhow::{bail, Result};
 use runtime::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 
-fn i(k: usize) -> Slot {
+/// Input chunk `k`.
+pub(super) fn i(k: usize) -> Slot {
     Slot::new(Buffer::Input, k)
 }
 
-fn o(k: usize) -> Slot {
+/// Output chunk `k`.
+pub(super) fn o(k: usize) -> Slot {
     Slot::new(Buffer::Output, k)
 }
 
-/// A program under construction.
-struct Build {
-    p: Program,
+/// A program under construction (shared with the point-to-point baselines, [`super::p2p`]).
+pub(super) struct Build {
+    pub(super) p: Program,
 }
 
 impl Build {
-    fn new(
+    /// An empty out-of-place program: `n` ranks with `in_chunks` input and `out_chunks`
+    /// output chunks each, `nchunks` chunks per loop.
+    pub(super) fn new(
         name: String,
         coll: Collective,
         root: usize,
@@ -57,7 +61,7 @@ impl Build {
     }
 
     /// Adds a threadblock and returns its id.
-    fn tb(
+    pub(super) fn tb(
         &mut self,
         rank: usize,
         send: Option<usize>,
@@ -75,7 +79,7 @@ impl Build {
     }
 
     /// Appends a step and returns its index.
-    fn step(
+    pub(super) fn step(
         &mut self,
         rank: usize,
         tb: usize,
@@ -95,7 +99,8 @@ impl Build {
         steps.len() - 1
     }
 
-    fn finish(mut self) -> Program {
+    /// The program, with the fields of paired sends and receives made consistent.
+    pub(super) fn finish(mut self) -> Program {
         self.p.normalize_transfer_fields();
         self.p
     }

@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale issue).
     #[arg(long)]
     fabrics: Option<String>,
+    /// With `--cases scale`: the collective each fabric runs (default allgather).
+    #[arg(long, default_value = "allgather")]
+    coll: String,
 }
 
 /// Runs `synth bench`.
@@ -117,8 +120,11 @@ const SCALE_FABRICS: [&str; 10] = [
     "mi250-16x2",
 ];
 
-/// `synth bench --cases scale [--scale-fabrics ..]`: runs the main command (default method,
-/// allgather) once per fabric in a child process and prints a markdown table.
+/// `synth bench --cases scale [--fabrics ..] [--coll C]`: runs the main command (default
+/// method; allgather unless `--coll`) once per fabric in a child process and prints a
+/// markdown table: resources, busbw at 1 GB against the optimum and NCCL, and the best busbw
+/// at 1 KB, 64 KB and 1 MB against NCCL's best of ring, tree and point-to-point ("LOSES"
+/// where it is slower).
 fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let exe = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("synth-bench-scale-{}", std::process::id()));
@@ -128,8 +134,8 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let mut rows = Vec::new();
     if !json {
-        writeln!(out, "| fabric | ranks | wall s | CPU s | peak MB | busbw 1 GB | % of optimum | optimum | NCCL ring 1 GB | busbw 1 MB | ring 1 MB | algorithm |")?;
-        writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(out, "| fabric | ranks | wall s | CPU s | peak MB | busbw 1 GB | % of optimum | optimum | NCCL 1 GB | 1 KB best / NCCL | 64 KB best / NCCL | 1 MB best / NCCL | algorithm |")?;
+        writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     }
     for fabric in &fabrics {
         let child = std::process::Command::new(&exe)
@@ -137,7 +143,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 "--topo",
                 fabric,
                 "--coll",
-                "allgather",
+                &args.coll,
                 "--json",
                 "--time-limit",
             ])
@@ -149,7 +155,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             let err = String::from_utf8_lossy(&child.stderr);
             let line = err.lines().last().unwrap_or("failed").to_string();
             if !json {
-                writeln!(out, "| {fabric} | | | | | | | | | | | {line} |")?;
+                writeln!(out, "| {fabric} | | | | | | | | | | | | {line} |")?;
             }
             rows.push(json!({"fabric": fabric, "error": line}));
             continue;
@@ -168,19 +174,48 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             .and_then(|p| std::path::Path::new(p).file_stem())
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // NCCL's best of ring and tree at a size, and ours against it.
+        let small = |bytes: u64| -> String {
+            let Some(row) = at["sizes"]
+                .as_array()
+                .and_then(|rows| rows.iter().find(|r| r["bytes"].as_u64() == Some(bytes)))
+            else {
+                return "-".into();
+            };
+            let nccl = [&row["ring"], &row["tree"], &row["p2p"]]
+                .iter()
+                .filter_map(|v| v.as_f64())
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            let g = |x: f64| format!("{x:.3}");
+            match (row["busbw"].as_f64(), nccl) {
+                (Some(b), Some(n)) => format!(
+                    "{} / {}{}",
+                    g(b),
+                    g(n),
+                    if b < n * (1.0 - 1e-9) { " LOSES" } else { "" }
+                ),
+                (Some(b), None) => format!("{} / -", g(b)),
+                _ => "-".into(),
+            }
+        };
+        let nccl_1gb = [&at["ring"], &at["tree"], &at["p2p"]]
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         if !json {
             writeln!(
                 out,
-                "| {fabric} | {} | {} | {} | {} | {} | {pct} | {} | {} | {} | {} | {name} |",
+                "| {fabric} | {} | {} | {} | {} | {} | {pct} | {} | {} | {} | {} | {} | {name} |",
                 topology::load(fabric).map(|t| t.ranks).unwrap_or(0),
                 f(&doc["seconds"]),
                 f(&doc["resources"]["cpu_seconds"]),
                 f(&doc["resources"]["peak_rss_mb"]),
                 f(&at["busbw"]),
                 f(&at["bound"]),
-                f(&at["ring"]),
-                f(&at["at_1mb"][0]),
-                f(&at["at_1mb"][1]),
+                nccl_1gb.map_or("-".into(), |x| format!("{x:.1}")),
+                small(1 << 10),
+                small(64 << 10),
+                small(1 << 20),
             )?;
         }
         rows.push(json!({"fabric": fabric, "result": doc}));

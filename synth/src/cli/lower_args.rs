@@ -104,8 +104,14 @@ pub fn write_xml<T>(
             std::fs::rename(partial, path)
                 .with_context(|| format!("{}: cannot write", path.display()))?;
         }
-        let paths = written.iter().map(|(_, p)| p.display().to_string()).collect();
-        Ok((paths, used.expect("the out-of-place program is lowered first")))
+        let paths = written
+            .iter()
+            .map(|(_, p)| p.display().to_string())
+            .collect();
+        Ok((
+            paths,
+            used.expect("the out-of-place program is lowered first"),
+        ))
     })();
     if result.is_err() {
         for (partial, _) in &written {

@@ -1,6 +1,7 @@
 //! `synth simulate FILE.xml --topo T --sizes 1K:1G`: simulates an MSCCL XML algorithm on a
 //! topology and prints, per size, its time, algbw and busbw next to the busbw of the NCCL
-//! ring and tree baselines (simulated the same way), of NCCL's own model, and the cut bound.
+//! ring, tree and point-to-point baselines (simulated the same way; see [`crate::baseline`]),
+//! of NCCL's own model, and the cut bound.
 
 use crate::baseline::{self, BaselineOptions};
 use crate::cutbound::CutBound;
@@ -40,6 +41,7 @@ struct Row {
     busbw: f64,
     ring_busbw: Option<f64>,
     tree_busbw: Option<f64>,
+    p2p_busbw: Option<f64>,
     nccl_model_busbw: Option<f64>,
     nccl_model_algo: Option<String>,
     bound_busbw: f64,
@@ -76,6 +78,7 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let ring = baseline::ring(coll, &topo, &base).ok();
     let tree = baseline::tree(coll, &topo, &base).ok();
+    let p2p = baseline::p2p(coll, &topo, &base).ok();
     let bound = CutBound::new(coll, &topo, program.root);
     let sim_busbw = |p: &Option<Program>, size: u64| -> Result<Option<f64>> {
         match p {
@@ -94,6 +97,7 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             busbw: r.busbw,
             ring_busbw: sim_busbw(&ring, r.size_bytes)?,
             tree_busbw: sim_busbw(&tree, r.size_bytes)?,
+            p2p_busbw: sim_busbw(&p2p, r.size_bytes)?,
             nccl_model_busbw: model.map(|m| m.0),
             nccl_model_algo: model.map(|m| format!("{:?}", m.1).to_lowercase()),
             bound_busbw: bound.busbw_at(r.size_bytes),
@@ -124,20 +128,21 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "{:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "size(B)", "time(us)", "algbw", "busbw", "ring", "tree", "model", "bound"
+        "{:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "size(B)", "time(us)", "algbw", "busbw", "ring", "tree", "p2p", "model", "bound"
     )?;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
     for r in &rows {
         writeln!(
             out,
-            "{:>12} {:>12.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9} {:>9.2}",
+            "{:>12} {:>12.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9} {:>9} {:>9.2}",
             r.size,
             r.time_us,
             r.algbw,
             r.busbw,
             cell(r.ring_busbw),
             cell(r.tree_busbw),
+            cell(r.p2p_busbw),
             cell(r.nccl_model_busbw),
             r.bound_busbw
         )?;

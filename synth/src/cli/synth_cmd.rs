@@ -246,11 +246,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 if !simulated {
                     return Ok(None);
                 }
-                progress.message(&format!("simulating {} at 1 GB and 1 MB", a.name));
+                progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
                 Simulated::of(p, &topo).map(Some)
             };
-            match super::lower_args::write_xml(a, &args.out, &args.lowering, &progress, simulate)
-            {
+            match super::lower_args::write_xml(a, &args.out, &args.lowering, &progress, simulate) {
                 Ok(done) => Ok(done),
                 // An algorithm the runtimes cannot express (too many steps or channels for
                 // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
@@ -303,16 +302,20 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
-    progress.message("simulating NCCL's ring and tree at 1 GB");
+    progress.message("simulating NCCL's baselines");
     let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
     progress.finish();
+    for note in &synthesis.notes {
+        eprintln!("note: {note}");
+    }
     if let Some(v) = &versus {
-        if v.loses_to_nccl() {
+        for at in v.sizes.iter().filter(|at| at.loses_to_nccl()) {
             eprintln!(
-                "warning: the best algorithm simulates at {:.1} GB/s busbw at 1 GB, slower than NCCL's {} ({:.1} GB/s) on {}",
-                v.busbw,
-                v.nccl_name(),
-                v.nccl_best(),
+                "warning: the best algorithm simulates at {:.2} GB/s busbw at {}, slower than NCCL's {} ({:.2} GB/s) on {}",
+                at.busbw,
+                size_label(at.bytes),
+                at.nccl_name(),
+                at.nccl_best(),
                 topo.name
             );
         }
@@ -332,6 +335,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "algorithms": algorithms,
             "complete": synthesis.complete,
             "method": synthesis.method.name(),
+            "engines": synthesis.engines.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "notes": synthesis.notes,
             "extra_memory": args.encoding.extra_memory,
             "plot": args.plot.as_ref().map(|p| p.display().to_string()),
             "work_limit": args.work_limit,
@@ -394,22 +399,40 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     } else {
         "PARTIAL (a cap or the time limit stopped the search)"
     };
-    let how = match synthesis.method {
-        Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
-        Method::Trees => "tree packing",
-        Method::Greedy { .. } => "greedy matching",
-        _ => "SMT",
-    };
+    let how = synthesis
+        .engines
+        .iter()
+        .map(|m| match m {
+            Method::Milp => "MILP; times predicted with per-link alpha-beta costs",
+            Method::Trees => "tree packing",
+            Method::Greedy { .. } => "greedy matching",
+            _ => "SMT",
+        })
+        .collect::<Vec<_>>()
+        .join(" + ");
     if let Some(v) = &versus {
+        for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
+            writeln!(
+                out,
+                "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}, p2p {}",
+                size_label(at.bytes),
+                at.busbw,
+                at.algorithm,
+                at.ring.map_or("-".into(), |x| format!("{x:.2}")),
+                at.tree.map_or("-".into(), |x| format!("{x:.2}")),
+                at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
+            )?;
+        }
         writeln!(
             out,
-            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}",
+            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}, p2p {}",
             v.busbw,
             100.0 * v.busbw / v.bound,
             if v.exact { "exact optimum" } else { "bound" },
             v.bound,
             v.ring.map_or("-".into(), |x| format!("{x:.1}")),
             v.tree.map_or("-".into(), |x| format!("{x:.1}")),
+            v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
         )?;
     }
     for cut in &synthesis.cuts {
@@ -431,41 +454,62 @@ fn unexpressible(e: &anyhow::Error) -> bool {
 /// baselines' programs grow with ranks × steps).
 const COMPARE_MAX_RANKS: usize = 1024;
 
-/// Largest fabric on which the main command simulates a collective that NCCL has no
-/// baseline for (its line then compares with the bound only).
-const COMPARE_UNMATCHED_MAX_RANKS: usize = 64;
+/// Largest fabric on which the main command simulates an alltoall against NCCL: its
+/// programs (synthesized and NCCL's point-to-point baseline) move n² blocks, relayed over
+/// several hops where the fabric is not fully connected, at 1 GB and 1 MB.
+const COMPARE_ALLTOALL_MAX_RANKS: usize = 64;
 
 /// Size at which results are compared with NCCL (nccl-tests' 1 GB).
 const COMPARE_BYTES: u64 = 1 << 30;
 
-/// The best synthesized algorithm against NCCL's ring and tree at 1 GB, simulated.
+/// Every size at which the main command simulates its algorithms against NCCL: the latency
+/// side (1 KB, 64 KB), the middle (1 MB) and the bandwidth side (1 GB).
+const COMPARE_SIZES: [u64; 4] = [1 << 10, 64 << 10, 1 << 20, COMPARE_BYTES];
+
+/// `1 KB`, `64 KB`, `1 MB`, `1 GB` (binary units, as everywhere in synth).
+fn size_label(bytes: u64) -> String {
+    let label = crate::catalog::bytes_label(bytes);
+    match label.strip_suffix(['K', 'M', 'G']) {
+        Some(number) => format!("{number} {}B", &label[number.len()..]),
+        None => format!("{label} B"),
+    }
+}
+
+/// The best algorithm at one size, simulated, beside NCCL's.
 #[derive(Debug, Clone, serde::Serialize)]
-struct Versus {
+struct AtSize {
+    /// nccl-tests size in bytes.
+    bytes: u64,
     /// Best busbw (GB/s) among the algorithms.
     busbw: f64,
+    /// The algorithm that reached it.
+    algorithm: String,
     /// NCCL ring's busbw, where defined.
     ring: Option<f64>,
     /// NCCL tree's busbw, where defined.
     tree: Option<f64>,
-    /// The bandwidth bound (busbw at 1 GB).
-    bound: f64,
-    /// Whether the bound is the exact optimum.
-    exact: bool,
-    /// The best busbw at 1 MB, and NCCL ring's.
-    at_1mb: (f64, Option<f64>),
+    /// NCCL's point-to-point busbw (alltoall, gather, scatter), where defined.
+    p2p: Option<f64>,
 }
 
-impl Versus {
-    fn nccl_best(&self) -> f64 {
-        self.ring.unwrap_or(0.0).max(self.tree.unwrap_or(0.0))
+impl AtSize {
+    /// NCCL's baselines with their names.
+    fn nccl(&self) -> [(&'static str, f64); 3] {
+        [("ring", self.ring), ("tree", self.tree), ("p2p", self.p2p)]
+            .map(|(name, v)| (name, v.unwrap_or(0.0)))
     }
 
+    fn nccl_best(&self) -> f64 {
+        self.nccl().iter().map(|x| x.1).fold(0.0, f64::max)
+    }
+
+    /// The fastest baseline's name (the first of ring, tree, p2p on a tie).
     fn nccl_name(&self) -> &'static str {
-        if self.tree.unwrap_or(0.0) > self.ring.unwrap_or(0.0) {
-            "tree"
-        } else {
-            "ring"
-        }
+        let best = self.nccl_best();
+        self.nccl()
+            .iter()
+            .find(|x| x.1 == best)
+            .map_or("ring", |x| x.0)
     }
 
     fn loses_to_nccl(&self) -> bool {
@@ -473,40 +517,62 @@ impl Versus {
     }
 }
 
-/// An algorithm's simulated busbw (GB/s) at 1 GB and at 1 MB.
-#[derive(Debug, Clone, Copy)]
+/// The best synthesized algorithm against NCCL's baselines, simulated at
+/// [`COMPARE_SIZES`]; the top-level figures are those at 1 GB.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Versus {
+    /// Best busbw (GB/s) among the algorithms at 1 GB.
+    busbw: f64,
+    /// NCCL ring's busbw at 1 GB, where defined.
+    ring: Option<f64>,
+    /// NCCL tree's busbw at 1 GB, where defined.
+    tree: Option<f64>,
+    /// NCCL's point-to-point busbw at 1 GB (alltoall, gather, scatter), where defined.
+    p2p: Option<f64>,
+    /// The bandwidth bound (busbw at 1 GB).
+    bound: f64,
+    /// Whether the bound is the exact optimum.
+    exact: bool,
+    /// The best busbw at 1 MB, and NCCL ring's.
+    at_1mb: (f64, Option<f64>),
+    /// Every compared size, smallest first.
+    sizes: Vec<AtSize>,
+}
+
+/// An algorithm's name and simulated busbw (GB/s) at each of [`COMPARE_SIZES`].
+#[derive(Debug, Clone)]
 struct Simulated {
-    at_1gb: f64,
-    at_1mb: f64,
+    name: String,
+    busbw: [f64; COMPARE_SIZES.len()],
 }
 
 impl Simulated {
     fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
         use crate::simulate::{simulate, SimOptions};
         let sim = SimOptions::default();
+        let mut busbw = [0.0; COMPARE_SIZES.len()];
+        for (b, size) in busbw.iter_mut().zip(COMPARE_SIZES) {
+            *b = simulate(program, topo, size, &sim)?.busbw;
+        }
         Ok(Simulated {
-            at_1gb: simulate(program, topo, COMPARE_BYTES, &sim)?.busbw,
-            at_1mb: simulate(program, topo, 1 << 20, &sim)?.busbw,
+            name: program.name.clone(),
+            busbw,
         })
     }
 }
 
 /// Whether the main command simulates its algorithms against NCCL: built-in collectives on
-/// fabrics up to [`COMPARE_MAX_RANKS`] ranks, and those NCCL runs point to point (alltoall,
-/// gather, scatter: no baseline) up to [`COMPARE_UNMATCHED_MAX_RANKS`].
+/// fabrics up to [`COMPARE_MAX_RANKS`] ranks, alltoall up to [`COMPARE_ALLTOALL_MAX_RANKS`].
 fn compares(kind: Kind, ranks: usize) -> bool {
-    use runtime::ir::Collective as Ir;
-    let Some(ir) = kind.to_ir() else {
-        return false;
-    };
-    let has_baseline = matches!(
-        ir,
-        Ir::AllReduce | Ir::AllGather | Ir::ReduceScatter | Ir::Broadcast | Ir::Reduce
-    );
-    ranks <= COMPARE_MAX_RANKS && (has_baseline || ranks <= COMPARE_UNMATCHED_MAX_RANKS)
+    match kind.to_ir() {
+        None => false,
+        Some(runtime::ir::Collective::AllToAll) => ranks <= COMPARE_ALLTOALL_MAX_RANKS,
+        Some(_) => ranks <= COMPARE_MAX_RANKS,
+    }
 }
 
-/// The best simulated algorithm against NCCL's ring and tree at 1 GB (`None` where
+/// Simulates NCCL's ring, tree and point-to-point baselines (those defined for the
+/// collective) at [`COMPARE_SIZES`] beside the algorithms' own figures (`None` where
 /// [`compares`] says no, and when no algorithm was simulated).
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<Simulated>)],
@@ -529,29 +595,44 @@ fn compare_with_nccl(
     };
     let ring = baseline::ring(ir, topo, &options);
     let tree = baseline::tree(ir, topo, &options);
-    // Without an NCCL baseline (alltoall, gather, scatter) there is nothing to compare with,
-    // and past one small fabric simulating n² concurrent transfers at 1 GB takes many minutes.
-    if ring.is_err() && tree.is_err() && topo.ranks > COMPARE_UNMATCHED_MAX_RANKS {
-        return Ok(None);
-    }
+    let p2p = baseline::p2p(ir, topo, &options);
     let sim = SimOptions::default();
-    let (mut best, mut best_1mb) = (0.0f64, 0.0f64);
-    for s in lowered.iter().filter_map(|(_, s)| s.as_ref()) {
-        best = best.max(s.at_1gb);
-        best_1mb = best_1mb.max(s.at_1mb);
-    }
     let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
         let p = p.as_ref().ok()?;
         simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
     };
+    let mut sizes = Vec::new();
+    for bytes in COMPARE_SIZES {
+        let mut best = (0.0f64, String::new());
+        let at = COMPARE_SIZES
+            .iter()
+            .position(|&b| b == bytes)
+            .expect("a compared size");
+        for s in lowered.iter().filter_map(|(_, s)| s.as_ref()) {
+            if s.busbw[at] > best.0 {
+                best = (s.busbw[at], s.name.clone());
+            }
+        }
+        sizes.push(AtSize {
+            bytes,
+            busbw: best.0,
+            algorithm: best.1,
+            ring: baseline(&ring, bytes),
+            tree: baseline(&tree, bytes),
+            p2p: baseline(&p2p, bytes),
+        });
+    }
+    let at = |bytes: u64| sizes.iter().find(|s| s.bytes == bytes).expect("compared");
     let bound = CutBound::new(ir, topo, root);
     Ok(Some(Versus {
-        busbw: best,
-        at_1mb: (best_1mb, baseline(&ring, 1 << 20)),
-        ring: baseline(&ring, COMPARE_BYTES),
-        tree: baseline(&tree, COMPARE_BYTES),
+        busbw: at(COMPARE_BYTES).busbw,
+        ring: at(COMPARE_BYTES).ring,
+        tree: at(COMPARE_BYTES).tree,
+        p2p: at(COMPARE_BYTES).p2p,
+        at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
+        sizes,
     }))
 }
 
@@ -723,6 +804,7 @@ mod tests {
             collective: coll.clone(),
             steps: vec![step(rounds)],
             piece_channels: None,
+            step_groups: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -64,6 +64,7 @@ fn build(fabric: &Fabric, coll: &Collective, steps: &[Vec<(u32, u32)>], name: St
         collective: coll.clone(),
         steps,
         piece_channels: None,
+        step_groups: None,
     }
 }
 

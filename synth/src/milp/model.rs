@@ -646,5 +646,6 @@ pub fn build_algorithm(
         collective: coll.clone(),
         steps,
         piece_channels: None,
+        step_groups: None,
     })
 }

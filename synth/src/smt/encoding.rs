@@ -509,6 +509,7 @@ impl Encoding {
             collective: coll.clone(),
             steps,
             piece_channels: None,
+            step_groups: None,
         }
     }
 }

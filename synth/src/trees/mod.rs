@@ -6,7 +6,10 @@
 //!    root per orbit of a semiregular symmetry group (translations), until the packing
 //!    reaches the optimum or no cheaper tree exists.
 //! 3. Weights become integer piece counts and the trees a k-synchronous schedule
-//!    ([`schedule`]), checked like every other algorithm.
+//!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
+//!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
+//! 4. Beside them: NCCL's rings as path trees ([`rings`]) and, for a broadcast, shallow trees
+//!    by integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -17,6 +20,7 @@ pub mod arborescence;
 pub mod packing;
 pub mod rings;
 pub mod schedule;
+pub mod shallow;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
@@ -32,7 +36,9 @@ use packing::{pack, Orbits};
 #[derive(Debug, Clone)]
 pub struct TreeResult {
     /// The algorithm: the fewest pieces per root whose rounding is within 0.1% of the best
-    /// piece count tried (more pieces of the same trees simulate slower: more threadblocks).
+    /// piece count tried (more pieces of the same trees simulate slower: more threadblocks),
+    /// or, when its steps are grouped in stages, the count best after a slice of pipeline
+    /// fill at 1 GB.
     pub algorithm: Algorithm,
     /// The same pieces and trees list-scheduled one round per step (more steps, fewer
     /// rounds); `None` when that schedule passes its step cap.
@@ -107,11 +113,33 @@ pub fn synthesize_trees(
         .collect();
     progress.message("rounding the packing to pieces");
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let (chunks, counts, scheduled) =
-        schedule::choose_chunks(&packing, &usages, &orbits.bandwidth, cap);
-    progress.message(&format!("laying out the trees ({chunks} pieces per root)"));
-    let algorithm =
-        schedule::algorithm(topology, index, &packing, coll.kind, chunks, &counts, false)?;
+    let options = schedule::chunk_options(&packing, &usages, &orbits.bandwidth, cap);
+    let build = |choice: &schedule::ChunkOption| -> Result<Algorithm> {
+        let a = schedule::algorithm(
+            topology,
+            index,
+            &packing,
+            coll.kind,
+            choice.chunks,
+            &choice.counts,
+            false,
+        )?;
+        let groups = schedule::step_groups(topology, index, &a);
+        Ok(schedule::with_groups(a, groups))
+    };
+    let mut choice = schedule::fewest_pieces(&options);
+    let mut algorithm = build(choice)?;
+    // A schedule in stages pays about a slice period of pipeline fill at the reference size;
+    // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
+    let slices = |c: usize| reference_slices(topology, coll.kind, c);
+    if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
+        let pipelined = schedule::best_pipelined(&options[..choice.chunks], slices);
+        if pipelined.chunks != choice.chunks {
+            choice = pipelined;
+            algorithm = build(choice)?;
+        }
+    }
+    let (chunks, counts, scheduled) = (choice.chunks, &choice.counts, choice.rate);
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     progress.message("list-scheduling the trees");
     let listed = match schedule::list_scheduled(
@@ -120,10 +148,13 @@ pub fn synthesize_trees(
         &packing,
         coll.kind,
         chunks,
-        &counts,
+        counts,
         MAX_LISTED_STEPS,
     ) {
-        Ok(a) => Some(a),
+        Ok(a) => {
+            let groups = schedule::step_groups(topology, index, &a);
+            Some(schedule::with_groups(a, groups))
+        }
         Err(e) => {
             progress.message(&format!("no list-scheduled candidate: {e:#}"));
             None
@@ -140,6 +171,62 @@ pub fn synthesize_trees(
     })
 }
 
+/// A broadcast's shallow trees ([`shallow`]) as two candidates: every piece at once down its
+/// tree with all pieces on one channel, and with each piece on a channel of its own; which
+/// runs faster depends on how the trees share links (dgx1: one channel, 146.5 against 144.9
+/// GB/s at 1 GB; dgx-a100x2: own channels, 193.7 against 179.3). None when no shallow trees
+/// are found within the limits.
+fn shallow_algorithms(
+    topology: &Topology,
+    index: &TopologyIndex,
+    root: usize,
+    optimum_gbps: f64,
+    limits: &Limits,
+) -> Result<Vec<Algorithm>> {
+    let slices = |c: usize| reference_slices(topology, Kind::Broadcast, c);
+    let Some(found) = shallow::shallow_broadcast(
+        topology,
+        index,
+        root,
+        optimum_gbps,
+        limits.max_chunks,
+        slices,
+        limits.deadline,
+    )?
+    else {
+        return Ok(Vec::new());
+    };
+    let chunks = found.trees.len();
+    let packing = packing::Packing {
+        roots: vec![packing::RootTrees {
+            root,
+            trees: found
+                .trees
+                .into_iter()
+                .map(|t| (t, 1.0 / chunks as f64))
+                .collect(),
+        }],
+        rate_gbps: optimum_gbps,
+        group: Translations::trivial(topology.ranks),
+        rounds: 0,
+    };
+    let counts = vec![vec![1; chunks]];
+    let mut one = schedule::algorithm(
+        topology,
+        index,
+        &packing,
+        Kind::Broadcast,
+        chunks,
+        &counts,
+        true,
+    )?;
+    one.name = one.name.replacen("-trees-", "-shallow-", 1);
+    let mut own = one.clone();
+    own.name = format!("{}-ch{chunks}", one.name);
+    own.piece_channels = Some(chunks);
+    Ok(vec![one, own])
+}
+
 /// The most pieces per root whose lowered program still fits the runtimes: an allgather puts
 /// about N(N−1)·C transfers on the fabric's links, and one link's connections hold at most
 /// 32 channels of 64-step threadblocks; half of that leaves room for uneven links.
@@ -147,6 +234,22 @@ fn expressible_chunks(topology: &Topology) -> usize {
     let n = topology.ranks as f64;
     let per_link = (crate::lower::MAX_CHANNELS * 64) as f64 / 2.0;
     ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
+}
+
+/// The message size (bytes) the chunk count is tuned for: the main command's headline size.
+const REFERENCE_BYTES: u64 = 1 << 30;
+
+/// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
+/// and [`REFERENCE_BYTES`]: an allgather buffer holds every root's pieces, a broadcast
+/// buffer one root's.
+fn reference_slices(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
+    let roots = if kind == Kind::Broadcast {
+        1
+    } else {
+        topology.ranks
+    };
+    let piece = REFERENCE_BYTES as f64 / (roots * chunks.max(1)) as f64;
+    piece / crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64
 }
 
 /// Most steps of a list-scheduled tree algorithm.
@@ -231,6 +334,15 @@ impl Engine for TreeEngine {
             limits.max_chunks.max(1),
         )? {
             algorithms.push(ring);
+        }
+        if coll.kind == Kind::Broadcast {
+            algorithms.extend(shallow_algorithms(
+                problem.topology,
+                problem.index,
+                coll.root,
+                result.optimum_gbps,
+                limits,
+            )?);
         }
         Ok(Found {
             algorithms,

@@ -182,29 +182,65 @@ fn shorten(
     }
 }
 
-/// The smallest piece count (at most `max_chunks`) whose integer counts lose at most 0.1%
-/// against the best count tried, with its counts and its rate (GB/s per root).
-pub fn choose_chunks(
+/// Integer piece counts for one number of pieces per root.
+#[derive(Debug, Clone)]
+pub struct ChunkOption {
+    /// Pieces (chunks) per root.
+    pub chunks: usize,
+    /// Pieces per representative root's tree.
+    pub counts: Vec<Vec<usize>>,
+    /// The rate these counts reach (GB/s per root).
+    pub rate: f64,
+}
+
+/// The rounded piece counts for every number of pieces from 1 to `max_chunks`, in order.
+pub fn chunk_options(
     packing: &Packing,
     usages: &[Vec<Vec<f64>>],
     bandwidth: &[f64],
     max_chunks: usize,
-) -> (usize, Vec<Vec<usize>>, f64) {
-    let tried: Vec<(usize, Vec<Vec<usize>>, f64)> = (1..=max_chunks.max(1))
+) -> Vec<ChunkOption> {
+    (1..=max_chunks.max(1))
         .map(|c| {
             let mut counts = piece_counts(packing, c);
             improve_counts(packing, usages, bandwidth, &mut counts);
             shorten(packing, usages, bandwidth, &mut counts);
             let t = realized_time(packing, usages, bandwidth, &counts, c);
-            (c, counts, t)
+            ChunkOption {
+                chunks: c,
+                counts,
+                rate: 1.0 / t,
+            }
         })
-        .collect();
-    let best = tried.iter().map(|x| x.2).fold(f64::INFINITY, f64::min);
-    let (c, counts, t) = tried
-        .into_iter()
-        .find(|x| x.2 <= best * (1.0 + 1e-3))
-        .expect("at least one chunk count");
-    (c, counts, 1.0 / t)
+        .collect()
+}
+
+/// The fewest pieces whose rate is within 0.1% of the best option's (more pieces of the
+/// same trees simulate slower: more threadblocks, fewer slices).
+pub fn fewest_pieces(options: &[ChunkOption]) -> &ChunkOption {
+    let best = options.iter().map(|o| o.rate).fold(0.0, f64::max);
+    options
+        .iter()
+        .find(|o| o.rate >= best * (1.0 - 1e-3))
+        .expect("at least one chunk count")
+}
+
+/// The option that is fastest once the runtime pipelines it slice by slice, with
+/// `slices(c)` slices per piece at c pieces per root: a schedule in stages on channels of
+/// their own ([`step_groups`]) costs about one slice period of fill and drain besides its
+/// slices, so fewer, larger pieces can beat a better rounding (the first best wins).
+pub fn best_pipelined(options: &[ChunkOption], slices: impl Fn(usize) -> f64) -> &ChunkOption {
+    let value = |o: &ChunkOption| {
+        let n = slices(o.chunks);
+        o.rate * n / (n + 1.0)
+    };
+    options
+        .iter()
+        .fold(None::<&ChunkOption>, |best, o| match best {
+            Some(b) if value(b) >= value(o) => Some(b),
+            _ => Some(o),
+        })
+        .expect("at least one chunk count")
 }
 
 /// Depth of every rank in a tree (the root has depth 0).
@@ -306,6 +342,143 @@ pub fn algorithm(
     finish(topology, packing, kind, chunks, "trees", steps)
 }
 
+/// Threadblocks per rank that [`step_groups`] may lead the lowering to: all threadblocks
+/// of a program spin on each other's flags, so they must be resident at once (msccl-ir.md
+/// §1.9); 104 is the smallest compute-unit count among the fabrics' GPUs (an MI250 GCD; an
+/// A100 has 108 SMs, an H100 132).
+pub const RESIDENT_THREADBLOCKS: usize = 104;
+
+/// How much slower than its busiest resource a run of consecutive steps may be when the
+/// runtime takes each slice through them in turn before they share a channel group: the
+/// run's summed per-step bottlenecks may exceed the bottleneck of its summed loads by this
+/// fraction.
+const BALANCE_SLACK: f64 = 0.05;
+
+/// Channel groups for the steps of `algorithm` on `topology` ([`Algorithm::step_groups`]):
+/// consecutive steps share a group while their loads stay balanced (within
+/// [`BALANCE_SLACK`]), as a ring's steps are, since the runtime's slice-by-slice replay of
+/// one group then keeps every link busy and has no pipeline to fill; an unbalanced step
+/// (a tree's relays after its roots' sends) starts a new group, so that a threadblock holds
+/// one stage of the pipeline and the runtime overlaps the stages of consecutive slices.
+/// Groups are then merged as [`fit_groups`] needs; `None` when one group remains.
+pub fn step_groups(
+    topology: &Topology,
+    index: &TopologyIndex,
+    algorithm: &Algorithm,
+) -> Option<Vec<usize>> {
+    let links = topology.links.len();
+    let bandwidth = |r: usize| {
+        if r < links {
+            topology.links[r].bandwidth
+        } else {
+            topology.switches[r - links].bandwidth
+        }
+    };
+    let mut wanted = Vec::with_capacity(algorithm.steps.len());
+    let mut group = 0;
+    // The current run's summed loads (per unit of bandwidth), their peak, and the sum of its
+    // steps' own peaks.
+    let mut pooled: std::collections::HashMap<usize, f64> = std::collections::HashMap::new();
+    let (mut pooled_peak, mut stepwise) = (0.0f64, 0.0f64);
+    for step in &algorithm.steps {
+        let mut load: std::collections::HashMap<usize, f64> = std::collections::HashMap::new();
+        for s in &step.sends {
+            let Some(&l) = index.link_of.get(&(s.src, s.dst)) else {
+                continue;
+            };
+            for r in std::iter::once(l).chain(index.governing[l].iter().map(|&j| links + j)) {
+                *load.entry(r).or_insert(0.0) += 1.0 / bandwidth(r);
+            }
+        }
+        let peak = load.values().copied().fold(0.0, f64::max);
+        let joined = load
+            .iter()
+            .map(|(r, x)| pooled.get(r).copied().unwrap_or(0.0) + x)
+            .fold(pooled_peak, f64::max);
+        if !wanted.is_empty() && stepwise + peak > (1.0 + BALANCE_SLACK) * joined {
+            group += 1;
+            pooled.clear();
+            pooled_peak = peak;
+            stepwise = 0.0;
+        } else {
+            pooled_peak = joined;
+        }
+        for (r, x) in load {
+            *pooled.entry(r).or_insert(0.0) += x;
+        }
+        stepwise += peak;
+        wanted.push(group);
+    }
+    fit_groups(algorithm, wanted)
+}
+
+/// `algorithm` with the channel groups `groups` (see [`step_groups`]), its name marked
+/// `-g<groups>` so that it and its one-group twin can be told apart.
+pub fn with_groups(mut algorithm: Algorithm, groups: Option<Vec<usize>>) -> Algorithm {
+    if let Some(g) = &groups {
+        let count = g.iter().max().map_or(1, |x| x + 1);
+        algorithm.name = format!("{}-g{count}", algorithm.name);
+    }
+    algorithm.step_groups = groups;
+    algorithm
+}
+
+/// `algorithm` in one channel group, as the runtime's replay then takes every slice through
+/// all its steps in turn (the `-g<groups>` mark of [`with_groups`] removed).
+pub fn ungrouped(algorithm: &Algorithm) -> Algorithm {
+    let mut plain = algorithm.clone();
+    if let Some(g) = plain.step_groups.take() {
+        let count = g.iter().max().map_or(1, |x| x + 1);
+        if let Some(name) = plain.name.strip_suffix(&format!("-g{count}")) {
+            plain.name = name.to_string();
+        }
+    }
+    plain
+}
+
+/// `wanted` (a channel group per step of `algorithm`, in increasing order) merged into as
+/// few consecutive groups as needed for the lowering to keep every rank within
+/// [`RESIDENT_THREADBLOCKS`] (one threadblock per peer, direction and channel, plus one for
+/// local copies) and the runtime's channels; `None` when only one group fits.
+pub fn fit_groups(algorithm: &Algorithm, wanted: Vec<usize>) -> Option<Vec<usize>> {
+    let per_group = algorithm.piece_channels.unwrap_or(1).max(1);
+    let count = wanted.iter().max().map_or(1, |g| g + 1);
+    // Per (rank, peer, direction): the wanted groups with a transfer on it, ascending.
+    let mut used: std::collections::HashMap<(usize, usize, bool), Vec<usize>> =
+        std::collections::HashMap::new();
+    for (step, &group) in algorithm.steps.iter().zip(&wanted) {
+        for s in &step.sends {
+            for key in [(s.src, s.dst, true), (s.dst, s.src, false)] {
+                let list = used.entry(key).or_default();
+                if list.last() != Some(&group) {
+                    list.push(group);
+                }
+            }
+        }
+    }
+    let merged = |g: usize, most: usize| g * most / count;
+    let fits = |most: usize| {
+        let mut per_rank = vec![0usize; algorithm.collective.ranks];
+        for (&(rank, _, _), list) in &used {
+            let mut distinct = 0;
+            let mut last = None;
+            for &g in list {
+                if last != Some(merged(g, most)) {
+                    distinct += 1;
+                    last = Some(merged(g, most));
+                }
+            }
+            per_rank[rank] += distinct * per_group;
+        }
+        per_rank.into_iter().max().unwrap_or(0) < RESIDENT_THREADBLOCKS
+    };
+    let most = count.min(crate::lower::MAX_CHANNELS / per_group);
+    (2..=most)
+        .rev()
+        .find(|&m| fits(m))
+        .map(|m| wanted.iter().map(|&g| merged(g, m)).collect())
+}
+
 /// The capacities of `topology` in one common unit, which a k-synchronous schedule needs.
 fn capacities<'i>(
     topology: &Topology,
@@ -386,6 +559,7 @@ fn finish(
         collective,
         steps,
         piece_channels: None,
+        step_groups: None,
     })
 }
 
@@ -504,7 +678,9 @@ pub fn list_scheduled(
     // its first sends and the step's sends are sorted; with them, links give one send at a
     // time in the order of their first sends.
     type Queue<K> = BinaryHeap<Reverse<(K, Pending)>>;
-    let mut queues: Vec<Queue<_>> = (0..topology.links.len()).map(|_| BinaryHeap::new()).collect();
+    let mut queues: Vec<Queue<_>> = (0..topology.links.len())
+        .map(|_| BinaryHeap::new())
+        .collect();
     let mut active: Vec<usize> = Vec::new();
     let mut left = 0usize;
     let enqueue = |p: Pending, queues: &mut Vec<Queue<_>>, active: &mut Vec<usize>| {
@@ -541,7 +717,11 @@ pub fn list_scheduled(
             );
         }
         let now = steps.len();
+        // A link whose queue emptied in the last step and refilled with its arrivals was
+        // listed again: once each.
         active.retain(|&l| !queues[l].is_empty());
+        active.sort_unstable();
+        active.dedup();
         taken.clear();
         if topology.switches.is_empty() {
             for &l in &active {
@@ -627,4 +807,73 @@ pub fn list_scheduled(
         }
     }
     finish(topology, packing, kind, chunks, "listed", steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+
+    #[test]
+    fn balanced_steps_share_a_group_and_tree_stages_do_not() {
+        // A ring's steps load every link alike: one group.
+        let topo = load("ring:6").unwrap();
+        let index = topo.index();
+        let ring = super::super::rings::ring_algorithm(&topo, &index, Kind::AllGather, 0, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(step_groups(&topo, &index, &ring), None);
+        // dgx-a100x2's trees send over the NICs, then relay over NVSwitch: two stages.
+        let topo = load("dgx-a100x2").unwrap();
+        let index = topo.index();
+        let coll = Collective::new(Kind::AllGather, topo.ranks, 0, 1).unwrap();
+        let limits = crate::engine::Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(3600),
+            extra_memory: None,
+            work_limit: None,
+        };
+        let progress = crate::progress::Progress::hidden();
+        let r = super::super::synthesize_trees(&topo, &index, &coll, &limits, &progress).unwrap();
+        assert_eq!(r.algorithm.step_groups, Some(vec![0, 1]));
+        assert!(r.algorithm.name.ends_with("-g2"), "{}", r.algorithm.name);
+        assert_eq!(ungrouped(&r.algorithm).step_groups, None);
+        assert!(!ungrouped(&r.algorithm).name.ends_with("-g2"));
+    }
+
+    #[test]
+    fn groups_keep_threadblocks_resident() {
+        // Every rank of a 32-rank fabric talks to all 31 others in both of two steps: one
+        // group holds 62 threadblocks per rank, two would hold 124.
+        let topo = load("dgx-a100x4").unwrap();
+        let n = topo.ranks;
+        let all: Vec<Send> = (0..n)
+            .flat_map(|s| {
+                (0..n).filter(move |&d| d != s).map(move |d| Send {
+                    chunk: s,
+                    src: s,
+                    dst: d,
+                })
+            })
+            .collect();
+        let step = Step {
+            rounds: 1,
+            reduce: false,
+            sends: all,
+        };
+        let a = Algorithm {
+            name: "allgather-dgx-a100x4".into(),
+            topology: topo.name.clone(),
+            collective: Collective::new(Kind::AllGather, n, 0, 1).unwrap(),
+            steps: vec![step.clone(), step],
+            piece_channels: None,
+            step_groups: None,
+        };
+        assert_eq!(fit_groups(&a, vec![0, 1]), None);
+        // With the second step inside each 8-GPU node, 62 + 14 threadblocks fit.
+        let mut within = a.clone();
+        within.steps[1].sends.retain(|s| s.src / 8 == s.dst / 8);
+        assert_eq!(fit_groups(&within, vec![0, 1]), Some(vec![0, 1]));
+    }
 }

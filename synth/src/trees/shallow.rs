@@ -1,0 +1,230 @@
+//! Shallow broadcast trees by integer programming: C pieces, one spanning out-tree each, at
+//! the exact optimum rate, with every tree at most D hops deep.
+//!
+//! The runtime replays a program per slice of each piece, so a broadcast pays about one
+//! slice per hop of its deepest tree to fill its pipeline. Packed trees (and NCCL's rings)
+//! reach the optimum rate through deep paths (dgx1: rings of 7 hops, 93.4% of the optimum
+//! at 1 GB); here the trees reach it within D hops. A tree carries R/C of the optimum rate
+//! R, so a link or switch constraint of bandwidth b carries at most ⌊b·C/R⌋ trees.
+//!
+//! Variables: binary `x[t, l, d]`, tree t uses link l = (u → v) into depth d (u is the root
+//! iff d = 1; only where both ends can be that deep). Constraints: every non-root rank
+//! enters every tree once; `x[t, u → v, d] ≤ Σ x[t, · → u, d − 1]`; the capacities above.
+//! (C, D) pairs are tried by the fill they predict at the reference size, best first; the
+//! first feasible one wins. Every solve is bounded (one thread, fixed seed, a node limit)
+//! and a solve the limit cuts short counts as infeasible.
+
+use super::packing::Tree;
+use crate::topology::{Topology, TopologyIndex};
+use anyhow::Result;
+use good_lp::{constraint, highs, variable, Expression, ProblemVariables, SolverModel, Variable};
+use highs::{HighsModelStatus, HighsSolutionStatus};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Largest fabric tried (ranks).
+pub const MAX_RANKS: usize = 32;
+
+/// Most binary variables of one model.
+const MAX_VARIABLES: usize = 20_000;
+
+/// Branch-and-bound nodes per solve.
+const MAX_NODES: i32 = 2_000;
+
+/// Hops beyond the root's eccentricity tried.
+const EXTRA_DEPTH: usize = 3;
+
+/// Shallow trees found: `trees[k]` carries piece k.
+#[derive(Debug, Clone)]
+pub struct Shallow {
+    /// One tree per piece.
+    pub trees: Vec<Tree>,
+    /// The deepest tree's depth.
+    pub depth: usize,
+}
+
+/// The shallowest trees (by the fill they predict, `slices(c)` slices per piece at c
+/// pieces) for a broadcast from `root` at `rate_gbps` with at most `max_chunks` pieces, or
+/// `None` when the fabric is too large, no pair (C, D) is found within the limits, or the
+/// deadline passes first.
+pub fn shallow_broadcast(
+    topology: &Topology,
+    index: &TopologyIndex,
+    root: usize,
+    rate_gbps: f64,
+    max_chunks: usize,
+    slices: impl Fn(usize) -> f64,
+    deadline: Instant,
+) -> Result<Option<Shallow>> {
+    if topology.ranks > MAX_RANKS || topology.ranks < 2 || rate_gbps <= 0.0 {
+        return Ok(None);
+    }
+    let dist: Vec<usize> = index.distances[root]
+        .iter()
+        .map(|d| d.unwrap_or(usize::MAX))
+        .collect();
+    let Some(eccentricity) = dist.iter().copied().filter(|&d| d != usize::MAX).max() else {
+        return Ok(None);
+    };
+    if dist.contains(&usize::MAX) {
+        return Ok(None);
+    }
+    let mut pairs: Vec<(usize, usize)> = (1..=max_chunks.max(1))
+        .flat_map(|c| (eccentricity..=eccentricity + EXTRA_DEPTH).map(move |d| (c, d)))
+        .collect();
+    // Best predicted first: fill costs about (D − 1) slices besides the piece's own slices.
+    let value = |&(c, d): &(usize, usize)| {
+        let n = slices(c);
+        n / (n + d as f64 - 1.0)
+    };
+    pairs.sort_by(|a, b| value(b).total_cmp(&value(a)).then(a.cmp(b)));
+    for (chunks, depth) in pairs {
+        // An extra candidate: past the deadline the search just stops.
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        if let Some(trees) = solve(topology, index, root, rate_gbps, chunks, depth, &dist)? {
+            let depth = trees.iter().map(tree_depth).max().unwrap_or(0);
+            return Ok(Some(Shallow { trees, depth }));
+        }
+    }
+    Ok(None)
+}
+
+/// `chunks` trees from `root` of depth at most `depth` within the capacities at
+/// `rate_gbps`, or `None` when infeasible or not found within the node limit.
+fn solve(
+    topology: &Topology,
+    index: &TopologyIndex,
+    root: usize,
+    rate_gbps: f64,
+    chunks: usize,
+    depth: usize,
+    dist: &[usize],
+) -> Result<Option<Vec<Tree>>> {
+    let capacity = |bandwidth: f64| (bandwidth * chunks as f64 / rate_gbps + 1e-9).floor();
+    // A rank's first tree edge leaves the root: without capacity there, nothing fits.
+    let out: f64 = index.out_links[root]
+        .iter()
+        .map(|&l| capacity(topology.links[l].bandwidth))
+        .sum();
+    if out < chunks as f64 {
+        return Ok(None);
+    }
+    let mut vars = ProblemVariables::new();
+    let mut x: Vec<(usize, usize, usize, Variable)> = Vec::new();
+    for t in 0..chunks {
+        for (l, link) in topology.links.iter().enumerate() {
+            let (u, v) = (link.src, link.dst);
+            if v == root || capacity(link.bandwidth) < 1.0 {
+                continue;
+            }
+            for d in 1..=depth {
+                if (d == 1) != (u == root) || dist[u] > d - 1 || dist[v] > d {
+                    continue;
+                }
+                x.push((t, l, d, vars.add(variable().binary())));
+            }
+        }
+    }
+    if x.len() > MAX_VARIABLES {
+        return Ok(None);
+    }
+    // Variables entering each (tree, rank), with their depth.
+    let mut into: HashMap<(usize, usize), Vec<(usize, Variable)>> = HashMap::new();
+    for &(t, l, d, var) in &x {
+        into.entry((t, topology.links[l].dst))
+            .or_default()
+            .push((d, var));
+    }
+    let mut constraints = Vec::new();
+    for t in 0..chunks {
+        for v in (0..topology.ranks).filter(|&v| v != root) {
+            let Some(entering) = into.get(&(t, v)) else {
+                return Ok(None);
+            };
+            let sum: Expression = entering.iter().map(|&(_, var)| var).sum();
+            constraints.push(constraint!(sum == 1.0));
+        }
+    }
+    for &(t, l, d, var) in &x {
+        let u = topology.links[l].src;
+        if d > 1 {
+            let reached: Expression = into
+                .get(&(t, u))
+                .into_iter()
+                .flatten()
+                .filter(|&&(du, _)| du == d - 1)
+                .map(|&(_, v)| v)
+                .sum();
+            constraints.push(constraint!(var <= reached));
+        }
+    }
+    let mut on_link: Vec<Expression> = vec![Expression::from(0.0); topology.links.len()];
+    let mut on_switch: Vec<Expression> = vec![Expression::from(0.0); topology.switches.len()];
+    for &(_, l, _, var) in &x {
+        on_link[l] += var;
+        for &j in &index.governing[l] {
+            on_switch[j] += var;
+        }
+    }
+    for (l, load) in on_link.into_iter().enumerate() {
+        constraints.push(constraint!(load <= capacity(topology.links[l].bandwidth)));
+    }
+    for (j, load) in on_switch.into_iter().enumerate() {
+        constraints.push(constraint!(
+            load <= capacity(topology.switches[j].bandwidth)
+        ));
+    }
+    let mut model = vars.minimise(Expression::from(0.0)).using(highs);
+    for c in constraints {
+        model.add_constraint(c);
+    }
+    let mut model = model
+        .try_into_inner()
+        .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
+    // One thread, a fixed seed and a node limit: the answer is a function of the model.
+    let option = |e| anyhow::anyhow!("HiGHS option: {e:?}");
+    model.try_set_option("threads", 1).map_err(option)?;
+    model.try_set_option("random_seed", 0).map_err(option)?;
+    model
+        .try_set_option("mip_max_nodes", MAX_NODES)
+        .map_err(option)?;
+    let solved = model
+        .try_solve()
+        .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
+    let found = matches!(
+        solved.status(),
+        HighsModelStatus::Optimal
+            | HighsModelStatus::ReachedSolutionLimit
+            | HighsModelStatus::ReachedIterationLimit
+    ) && solved.primal_solution_status() == HighsSolutionStatus::Feasible;
+    if !found {
+        return Ok(None);
+    }
+    let solution = solved.get_solution();
+    let values = solution.columns();
+    let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];
+    for (column, &(t, l, _, _)) in x.iter().enumerate() {
+        if values[column] > 0.5 {
+            let link = &topology.links[l];
+            trees[t][link.dst] = Some(link.src);
+        }
+    }
+    Ok(Some(trees))
+}
+
+/// The most hops from the root of `tree` to a rank.
+fn tree_depth(tree: &Tree) -> usize {
+    (0..tree.len())
+        .map(|mut v| {
+            let mut hops = 0;
+            while let Some(p) = tree[v] {
+                v = p;
+                hops += 1;
+            }
+            hops
+        })
+        .max()
+        .unwrap_or(0)
+}

@@ -88,6 +88,10 @@ pub(super) struct Layout<'a> {
     resources: Vec<Vec<usize>>,
     /// Classes using each resource.
     users: Vec<Vec<usize>>,
+    /// For a class that is alone on its one resource (a torus link, a rank's memory): that
+    /// resource's capacity and how many times the class lists it. Its flows then share the
+    /// resource among themselves only, and its rate needs no group.
+    solo: Vec<Option<(f64, f64)>>,
     /// The class of each rank's local copies.
     local_class: Vec<usize>,
     caps: Vec<f64>,
@@ -258,8 +262,18 @@ impl<'a> Layout<'a> {
                 }
             }
         }
+        let solo = resources
+            .iter()
+            .enumerate()
+            .map(|(c, list)| {
+                let j = *list.first()?;
+                (list.iter().all(|&k| k == j) && users[j] == [c])
+                    .then(|| (caps[j], list.len() as f64))
+            })
+            .collect();
         Ok(Layout {
             p,
+            solo,
             tbs,
             ops,
             counts,
@@ -581,9 +595,27 @@ impl<'a, 'p> Sim<'a, 'p> {
             }
             // The connected group: classes with flows, and changed ones (a class that lost
             // its last flow frees bandwidth for its neighbours).
+            self.classes[start].dirty = false;
+            if let Some((cap, uses)) = layout.solo[start] {
+                // Progressive filling on one resource gives each flow cap / (flows × uses).
+                let now = self.now;
+                let class = &mut self.classes[start];
+                class.advance_to(now);
+                match class.flows.peek() {
+                    Some(top) => {
+                        class.rate = cap / (class.flows.len() as f64 * uses);
+                        let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
+                        self.ends.set(start, end);
+                    }
+                    None => {
+                        class.rate = 0.0;
+                        self.ends.remove(start);
+                    }
+                }
+                continue;
+            }
             group.clear();
             group.push(start);
-            self.classes[start].dirty = false;
             self.classes[start].grouped = true;
             let mut i = 0;
             while i < group.len() {

@@ -70,16 +70,25 @@ struct Conn {
     class: usize,
 }
 
+/// What the event loop needs of a step, in one record.
+#[derive(Clone, Copy)]
+struct StepInfo {
+    /// Index of its first dependency in [`Layout::deps`].
+    deps: u32,
+    count: u32,
+    op: Op,
+}
+
 /// A program laid out for the event loop: every threadblock's steps (op, count,
 /// dependencies) in flat arrays, connections and classes of flows resolved. Built once per
 /// program and shared by its runs at every size.
 pub(super) struct Layout<'a> {
     p: &'a Program,
     tbs: Vec<Tb>,
-    ops: Vec<Op>,
-    counts: Vec<u32>,
-    /// Dependencies of step `i`: `deps[dep_at[i]..dep_at[i + 1]]` as (threadblock, step).
-    dep_at: Vec<u32>,
+    /// Every step, by index (`first` of its threadblock + k), and one past the last.
+    steps: Vec<StepInfo>,
+    /// Dependencies of step `i`: `deps[steps[i].deps..steps[i + 1].deps]` as (threadblock,
+    /// step).
     deps: Vec<(u32, u32)>,
     conns: Vec<Conn>,
     /// Sending and receiving threadblock of each connection.
@@ -163,9 +172,7 @@ impl<'a> Layout<'a> {
             bail!("program '{}' has too many steps to simulate", p.name);
         }
         let mut tbs = Vec::new();
-        let mut ops = Vec::with_capacity(steps);
-        let mut counts = Vec::with_capacity(steps);
-        let mut dep_at = Vec::with_capacity(steps + 1);
+        let mut infos: Vec<StepInfo> = Vec::with_capacity(steps + 1);
         let mut deps: Vec<(u32, u32)> = Vec::new();
         let mut first_tb = Vec::with_capacity(p.gpus.len());
         for g in &p.gpus {
@@ -200,7 +207,7 @@ impl<'a> Layout<'a> {
                 tbs[t] = Tb {
                     rank: g.rank as u32,
                     id: id as u32,
-                    first: ops.len() as u32,
+                    first: infos.len() as u32,
                     len: tb.steps.len() as u32,
                     send_conn,
                     recv_conn,
@@ -223,7 +230,7 @@ impl<'a> Layout<'a> {
                             s.op
                         );
                     }
-                    dep_at.push(deps.len() as u32);
+                    let dep_start = deps.len() as u32;
                     for d in &s.deps {
                         let ok = g
                             .threadblocks
@@ -239,12 +246,19 @@ impl<'a> Layout<'a> {
                         }
                         deps.push(((first_tb[g.rank] + d.tb) as u32, d.step as u32));
                     }
-                    ops.push(s.op);
-                    counts.push(u32::try_from(s.count).unwrap_or(u32::MAX));
+                    infos.push(StepInfo {
+                        deps: dep_start,
+                        count: u32::try_from(s.count).unwrap_or(u32::MAX),
+                        op: s.op,
+                    });
                 }
             }
         }
-        dep_at.push(deps.len() as u32);
+        infos.push(StepInfo {
+            deps: deps.len() as u32,
+            count: 0,
+            op: Op::Nop,
+        });
         let mut conn_ends = vec![(NONE, NONE); conns.len()];
         for (t, tb) in tbs.iter().enumerate() {
             if tb.send_conn != NONE {
@@ -275,9 +289,7 @@ impl<'a> Layout<'a> {
             p,
             solo,
             tbs,
-            ops,
-            counts,
-            dep_at,
+            steps: infos,
             deps,
             conns,
             conn_ends,
@@ -293,7 +305,7 @@ impl<'a> Layout<'a> {
 
     /// The dependencies of step `i`.
     fn deps_of(&self, i: usize) -> &[(u32, u32)] {
-        &self.deps[self.dep_at[i] as usize..self.dep_at[i + 1] as usize]
+        &self.deps[self.steps[i].deps as usize..self.steps[i + 1].deps as usize]
     }
 }
 
@@ -389,6 +401,7 @@ pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
     let mut queue: Vec<u32> = (0..n as u32).rev().collect();
     let mut queued = vec![true; n];
     let mut woken = Vec::new();
+    let mut room = Vec::new();
     loop {
         events += 1;
         if events > MAX_EVENTS {
@@ -402,13 +415,15 @@ pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
         while let Some(t) = queue.pop() {
             let t = t as usize;
             queued[t] = false;
-            if sim.start(t) {
-                sim.neighbours(t, |w| {
+            if sim.start(t, &mut room) {
+                let mut wake = |w: u32| {
                     if !queued[w as usize] {
                         queued[w as usize] = true;
                         queue.push(w);
                     }
-                });
+                };
+                room.drain(..).for_each(&mut wake);
+                sim.neighbours(t, wake);
             }
         }
         if sim.active == 0 && sim.flying == 0 {
@@ -471,9 +486,8 @@ impl<'a, 'p> Sim<'a, 'p> {
         }
     }
 
-    /// Calls `f` on the threadblocks whose progress may follow from progress of `t`: those
-    /// waiting for a step of it, the sender feeding it (room in the connection) and the
-    /// receiver it feeds (arrivals).
+    /// Calls `f` on the threadblocks waiting for the steps `t` has done. (A receiver is
+    /// woken by the arrival of its message, a sender by the room its receiver makes.)
     fn neighbours(&mut self, t: usize, mut f: impl FnMut(u32)) {
         let done = self.tbs[t].done;
         while let Some(&Reverse((needed, w))) = self.waiting[t].peek() {
@@ -482,20 +496,6 @@ impl<'a, 'p> Sim<'a, 'p> {
             }
             self.waiting[t].pop();
             f(w);
-        }
-        let tb = &self.tbs[t];
-        let ends = &self.layout.conn_ends;
-        if tb.recv_conn != NONE {
-            let s = ends[tb.recv_conn as usize].0;
-            if s != NONE {
-                f(s);
-            }
-        }
-        if tb.send_conn != NONE {
-            let r = ends[tb.send_conn as usize].1;
-            if r != NONE {
-                f(r);
-            }
         }
     }
 
@@ -524,7 +524,9 @@ impl<'a, 'p> Sim<'a, 'p> {
     }
 
     /// Runs threadblock `t` as far as it goes without waiting; true if it made progress.
-    fn start(&mut self, t: usize) -> bool {
+    /// The senders whose connections it took messages from (they have room now) go to
+    /// `room`.
+    fn start(&mut self, t: usize, room: &mut Vec<u32>) -> bool {
         let layout = self.layout;
         let iterations = self.slices.len();
         let mut progressed = false;
@@ -547,7 +549,7 @@ impl<'a, 'p> Sim<'a, 'p> {
                 self.waiting[on].push(Reverse((needed, t as u32)));
                 return progressed;
             }
-            let op = layout.ops[i];
+            let op = layout.steps[i].op;
             if op.receives() {
                 let c = &self.conns[tb.recv_conn as usize];
                 if c.arrived <= tb.taken {
@@ -560,12 +562,16 @@ impl<'a, 'p> Sim<'a, 'p> {
                     return progressed;
                 }
             }
-            let bytes = layout.counts[i] as f64 * self.slices[iter];
+            let bytes = layout.steps[i].count as f64 * self.slices[iter];
             let (rank, recv_conn, send_conn) = (tb.rank as usize, tb.recv_conn, tb.send_conn);
             progressed = true;
             if op.receives() {
                 self.tbs[t].taken += 1;
                 self.conns[recv_conn as usize].taken += 1;
+                let sender = layout.conn_ends[recv_conn as usize].0;
+                if sender != NONE {
+                    room.push(sender);
+                }
             }
             if op.sends() {
                 let conn = &mut self.conns[send_conn as usize];
@@ -735,7 +741,7 @@ impl<'a, 'p> Sim<'a, 'p> {
         let n = t.len as usize;
         let (iter, idx) = (t.done / n, t.done % n);
         let i = t.first as usize + idx;
-        let op = layout.ops[i];
+        let op = layout.steps[i].op;
         let why = if let Some(&(on, step)) = layout.deps_of(i).iter().find(|&&(on, step)| {
             let other = &self.tbs[on as usize];
             other.done <= iter * other.len as usize + step as usize

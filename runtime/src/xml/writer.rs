@@ -446,7 +446,8 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
             }
             check_reduce_chains(tb, |j| targets[tbi][j], &at)?;
             for (si, step) in tb.steps.iter().enumerate() {
-                check_step(p, g.rank, tbi, step, &lim, &format!("{at} step {si}"))?;
+                check_step(p, g.rank, tbi, step, &lim)
+                    .map_err(|e| format!("{at} step {si}: {e}"))?;
             }
         }
     }
@@ -526,43 +527,44 @@ fn check_reduce_chains(
     Ok(())
 }
 
+/// The step-level rules of a flavour; the error lacks the step's position (the caller
+/// adds it: formatting it for every step would cost more than the checks).
 fn check_step(
     p: &Program,
     rank: usize,
     tbi: usize,
     step: &Step,
     lim: &Limits,
-    at: &str,
 ) -> Result<(), String> {
     if !lim.fused_ops && step.op.is_fused() {
         return Err(format!(
-            "{at}: fused op {} is refused by RCCL's MSCCL kernels (only s, r, cpy, re, nop run); lower without fusion",
+            "fused op {} is refused by RCCL's MSCCL kernels (only s, r, cpy, re, nop run); lower without fusion",
             step.op
         ));
     }
     if step.op == Op::Nop {
-        return Err(format!("{at}: nop left after folding"));
+        return Err("nop left after folding".into());
     }
     if step.count == 0 || step.count > MAX_COUNT {
         return Err(format!(
-            "{at}: count {} must be between 1 and {MAX_COUNT}",
+            "count {} must be between 1 and {MAX_COUNT}",
             step.count
         ));
     }
     if step.src.offset > MAX_OFFSET || step.dst.offset > MAX_OFFSET {
-        return Err(format!("{at}: offsets must be at most {MAX_OFFSET}"));
+        return Err(format!("offsets must be at most {MAX_OFFSET}"));
     }
     let tbs = &p.gpus[rank].threadblocks;
     for d in &step.deps {
         if d.tb == tbi || d.tb >= tbs.len() || d.step >= tbs[d.tb].steps.len() {
             return Err(format!(
-                "{at}: invalid dependency on tb {} step {}",
+                "invalid dependency on tb {} step {}",
                 d.tb, d.step
             ));
         }
         if d.tb > MAX_DEPID {
             return Err(format!(
-                "{at}: depid {} does not fit the runtime's int8",
+                "depid {} does not fit the runtime's int8",
                 d.tb
             ));
         }

@@ -68,38 +68,31 @@ impl LowerArgs {
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
 /// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and what `use_program` made of
-/// the out-of-place program. Nothing is written unless both programs can be expressed. One
-/// program is held at a time (a 1024-rank program takes most of a gigabyte): each is lowered,
-/// verified and streamed to a temporary file, the out-of-place one is handed to
-/// `use_program` (the main command simulates it) and dropped, and the files get their names
-/// once both exist.
-pub fn write_xml<T>(
+/// the out-of-place program. Nothing is written unless both programs can be expressed. At
+/// most two programs are held (a 1024-rank program takes hundreds of megabytes): the
+/// out-of-place one is lowered, verified and streamed to a temporary file, then handed to
+/// `use_program` (the main command simulates it) while, in parallel, the in-place one is
+/// lowered, verified and streamed; the files get their names once both exist.
+pub fn write_xml<T: Send>(
     algorithm: &Algorithm,
     dir: &Path,
     args: &LowerArgs,
     progress: &Progress,
-    use_program: impl FnOnce(&Program) -> Result<T>,
+    use_program: impl FnOnce(&Program) -> Result<T> + Send,
 ) -> Result<(Vec<String>, T)> {
     let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
     let result = (|| {
-        let mut used = None;
-        let mut use_program = Some(use_program);
-        for inplace in [false, true] {
-            let mode = if inplace { "in place" } else { "out of place" };
-            progress.message(&format!("lowering and verifying {} {mode}", algorithm.name));
-            let program = lower_verified(algorithm, &args.options(inplace)?)?;
-            let path = dir.join(format!(
-                "{}.xml",
-                program.name.replace("-inplace", ".inplace")
-            ));
-            let partial = path.with_extension("xml.partial");
-            progress.message(&format!("writing {}", path.display()));
-            write_file(&program, args.flavor(), &partial)?;
-            written.push((partial, path));
-            if let Some(f) = use_program.take() {
-                used = Some(f(&program)?);
-            }
+        let outofplace = lower_and_write(algorithm, dir, args, progress, false)?;
+        written.push((outofplace.partial.clone(), outofplace.path.clone()));
+        let (used, inplace) = rayon::join(
+            || use_program(&outofplace.program),
+            || lower_and_write(algorithm, dir, args, progress, true).map(|w| (w.partial, w.path)),
+        );
+        drop(outofplace);
+        if let Ok(files) = &inplace {
+            written.push(files.clone());
         }
+        let (used, _) = (used?, inplace?);
         for (partial, path) in &written {
             std::fs::rename(partial, path)
                 .with_context(|| format!("{}: cannot write", path.display()))?;
@@ -108,10 +101,7 @@ pub fn write_xml<T>(
             .iter()
             .map(|(_, p)| p.display().to_string())
             .collect();
-        Ok((
-            paths,
-            used.expect("the out-of-place program is lowered first"),
-        ))
+        Ok((paths, used))
     })();
     if result.is_err() {
         for (partial, _) in &written {
@@ -119,6 +109,43 @@ pub fn write_xml<T>(
         }
     }
     result
+}
+
+/// A program lowered, verified and written to a temporary file.
+struct Written {
+    program: Program,
+    /// The temporary file, and the name it gets.
+    partial: PathBuf,
+    path: PathBuf,
+}
+
+/// Lowers `algorithm` in one buffer mode, verifies it and streams its XML to a temporary
+/// file beside its final name (removed again if writing fails).
+fn lower_and_write(
+    algorithm: &Algorithm,
+    dir: &Path,
+    args: &LowerArgs,
+    progress: &Progress,
+    inplace: bool,
+) -> Result<Written> {
+    let mode = if inplace { "in place" } else { "out of place" };
+    progress.message(&format!("lowering and verifying {} {mode}", algorithm.name));
+    let program = lower_verified(algorithm, &args.options(inplace)?)?;
+    let path = dir.join(format!(
+        "{}.xml",
+        program.name.replace("-inplace", ".inplace")
+    ));
+    let partial = path.with_extension("xml.partial");
+    progress.message(&format!("writing {}", path.display()));
+    if let Err(e) = write_file(&program, args.flavor(), &partial) {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e);
+    }
+    Ok(Written {
+        program,
+        partial,
+        path,
+    })
 }
 
 /// Streams a program's XML to `path`.

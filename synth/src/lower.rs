@@ -485,8 +485,9 @@ fn custom_conditions(
 }
 
 /// Transfers per connection tried, in order, until every threadblock fits the flavour's step
-/// limit (0: no split).
-const TRANSFER_LIMITS: [usize; 8] = [0, 64, 32, 16, 8, 4, 2, 1];
+/// limit (0: no split). The steps between 64 and 32 leave room for the nops that carry extra
+/// dependencies without doubling the channels (RCCL's 64 threadblocks run out first).
+const TRANSFER_LIMITS: [usize; 12] = [0, 64, 56, 48, 40, 32, 24, 16, 8, 4, 2, 1];
 
 /// Lowers `algorithm` with `options` for the runtimes: connections are split over more
 /// channels until every threadblock is within the flavour's step limit (pieces stay on the
@@ -507,11 +508,39 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let groups = step_groups_of(algorithm)?;
     let mut most = groups.iter().max().map_or(1, |g| g + 1);
+    // Past the step groups, fewer channels for the pieces (RCCL's 64 threadblocks): the
+    // algorithm narrowed to `spread` piece channels.
+    let mut spread = options
+        .piece_channels
+        .max(algorithm.piece_channels.unwrap_or(1));
+    let mut narrowed: Option<(Algorithm, LowerOptions)> = None;
     loop {
-        match lower_verified_grouped(algorithm, options, &squeeze(&groups, most))? {
+        let (a, o) = match &narrowed {
+            Some((a, o)) => (a, o),
+            None => (algorithm, options),
+        };
+        match lower_verified_grouped(a, o, &squeeze(&groups, most))? {
             Ok(done) => return Ok(done),
-            Err(e) if most == 1 => return Err(e),
-            Err(_) => most /= 2,
+            Err(_) if most > 1 => most /= 2,
+            Err(_) if spread > 1 => {
+                spread /= 2;
+                let a = Algorithm {
+                    piece_channels: Some(spread),
+                    ..algorithm.clone()
+                };
+                let o = LowerOptions {
+                    piece_channels: 1,
+                    ..options.clone()
+                };
+                narrowed = Some((a, o));
+            }
+            Err(e) if e.to_string().contains("cannot be expressed") => return Err(e),
+            Err(e) => {
+                return Err(e.context(format!(
+                    "{} cannot be expressed for the {:?} runtime",
+                    algorithm.name, options.flavor
+                )))
+            }
         }
     }
 }

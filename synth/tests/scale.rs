@@ -183,6 +183,48 @@ fn large_programs_fit_every_flavour() {
 }
 
 #[test]
+fn dgx_a100x8_allreduce_lowers_in_every_flavour() {
+    use runtime::ir::Flavor;
+    // What `synth --topo dgx-a100x8 --coll allreduce --flavor F` writes: every algorithm in
+    // both buffer modes, read back and verified. RCCL's 64 threadblocks cannot hold the
+    // eight-ring candidates (their ranks need more than 64 threadblocks of 64 steps); those
+    // are refused in one line that says so, as the main command prints it.
+    let topology = topology::load("dgx-a100x8").unwrap();
+    let result = trees(&topology, Kind::AllReduce);
+    assert!(result.algorithms.len() > 1);
+    for flavor in [Flavor::Nccl, Flavor::Rccl, Flavor::Legacy] {
+        let mut expressed = 0;
+        for algorithm in &result.algorithms {
+            for inplace in [false, true] {
+                let options = LowerOptions {
+                    flavor,
+                    inplace,
+                    ..LowerOptions::default()
+                };
+                let what = format!("{} {flavor:?} inplace={inplace}", algorithm.name);
+                match lower_to_xml(algorithm, &options) {
+                    Ok((program, xml)) => {
+                        let back = runtime::xml::read_str(&xml)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert_eq!(back.ngpus, program.ngpus, "{what}");
+                        runtime::verify::verify(&back).unwrap_or_else(|e| panic!("{what}: {e}"));
+                        expressed += 1;
+                    }
+                    Err(e) => {
+                        let e = format!("{e:#}");
+                        assert_eq!(flavor, Flavor::Rccl, "{what}: {e}");
+                        assert!(e.contains("cannot be expressed"), "{what}: {e}");
+                        assert!(!e.contains('\n'), "{what}: {e}");
+                    }
+                }
+            }
+        }
+        // The first algorithm (trees) fits every runtime.
+        assert!(expressed >= 2, "{flavor:?}: {expressed} programs");
+    }
+}
+
+#[test]
 fn translations_of_generated_fabrics_are_transitive() {
     for spec in ["torus-2d:8x8", "dgx-a100x4", "ring:12"] {
         let t = topology::load(spec).unwrap();

@@ -3,7 +3,7 @@
 use runtime::ir::{Buffer, Collective, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use synth::baseline::{self, Algo, BaselineOptions};
 use synth::cutbound::{self, CutBound};
-use synth::simulate::{simulate, SimOptions, Slicing};
+use synth::simulate::{simulate, simulate_sizes, SimOptions, Slicing};
 use synth::topology::{self, Link, SwitchConstraint, Topology};
 
 const GB: u64 = 1 << 30;
@@ -491,4 +491,27 @@ fn p2p_baseline_relays_only_where_no_link_joins_two_ranks() {
     assert!(e.to_string().contains("ring or tree"), "{e}");
     let e = baseline::ring(Collective::AllToAll, &dgx1, &opts).unwrap_err();
     assert!(e.to_string().contains("point-to-point"), "{e}");
+}
+
+#[test]
+fn sizes_simulated_together_equal_one_by_one() {
+    // One layout, runs in parallel: the same figures as separate simulations.
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let ring = baseline::ring(
+        Collective::AllReduce,
+        &topo,
+        &BaselineOptions {
+            channels: None,
+            root: 0,
+        },
+    )
+    .unwrap();
+    let sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 30];
+    let opts = SimOptions::default();
+    let together = simulate_sizes(&ring, &topo, &sizes, &opts).unwrap();
+    assert_eq!(together.len(), sizes.len());
+    for (run, &size) in together.iter().zip(&sizes) {
+        assert_eq!(*run, simulate(&ring, &topo, size, &opts).unwrap(), "{size}");
+    }
+    assert!(simulate_sizes(&ring, &topo, &[1 << 20, 0], &opts).is_err());
 }

@@ -204,8 +204,8 @@ fn dgx_a100x8_allreduce_lowers_in_every_flavour() {
                 let what = format!("{} {flavor:?} inplace={inplace}", algorithm.name);
                 match lower_to_xml(algorithm, &options) {
                     Ok((program, xml)) => {
-                        let back = runtime::xml::read_str(&xml)
-                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        let back =
+                            runtime::xml::read_str(&xml).unwrap_or_else(|e| panic!("{what}: {e}"));
                         assert_eq!(back.ngpus, program.ngpus, "{what}");
                         runtime::verify::verify(&back).unwrap_or_else(|e| panic!("{what}: {e}"));
                         expressed += 1;

@@ -422,7 +422,10 @@ impl<'a> Execution<'a> {
         }
         let i = tb.step_base + tb.pc as usize;
         let deps = &self.deps[self.dep_at[i] as usize..self.dep_at[i + 1] as usize];
-        if let Some(&(on, step)) = deps.iter().find(|&&(on, step)| self.tbs[on as usize].pc <= step) {
+        if let Some(&(on, step)) = deps
+            .iter()
+            .find(|&&(on, step)| self.tbs[on as usize].pc <= step)
+        {
             return Some(Blocked::Dep(on as usize, step as usize));
         }
         let op = self.ops[i];
@@ -551,16 +554,18 @@ impl<'a> Execution<'a> {
         step: &Step,
         received: &[ContentId],
     ) -> Result<Option<Vec<ContentId>>, VerifyError> {
+        // With full clocks, races are checked as the accesses happen, in the order the data
+        // moves: source, `re`'s destination, then the write.
+        let mut ranges = [None; 3];
         if self.clocks.is_some() {
-            // Accesses in the order the data moves: source, `re`'s destination, then the write.
             let (reads, write) = reads_and_writes(step);
-            let mut ranges = [None; 3];
             for (i, slot) in reads.iter().chain([&write]).enumerate() {
                 if let Some(slot) = slot {
                     ranges[i] = Some(self.range(at, *slot, step.count)?);
                 }
             }
-            let c = self.clocks.as_mut().expect("checked");
+        }
+        if let Some(c) = &mut self.clocks {
             let w = c.width;
             let by = Accessor {
                 at,

@@ -557,16 +557,10 @@ fn check_step(
     let tbs = &p.gpus[rank].threadblocks;
     for d in &step.deps {
         if d.tb == tbi || d.tb >= tbs.len() || d.step >= tbs[d.tb].steps.len() {
-            return Err(format!(
-                "invalid dependency on tb {} step {}",
-                d.tb, d.step
-            ));
+            return Err(format!("invalid dependency on tb {} step {}", d.tb, d.step));
         }
         if d.tb > MAX_DEPID {
-            return Err(format!(
-                "depid {} does not fit the runtime's int8",
-                d.tb
-            ));
+            return Err(format!("depid {} does not fit the runtime's int8", d.tb));
         }
     }
     Ok(())

@@ -374,7 +374,8 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
     };
     let raws = read_threadblocks(el, h, &gpu)?;
     check_dependencies(&raws, rank)?;
-    gpu.threadblocks = raws.iter().map(|tb| to_threadblock(tb, &raws)).collect();
+    let maps: Vec<Vec<Option<usize>>> = raws.iter().map(index_map).collect();
+    gpu.threadblocks = raws.iter().map(|tb| to_threadblock(tb, &maps)).collect();
     Ok(gpu)
 }
 
@@ -754,13 +755,13 @@ fn index_map(tb: &RawTb) -> Vec<Option<usize>> {
         .collect()
 }
 
-fn to_threadblock(tb: &RawTb, all: &[RawTb]) -> Threadblock {
-    let maps: Vec<Vec<Option<usize>>> = all.iter().map(index_map).collect();
+/// A threadblock as in memory; `maps` holds the [`index_map`] of every threadblock of the GPU.
+fn to_threadblock(tb: &RawTb, maps: &[Vec<Option<usize>>]) -> Threadblock {
     let map_dep = |(b, k): (usize, usize)| Dep {
         tb: b,
         step: maps[b][k].expect("checked: not a nop"),
     };
-    let mut steps = Vec::new();
+    let mut steps = Vec::with_capacity(tb.steps.len());
     let mut pending: Vec<Dep> = Vec::new();
     for s in &tb.steps {
         if s.op == Op::Nop {

@@ -11,13 +11,14 @@
 //! a logarithm and one connected group, not every flow of the fabric, so a 1024-rank program
 //! with millions of transfers simulates in seconds.
 
+use super::queue::IndexedHeap;
 use super::share::Sharing;
 use super::{wire_overhead, SimOptions, MAX_EVENTS};
 use crate::topology::Topology;
 use anyhow::{bail, Result};
 use runtime::ir::{Op, Program, Step};
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// What one run of the event loop measured.
 pub(super) struct Run {
@@ -49,6 +50,8 @@ struct Conn {
     /// Transfers started.
     started: usize,
     alpha: f64,
+    /// Its link.
+    link: usize,
     /// The class its transfers belong to.
     class: usize,
 }
@@ -94,8 +97,6 @@ struct Class {
     at: f64,
     /// Rate of each of its flows (bytes per µs).
     rate: f64,
-    /// Bumped at every rate change; events of older versions are stale.
-    version: u64,
     /// Its flows changed since its rate was computed.
     dirty: bool,
     /// In the group being recomputed.
@@ -108,14 +109,6 @@ impl Class {
         self.served += self.rate * (now - self.at);
         self.at = now;
     }
-}
-
-/// A message whose bytes have left the sender and that arrives at `at`.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct InFlight {
-    at: Key,
-    seq: usize,
-    conn: usize,
 }
 
 struct Sim<'a> {
@@ -140,9 +133,15 @@ struct Sim<'a> {
     depth: usize,
     /// Flows in progress, over all classes.
     active: usize,
-    /// Next end of each class: (time, class, version).
-    ends: BinaryHeap<Reverse<(Key, usize, u64)>>,
-    in_flight: BinaryHeap<Reverse<InFlight>>,
+    /// Next end of each class with flows.
+    ends: IndexedHeap,
+    /// Messages whose bytes have left, per link: (arrival time, connection), in order (a
+    /// link's messages share its latency).
+    in_flight: Vec<VecDeque<(f64, usize)>>,
+    /// Next arrival of each link with messages in flight.
+    arrivals: IndexedHeap,
+    /// Messages in flight, over all links.
+    flying: usize,
     /// Classes whose flows changed since rates were computed.
     dirty: Vec<usize>,
     sharing: Sharing,
@@ -175,7 +174,7 @@ pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOption
                 });
             }
         }
-        if sim.active == 0 && sim.in_flight.is_empty() {
+        if sim.active == 0 && sim.flying == 0 {
             if let Some(t) = sim.tbs.iter().find(|t| !t.finished(slices.len())) {
                 bail!("{}", sim.stuck(t));
             }
@@ -243,7 +242,6 @@ impl<'a> Sim<'a> {
                     served: 0.0,
                     at: 0.0,
                     rate: 0.0,
-                    version: 0,
                     dirty: false,
                     grouped: false,
                 });
@@ -278,6 +276,7 @@ impl<'a> Sim<'a> {
                 taken: 0,
                 started: 0,
                 alpha: topo.links[l].alpha.max(0.0),
+                link: l,
                 class: class(resources, classes),
             });
             conn_of.insert((s, r, ch), conns.len() - 1);
@@ -361,6 +360,7 @@ impl<'a> Sim<'a> {
                 }
             }
         }
+        let classes_count = classes.len();
         Ok(Sim {
             waiting: (0..tbs.len()).map(|_| BinaryHeap::new()).collect(),
             tbs,
@@ -376,8 +376,10 @@ impl<'a> Sim<'a> {
             wire: wire_overhead(p.protocol),
             depth: opts.fifo_depth.max(1),
             active: 0,
-            ends: BinaryHeap::new(),
-            in_flight: BinaryHeap::new(),
+            ends: IndexedHeap::new(classes_count),
+            in_flight: vec![VecDeque::new(); topo.links.len()],
+            arrivals: IndexedHeap::new(topo.links.len()),
+            flying: 0,
             dirty: Vec::new(),
             now: 0.0,
             seq: 0,
@@ -538,14 +540,14 @@ impl<'a> Sim<'a> {
             for &c in &group {
                 let class = &mut self.classes[c];
                 class.advance_to(now);
-                class.version += 1;
                 let Some(top) = class.flows.peek() else {
                     class.rate = 0.0;
+                    self.ends.remove(c);
                     continue;
                 };
                 class.rate = rates.next().expect("one rate per class with flows");
                 let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
-                self.ends.push(Reverse((Key(end), c, class.version)));
+                self.ends.set(c, end);
             }
         }
     }
@@ -553,25 +555,16 @@ impl<'a> Sim<'a> {
     /// Moves time to the next event (a flow's last byte leaves, or a message arrives) and
     /// retires what finished; `woken` gets the threadblocks that may now go on.
     fn advance(&mut self, woken: &mut Vec<usize>) {
-        while let Some(Reverse((_, c, v))) = self.ends.peek() {
-            if self.classes[*c].version == *v {
-                break;
-            }
-            self.ends.pop();
-        }
-        let next_end = self.ends.peek().map_or(f64::INFINITY, |e| (e.0).0 .0);
-        let next_arrival = self.in_flight.peek().map_or(f64::INFINITY, |m| m.0.at.0);
+        let next_end = self.ends.peek().map_or(f64::INFINITY, |(_, t)| t);
+        let next_arrival = self.arrivals.peek().map_or(f64::INFINITY, |(_, t)| t);
         let next = next_end.min(next_arrival);
         self.now = next;
         let tol = 1e-12 * next.max(1.0);
-        while let Some(&Reverse((at, c, v))) = self.ends.peek() {
-            if at.0 > next + tol {
+        while let Some((c, at)) = self.ends.peek() {
+            if at > next + tol {
                 break;
             }
-            self.ends.pop();
-            if self.classes[c].version != v {
-                continue;
-            }
+            self.ends.remove(c);
             let class = &mut self.classes[c];
             class.advance_to(next);
             // The flow this event is for ends; others of the class ending within the
@@ -589,26 +582,35 @@ impl<'a> Sim<'a> {
                 tb.busy = false;
                 tb.done += 1;
                 if let Some(conn) = f.conn {
-                    self.in_flight.push(Reverse(InFlight {
-                        at: Key(next + self.conns[conn].alpha),
-                        seq: self.seq,
-                        conn,
-                    }));
-                    self.seq += 1;
+                    let (link, alpha) = (self.conns[conn].link, self.conns[conn].alpha);
+                    if self.in_flight[link].is_empty() {
+                        self.arrivals.set(link, next + alpha);
+                    }
+                    self.in_flight[link].push_back((next + alpha, conn));
+                    self.flying += 1;
                 }
                 woken.push(f.tb);
             }
-            class.version += 1;
             self.mark(c);
         }
-        while let Some(Reverse(m)) = self.in_flight.peek() {
-            if m.at.0 > next + tol {
+        while let Some((link, at)) = self.arrivals.peek() {
+            if at > next + tol {
                 break;
             }
-            // Messages of one connection have equal latency, so they arrive in order.
-            let Reverse(m) = self.in_flight.pop().expect("peeked");
-            self.conns[m.conn].arrived += 1;
-            woken.extend(self.conn_ends[m.conn].1);
+            let queue = &mut self.in_flight[link];
+            while let Some(&(at, conn)) = queue.front() {
+                if at > next + tol {
+                    break;
+                }
+                queue.pop_front();
+                self.flying -= 1;
+                self.conns[conn].arrived += 1;
+                woken.extend(self.conn_ends[conn].1);
+            }
+            match queue.front() {
+                Some(&(at, _)) => self.arrivals.set(link, at),
+                None => self.arrivals.remove(link),
+            }
         }
     }
 

@@ -38,6 +38,7 @@
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
 
 mod engine;
+mod queue;
 pub mod share;
 
 pub use share::max_min_rates;

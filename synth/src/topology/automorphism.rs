@@ -104,12 +104,18 @@ struct Search {
     /// their roles), equal ids for equal sets; empty when not computed.
     pair: Vec<u32>,
     order: Vec<usize>,
+    /// Position of each rank in `order`.
+    position: Vec<usize>,
+    /// Ranks linked to each rank (either direction).
+    neighbours: Vec<Vec<usize>>,
     candidates: Vec<Vec<usize>>,
     /// Switch constraints to check once the rank at position `i` of `order` is placed.
     due: Vec<Vec<usize>>,
     switches: SwitchIndex,
     perm: Vec<usize>,
     used: Vec<bool>,
+    /// The rank placed on each used image.
+    inverse: Vec<usize>,
     found: Vec<Vec<usize>>,
     limit: usize,
     steps: u64,
@@ -118,8 +124,28 @@ struct Search {
 }
 
 impl Search {
+    /// Whether placing `v` (at `pos` in the order) on `img` keeps the links and switch pairs
+    /// among the ranks placed so far.
     fn consistent(&self, pos: usize, v: usize, img: usize) -> bool {
         let n = self.n;
+        if self.pair.is_empty() {
+            // Only links can differ: a placed rank linked to neither `v` nor (by its image)
+            // to `img` matches trivially, so the ranks linked to either are enough, not all
+            // placed ranks (a 1024-rank torus has four neighbours, not a thousand).
+            let same = |u: usize, pu: usize| {
+                self.link[u * n + v] == self.link[pu * n + img]
+                    && self.link[v * n + u] == self.link[img * n + pu]
+            };
+            let from_v = self.neighbours[v]
+                .iter()
+                .filter(|&&u| self.position[u] < pos)
+                .all(|&u| same(u, self.perm[u]));
+            let from_img = self.neighbours[img]
+                .iter()
+                .filter(|&&w| self.used[w])
+                .all(|&w| same(self.inverse[w], w));
+            return from_v && from_img;
+        }
         for &u in &self.order[..pos] {
             let pu = self.perm[u];
             if self.link[u * n + v] != self.link[pu * n + img]
@@ -166,6 +192,7 @@ impl Search {
             }
             self.perm[v] = img;
             self.used[img] = true;
+            self.inverse[img] = v;
             if self.switches_ok(pos) {
                 self.run(pos + 1);
             }
@@ -224,6 +251,7 @@ impl Topology {
                 let u = s.order[k];
                 s.perm[u] = u;
                 s.used[u] = true;
+                s.inverse[u] = u;
             }
             let mut orbit: u128 = 0;
             for ci in 0..s.candidates[v].len() {
@@ -233,6 +261,7 @@ impl Topology {
                 }
                 s.perm[v] = c;
                 s.used[c] = true;
+                s.inverse[c] = v;
                 if s.switches_ok(i) {
                     s.found.clear();
                     s.run(i + 1);
@@ -378,16 +407,23 @@ impl Topology {
             due[last].push(s);
         }
 
+        for list in &mut adj {
+            list.sort_unstable();
+            list.dedup();
+        }
         Search {
             n,
             link,
             pair,
             order,
+            position,
+            neighbours: adj,
             candidates,
             due,
             switches: SwitchIndex::new(n, switch_sets),
             perm: vec![usize::MAX; n],
             used: vec![false; n],
+            inverse: vec![usize::MAX; n],
             found: Vec::new(),
             limit,
             steps: 0,

@@ -611,6 +611,8 @@ struct Pending {
     since: usize,
     /// Creation order (ties).
     seq: usize,
+    /// The link it crosses.
+    link: usize,
 }
 
 /// The algorithm of `packing` (as [`algorithm`]) scheduled by list scheduling in the
@@ -653,13 +655,12 @@ pub fn list_scheduled(
     // The link a pending send crosses, and its priority: longest remaining path first, then
     // oldest, then chunk, then creation order (what a stable sort of all pending sends by
     // the first three gives).
-    let link = |p: &Pending| {
-        let c = &copies[p.copy];
+    let link = |copy: usize, vertex: usize| {
+        let c = &copies[copy];
         let g = &packing.group.elements[c.element];
         let tree = &packing.roots[c.root].trees[c.tree].0;
-        let parent = tree[p.vertex].expect("a pending send enters a non-root vertex");
-        let (src, dst) = (g[parent] as usize, g[p.vertex] as usize);
-        (index.link_of[&(src, dst)], src, dst)
+        let parent = tree[vertex].expect("a pending send enters a non-root vertex");
+        index.link_of[&(g[parent] as usize, g[vertex] as usize)]
     };
     let priority = |p: &Pending| {
         let c = &copies[p.copy];
@@ -670,10 +671,12 @@ pub fn list_scheduled(
             p.seq,
         )
     };
-    // Pending sends per link, the first in priority on top: a step takes, link by link in
-    // the order of their first sends, what each link and its switch constraints have room
-    // for, which is the order in which one sorted list of all pending sends would be
-    // scanned, at the cost of the sends taken rather than of every send pending.
+    // Pending sends per link, the first in priority on top. A step takes from each link
+    // what it and its switch constraints have room for, in the order one sorted list of all
+    // pending sends would be scanned, at the cost of the sends taken rather than of every
+    // send pending: without switch constraints links do not interact, so each link gives
+    // its first sends and the step's sends are sorted; with them, links give one send at a
+    // time in the order of their first sends.
     type Queue<K> = BinaryHeap<Reverse<(K, Pending)>>;
     let mut queues: Vec<Queue<_>> = (0..topology.links.len())
         .map(|_| BinaryHeap::new())
@@ -681,11 +684,10 @@ pub fn list_scheduled(
     let mut active: Vec<usize> = Vec::new();
     let mut left = 0usize;
     let enqueue = |p: Pending, queues: &mut Vec<Queue<_>>, active: &mut Vec<usize>| {
-        let (l, _, _) = link(&p);
-        if queues[l].is_empty() {
-            active.push(l);
+        if queues[p.link].is_empty() {
+            active.push(p.link);
         }
-        queues[l].push(Reverse((priority(&p), p)));
+        queues[p.link].push(Reverse((priority(&p), p)));
     };
     let mut seq = 0;
     for (i, c) in copies.iter().enumerate() {
@@ -696,6 +698,7 @@ pub fn list_scheduled(
                 vertex: v,
                 since: 0,
                 seq,
+                link: link(i, v),
             };
             seq += 1;
             enqueue(p, &mut queues, &mut active);
@@ -705,6 +708,7 @@ pub fn list_scheduled(
     let mut link_load = vec![0u32; topology.links.len()];
     let mut switch_load = vec![0u32; topology.switches.len()];
     let mut steps: Vec<Step> = Vec::new();
+    let mut taken = Vec::new();
     while left > 0 {
         if steps.len() >= max_steps {
             bail!(
@@ -713,42 +717,65 @@ pub fn list_scheduled(
             );
         }
         let now = steps.len();
-        let mut sends = Vec::new();
-        let mut arrived = Vec::new();
-        let mut touched = Vec::new();
         // A link whose queue emptied in the last step and refilled with its arrivals was
         // listed again: once each.
         active.retain(|&l| !queues[l].is_empty());
         active.sort_unstable();
         active.dedup();
-        let mut links: BinaryHeap<Reverse<(_, usize)>> = active
-            .iter()
-            .map(|&l| Reverse((queues[l].peek().expect("active").0 .0, l)))
-            .collect();
-        while let Some(Reverse((_, l))) = links.pop() {
-            let fits = link_load[l] < caps.links[l]
-                && index.governing[l]
-                    .iter()
-                    .all(|&j| switch_load[j] < caps.switches[j]);
-            if !fits {
-                // Nothing more crosses this link in this step: its load and its switch
-                // constraints' only grow.
-                continue;
+        taken.clear();
+        if topology.switches.is_empty() {
+            for &l in &active {
+                while link_load[l] < caps.links[l] {
+                    let Some(Reverse(entry)) = queues[l].pop() else {
+                        break;
+                    };
+                    link_load[l] += 1;
+                    taken.push(entry);
+                }
             }
-            let Reverse((_, p)) = queues[l].pop().expect("a link in the heap has sends");
-            link_load[l] += 1;
-            for &j in &index.governing[l] {
-                switch_load[j] += 1;
+            taken.sort_unstable_by_key(|(key, _)| *key);
+        } else {
+            let mut links: BinaryHeap<Reverse<(_, usize)>> = active
+                .iter()
+                .map(|&l| Reverse((queues[l].peek().expect("active").0 .0, l)))
+                .collect();
+            while let Some(Reverse((_, l))) = links.pop() {
+                let fits = link_load[l] < caps.links[l]
+                    && index.governing[l]
+                        .iter()
+                        .all(|&j| switch_load[j] < caps.switches[j]);
+                if !fits {
+                    // Nothing more crosses this link in this step: its load and its switch
+                    // constraints' only grow.
+                    continue;
+                }
+                let Reverse(entry) = queues[l].pop().expect("a link in the heap has sends");
+                link_load[l] += 1;
+                for &j in &index.governing[l] {
+                    switch_load[j] += 1;
+                }
+                taken.push(entry);
+                if let Some(next) = queues[l].peek() {
+                    links.push(Reverse((next.0 .0, l)));
+                }
             }
-            touched.push(l);
+        }
+        if taken.is_empty() {
+            bail!(
+                "list scheduling of the trees on `{}` is stuck: a link or switch has no capacity",
+                topology.name
+            );
+        }
+        let mut sends = Vec::with_capacity(taken.len());
+        let mut arrived = Vec::new();
+        for &(_, p) in &taken {
             let c = &copies[p.copy];
-            let (_, src, dst) = link(&p);
+            let l = &topology.links[p.link];
             sends.push(Send {
                 chunk: c.chunk,
-                src,
-                dst,
+                src: l.src,
+                dst: l.dst,
             });
-            left -= 1;
             let (children, _) = &shapes[c.root][c.tree];
             for &v in &children[p.vertex] {
                 arrived.push(Pending {
@@ -756,27 +783,21 @@ pub fn list_scheduled(
                     vertex: v,
                     since: now + 1,
                     seq,
+                    link: link(p.copy, v),
                 });
                 seq += 1;
             }
-            if let Some(next) = queues[l].peek() {
-                links.push(Reverse((next.0 .0, l)));
-            }
         }
-        for l in touched {
-            link_load[l] = 0;
-            for &j in &index.governing[l] {
+        left -= taken.len();
+        // Every link and switch constraint carried at most its capacity: one round.
+        for &(_, p) in &taken {
+            link_load[p.link] = 0;
+            for &j in &index.governing[p.link] {
                 switch_load[j] = 0;
             }
         }
-        if sends.is_empty() {
-            bail!(
-                "list scheduling of the trees on `{}` is stuck: a link or switch has no capacity",
-                topology.name
-            );
-        }
         steps.push(Step {
-            rounds: rounds_needed(topology, index, caps, &sends),
+            rounds: 1,
             reduce: false,
             sends,
         });

@@ -679,47 +679,55 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             },
         })
         .collect();
+    // Steps per threadblock, to allocate each list once.
+    let mut sizes = vec![0usize; keys.len()];
+    for (key, _) in &rc.ops {
+        sizes[tb_of[key]] += 1;
+    }
+    for (tb, n) in threadblocks.iter_mut().zip(sizes) {
+        tb.steps.reserve_exact(n);
+    }
     let mut last_writer: FxHashMap<Slot, Dep> = FxHashMap::default();
     let mut readers: FxHashMap<Slot, Vec<Dep>> = FxHashMap::default();
     let (mut uses_input, mut uses_output) = (false, false);
+    let mut deps: Vec<Dep> = Vec::new();
     for (key, mut step) in rc.ops {
         let tb = tb_of[&key];
         let here = Dep {
             tb,
             step: threadblocks[tb].steps.len(),
         };
-        let reads: Vec<Slot> = match step.op {
-            Op::Send | Op::Copy => vec![step.src],
-            Op::RecvReduceCopy => vec![step.src],
-            Op::Reduce => vec![step.src, step.dst],
-            _ => vec![],
+        let reads: &[Slot] = match step.op {
+            Op::Send | Op::Copy | Op::RecvReduceCopy => &[step.src],
+            Op::Reduce => &[step.src, step.dst],
+            _ => &[],
         };
-        let writes: Vec<Slot> = match step.op {
-            Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => vec![step.dst],
-            _ => vec![],
+        let writes: Option<Slot> = match step.op {
+            Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => Some(step.dst),
+            _ => None,
         };
         for slot in reads.iter().chain(&writes) {
             uses_input |= slot.buffer == Buffer::Input;
             uses_output |= slot.buffer == Buffer::Output;
         }
-        let mut deps: Vec<Dep> = Vec::new();
+        deps.clear();
         for slot in reads.iter().chain(&writes) {
             deps.extend(last_writer.get(slot));
         }
-        for slot in &writes {
+        if let Some(slot) = &writes {
             deps.extend(readers.get(slot).into_iter().flatten());
         }
         // The latest step per other threadblock, in threadblock order.
         deps.retain(|d| d.tb != tb);
         deps.sort_by_key(|d| (d.tb, std::cmp::Reverse(d.step)));
         deps.dedup_by_key(|d| d.tb);
-        step.deps = deps;
-        for slot in &reads {
+        step.deps = deps.clone();
+        for slot in reads {
             readers.entry(*slot).or_default().push(here);
         }
-        for slot in &writes {
-            last_writer.insert(*slot, here);
-            readers.remove(slot);
+        if let Some(slot) = writes {
+            last_writer.insert(slot, here);
+            readers.remove(&slot);
         }
         threadblocks[tb].steps.push(step);
     }

@@ -78,6 +78,11 @@ pub(super) struct Execution<'a> {
     tbs: Vec<Tb<'a>>,
     /// Index in `tbs` of each rank's threadblock 0.
     first: Vec<usize>,
+    /// Every step's op and dependencies (global threadblock, step) in flat arrays, by step
+    /// index (`step_base + k`): what deciding whether a step can run reads, kept together.
+    ops: Vec<Op>,
+    dep_at: Vec<u32>,
+    deps: Vec<(u32, u32)>,
     connections: Vec<Connection>,
     fifos: Vec<Fifo>,
     /// Memory: every rank's regions, one after the other.
@@ -161,6 +166,26 @@ impl<'a> Execution<'a> {
                 steps += tb.steps.len();
             }
         }
+        if steps >= NONE as usize {
+            return Err(VerifyError::Malformed(format!(
+                "too large to verify: {steps} steps"
+            )));
+        }
+        let mut ops = Vec::with_capacity(steps);
+        let mut dep_at = Vec::with_capacity(steps + 1);
+        let mut deps = Vec::new();
+        for g in &p.gpus {
+            for s in g.threadblocks.iter().flat_map(|tb| &tb.steps) {
+                dep_at.push(deps.len() as u32);
+                ops.push(s.op);
+                deps.extend(
+                    s.deps
+                        .iter()
+                        .map(|d| ((first[g.rank] + d.tb) as u32, d.step as u32)),
+                );
+            }
+        }
+        dep_at.push(deps.len() as u32);
         let mut region_base = Vec::with_capacity(p.gpus.len());
         let mut slots = 0;
         for g in &p.gpus {
@@ -200,6 +225,9 @@ impl<'a> Execution<'a> {
             depth,
             tbs,
             first,
+            ops,
+            dep_at,
+            deps,
             connections,
             fifos: (0..connections_count).map(|_| Fifo::default()).collect(),
             mem: vec![UNDEFINED; slots],
@@ -343,7 +371,6 @@ impl<'a> Execution<'a> {
                         progressed = true;
                     }
                     Some(Blocked::Dep(on, step)) => {
-                        let on = self.first[self.tbs[t].rank as usize] + on;
                         waiting[on].push(Reverse((step as u32 + 1, t as u32)));
                         break;
                     }
@@ -386,22 +413,23 @@ impl<'a> Execution<'a> {
         }
     }
 
-    /// Why the next step of threadblock `t` cannot run now (None if it can, or it is done).
+    /// Why the next step of threadblock `t` cannot run now (None if it can, or it is done);
+    /// a dependency is named by its global threadblock.
     fn blocker(&self, t: usize) -> Option<Blocked> {
         let tb = &self.tbs[t];
-        let step = tb.steps.get(tb.pc as usize)?;
-        let first = self.first[tb.rank as usize];
-        if let Some(d) = step
-            .deps
-            .iter()
-            .find(|d| self.tbs[first + d.tb].pc as usize <= d.step)
-        {
-            return Some(Blocked::Dep(d.tb, d.step));
+        if tb.pc as usize >= tb.steps.len() {
+            return None;
         }
-        if step.op.receives() && self.fifos[tb.recv as usize].messages.is_empty() {
+        let i = tb.step_base + tb.pc as usize;
+        let deps = &self.deps[self.dep_at[i] as usize..self.dep_at[i + 1] as usize];
+        if let Some(&(on, step)) = deps.iter().find(|&&(on, step)| self.tbs[on as usize].pc <= step) {
+            return Some(Blocked::Dep(on as usize, step as usize));
+        }
+        let op = self.ops[i];
+        if op.receives() && self.fifos[tb.recv as usize].messages.is_empty() {
             return Some(Blocked::Empty(self.connections[tb.recv as usize]));
         }
-        if step.op.sends() && self.fifos[tb.send as usize].messages.len() >= self.depth {
+        if op.sends() && self.fifos[tb.send as usize].messages.len() >= self.depth {
             return Some(Blocked::Full(self.connections[tb.send as usize]));
         }
         None
@@ -415,7 +443,7 @@ impl<'a> Execution<'a> {
             };
             let op = tb.steps[tb.pc as usize].op;
             let what = match b {
-                Blocked::Dep(t, s) => format!("waits for tb {t} step {s}"),
+                Blocked::Dep(t, s) => format!("waits for tb {} step {s}", self.tbs[t].id),
                 Blocked::Empty(c) => format!(
                     "waits to receive from rank {} on channel {}",
                     c.sender, c.channel

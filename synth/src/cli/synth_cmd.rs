@@ -548,11 +548,11 @@ struct Simulated {
 
 impl Simulated {
     fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
-        use crate::simulate::{simulate, SimOptions};
-        let sim = SimOptions::default();
+        use crate::simulate::{simulate_sizes, SimOptions};
+        let runs = simulate_sizes(program, topo, &COMPARE_SIZES, &SimOptions::default())?;
         let mut busbw = [0.0; COMPARE_SIZES.len()];
-        for (b, size) in busbw.iter_mut().zip(COMPARE_SIZES) {
-            *b = simulate(program, topo, size, &sim)?.busbw;
+        for (b, run) in busbw.iter_mut().zip(runs) {
+            *b = run.busbw;
         }
         Ok(Simulated {
             name: program.name.clone(),
@@ -580,7 +580,7 @@ fn compare_with_nccl(
     synthesis: &crate::synthesize::Synthesis,
 ) -> Result<Option<Versus>> {
     use crate::baseline::{self, BaselineOptions};
-    use crate::simulate::{simulate, SimOptions};
+    use crate::simulate::{simulate_sizes, SimOptions};
     let kind = synthesis.algorithms[0].collective.kind;
     let Some(ir) = kind.to_ir().filter(|_| compares(kind, topo.ranks)) else {
         return Ok(None);
@@ -596,10 +596,18 @@ fn compare_with_nccl(
     let ring = baseline::ring(ir, topo, &options);
     let tree = baseline::tree(ir, topo, &options);
     let p2p = baseline::p2p(ir, topo, &options);
+    // Each baseline at every size, laid out once (NCCL's ring on 1024 ranks is a program of
+    // millions of steps too).
     let sim = SimOptions::default();
-    let baseline = |p: &Result<runtime::ir::Program>, size: u64| -> Option<f64> {
+    let figures = |p: &Result<runtime::ir::Program>| -> Option<Vec<f64>> {
         let p = p.as_ref().ok()?;
-        simulate(p, topo, size, &sim).ok().map(|r| r.busbw)
+        let runs = simulate_sizes(p, topo, &COMPARE_SIZES, &sim).ok()?;
+        Some(runs.into_iter().map(|r| r.busbw).collect())
+    };
+    let (ring_at, tree_at, p2p_at) = (figures(&ring), figures(&tree), figures(&p2p));
+    let baseline = |figures: &Option<Vec<f64>>, bytes: u64| -> Option<f64> {
+        let at = COMPARE_SIZES.iter().position(|&b| b == bytes)?;
+        figures.as_ref().map(|f| f[at])
     };
     let mut sizes = Vec::new();
     for bytes in COMPARE_SIZES {
@@ -617,9 +625,9 @@ fn compare_with_nccl(
             bytes,
             busbw: best.0,
             algorithm: best.1,
-            ring: baseline(&ring, bytes),
-            tree: baseline(&tree, bytes),
-            p2p: baseline(&p2p, bytes),
+            ring: baseline(&ring_at, bytes),
+            tree: baseline(&tree_at, bytes),
+            p2p: baseline(&p2p_at, bytes),
         });
     }
     let at = |bytes: u64| sizes.iter().find(|s| s.bytes == bytes).expect("compared");

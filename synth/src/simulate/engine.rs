@@ -16,7 +16,7 @@ use super::share::Sharing;
 use super::{wire_overhead, SimOptions, MAX_EVENTS};
 use crate::topology::Topology;
 use anyhow::{bail, Result};
-use runtime::ir::{Op, Program, Step};
+use runtime::ir::{Op, Program};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -27,21 +27,35 @@ pub(super) struct Run {
     pub events: usize,
 }
 
-/// One threadblock's progress.
-struct Tb<'a> {
-    rank: usize,
-    id: usize,
-    steps: &'a [Step],
+/// No threadblock or connection.
+const NONE: u32 = u32::MAX;
+
+/// A threadblock: where its steps are in the layout, its connections, and (during a run) its
+/// progress, in one record.
+#[derive(Clone)]
+struct Tb {
+    rank: u32,
+    id: u32,
+    /// Index of its first step in the layout's step arrays, and its step count.
+    first: u32,
+    len: u32,
+    send_conn: u32,
+    recv_conn: u32,
     /// Steps completed, over all slices (the next step is `done`).
     done: usize,
-    busy: bool,
-    send_conn: Option<usize>,
-    recv_conn: Option<usize>,
     /// Messages taken from `recv_conn`.
     taken: usize,
+    busy: bool,
+}
+
+impl Tb {
+    fn finished(&self, iterations: usize) -> bool {
+        self.done >= self.len as usize * iterations
+    }
 }
 
 /// A connection (sender, receiver, channel).
+#[derive(Clone)]
 struct Conn {
     /// Messages that have fully arrived.
     arrived: usize,
@@ -54,6 +68,233 @@ struct Conn {
     link: usize,
     /// The class its transfers belong to.
     class: usize,
+}
+
+/// A program laid out for the event loop: every threadblock's steps (op, count,
+/// dependencies) in flat arrays, connections and classes of flows resolved. Built once per
+/// program and shared by its runs at every size.
+pub(super) struct Layout<'a> {
+    p: &'a Program,
+    tbs: Vec<Tb>,
+    ops: Vec<Op>,
+    counts: Vec<u32>,
+    /// Dependencies of step `i`: `deps[dep_at[i]..dep_at[i + 1]]` as (threadblock, step).
+    dep_at: Vec<u32>,
+    deps: Vec<(u32, u32)>,
+    conns: Vec<Conn>,
+    /// Sending and receiving threadblock of each connection.
+    conn_ends: Vec<(u32, u32)>,
+    /// Resources of each class.
+    resources: Vec<Vec<usize>>,
+    /// Classes using each resource.
+    users: Vec<Vec<usize>>,
+    /// For a class that is alone on its one resource (a torus link, a rank's memory): that
+    /// resource's capacity and how many times the class lists it. Its flows then share the
+    /// resource among themselves only, and its rate needs no group.
+    solo: Vec<Option<(f64, f64)>>,
+    /// The class of each rank's local copies.
+    local_class: Vec<usize>,
+    caps: Vec<f64>,
+    links: usize,
+    wire: f64,
+    depth: usize,
+}
+
+impl<'a> Layout<'a> {
+    /// Lays `p` out on `topo` (errors, one line, for a send without a link, a bad peer or a
+    /// bad dependency).
+    pub fn new(p: &'a Program, topo: &Topology, opts: &SimOptions) -> Result<Layout<'a>> {
+        let link_of: HashMap<(usize, usize), usize> = topo
+            .links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((l.src, l.dst), i))
+            .collect();
+        let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
+        caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
+        let governing = topo.governing_constraints(&topo.out_link_ids());
+        let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
+        caps.extend(std::iter::repeat_n(opts.local_bandwidth * 1e3, p.ngpus));
+
+        let mut resources: Vec<Vec<usize>> = Vec::new();
+        let mut class_of: HashMap<Vec<usize>, usize> = HashMap::new();
+        let mut class = |list: Vec<usize>, resources: &mut Vec<Vec<usize>>| -> usize {
+            *class_of.entry(list.clone()).or_insert_with(|| {
+                resources.push(list);
+                resources.len() - 1
+            })
+        };
+        let local_class: Vec<usize> = local_resource
+            .iter()
+            .map(|&r| class(vec![r], &mut resources))
+            .collect();
+        let mut conn_of: HashMap<(usize, usize, usize), usize> = HashMap::new();
+        let mut conns: Vec<Conn> = Vec::new();
+        let mut conn = |s: usize,
+                        r: usize,
+                        ch: usize,
+                        conns: &mut Vec<Conn>,
+                        resources: &mut Vec<Vec<usize>>|
+         -> Result<usize> {
+            if let Some(&c) = conn_of.get(&(s, r, ch)) {
+                return Ok(c);
+            }
+            let Some(&l) = link_of.get(&(s, r)) else {
+                bail!(
+                    "rank {s} sends to rank {r} but topology '{}' has no link {s}->{r}",
+                    topo.name
+                );
+            };
+            let mut list = vec![l];
+            list.extend(governing[l].iter().map(|k| topo.links.len() + k));
+            conns.push(Conn {
+                arrived: 0,
+                taken: 0,
+                started: 0,
+                alpha: topo.links[l].alpha.max(0.0),
+                link: l,
+                class: class(list, resources),
+            });
+            conn_of.insert((s, r, ch), conns.len() - 1);
+            Ok(conns.len() - 1)
+        };
+        let steps: usize = p.step_count();
+        if steps >= NONE as usize {
+            bail!("program '{}' has too many steps to simulate", p.name);
+        }
+        let mut tbs = Vec::new();
+        let mut ops = Vec::with_capacity(steps);
+        let mut counts = Vec::with_capacity(steps);
+        let mut dep_at = Vec::with_capacity(steps + 1);
+        let mut deps: Vec<(u32, u32)> = Vec::new();
+        let mut first_tb = Vec::with_capacity(p.gpus.len());
+        for g in &p.gpus {
+            first_tb.push(tbs.len());
+            tbs.extend(g.threadblocks.iter().map(|_| Tb {
+                rank: 0,
+                id: 0,
+                first: 0,
+                len: 0,
+                send_conn: NONE,
+                recv_conn: NONE,
+                done: 0,
+                taken: 0,
+                busy: false,
+            }));
+        }
+        for g in &p.gpus {
+            for (id, tb) in g.threadblocks.iter().enumerate() {
+                let sends = tb.steps.iter().any(|s| s.op.sends());
+                let recvs = tb.steps.iter().any(|s| s.op.receives());
+                let mut peer = |which: Option<usize>, is_send: bool| -> Result<u32> {
+                    let Some(q) = which else { return Ok(NONE) };
+                    if q >= p.ngpus || q == g.rank {
+                        bail!("rank {} tb {id}: bad peer {q}", g.rank);
+                    }
+                    let (s, r) = if is_send { (g.rank, q) } else { (q, g.rank) };
+                    conn(s, r, tb.channel, &mut conns, &mut resources).map(|c| c as u32)
+                };
+                let send_conn = if sends { peer(tb.send, true)? } else { NONE };
+                let recv_conn = if recvs { peer(tb.recv, false)? } else { NONE };
+                let t = first_tb[g.rank] + id;
+                tbs[t] = Tb {
+                    rank: g.rank as u32,
+                    id: id as u32,
+                    first: ops.len() as u32,
+                    len: tb.steps.len() as u32,
+                    send_conn,
+                    recv_conn,
+                    done: 0,
+                    taken: 0,
+                    busy: false,
+                };
+                for (si, s) in tb.steps.iter().enumerate() {
+                    if s.op.sends() && send_conn == NONE {
+                        bail!(
+                            "rank {} tb {id} step {si}: {} without a send peer",
+                            g.rank,
+                            s.op
+                        );
+                    }
+                    if s.op.receives() && recv_conn == NONE {
+                        bail!(
+                            "rank {} tb {id} step {si}: {} without a receive peer",
+                            g.rank,
+                            s.op
+                        );
+                    }
+                    dep_at.push(deps.len() as u32);
+                    for d in &s.deps {
+                        let ok = g
+                            .threadblocks
+                            .get(d.tb)
+                            .is_some_and(|t| d.step < t.steps.len());
+                        if !ok || d.tb == id {
+                            bail!(
+                                "rank {} tb {id} step {si}: bad dependency on tb {} step {}",
+                                g.rank,
+                                d.tb,
+                                d.step
+                            );
+                        }
+                        deps.push(((first_tb[g.rank] + d.tb) as u32, d.step as u32));
+                    }
+                    ops.push(s.op);
+                    counts.push(u32::try_from(s.count).unwrap_or(u32::MAX));
+                }
+            }
+        }
+        dep_at.push(deps.len() as u32);
+        let mut conn_ends = vec![(NONE, NONE); conns.len()];
+        for (t, tb) in tbs.iter().enumerate() {
+            if tb.send_conn != NONE {
+                conn_ends[tb.send_conn as usize].0 = t as u32;
+            }
+            if tb.recv_conn != NONE {
+                conn_ends[tb.recv_conn as usize].1 = t as u32;
+            }
+        }
+        let mut users = vec![Vec::new(); caps.len()];
+        for (c, list) in resources.iter().enumerate() {
+            for &j in list {
+                if users[j].last() != Some(&c) {
+                    users[j].push(c);
+                }
+            }
+        }
+        let solo = resources
+            .iter()
+            .enumerate()
+            .map(|(c, list)| {
+                let j = *list.first()?;
+                (list.iter().all(|&k| k == j) && users[j] == [c])
+                    .then(|| (caps[j], list.len() as f64))
+            })
+            .collect();
+        Ok(Layout {
+            p,
+            solo,
+            tbs,
+            ops,
+            counts,
+            dep_at,
+            deps,
+            conns,
+            conn_ends,
+            resources,
+            users,
+            local_class,
+            caps,
+            links: topo.links.len(),
+            wire: wire_overhead(p.protocol),
+            depth: opts.fifo_depth.max(1),
+        })
+    }
+
+    /// The dependencies of step `i`.
+    fn deps_of(&self, i: usize) -> &[(u32, u32)] {
+        &self.deps[self.dep_at[i] as usize..self.dep_at[i + 1] as usize]
+    }
 }
 
 /// A time or a byte count ordered totally (they are never NaN).
@@ -83,13 +324,12 @@ struct Flow {
     seq: usize,
     /// Its bytes (for the tolerance of the end).
     bytes: Key,
-    tb: usize,
-    conn: Option<usize>,
+    tb: u32,
+    conn: u32,
 }
 
 /// Flows crossing the same resources, sharing them equally.
 struct Class {
-    resources: Vec<usize>,
     /// Flows in progress, the first to end on top.
     flows: BinaryHeap<Reverse<Flow>>,
     /// Bytes served to each of its flows since the start of the run, as of `at`.
@@ -111,33 +351,24 @@ impl Class {
     }
 }
 
-struct Sim<'a> {
-    tbs: Vec<Tb<'a>>,
+/// One run of the event loop at one size.
+struct Sim<'a, 'p> {
+    layout: &'a Layout<'p>,
+    tbs: Vec<Tb>,
     /// Threadblocks whose next step waits for each threadblock, keyed by the number of
     /// steps it must have done, the first due on top (so a threadblock is woken when the
     /// step it waits for is done, not at every step before it).
-    waiting: Vec<BinaryHeap<Reverse<(usize, usize)>>>,
-    /// Sending and receiving threadblock of each connection.
-    conn_ends: Vec<(Option<usize>, Option<usize>)>,
-    /// Global index of (rank, tb id).
-    index: Vec<Vec<usize>>,
+    waiting: Vec<BinaryHeap<Reverse<(usize, u32)>>>,
     conns: Vec<Conn>,
-    caps: Vec<f64>,
     classes: Vec<Class>,
-    /// Classes using each resource.
-    users: Vec<Vec<usize>>,
-    /// The class of each rank's local copies.
-    local_class: Vec<usize>,
     slices: &'a [f64],
-    wire: f64,
-    depth: usize,
     /// Flows in progress, over all classes.
     active: usize,
     /// Next end of each class with flows.
     ends: IndexedHeap,
     /// Messages whose bytes have left, per link: (arrival time, connection), in order (a
     /// link's messages share its latency).
-    in_flight: Vec<VecDeque<(f64, usize)>>,
+    in_flight: Vec<VecDeque<(f64, u32)>>,
     /// Next arrival of each link with messages in flight.
     arrivals: IndexedHeap,
     /// Messages in flight, over all links.
@@ -150,25 +381,31 @@ struct Sim<'a> {
     transfers: usize,
 }
 
-pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOptions) -> Result<Run> {
-    let mut sim = Sim::new(p, topo, slices, opts)?;
+/// Runs `layout`'s program with chunks cut into `slices` (bytes of each slice).
+pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
+    let mut sim = Sim::new(layout, slices);
     let mut events = 0usize;
-    let mut queue: Vec<usize> = (0..sim.tbs.len()).rev().collect();
-    let mut queued = vec![true; sim.tbs.len()];
+    let n = sim.tbs.len();
+    let mut queue: Vec<u32> = (0..n as u32).rev().collect();
+    let mut queued = vec![true; n];
     let mut woken = Vec::new();
     loop {
         events += 1;
         if events > MAX_EVENTS {
-            bail!("simulation of '{}' exceeded {MAX_EVENTS} events", p.name);
+            bail!(
+                "simulation of '{}' exceeded {MAX_EVENTS} events",
+                layout.p.name
+            );
         }
         // Start everything that can start; progress of one threadblock may unblock its
         // dependents and its connections' peers.
         while let Some(t) = queue.pop() {
+            let t = t as usize;
             queued[t] = false;
             if sim.start(t) {
                 sim.neighbours(t, |w| {
-                    if !queued[w] {
-                        queued[w] = true;
+                    if !queued[w as usize] {
+                        queued[w as usize] = true;
                         queue.push(w);
                     }
                 });
@@ -184,13 +421,13 @@ pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOption
         sim.update_rates();
         sim.advance(&mut woken);
         for t in woken.drain(..) {
-            if !queued[t] {
-                queued[t] = true;
+            if !queued[t as usize] {
+                queued[t as usize] = true;
                 queue.push(t);
             }
-            sim.neighbours(t, |w| {
-                if !queued[w] {
-                    queued[w] = true;
+            sim.neighbours(t as usize, |w| {
+                if !queued[w as usize] {
+                    queued[w as usize] = true;
                     queue.push(w);
                 }
             });
@@ -203,194 +440,41 @@ pub(super) fn run(p: &Program, topo: &Topology, slices: &[f64], opts: &SimOption
     })
 }
 
-impl Tb<'_> {
-    fn total(&self, iterations: usize) -> usize {
-        self.steps.len() * iterations
-    }
-
-    fn finished(&self, iterations: usize) -> bool {
-        self.done >= self.total(iterations)
-    }
-}
-
-impl<'a> Sim<'a> {
-    fn new(
-        p: &'a Program,
-        topo: &Topology,
-        slices: &'a [f64],
-        opts: &SimOptions,
-    ) -> Result<Sim<'a>> {
-        let link_of: HashMap<(usize, usize), usize> = topo
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.src, l.dst), i))
-            .collect();
-        let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
-        caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
-        let governing = topo.governing_constraints(&topo.out_link_ids());
-        let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
-        caps.extend(std::iter::repeat_n(opts.local_bandwidth * 1e3, p.ngpus));
-
-        let mut classes: Vec<Class> = Vec::new();
-        let mut class_of: HashMap<Vec<usize>, usize> = HashMap::new();
-        let mut class = |resources: Vec<usize>, classes: &mut Vec<Class>| -> usize {
-            *class_of.entry(resources.clone()).or_insert_with(|| {
-                classes.push(Class {
-                    resources,
+impl<'a, 'p> Sim<'a, 'p> {
+    fn new(layout: &'a Layout<'p>, slices: &'a [f64]) -> Sim<'a, 'p> {
+        Sim {
+            layout,
+            tbs: layout.tbs.clone(),
+            waiting: (0..layout.tbs.len()).map(|_| BinaryHeap::new()).collect(),
+            conns: layout.conns.clone(),
+            classes: (0..layout.resources.len())
+                .map(|_| Class {
                     flows: BinaryHeap::new(),
                     served: 0.0,
                     at: 0.0,
                     rate: 0.0,
                     dirty: false,
                     grouped: false,
-                });
-                classes.len() - 1
-            })
-        };
-        let local_class: Vec<usize> = local_resource
-            .iter()
-            .map(|&r| class(vec![r], &mut classes))
-            .collect();
-        let mut conn_of: HashMap<(usize, usize, usize), usize> = HashMap::new();
-        let mut conns: Vec<Conn> = Vec::new();
-        let mut conn = |s: usize,
-                        r: usize,
-                        ch: usize,
-                        conns: &mut Vec<Conn>,
-                        classes: &mut Vec<Class>|
-         -> Result<usize> {
-            if let Some(&c) = conn_of.get(&(s, r, ch)) {
-                return Ok(c);
-            }
-            let Some(&l) = link_of.get(&(s, r)) else {
-                bail!(
-                    "rank {s} sends to rank {r} but topology '{}' has no link {s}->{r}",
-                    topo.name
-                );
-            };
-            let mut resources = vec![l];
-            resources.extend(governing[l].iter().map(|k| topo.links.len() + k));
-            conns.push(Conn {
-                arrived: 0,
-                taken: 0,
-                started: 0,
-                alpha: topo.links[l].alpha.max(0.0),
-                link: l,
-                class: class(resources, classes),
-            });
-            conn_of.insert((s, r, ch), conns.len() - 1);
-            Ok(conns.len() - 1)
-        };
-        let mut tbs = Vec::new();
-        let mut index = Vec::new();
-        for g in &p.gpus {
-            let mut ids = Vec::new();
-            for (id, tb) in g.threadblocks.iter().enumerate() {
-                let sends = tb.steps.iter().any(|s| s.op.sends());
-                let recvs = tb.steps.iter().any(|s| s.op.receives());
-                let mut peer = |which: Option<usize>, is_send: bool| -> Result<Option<usize>> {
-                    let Some(q) = which else { return Ok(None) };
-                    if q >= p.ngpus || q == g.rank {
-                        bail!("rank {} tb {id}: bad peer {q}", g.rank);
-                    }
-                    let (s, r) = if is_send { (g.rank, q) } else { (q, g.rank) };
-                    conn(s, r, tb.channel, &mut conns, &mut classes).map(Some)
-                };
-                let send_conn = if sends { peer(tb.send, true)? } else { None };
-                let recv_conn = if recvs { peer(tb.recv, false)? } else { None };
-                for (si, s) in tb.steps.iter().enumerate() {
-                    if s.op.sends() && send_conn.is_none() {
-                        bail!(
-                            "rank {} tb {id} step {si}: {} without a send peer",
-                            g.rank,
-                            s.op
-                        );
-                    }
-                    if s.op.receives() && recv_conn.is_none() {
-                        bail!(
-                            "rank {} tb {id} step {si}: {} without a receive peer",
-                            g.rank,
-                            s.op
-                        );
-                    }
-                    for d in &s.deps {
-                        let ok = g
-                            .threadblocks
-                            .get(d.tb)
-                            .is_some_and(|t| d.step < t.steps.len());
-                        if !ok || d.tb == id {
-                            bail!(
-                                "rank {} tb {id} step {si}: bad dependency on tb {} step {}",
-                                g.rank,
-                                d.tb,
-                                d.step
-                            );
-                        }
-                    }
-                }
-                ids.push(tbs.len());
-                tbs.push(Tb {
-                    rank: g.rank,
-                    id,
-                    steps: &tb.steps,
-                    done: 0,
-                    busy: false,
-                    send_conn,
-                    recv_conn,
-                    taken: 0,
-                });
-            }
-            index.push(ids);
-        }
-        let mut conn_ends = vec![(None, None); conns.len()];
-        for (t, tb) in tbs.iter().enumerate() {
-            if let Some(c) = tb.send_conn {
-                conn_ends[c].0 = Some(t);
-            }
-            if let Some(c) = tb.recv_conn {
-                conn_ends[c].1 = Some(t);
-            }
-        }
-        let mut users = vec![Vec::new(); caps.len()];
-        for (c, class) in classes.iter().enumerate() {
-            for &j in &class.resources {
-                if users[j].last() != Some(&c) {
-                    users[j].push(c);
-                }
-            }
-        }
-        let classes_count = classes.len();
-        Ok(Sim {
-            waiting: (0..tbs.len()).map(|_| BinaryHeap::new()).collect(),
-            tbs,
-            conn_ends,
-            index,
-            conns,
-            sharing: Sharing::new(caps.len()),
-            caps,
-            classes,
-            users,
-            local_class,
+                })
+                .collect(),
             slices,
-            wire: wire_overhead(p.protocol),
-            depth: opts.fifo_depth.max(1),
             active: 0,
-            ends: IndexedHeap::new(classes_count),
-            in_flight: vec![VecDeque::new(); topo.links.len()],
-            arrivals: IndexedHeap::new(topo.links.len()),
+            ends: IndexedHeap::new(layout.resources.len()),
+            in_flight: vec![VecDeque::new(); layout.links],
+            arrivals: IndexedHeap::new(layout.links),
             flying: 0,
             dirty: Vec::new(),
+            sharing: Sharing::new(layout.caps.len()),
             now: 0.0,
             seq: 0,
             transfers: 0,
-        })
+        }
     }
 
     /// Calls `f` on the threadblocks whose progress may follow from progress of `t`: those
     /// waiting for a step of it, the sender feeding it (room in the connection) and the
     /// receiver it feeds (arrivals).
-    fn neighbours(&mut self, t: usize, mut f: impl FnMut(usize)) {
+    fn neighbours(&mut self, t: usize, mut f: impl FnMut(u32)) {
         let done = self.tbs[t].done;
         while let Some(&Reverse((needed, w))) = self.waiting[t].peek() {
             if needed > done {
@@ -400,16 +484,23 @@ impl<'a> Sim<'a> {
             f(w);
         }
         let tb = &self.tbs[t];
-        if let Some(s) = tb.recv_conn.and_then(|c| self.conn_ends[c].0) {
-            f(s);
+        let ends = &self.layout.conn_ends;
+        if tb.recv_conn != NONE {
+            let s = ends[tb.recv_conn as usize].0;
+            if s != NONE {
+                f(s);
+            }
         }
-        if let Some(r) = tb.send_conn.and_then(|c| self.conn_ends[c].1) {
-            f(r);
+        if tb.send_conn != NONE {
+            let r = ends[tb.send_conn as usize].1;
+            if r != NONE {
+                f(r);
+            }
         }
     }
 
     /// Starts a flow of `bytes` in `class` for threadblock `tb`.
-    fn add_flow(&mut self, class: usize, tb: usize, conn: Option<usize>, bytes: f64) {
+    fn add_flow(&mut self, class: usize, tb: usize, conn: u32, bytes: f64) {
         let now = self.now;
         let c = &mut self.classes[class];
         c.advance_to(now);
@@ -417,7 +508,7 @@ impl<'a> Sim<'a> {
             end: Key(c.served + bytes),
             seq: self.seq,
             bytes: Key(bytes),
-            tb,
+            tb: tb as u32,
             conn,
         }));
         self.seq += 1;
@@ -434,6 +525,7 @@ impl<'a> Sim<'a> {
 
     /// Runs threadblock `t` as far as it goes without waiting; true if it made progress.
     fn start(&mut self, t: usize) -> bool {
+        let layout = self.layout;
         let iterations = self.slices.len();
         let mut progressed = false;
         loop {
@@ -441,50 +533,49 @@ impl<'a> Sim<'a> {
             if tb.busy || tb.finished(iterations) {
                 return progressed;
             }
-            let n = tb.steps.len();
+            let n = tb.len as usize;
             let (iter, idx) = (tb.done / n, tb.done % n);
-            let step = &tb.steps[idx];
+            let i = tb.first as usize + idx;
             // A dependency is met once the other threadblock has done that step of this
             // slice: more than `needed` steps over all slices.
-            let unmet = step.deps.iter().find_map(|d| {
-                let on = self.index[tb.rank][d.tb];
-                let other = &self.tbs[on];
-                let needed = iter * other.steps.len() + d.step;
-                (other.done <= needed).then_some((on, needed + 1))
+            let unmet = layout.deps_of(i).iter().find_map(|&(on, step)| {
+                let other = &self.tbs[on as usize];
+                let needed = iter * other.len as usize + step as usize;
+                (other.done <= needed).then_some((on as usize, needed + 1))
             });
             if let Some((on, needed)) = unmet {
-                self.waiting[on].push(Reverse((needed, t)));
+                self.waiting[on].push(Reverse((needed, t as u32)));
                 return progressed;
             }
-            if step.op.receives() {
-                let c = &self.conns[tb.recv_conn.expect("checked in new")];
+            let op = layout.ops[i];
+            if op.receives() {
+                let c = &self.conns[tb.recv_conn as usize];
                 if c.arrived <= tb.taken {
                     return progressed;
                 }
             }
-            if step.op.sends() {
-                let c = &self.conns[tb.send_conn.expect("checked in new")];
-                if c.started - c.taken >= self.depth {
+            if op.sends() {
+                let c = &self.conns[tb.send_conn as usize];
+                if c.started - c.taken >= layout.depth {
                     return progressed;
                 }
             }
-            let bytes = step.count as f64 * self.slices[iter];
-            let (op, rank) = (step.op, tb.rank);
+            let bytes = layout.counts[i] as f64 * self.slices[iter];
+            let (rank, recv_conn, send_conn) = (tb.rank as usize, tb.recv_conn, tb.send_conn);
             progressed = true;
             if op.receives() {
-                let c = self.tbs[t].recv_conn.expect("checked in new");
                 self.tbs[t].taken += 1;
-                self.conns[c].taken += 1;
+                self.conns[recv_conn as usize].taken += 1;
             }
             if op.sends() {
-                let c = self.tbs[t].send_conn.expect("checked in new");
-                self.conns[c].started += 1;
-                let class = self.conns[c].class;
-                self.add_flow(class, t, Some(c), bytes * self.wire);
+                let conn = &mut self.conns[send_conn as usize];
+                conn.started += 1;
+                let class = conn.class;
+                self.add_flow(class, t, send_conn, bytes * layout.wire);
                 self.tbs[t].busy = true;
                 self.transfers += 1;
             } else if matches!(op, Op::Copy | Op::Reduce) {
-                self.add_flow(self.local_class[rank], t, None, bytes);
+                self.add_flow(layout.local_class[rank], t, NONE, bytes);
                 self.tbs[t].busy = true;
             } else {
                 self.tbs[t].done += 1;
@@ -495,24 +586,43 @@ impl<'a> Sim<'a> {
     /// Recomputes the rates of the classes connected, through shared resources, to a class
     /// whose flows changed, and schedules their next ends.
     fn update_rates(&mut self) {
+        let layout = self.layout;
         let mut group: Vec<usize> = Vec::new();
+        let mut rates = Vec::new();
         while let Some(start) = self.dirty.pop() {
             if !self.classes[start].dirty {
                 continue;
             }
             // The connected group: classes with flows, and changed ones (a class that lost
             // its last flow frees bandwidth for its neighbours).
+            self.classes[start].dirty = false;
+            if let Some((cap, uses)) = layout.solo[start] {
+                // Progressive filling on one resource gives each flow cap / (flows × uses).
+                let now = self.now;
+                let class = &mut self.classes[start];
+                class.advance_to(now);
+                match class.flows.peek() {
+                    Some(top) => {
+                        class.rate = cap / (class.flows.len() as f64 * uses);
+                        let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
+                        self.ends.set(start, end);
+                    }
+                    None => {
+                        class.rate = 0.0;
+                        self.ends.remove(start);
+                    }
+                }
+                continue;
+            }
             group.clear();
             group.push(start);
-            self.classes[start].dirty = false;
             self.classes[start].grouped = true;
             let mut i = 0;
             while i < group.len() {
                 let c = group[i];
                 i += 1;
-                for k in 0..self.classes[c].resources.len() {
-                    let j = self.classes[c].resources[k];
-                    for &other in &self.users[j] {
+                for &j in &layout.resources[c] {
+                    for &other in &layout.users[j] {
                         let o = &mut self.classes[other];
                         if !o.grouped && (o.dirty || !o.flows.is_empty()) {
                             o.grouped = true;
@@ -530,13 +640,14 @@ impl<'a> Sim<'a> {
                 .iter()
                 .filter(|&&c| !self.classes[c].flows.is_empty())
                 .map(|&c| {
-                    let class = &self.classes[c];
-                    (class.resources.as_slice(), class.flows.len() as f64)
+                    (
+                        layout.resources[c].as_slice(),
+                        self.classes[c].flows.len() as f64,
+                    )
                 })
                 .collect();
-            let mut rates = Vec::with_capacity(members.len());
-            self.sharing.rates(&self.caps, &members, &mut rates);
-            let mut rates = rates.into_iter();
+            self.sharing.rates(&layout.caps, &members, &mut rates);
+            let mut rate = rates.iter();
             for &c in &group {
                 let class = &mut self.classes[c];
                 class.advance_to(now);
@@ -545,7 +656,7 @@ impl<'a> Sim<'a> {
                     self.ends.remove(c);
                     continue;
                 };
-                class.rate = rates.next().expect("one rate per class with flows");
+                class.rate = *rate.next().expect("one rate per class with flows");
                 let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
                 self.ends.set(c, end);
             }
@@ -554,7 +665,7 @@ impl<'a> Sim<'a> {
 
     /// Moves time to the next event (a flow's last byte leaves, or a message arrives) and
     /// retires what finished; `woken` gets the threadblocks that may now go on.
-    fn advance(&mut self, woken: &mut Vec<usize>) {
+    fn advance(&mut self, woken: &mut Vec<u32>) {
         let next_end = self.ends.peek().map_or(f64::INFINITY, |(_, t)| t);
         let next_arrival = self.arrivals.peek().map_or(f64::INFINITY, |(_, t)| t);
         let next = next_end.min(next_arrival);
@@ -578,15 +689,16 @@ impl<'a> Sim<'a> {
                 first = false;
                 let Reverse(f) = class.flows.pop().expect("peeked");
                 self.active -= 1;
-                let tb = &mut self.tbs[f.tb];
+                let tb = &mut self.tbs[f.tb as usize];
                 tb.busy = false;
                 tb.done += 1;
-                if let Some(conn) = f.conn {
-                    let (link, alpha) = (self.conns[conn].link, self.conns[conn].alpha);
+                if f.conn != NONE {
+                    let conn = &self.conns[f.conn as usize];
+                    let (link, alpha) = (conn.link, conn.alpha);
                     if self.in_flight[link].is_empty() {
                         self.arrivals.set(link, next + alpha);
                     }
-                    self.in_flight[link].push_back((next + alpha, conn));
+                    self.in_flight[link].push_back((next + alpha, f.conn));
                     self.flying += 1;
                 }
                 woken.push(f.tb);
@@ -604,8 +716,11 @@ impl<'a> Sim<'a> {
                 }
                 queue.pop_front();
                 self.flying -= 1;
-                self.conns[conn].arrived += 1;
-                woken.extend(self.conn_ends[conn].1);
+                self.conns[conn as usize].arrived += 1;
+                let receiver = self.layout.conn_ends[conn as usize].1;
+                if receiver != NONE {
+                    woken.push(receiver);
+                }
             }
             match queue.front() {
                 Some(&(at, _)) => self.arrivals.set(link, at),
@@ -616,22 +731,24 @@ impl<'a> Sim<'a> {
 
     /// A one-line description of why threadblock `t` cannot go on.
     fn stuck(&self, t: &Tb) -> String {
-        let n = t.steps.len();
+        let layout = self.layout;
+        let n = t.len as usize;
         let (iter, idx) = (t.done / n, t.done % n);
-        let step = &t.steps[idx];
-        let why = if let Some(d) = step.deps.iter().find(|d| {
-            let other = &self.tbs[self.index[t.rank][d.tb]];
-            other.done <= iter * other.steps.len() + d.step
+        let i = t.first as usize + idx;
+        let op = layout.ops[i];
+        let why = if let Some(&(on, step)) = layout.deps_of(i).iter().find(|&&(on, step)| {
+            let other = &self.tbs[on as usize];
+            other.done <= iter * other.len as usize + step as usize
         }) {
-            format!("waits for tb {} step {}", d.tb, d.step)
-        } else if step.op.receives() {
+            format!("waits for tb {} step {step}", self.tbs[on as usize].id)
+        } else if op.receives() {
             "waits for a message that is never sent".to_string()
         } else {
             "waits for room in a connection that is never drained".to_string()
         };
         format!(
-            "deadlock: rank {} tb {} step {idx} ({}) of slice {iter} {why}",
-            t.rank, t.id, step.op
+            "deadlock: rank {} tb {} step {idx} ({op}) of slice {iter} {why}",
+            t.rank, t.id
         )
     }
 }

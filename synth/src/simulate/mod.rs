@@ -147,6 +147,34 @@ pub fn simulate(
     size_bytes: u64,
     options: &SimOptions,
 ) -> Result<SimResult> {
+    let mut results = simulate_sizes(program, topology, &[size_bytes], options)?;
+    Ok(results.remove(0))
+}
+
+/// [`simulate`] at each of `sizes`: the program is laid out once and the sizes run in
+/// parallel (a 1024-rank program has millions of steps; each run only adds its progress).
+pub fn simulate_sizes(
+    program: &Program,
+    topology: &Topology,
+    sizes: &[u64],
+    options: &SimOptions,
+) -> Result<Vec<SimResult>> {
+    use rayon::prelude::*;
+    check_inputs(program, topology, sizes, options)?;
+    let layout = engine::Layout::new(program, topology, options)?;
+    sizes
+        .par_iter()
+        .map(|&size| run_at(&layout, program, size, options))
+        .collect()
+}
+
+/// One-line errors for inputs that cannot be simulated (see [`simulate`]).
+fn check_inputs(
+    program: &Program,
+    topology: &Topology,
+    sizes: &[u64],
+    options: &SimOptions,
+) -> Result<()> {
     if program.ngpus != topology.ranks {
         bail!(
             "program '{}' has {} ranks but topology '{}' has {}",
@@ -164,7 +192,7 @@ pub fn simulate(
             program.ngpus
         );
     }
-    if size_bytes == 0 {
+    if sizes.contains(&0) {
         bail!("message size must be positive");
     }
     if !(options.local_bandwidth.is_finite() && options.local_bandwidth > 0.0) {
@@ -198,6 +226,16 @@ pub fn simulate(
             s.bandwidth
         );
     }
+    Ok(())
+}
+
+/// One run of the event loop at `size_bytes`.
+fn run_at(
+    layout: &engine::Layout,
+    program: &Program,
+    size_bytes: u64,
+    options: &SimOptions,
+) -> Result<SimResult> {
     let nchunks = program.nchunksperloop.max(1);
     let elements = elements_for(size_bytes, nchunks);
     let chunk_elems = elements / nchunks as u64;
@@ -210,7 +248,7 @@ pub fn simulate(
     let slices: Vec<f64> = (0..iterations as u64)
         .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
         .collect();
-    let run = engine::run(program, topology, &slices, options)?;
+    let run = engine::run(layout, &slices)?;
     let size = elements * ELEMENT_BYTES;
     let time_us = run.time_us;
     let algbw = if time_us > 0.0 {

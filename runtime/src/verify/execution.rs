@@ -422,7 +422,10 @@ impl<'a> Execution<'a> {
         }
         let i = tb.step_base + tb.pc as usize;
         let deps = &self.deps[self.dep_at[i] as usize..self.dep_at[i + 1] as usize];
-        if let Some(&(on, step)) = deps.iter().find(|&&(on, step)| self.tbs[on as usize].pc <= step) {
+        if let Some(&(on, step)) = deps
+            .iter()
+            .find(|&&(on, step)| self.tbs[on as usize].pc <= step)
+        {
             return Some(Blocked::Dep(on as usize, step as usize));
         }
         let op = self.ops[i];
@@ -560,7 +563,9 @@ impl<'a> Execution<'a> {
                     ranges[i] = Some(self.range(at, *slot, step.count)?);
                 }
             }
-            let c = self.clocks.as_mut().expect("checked");
+            let Some(c) = self.clocks.as_mut() else {
+                unreachable!("clocks checked above")
+            };
             let w = c.width;
             let by = Accessor {
                 at,

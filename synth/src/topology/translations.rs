@@ -153,7 +153,9 @@ impl Topology {
             let shifted = shifts.iter().filter(|p| p[0] == k).cloned();
             // The search runs only when no shift of the numbering fits (on a 1024-rank torus
             // each search costs seconds; the shifts are enough there).
-            let searched = std::iter::once_with(|| self.derangements_mapping(0, k, CANDIDATES_PER_IMAGE)).flatten();
+            let searched =
+                std::iter::once_with(|| self.derangements_mapping(0, k, CANDIDATES_PER_IMAGE))
+                    .flatten();
             for candidate in shifted.chain(searched) {
                 let candidate: Vec<u32> = candidate.iter().map(|&x| x as u32).collect();
                 if let Some(bigger) = group.extended(&candidate) {

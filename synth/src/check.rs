@@ -89,14 +89,18 @@ enum Holdings {
 }
 
 impl Holdings {
-    /// The bit of (address, rank), if the address is known.
+    /// The bit of (address, rank), if the address is known and the rank on the fabric (an
+    /// algorithm file may name any rank in a condition).
     fn bit(
         index: &HashMap<usize, usize>,
         ranks: usize,
         address: usize,
         rank: usize,
     ) -> Option<usize> {
-        index.get(&address).map(|&a| a * ranks + rank)
+        index
+            .get(&address)
+            .filter(|_| rank < ranks)
+            .map(|&a| a * ranks + rank)
     }
 
     /// Whether `rank` holds `address` at all.

@@ -350,7 +350,7 @@ fn check_in_time(
 }
 
 /// Re-splits a C = 1 collective into C pieces.
-fn resplit(base: &Collective, c: usize) -> Result<Collective> {
+pub(crate) fn resplit(base: &Collective, c: usize) -> Result<Collective> {
     if base.kind == Kind::Custom {
         let mut chunks = Vec::new();
         for chunk in &base.chunks {

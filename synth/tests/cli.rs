@@ -1343,3 +1343,23 @@ fn legacy_in_place_alltoall_gets_a_real_max_bytes() {
     }
     assert!(checked >= 1, "no file uses scratch");
 }
+
+#[test]
+fn bench_scale_refuses_a_bad_collective_or_fabric_up_front() {
+    fails_with(
+        &[
+            "bench",
+            "--cases",
+            "scale",
+            "--coll",
+            "bogus",
+            "--fabrics",
+            "torus-2d:4x4",
+        ],
+        "unknown collective `bogus`",
+    );
+    fails_with(
+        &["bench", "--cases", "scale", "--fabrics", "nosuch"],
+        "unknown topology 'nosuch'",
+    );
+}

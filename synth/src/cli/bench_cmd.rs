@@ -132,6 +132,10 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
         None => SCALE_FABRICS.iter().map(|s| s.to_string()).collect(),
     };
+    // A bad fabric or collective is one error up front, not a table of failed rows.
+    for fabric in &fabrics {
+        super::synth_cmd::load_collective(&args.coll, &topology::load(fabric)?, None)?;
+    }
     let mut rows = Vec::new();
     if !json {
         writeln!(out, "| fabric | ranks | wall s | CPU s | peak MB | busbw 1 GB | % of optimum | optimum | NCCL 1 GB | 1 KB best / NCCL | 64 KB best / NCCL | 1 MB best / NCCL | algorithm |")?;

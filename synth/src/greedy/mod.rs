@@ -238,27 +238,7 @@ mod tests {
         let topology = topology::load(spec).unwrap();
         let index = topology.index();
         let progress = Progress::hidden();
-        let base = coll;
-        let make = move |c: usize| -> Result<Collective> {
-            if base.kind == Kind::Custom {
-                let mut chunks = Vec::new();
-                for ch in &base.chunks {
-                    for k in 0..c {
-                        chunks.push(Chunk {
-                            address: ch.address * c + k,
-                            ..ch.clone()
-                        });
-                    }
-                }
-                Ok(Collective {
-                    chunks_per_rank: c,
-                    chunks,
-                    ..base.clone()
-                })
-            } else {
-                Collective::new(base.kind, base.ranks, base.root, c)
-            }
-        };
+        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
         let l = limits(4);
         let problem = Problem {
             topology: &topology,

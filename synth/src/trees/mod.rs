@@ -8,8 +8,9 @@
 //! 3. Weights become integer piece counts and the trees a k-synchronous schedule
 //!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
 //!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
-//! 4. Beside them: NCCL's rings as path trees ([`rings`]) and, for a broadcast, shallow trees
-//!    by integer programming ([`shallow`]).
+//! 4. Beside them: NCCL's rings as path trees ([`rings`]), on a square 2-D torus the
+//!    dimension-rotated bucket allgather ([`bucket`]) and, for a broadcast, shallow trees by
+//!    integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -17,6 +18,7 @@
 //! reduce-scatter followed by allgather.
 
 pub mod arborescence;
+pub mod bucket;
 pub mod packing;
 pub mod rings;
 pub mod schedule;
@@ -324,16 +326,24 @@ impl Engine for TreeEngine {
         // NCCL's rings as paths, always kept: the cost model can rank them below the trees
         // while the runtime runs them faster (shallow pipelines, one channel per ring), and
         // they are the floor the default result must not fall below; the caller simulates
-        // every candidate.
-        problem.progress.message("NCCL's rings as paths");
-        if let Some(ring) = rings::ring_algorithm(
-            problem.topology,
-            problem.index,
-            coll.kind,
-            coll.root,
-            limits.max_chunks.max(1),
-        )? {
-            algorithms.push(ring);
+        // every candidate. On a square 2-D torus the dimension-rotated bucket takes their
+        // place: a ring-like schedule on every link, with 2k − 2 steps against the rings'
+        // N − 1 and the optimum rounds per chunk.
+        let torus = (coll.kind == Kind::AllGather && limits.max_chunks >= bucket::PIECES)
+            .then(|| bucket::torus_side(problem.topology, problem.index))
+            .flatten();
+        if let Some(k) = torus {
+            problem.progress.message("the torus bucket schedule");
+            algorithms.push(bucket::bucket_allgather(problem.topology, k)?);
+        } else {
+            problem.progress.message("NCCL's rings as paths");
+            algorithms.extend(rings::ring_algorithm(
+                problem.topology,
+                problem.index,
+                coll.kind,
+                coll.root,
+                limits.max_chunks.max(1),
+            )?);
         }
         if coll.kind == Kind::Broadcast {
             algorithms.extend(shallow_algorithms(

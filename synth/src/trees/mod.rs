@@ -9,8 +9,8 @@
 //!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
 //!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
 //! 4. Beside them: NCCL's rings as path trees ([`rings`]), on a square 2-D torus the
-//!    dimension-rotated bucket allgather ([`bucket`]) and, for a broadcast, shallow trees by
-//!    integer programming ([`shallow`]).
+//!    dimension-rotated bucket allgather ([`bucket`]), across identical nodes the rail ring
+//!    ([`rails`]) and, for a broadcast, shallow trees by integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -20,6 +20,7 @@
 pub mod arborescence;
 pub mod bucket;
 pub mod packing;
+pub mod rails;
 pub mod rings;
 pub mod schedule;
 pub mod shallow;
@@ -344,6 +345,21 @@ impl Engine for TreeEngine {
                 coll.root,
                 limits.max_chunks.max(1),
             )?);
+        }
+        // Across identical nodes, the rail ring: NICs each talking to one peer.
+        if coll.kind == Kind::AllGather {
+            if let Some(nodes) = rails::rails(problem.topology, problem.index) {
+                problem.progress.message("the rail-ring schedule");
+                // As many pieces as allowed while a connection's transfers fit one 64-step
+                // threadblock: split over channels, a NIC's pieces share it again.
+                let chunks = limits.max_chunks.clamp(1, (64 / nodes.len()).max(1));
+                algorithms.extend(rails::rail_allgather(
+                    problem.topology,
+                    problem.index,
+                    &nodes,
+                    chunks,
+                )?);
+            }
         }
         if coll.kind == Kind::Broadcast {
             algorithms.extend(shallow_algorithms(

@@ -564,7 +564,7 @@ fn finish(
 }
 
 /// The rounds a step needs: its busiest link or switch constraint's load over its capacity.
-fn rounds_needed(
+pub(crate) fn rounds_needed(
     topology: &Topology,
     index: &TopologyIndex,
     caps: &crate::topology::Capacities,

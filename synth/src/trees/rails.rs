@@ -1,0 +1,149 @@
+//! The rail-ring allgather of a cluster of identical nodes: every GPU passes its pieces
+//! around the ring of the GPUs with its local index on the other nodes (its rail: (a, i) →
+//! (a + 1, i)), one node further per step, and forwards each piece it receives (and its own)
+//! to every GPU of its node. A NIC then talks to one peer only, so the pieces it carries
+//! arrive one after another and are relayed while the next ones cross: the last piece's
+//! relay is all that is left at the end. Tree packing sends each GPU's pieces to every
+//! remote node at once; the runtime shares a NIC among those connections, they all finish
+//! at the end together, and their relays drain after the NICs are done (dgx-a100x8: 93.2% of
+//! the optimum at 1 GB).
+//!
+//! Each NIC carries M − 1 chunks per rank of its node, the least any allgather needs where
+//! the NICs bind (dgx-a100x4, x8); an NVSwitch port forwards 7 of them per piece. The fabric
+//! must have M ≥ 2 nodes of G ≥ 2 ranks each, every pair within a node linked, and the
+//! rail links; ranks keep their order within a node (local index i is the i-th rank of the
+//! node). Reduce-scatter and allreduce get the reversed schedule through
+//! [`crate::synthesize`]'s duality.
+
+use super::schedule::rounds_needed;
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::{Collective, Kind};
+use crate::topology::{Topology, TopologyIndex};
+use anyhow::Result;
+
+/// The ranks of every node in rank order, when `topology` has the shape the rail ring needs
+/// (see the module docs); `None` otherwise.
+pub fn rails(topology: &Topology, index: &TopologyIndex) -> Option<Vec<Vec<usize>>> {
+    let m = topology.nodes();
+    if m < 2 {
+        return None;
+    }
+    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];
+    for (r, &a) in topology.node_of.iter().enumerate() {
+        nodes[a].push(r);
+    }
+    let g = nodes[0].len();
+    if g < 2 || nodes.iter().any(|n| n.len() != g) {
+        return None;
+    }
+    let linked = |u: usize, v: usize| index.link_of.contains_key(&(u, v));
+    let local = nodes
+        .iter()
+        .all(|n| n.iter().all(|&u| n.iter().all(|&v| u == v || linked(u, v))));
+    let rail = (0..m).all(|a| (0..g).all(|i| linked(nodes[a][i], nodes[(a + 1) % m][i])));
+    (local && rail).then_some(nodes)
+}
+
+/// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank.
+/// `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
+pub fn rail_allgather(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    chunks: usize,
+) -> Result<Option<Algorithm>> {
+    let Some(caps) = index.capacities.as_ref() else {
+        return Ok(None);
+    };
+    let (m, g) = (nodes.len(), nodes[0].len());
+    let collective = Collective::new(Kind::AllGather, topology.ranks, 0, chunks)?;
+    let pieces = |rank: usize| (0..chunks).map(move |p| rank * chunks + p);
+    let mut steps = Vec::with_capacity(m);
+    for s in 0..m {
+        let mut sends = Vec::new();
+        for a in 0..m {
+            for i in 0..g {
+                let me = nodes[a][i];
+                // The rank whose pieces this GPU holds since ring step s − 1 (its own at 0).
+                let from = nodes[(a + m - s) % m][i];
+                if s + 1 < m {
+                    let next = nodes[(a + 1) % m][i];
+                    sends.extend(pieces(from).map(|chunk| Send {
+                        chunk,
+                        src: me,
+                        dst: next,
+                    }));
+                }
+                for &peer in nodes[a].iter().filter(|&&v| v != me) {
+                    sends.extend(pieces(from).map(|chunk| Send {
+                        chunk,
+                        src: me,
+                        dst: peer,
+                    }));
+                }
+            }
+        }
+        steps.push(Step {
+            rounds: rounds_needed(topology, index, caps, &sends),
+            reduce: false,
+            sends,
+        });
+    }
+    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    Ok(Some(Algorithm {
+        name: format!(
+            "{}-{}-rails-s{}-r{rounds}-c{chunks}",
+            Kind::AllGather,
+            topology.name.replace([':', '/'], "_"),
+            steps.len(),
+        ),
+        topology: topology.name.clone(),
+        collective,
+        steps,
+        piece_channels: None,
+        step_groups: None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check;
+    use crate::topology::load;
+
+    #[test]
+    fn clusters_have_rails_and_single_boxes_do_not() {
+        for (spec, shape) in [
+            ("dgx-a100x2", Some((2, 8))),
+            ("dgx-a100x8", Some((8, 8))),
+            ("dgx-h100x4", Some((4, 8))),
+            ("mi250-16x2", None),
+            ("dgx-a100", None),
+            ("torus-2d:4x4", None),
+        ] {
+            let t = load(spec).unwrap();
+            let found = rails(&t, &t.index()).map(|n| (n.len(), n[0].len()));
+            assert_eq!(found, shape, "{spec}");
+        }
+    }
+
+    #[test]
+    fn rail_allgather_passes_the_checker() {
+        for (spec, chunks) in [("dgx-a100x2", 1), ("dgx-a100x4", 3), ("dgx-h100x4", 2)] {
+            let t = load(spec).unwrap();
+            let index = t.index();
+            let nodes = rails(&t, &index).unwrap();
+            let a = rail_allgather(&t, &index, &nodes, chunks).unwrap().unwrap();
+            check(&a, &t).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
+            assert_eq!(a.num_steps(), nodes.len());
+            // Each rank sends its pieces of one rank per step over its NIC, M − 1 times.
+            let nic: usize = a
+                .steps
+                .iter()
+                .flat_map(|s| &s.sends)
+                .filter(|s| s.src == 0 && t.node_of[s.dst] != t.node_of[0])
+                .count();
+            assert_eq!(nic, (nodes.len() - 1) * chunks, "{spec}");
+        }
+    }
+}

@@ -1,25 +1,32 @@
 //! Per-link latency (alpha) as whole epochs of the time-expanded fabric, and the
 //! delay-weighted distances the greedy run routes and prioritises by.
 //!
-//! An epoch is one round (a unit chunk crossing a capacity-1 link). Its length is the
-//! smallest positive link alpha: the greedy engine serves the latency end (`auto` keeps its
-//! fewest-steps algorithm for small messages), where a hop costs about its link's alpha and
-//! a chunk's transfer time is small beside it. A send on link `l` in epoch `t` may then be
-//! forwarded by its receiver from epoch `t + delay[l]`, `delay[l] = alpha_l / epoch` rounded
-//! (at least 1, at most [`MAX_DELAY`]): NVLink or xGMI (0.7 µs) 1, a NIC (2.6 µs) 4. Where
-//! every link has the same alpha (or none has any) every delay is 1, which is the hop model.
+//! An epoch is one round: a unit chunk crossing a capacity-1 link. How long that takes
+//! depends on the message size, so no one epoch fits every size; the delay model takes a
+//! quarter of the smallest positive link alpha ([`EPOCHS_PER_ALPHA`]): with NVLink's 0.7
+//! µs, 0.175 µs, which a 25 GB/s link needs for a 4.4 KB chunk (the chunk of a 64-256 KB
+//! allgather on 16-64 ranks, the middle of the sizes the greedy engine serves). A send on
+//! link `l` in epoch `t` may be forwarded by its receiver from epoch `t + delay[l]`,
+//! `delay[l] = alpha_l / epoch` rounded (at least 1, at most [`MAX_DELAY`]): NVLink or xGMI
+//! (0.7 µs) 4, a NIC (2.6 µs) 15. `results/greedy.md` measures 1, 2, 3, 4 and 8 epochs per
+//! smallest alpha: finer epochs win at 1 KB and 64 KB, coarser ones at 1 MB. Where every link
+//! has the same alpha every delay is the same and the hop model (every delay 1) says it all.
 
 use super::demand::{Distances, UNREACHABLE};
 use rayon::prelude::*;
 
-/// The largest delay of a link, in epochs: keeps distances within `u16` on 1024 ranks
-/// (1023 hops × 64) and the ring of pending arrivals short.
+/// Epochs in the smallest positive link alpha.
+pub const EPOCHS_PER_ALPHA: f64 = 4.0;
+
+/// The largest delay of a link, in epochs (16 times the smallest alpha): keeps distances
+/// within `u16` on 1024 ranks (1023 hops × 64) and the ring of pending arrivals short.
 pub const MAX_DELAY: u16 = 64;
 
 /// Each link's delay in epochs and the epoch's length.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delays {
-    /// Length of one epoch in µs (the smallest positive alpha; 0 when no link has one).
+    /// Length of one epoch in µs (the smallest positive alpha over [`EPOCHS_PER_ALPHA`]; 0
+    /// when no link has an alpha).
     pub epoch_us: f64,
     /// Epochs from a send on each link until its receiver may forward the chunk (>= 1).
     pub link: Vec<u16>,
@@ -27,13 +34,14 @@ pub struct Delays {
 
 impl Delays {
     /// The delays of links with latencies `alphas` (µs, non-negative as the topology
-    /// checks guarantee), an epoch being the smallest positive one.
+    /// checks guarantee).
     pub fn from_alphas(alphas: &[f64]) -> Delays {
-        let epoch_us = alphas
+        let smallest = alphas
             .iter()
             .copied()
             .filter(|&a| a > 0.0 && a.is_finite())
             .fold(f64::INFINITY, f64::min);
+        let epoch_us = smallest / EPOCHS_PER_ALPHA;
         if !epoch_us.is_finite() {
             return Delays {
                 epoch_us: 0.0,
@@ -50,9 +58,9 @@ impl Delays {
         Delays { epoch_us, link }
     }
 
-    /// Whether every link has delay 1 (the hop model: nothing to gain from delays).
-    pub fn is_unit(&self) -> bool {
-        self.link.iter().all(|&d| d == 1)
+    /// Whether every link has the same delay (then the hop model says it all).
+    pub fn is_uniform(&self) -> bool {
+        self.link.windows(2).all(|w| w[0] == w[1])
     }
 
     /// The largest delay (1 on an empty fabric).
@@ -113,16 +121,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_round_alpha_over_the_smallest() {
+    fn delays_round_alpha_over_a_quarter_of_the_smallest() {
         let d = Delays::from_alphas(&[0.7, 2.6, 0.7, 1.0]);
-        assert_eq!(d.epoch_us, 0.7);
-        assert_eq!(d.link, vec![1, 4, 1, 1]);
-        assert!(!d.is_unit());
-        // No latency at all, or the same everywhere: the hop model.
-        assert!(Delays::from_alphas(&[0.0, 0.0]).is_unit());
-        assert!(Delays::from_alphas(&[2.6, 2.6, 2.6]).is_unit());
+        assert_eq!(d.epoch_us, 0.175);
+        assert_eq!(d.link, vec![4, 15, 4, 6]);
+        assert!(!d.is_uniform());
+        // No latency at all, or the same everywhere: nothing beyond the hop model.
+        assert!(Delays::from_alphas(&[0.0, 0.0]).is_uniform());
+        assert!(Delays::from_alphas(&[2.6, 2.6, 2.6]).is_uniform());
+        assert!(Delays::from_alphas(&[0.7, 0.71]).is_uniform());
         // Zero-alpha links count one epoch; huge ones are capped.
-        assert_eq!(Delays::from_alphas(&[0.0, 1.0, 1e9]).link, vec![1, 1, MAX_DELAY]);
+        assert_eq!(
+            Delays::from_alphas(&[0.0, 1.0, 1e9]).link,
+            vec![1, 4, MAX_DELAY]
+        );
     }
 
     #[test]
@@ -139,7 +151,7 @@ mod tests {
         assert_eq!(d.get(1, 0), 1);
         assert_eq!(d.get(1, 2), 2);
         assert_eq!(d.get(2, 0), 2);
-        // Nothing leaves... nothing reaches: a one-way line has unreachable pairs.
+        // A one-way link: the way back is unreachable.
         let d = Delays {
             epoch_us: 1.0,
             link: vec![3],

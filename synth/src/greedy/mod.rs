@@ -41,6 +41,7 @@ use delays::Delays;
 use demand::{Demand, Distances};
 use rayon::prelude::*;
 use schedule::{mix, Fabric, Schedule, Stop};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use std::time::Instant;
 
 /// The greedy engine with its seed.
@@ -169,25 +170,12 @@ impl GreedyEngine {
             );
         };
         let coll = (problem.make)(chunks)?;
-        let src: Vec<usize> = topology.links.iter().map(|l| l.src).collect();
-        let dst: Vec<usize> = topology.links.iter().map(|l| l.dst).collect();
         let alpha: Vec<f64> = topology.links.iter().map(|l| l.alpha).collect();
         let delays = Delays::from_alphas(&alpha);
-        let hops = Fabric {
-            ranks: topology.ranks,
-            src: src.clone(),
-            dst: dst.clone(),
-            out_links: &index.out_links,
-            governing: &index.governing,
-            link_cap: &caps.links,
-            switch_cap: &caps.switches,
-            delay: vec![1; src.len()],
-            dist: Distances::new(&index.distances),
-            fifo: 0,
-        };
+        let hops = fabric(topology, index, caps, Model::Hops, &delays);
         let demand = Demand::new(&coll, &hops.dist, &topology.name)?;
         let restarts = Self::restarts(demand.total_distance());
-        let timed = !delays.is_unit();
+        let timed = !delays.is_uniform();
         problem.progress.message(&format!(
             "greedy: {} chunks, {restarts} restart(s) at C={chunks}{}",
             coll.chunks.len(),
@@ -203,18 +191,7 @@ impl GreedyEngine {
         ));
         let mut models = vec![(Model::Hops, hops, demand)];
         if timed {
-            let fabric = Fabric {
-                ranks: topology.ranks,
-                dist: delays.distances(topology.ranks, &src, &dst),
-                src,
-                dst,
-                out_links: &index.out_links,
-                governing: &index.governing,
-                link_cap: &caps.links,
-                switch_cap: &caps.switches,
-                delay: delays.link.clone(),
-                fifo: runtime::verify::DEFAULT_FIFO_DEPTH,
-            };
+            let fabric = fabric(topology, index, caps, Model::Delays, &delays);
             let demand = Demand::new(&coll, &fabric.dist, &topology.name)?;
             models.push((Model::Delays, fabric, demand));
         }
@@ -260,6 +237,43 @@ impl GreedyEngine {
             candidates,
             complete,
         })
+    }
+}
+
+/// The fabric as `model` sees it: every delay 1 and hop distances, or `delays` with the
+/// distances they weigh and at most the runtime's FIFO depth of messages in flight per link.
+fn fabric<'a>(
+    topology: &Topology,
+    index: &'a TopologyIndex,
+    caps: &'a Capacities,
+    model: Model,
+    delays: &Delays,
+) -> Fabric<'a> {
+    let src: Vec<usize> = topology.links.iter().map(|l| l.src).collect();
+    let dst: Vec<usize> = topology.links.iter().map(|l| l.dst).collect();
+    let (delay, dist, fifo) = match model {
+        Model::Hops => (
+            vec![1; src.len()],
+            Distances::new(&index.distances),
+            0,
+        ),
+        Model::Delays => (
+            delays.link.clone(),
+            delays.distances(topology.ranks, &src, &dst),
+            runtime::verify::DEFAULT_FIFO_DEPTH,
+        ),
+    };
+    Fabric {
+        ranks: topology.ranks,
+        src,
+        dst,
+        out_links: &index.out_links,
+        governing: &index.governing,
+        link_cap: &caps.links,
+        switch_cap: &caps.switches,
+        delay,
+        dist,
+        fifo,
     }
 }
 

@@ -36,12 +36,12 @@ use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
 use crate::collective::Collective;
 use crate::engine::{Engine, Found, Limits, Problem, Search};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use delays::Delays;
 use demand::{Demand, Distances};
 use rayon::prelude::*;
 use schedule::{mix, Fabric, Schedule, Stop};
-use crate::topology::{Capacities, Topology, TopologyIndex};
 use std::time::Instant;
 
 /// The greedy engine with its seed.
@@ -252,11 +252,7 @@ fn fabric<'a>(
     let src: Vec<usize> = topology.links.iter().map(|l| l.src).collect();
     let dst: Vec<usize> = topology.links.iter().map(|l| l.dst).collect();
     let (delay, dist, fifo) = match model {
-        Model::Hops => (
-            vec![1; src.len()],
-            Distances::new(&index.distances),
-            0,
-        ),
+        Model::Hops => (vec![1; src.len()], Distances::new(&index.distances), 0),
         Model::Delays => (
             delays.link.clone(),
             delays.distances(topology.ranks, &src, &dst),
@@ -378,7 +374,10 @@ impl Engine for GreedyEngine {
                 });
                 if let Some(c) = fastest {
                     let t = c.latency_us.unwrap_or(f64::INFINITY);
-                    if kept.iter().all(|k| t < k.latency_us.unwrap_or(f64::INFINITY)) {
+                    if kept
+                        .iter()
+                        .all(|k| t < k.latency_us.unwrap_or(f64::INFINITY))
+                    {
                         kept.push(c);
                     }
                 }
@@ -463,7 +462,14 @@ mod tests {
 
     #[test]
     fn every_non_combining_collective_on_small_fabrics_passes_the_checker() {
-        for spec in ["ring:4", "line:3", "dgx1", "torus-2d:4x4", "dgx-a100"] {
+        for spec in [
+            "ring:4",
+            "line:3",
+            "dgx1",
+            "torus-2d:4x4",
+            "dgx-a100",
+            "dgx-a100x2",
+        ] {
             let n = topology::load(spec).unwrap().ranks;
             for kind in [
                 Kind::AllToAll,
@@ -621,5 +627,147 @@ mod tests {
             .unwrap();
         assert!(!found.complete);
         assert!(found.algorithms.is_empty());
+    }
+
+    /// Writes `text` as a TOML topology file named after `name` and returns its path.
+    fn toml(name: &str, text: &str) -> String {
+        let path =
+            std::env::temp_dir().join(format!("synth-greedy-{name}-{}.toml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    /// One greedy run of `model` on `spec` with restart salt `salt`.
+    fn run_model(spec: &str, coll: &Collective, model: Model, salt: u64) -> Schedule {
+        let topology = topology::load(spec).unwrap();
+        let index = topology.index();
+        let caps = index.capacities.clone().unwrap();
+        let alpha: Vec<f64> = topology.links.iter().map(|l| l.alpha).collect();
+        let delays = Delays::from_alphas(&alpha);
+        let fabric = fabric(&topology, &index, &caps, model, &delays);
+        let demand = Demand::new(coll, &fabric.dist, &topology.name).unwrap();
+        let far = Instant::now() + Duration::from_secs(3600);
+        schedule::run(&fabric, demand, coll, Some(salt), 1000, far).unwrap()
+    }
+
+    /// Ranks 0, 1, 2: NVLink-like links 0-1 and 1-2 (0.7 µs) and a direct 0-2 link of
+    /// 5.6 µs (delays 4, 4 and 32 epochs).
+    const TRIANGLE: &str = "name = \"triangle\"\nranks = 3\nbandwidth = 25\nalpha = 0.7\n\
+        [[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 1\ndst = 2\n\
+        [[link]]\nsrc = 0\ndst = 2\nalpha = 5.6\n";
+
+    #[test]
+    fn the_delay_model_takes_two_fast_hops_over_one_slow_link() {
+        let spec = toml("triangle", TRIANGLE);
+        let topology = topology::load(&spec).unwrap();
+        let slow = topology
+            .links
+            .iter()
+            .position(|l| (l.src, l.dst) == (0, 2))
+            .unwrap() as u32;
+        let coll = Collective::new(Kind::Broadcast, 3, 0, 1).unwrap();
+        for salt in 0..4 {
+            // Hops: rank 2 is one hop away, over the slow link.
+            let hops = run_model(&spec, &coll, Model::Hops, salt);
+            assert!(hops.steps.iter().flatten().any(|&(_, l)| l == slow));
+            // Delays: 0 -> 1 -> 2 arrives after 8 epochs, the direct link after 32.
+            let timed = run_model(&spec, &coll, Model::Delays, salt);
+            assert!(!timed.steps.iter().flatten().any(|&(_, l)| l == slow));
+            assert_eq!(timed.makespan, 8);
+            assert_eq!(timed.busy_epochs(), 2);
+        }
+        // The engine keeps the hop model's one-step broadcast and adds the faster relay.
+        let found = search(
+            &spec,
+            coll,
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            0,
+        );
+        let names: Vec<&str> = found.algorithms.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(found.algorithms.len(), 2, "{names:?}");
+        assert_eq!(found.algorithms[0].num_steps(), 1);
+        assert!(names[1].contains("-greedy-alpha"), "{names:?}");
+        assert_eq!(found.algorithms[1].num_steps(), 2);
+        let _ = std::fs::remove_file(&spec);
+    }
+
+    #[test]
+    fn the_delay_model_starts_the_chunk_bound_for_the_slow_link_first() {
+        // 0 - 1 - 2 at 0.7 µs and 1 - 3 at 2.8 µs: a scatter from 0 sends every chunk over
+        // 0 -> 1, one per epoch. Rank 3 is 20 epochs away, rank 2 eight.
+        let spec = toml(
+            "fork",
+            "name = \"fork\"\nranks = 4\nbandwidth = 25\nalpha = 0.7\n\
+             [[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 1\ndst = 2\n\
+             [[link]]\nsrc = 1\ndst = 3\nalpha = 2.8\n",
+        );
+        let coll = Collective::new(Kind::Scatter, 4, 0, 1).unwrap();
+        let first = |s: &Schedule| coll.chunks[s.steps[0][0].0 as usize].post[0];
+        let mut hop_firsts = Vec::new();
+        for salt in 0..8 {
+            let timed = run_model(&spec, &coll, Model::Delays, salt);
+            assert_eq!(first(&timed), 3, "salt {salt}");
+            hop_firsts.push(first(&run_model(&spec, &coll, Model::Hops, salt)));
+        }
+        // In hops ranks 2 and 3 are both two away: the tie-break decides.
+        assert!(hop_firsts.contains(&2), "{hop_firsts:?}");
+        let _ = std::fs::remove_file(&spec);
+    }
+
+    #[test]
+    fn uniform_alpha_gives_exactly_the_hop_schedules() {
+        // The built-in 4x4 torus (0.7 µs links) and the same torus at 2.6 µs.
+        let spec = toml(
+            "torus",
+            "name = \"torus-2d:4x4\"\ngenerator = \"torus-2d\"\nsize = \"4x4\"\n\
+             bandwidth = 25\nalpha = 2.6\n",
+        );
+        for kind in [Kind::AllGather, Kind::AllToAll] {
+            let coll = || Collective::new(kind, 16, 0, 1).unwrap();
+            let a = search("torus-2d:4x4", coll(), Search::Pareto, 5).algorithms;
+            let b = search(&spec, coll(), Search::Pareto, 5).algorithms;
+            assert!(!a.is_empty());
+            assert_eq!(a, b, "{kind}");
+            assert!(a.iter().all(|x| !x.name.contains("-greedy-alpha")));
+        }
+        let _ = std::fs::remove_file(&spec);
+    }
+
+    #[test]
+    fn on_two_nodes_the_delay_model_adds_lower_latency_algorithms() {
+        // dgx-a100x4: 0.7 µs NVLink beside 2.6 µs NICs. Both models' algorithms pass the
+        // checker (in `search`); the delay model's latency is the lowest.
+        let topology = topology::load("dgx-a100x4").unwrap();
+        let coll = Collective::new(Kind::AllGather, 32, 0, 1).unwrap();
+        let found = search("dgx-a100x4", coll, Search::Pareto, 0);
+        let index = topology.index();
+        let caps = index.capacities.clone().unwrap();
+        let alpha: Vec<f64> = topology.links.iter().map(|l| l.alpha).collect();
+        let delays = Delays::from_alphas(&alpha);
+        let hops = fabric(&topology, &index, &caps, Model::Hops, &delays);
+        let sends = |a: &Algorithm| -> Vec<Vec<(u32, u32)>> {
+            a.steps
+                .iter()
+                .map(|s| {
+                    s.sends
+                        .iter()
+                        .map(|x| (x.chunk as u32, index.link_of[&(x.src, x.dst)] as u32))
+                        .collect()
+                })
+                .collect()
+        };
+        let latency = |timed: bool| {
+            found
+                .algorithms
+                .iter()
+                .filter(|a| a.name.contains("-greedy-alpha") == timed)
+                .map(|a| latency::latency_us(&hops, &alpha, &sends(a)))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let (hop, timed) = (latency(false), latency(true));
+        assert!(timed < hop, "delay model {timed} us, hop model {hop} us");
     }
 }

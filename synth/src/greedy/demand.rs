@@ -1,12 +1,14 @@
 //! What is still missing: for every chunk, the ranks that need it and, per such rank, the
-//! hop distance from the nearest rank that holds (or is already receiving) the chunk. A
+//! distance (in hops, or in epochs over delay-weighted links, see [`super::delays`]) from
+//! the nearest rank that holds (or is already receiving) the chunk. A
 //! compact CSR layout (4 + 2 bytes per needing rank), so a 1024-rank alltoall (about a
 //! million chunks with one needing rank each) takes a few MB.
 
 use crate::collective::Collective;
 use anyhow::{bail, Result};
 
-/// Hop distances as a dense matrix of `u16` (`UNREACHABLE` where there is no path).
+/// Distances (hops or epochs) as a dense matrix of `u16` (`UNREACHABLE` where there is no
+/// path): 2 MB on 1024 ranks.
 pub struct Distances {
     n: usize,
     d: Vec<u16>,
@@ -14,6 +16,22 @@ pub struct Distances {
 
 /// Marks a pair of ranks with no path.
 pub const UNREACHABLE: u16 = u16::MAX;
+
+/// No chunk in flight bounds the arrival at a needing rank.
+pub const NO_ETA: u32 = u32::MAX;
+
+/// A send being weighed: from `u` to `v` over a link of `delay` epochs, leaving in `epoch`.
+#[derive(Debug, Clone, Copy)]
+pub struct Hop {
+    /// Sending rank.
+    pub u: usize,
+    /// Receiving rank.
+    pub v: usize,
+    /// The link's delay in epochs (>= 1).
+    pub delay: u16,
+    /// The epoch the send would leave in.
+    pub epoch: u32,
+}
 
 impl Distances {
     /// Packs `index.distances`.
@@ -30,7 +48,13 @@ impl Distances {
         Distances { n, d }
     }
 
-    /// Hops from `u` to `v`.
+    /// The `n` x `n` matrix `d`, row by row (source major).
+    pub fn from_matrix(n: usize, d: Vec<u16>) -> Distances {
+        debug_assert_eq!(d.len(), n * n);
+        Distances { n, d }
+    }
+
+    /// Distance from `u` to `v`.
     #[inline]
     pub fn get(&self, u: usize, v: usize) -> u16 {
         self.d[u * self.n + v]
@@ -44,8 +68,11 @@ pub struct Demand {
     start: Vec<u32>,
     /// The needing rank of each entry.
     rank: Vec<u32>,
-    /// Hops from the nearest holder (0: satisfied).
+    /// Distance from the nearest holder or receiver (0: satisfied).
     best: Vec<u16>,
+    /// The epoch by which a chunk in flight to a rank at distance `best` gets here along a
+    /// shortest path ([`NO_ETA`] when no such rank is in flight).
+    eta: Vec<u32>,
     /// Entries with `best > 0`.
     pub unsatisfied: usize,
 }
@@ -88,13 +115,14 @@ impl Demand {
         }
         Ok(Demand {
             start,
+            eta: vec![NO_ETA; rank.len()],
             rank,
             best,
             unsatisfied,
         })
     }
 
-    /// Total hop distance still to cover (a lower bound on the sends left).
+    /// Total distance still to cover (in hops: a lower bound on the sends left).
     pub fn total_distance(&self) -> u64 {
         self.best.iter().map(|&b| b as u64).sum()
     }
@@ -103,27 +131,37 @@ impl Demand {
         self.start[c] as usize..self.start[c + 1] as usize
     }
 
-    /// The priority of sending chunk `c` from `u` to `v`: the farthest (from `u`) needing
-    /// rank that `v` gets strictly closer to than every current holder, or `None` when `v`
-    /// brings the chunk closer to nobody.
+    /// The priority of sending chunk `c` over `hop`, or `None` when the send helps nobody.
+    ///
+    /// The send helps a needing rank `w` when the receiver is strictly closer to `w` than
+    /// every rank that holds or is receiving the chunk, and the chunk would not reach `w`
+    /// later than it does from a rank in flight that is just as close (so a slow link does
+    /// not duplicate what a delivery in flight brings as soon). The priority is the largest
+    /// over the helped ranks of `d(u, w)` less the detour `delay + d(v, w) - d(u, w)`: the
+    /// farthest rank first, on shortest paths before detours. With every delay 1 a send
+    /// that helps is always on a shortest path and nothing in flight outlives the epoch, so
+    /// this is the hop model's farthest-first rule.
     #[inline]
-    pub fn priority(&self, c: usize, u: usize, v: usize, dist: &Distances) -> Option<u16> {
+    pub fn priority(&self, c: usize, hop: Hop, dist: &Distances) -> Option<u16> {
         let mut p = None;
         for e in self.range(c) {
             let w = self.rank[e] as usize;
-            if dist.get(v, w) < self.best[e] {
-                let d = dist.get(u, w);
-                if p.is_none_or(|q| d > q) {
-                    p = Some(d);
+            let dv = dist.get(hop.v, w);
+            if dv < self.best[e] && hop.epoch + hop.delay as u32 + (dv as u32) < self.eta[e] {
+                let du = dist.get(hop.u, w) as u32;
+                let detour = (hop.delay as u32 + dv as u32).saturating_sub(du);
+                let q = du.saturating_sub(detour) as u16;
+                if p.is_none_or(|p| q > p) {
+                    p = Some(q);
                 }
             }
         }
         p
     }
 
-    /// Records that `v` receives chunk `c`.
+    /// Records that `v` receives chunk `c` and may forward it from epoch `at`.
     #[inline]
-    pub fn arrive(&mut self, c: usize, v: usize, dist: &Distances) {
+    pub fn arrive(&mut self, c: usize, v: usize, at: u32, dist: &Distances) {
         for e in self.range(c) {
             let w = self.rank[e] as usize;
             let d = dist.get(v, w);
@@ -132,6 +170,21 @@ impl Demand {
                     self.unsatisfied -= 1;
                 }
                 self.best[e] = d;
+                self.eta[e] = at.saturating_add(d as u32);
+            } else if d == self.best[e] && d > 0 {
+                self.eta[e] = self.eta[e].min(at.saturating_add(d as u32));
+            }
+        }
+    }
+
+    /// Records that chunk `c` has landed on `v` (sent with [`Demand::arrive`] for epoch
+    /// `at`): `v` now forwards it itself, so its arrival no longer holds back other senders.
+    #[inline]
+    pub fn land(&mut self, c: usize, v: usize, at: u32, dist: &Distances) {
+        for e in self.range(c) {
+            let w = self.rank[e] as usize;
+            if self.eta[e] == at.saturating_add(dist.get(v, w) as u32) {
+                self.eta[e] = NO_ETA;
             }
         }
     }

@@ -1,5 +1,6 @@
 //! From a greedy [`Schedule`] to [`Algorithm`]s: the schedule as it ran (one round per
-//! step), and the same sends *levelled*: every send moves to the step after the one that
+//! step, one step per epoch with sends: epochs that only wait for chunks in flight are
+//! dropped, the order of the sends stays), and the same sends *levelled*: every send moves to the step after the one that
 //! delivered its chunk to its sender (step 0 for a starting holder), so the algorithm has as
 //! many steps as the longest relay chain (fewer alphas) and each step takes the rounds its
 //! busiest link or switch constraint needs (more rounds).
@@ -34,12 +35,18 @@ fn rounds_needed(
     rounds
 }
 
-/// The algorithm with the given steps of (chunk index, link) sends.
-fn build(fabric: &Fabric, coll: &Collective, steps: &[Vec<(u32, u32)>], name: String) -> Algorithm {
+/// The algorithm named `name` with the given steps of (chunk index, link) sends, each step
+/// taking the rounds its busiest link or switch constraint needs.
+pub fn algorithm<'s>(
+    fabric: &Fabric,
+    coll: &Collective,
+    steps: impl IntoIterator<Item = &'s Vec<(u32, u32)>>,
+    name: String,
+) -> Algorithm {
     let mut link_load = vec![0u32; fabric.src.len()];
     let mut switch_load = vec![0u32; fabric.switch_cap.len()];
     let steps: Vec<Step> = steps
-        .iter()
+        .into_iter()
         .map(|sends| Step {
             rounds: rounds_needed(fabric, sends, &mut link_load, &mut switch_load),
             reduce: false,
@@ -68,14 +75,14 @@ fn build(fabric: &Fabric, coll: &Collective, steps: &[Vec<(u32, u32)>], name: St
     }
 }
 
-/// The schedule as it ran: one round per step.
-pub fn listed(fabric: &Fabric, coll: &Collective, schedule: &Schedule, name: &str) -> Algorithm {
-    build(fabric, coll, &schedule.steps, format!("{name}-greedy"))
+/// The schedule as it ran: one step per epoch with sends (one round each).
+pub fn listed(schedule: &Schedule) -> impl Iterator<Item = &Vec<(u32, u32)>> + Clone {
+    schedule.steps.iter().filter(|s| !s.is_empty())
 }
 
 /// The schedule levelled (see the module docs); within a step the sends keep the order in
 /// which the greedy run chose them.
-pub fn levelled(fabric: &Fabric, coll: &Collective, schedule: &Schedule, name: &str) -> Algorithm {
+pub fn levelled(fabric: &Fabric, schedule: &Schedule) -> Vec<Vec<(u32, u32)>> {
     // Sends grouped by chunk, in schedule order.
     let total: usize = schedule.steps.iter().map(|s| s.len()).sum();
     let mut by_chunk: Vec<(u32, u32, u32)> = Vec::with_capacity(total); // (chunk, step, pos)
@@ -119,5 +126,5 @@ pub fn levelled(fabric: &Fabric, coll: &Collective, schedule: &Schedule, name: &
             steps[level_of[t][p] as usize].push(send);
         }
     }
-    build(fabric, coll, &steps, format!("{name}-greedy-levelled"))
+    steps
 }

@@ -1,12 +1,14 @@
-//! One greedy run over the time-expanded fabric: step by step (one round each), every link
-//! carries at most its capacity and every switch constraint at most its capacity. Each link
-//! keeps a heap of the chunks its source holds that would bring some needing rank closer;
-//! within a step the sends are chosen globally by priority (the farthest needing rank
-//! first, ties broken by a seeded hash), so the busiest paths start first. Candidates are
-//! added when a chunk arrives (event-driven) and re-evaluated lazily when they reach the top
-//! of their heap, so no step scans all chunks × links.
+//! One greedy run over the time-expanded fabric with link delays: epoch by epoch (one round
+//! each), every link carries at most its capacity and every switch constraint at most its
+//! capacity, and a chunk sent on link `l` in epoch `t` may be forwarded by its receiver from
+//! epoch `t + delay[l]` (all delays 1: the hop model, one step per epoch). Each link keeps a
+//! heap of the chunks its source holds that would bring some needing rank closer; within an
+//! epoch the sends are chosen globally by priority (the farthest needing rank first, in the
+//! distances of the delays, ties broken by a seeded hash), so the busiest and slowest paths
+//! start first. Candidates are added when a chunk arrives (event-driven) and re-evaluated
+//! lazily when they reach the top of their heap, so no epoch scans all chunks × links.
 
-use super::demand::{Demand, Distances};
+use super::demand::{Demand, Distances, Hop};
 use crate::collective::Collective;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -27,24 +29,40 @@ pub struct Fabric<'a> {
     pub link_cap: &'a [u32],
     /// Chunks per step of each switch constraint.
     pub switch_cap: &'a [u32],
-    /// Hop distances.
+    /// Epochs from a send on each link until its receiver may forward the chunk (>= 1).
+    pub delay: Vec<u16>,
+    /// Distances over the links weighted by `delay` (hops when every delay is 1).
     pub dist: Distances,
+    /// Messages a link may have in flight (sent in the last `delay` epochs), as a
+    /// connection's FIFO holds them; 0 for no such limit.
+    pub fifo: usize,
 }
 
-/// A finished run: per step, the sends as (chunk index, link id) in the order chosen.
+/// A finished run: per epoch, the sends as (chunk index, link id) in the order chosen.
 pub struct Schedule {
-    /// The steps (each one round).
+    /// The epochs (each one round; empty while every useful chunk is still in flight).
     pub steps: Vec<Vec<(u32, u32)>>,
+    /// The epoch from which every chunk has arrived: the last send's epoch plus its delay
+    /// (the number of epochs when every delay is 1).
+    pub makespan: usize,
+}
+
+impl Schedule {
+    /// Epochs with at least one send (the steps of the listed layout).
+    pub fn busy_epochs(&self) -> usize {
+        self.steps.iter().filter(|s| !s.is_empty()).count()
+    }
 }
 
 /// Why a run stopped without finishing.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Stop {
-    /// More steps than allowed.
+    /// More epochs with sends than the step limit allows.
     StepCap,
     /// The deadline passed.
     Deadline,
-    /// A step made no send although demand is left (cannot happen on a connected fabric).
+    /// An epoch made no send although demand is left and nothing is in flight (cannot happen
+    /// on a connected fabric).
     Stalled,
 }
 
@@ -69,7 +87,9 @@ fn priority_of(key: u64) -> u16 {
 }
 
 /// Runs one greedy schedule. `salt` seeds the tie-breaks (0: none, so ties go to the higher
-/// chunk index); chunk c starts on the ranks of `coll.chunks[c].pre`.
+/// chunk index); chunk c starts on the ranks of `coll.chunks[c].pre`. At most `max_steps`
+/// epochs have sends; empty epochs come only while chunks are in flight, so a run lasts at
+/// most `max_steps` times the largest delay epochs.
 pub fn run(
     fabric: &Fabric,
     mut demand: Demand,
@@ -85,34 +105,63 @@ pub fn run(
         })
     };
     let mut heaps: Vec<BinaryHeap<u64>> = vec![BinaryHeap::new(); links];
-    let offer = |heaps: &mut Vec<BinaryHeap<u64>>, demand: &Demand, c: u32, u: usize| {
+    let hop = |l: usize, epoch: usize| Hop {
+        u: fabric.src[l],
+        v: fabric.dst[l],
+        delay: fabric.delay[l],
+        epoch: epoch as u32,
+    };
+    // Chunk c on rank u, from `epoch` on: a candidate of every link out of u that helps.
+    let offer = |heaps: &mut Vec<BinaryHeap<u64>>, demand: &Demand, c: u32, u: usize, epoch| {
         for &l in &fabric.out_links[u] {
-            if let Some(p) = demand.priority(c as usize, u, fabric.dst[l], &fabric.dist) {
+            if let Some(p) = demand.priority(c as usize, hop(l, epoch), &fabric.dist) {
                 heaps[l].push(key(p, tie(c, l), c));
             }
         }
     };
     for (c, chunk) in coll.chunks.iter().enumerate() {
         for &u in &chunk.pre {
-            offer(&mut heaps, &demand, c as u32, u);
+            offer(&mut heaps, &demand, c as u32, u, 0);
         }
     }
     let mut steps: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut busy = 0usize;
+    let mut makespan = 0usize;
     let mut link_left = vec![0u32; links];
     let mut switch_left = fabric.switch_cap.to_vec();
     let mut touched_switches: Vec<usize> = Vec::new();
-    let mut arrivals: Vec<(u32, usize)> = Vec::new();
+    // Arrivals by the epoch from which they can be forwarded, modulo the ring's length.
+    let ring = fabric.delay.iter().copied().max().unwrap_or(1) as usize + 1;
+    let mut pending: Vec<Vec<(u32, usize)>> = vec![Vec::new(); ring];
+    let mut in_flight = 0usize;
+    // The epochs of each link's last `fifo` sends (a ring per link; NONE: no send).
+    const NONE: u32 = u32::MAX;
+    let fifo = fabric.fifo;
+    let mut recent: Vec<u32> = vec![NONE; links * fifo];
+    let mut recent_at: Vec<u32> = vec![0; if fifo > 0 { links } else { 0 }];
     while demand.unsatisfied > 0 {
-        if steps.len() >= max_steps {
+        if busy >= max_steps {
             return Err(Stop::StepCap);
         }
         if Instant::now() >= deadline {
             return Err(Stop::Deadline);
         }
+        let t = steps.len();
         // The links with candidates, by their best candidate (then link id, for determinism).
         let mut order: BinaryHeap<(u64, std::cmp::Reverse<usize>)> = BinaryHeap::new();
         for l in 0..links {
             link_left[l] = fabric.link_cap[l];
+            if fifo > 0 {
+                let d = fabric.delay[l] as usize;
+                let flying = recent[l * fifo..(l + 1) * fifo]
+                    .iter()
+                    .filter(|&&e| e != NONE && e as usize + d > t)
+                    .count();
+                link_left[l] = link_left[l].min((fifo - flying) as u32);
+            }
+            if link_left[l] == 0 {
+                continue;
+            }
             if let Some(&top) = heaps[l].peek() {
                 order.push((top, std::cmp::Reverse(l)));
             }
@@ -121,8 +170,8 @@ pub fn run(
         while let Some((_, std::cmp::Reverse(l))) = order.pop() {
             let Some(top) = heaps[l].pop() else { continue };
             let c = top as u32;
-            let (u, v) = (fabric.src[l], fabric.dst[l]);
-            match demand.priority(c as usize, u, v, &fabric.dist) {
+            let v = fabric.dst[l];
+            match demand.priority(c as usize, hop(l, t), &fabric.dist) {
                 None => {}
                 Some(p) if p < priority_of(top) => heaps[l].push(key(p, tie(c, l), c)),
                 Some(_) => {
@@ -139,9 +188,16 @@ pub fn run(
                         switch_left[j] -= 1;
                     }
                     link_left[l] -= 1;
-                    demand.arrive(c as usize, v, &fabric.dist);
+                    if fifo > 0 {
+                        recent[l * fifo + recent_at[l] as usize] = t as u32;
+                        recent_at[l] = (recent_at[l] + 1) % fifo as u32;
+                    }
+                    let at = t + fabric.delay[l] as usize;
+                    demand.arrive(c as usize, v, at as u32, &fabric.dist);
                     sends.push((c, l as u32));
-                    arrivals.push((c, v));
+                    makespan = makespan.max(at);
+                    pending[at % ring].push((c, v));
+                    in_flight += 1;
                 }
             }
             if link_left[l] > 0 {
@@ -150,17 +206,24 @@ pub fn run(
                 }
             }
         }
-        if sends.is_empty() {
+        if sends.is_empty() && in_flight == 0 {
             return Err(Stop::Stalled);
         }
+        busy += usize::from(!sends.is_empty());
         for j in touched_switches.drain(..) {
             switch_left[j] = fabric.switch_cap[j];
         }
-        // Chunks received in this step can be forwarded from the next one.
-        for (c, v) in arrivals.drain(..) {
-            offer(&mut heaps, &demand, c, v);
+        // Chunks that can be forwarded from the next epoch on.
+        let mut arrivals = std::mem::take(&mut pending[(t + 1) % ring]);
+        in_flight -= arrivals.len();
+        for &(c, v) in &arrivals {
+            demand.land(c as usize, v, (t + 1) as u32, &fabric.dist);
         }
+        for (c, v) in arrivals.drain(..) {
+            offer(&mut heaps, &demand, c, v, t + 1);
+        }
+        pending[(t + 1) % ring] = arrivals;
         steps.push(sends);
     }
-    Ok(Schedule { steps })
+    Ok(Schedule { steps, makespan })
 }

@@ -326,33 +326,36 @@ fn shallow_trees_broadcast_near_the_optimum_on_dgx1() {
     );
 }
 
+/// Asserts that tree packing on `spec` offers a `-LABEL-` candidate and that its best
+/// algorithm simulates at 1 GB at `fraction` of the exact optimum or more.
+fn assert_candidate_reaches(spec: &str, kind: Kind, label: &str, fraction: f64) {
+    let topology = topology::load(spec).unwrap();
+    let result = trees(&topology, kind);
+    assert!(
+        result
+            .algorithms
+            .iter()
+            .any(|a| a.name.contains(&format!("-{label}-"))),
+        "{spec} {kind}: no {label} candidate"
+    );
+    let coll = kind.to_ir().unwrap();
+    let bound = CutBound::new(coll, &topology, 0);
+    let best = best_at_1gb(&topology, &result, &bound);
+    assert!(
+        best >= fraction * bound.busbw(),
+        "{spec} {kind}: {best} of {}",
+        bound.busbw()
+    );
+}
+
 #[test]
 fn torus_bucket_reaches_99_percent_of_the_optimum() {
     // Tree packing alone simulated at 98.4% (8x8) at 1 GB: its steps have unequal loads,
     // which the runtime's slice-by-slice replay turns into pipeline fill. The bucket's links
     // carry the same load in every step of a phase: 99.9%, for allgather and, by duality,
     // reduce-scatter.
-    use runtime::ir::Collective::{AllGather, ReduceScatter};
-    let topology = topology::load("torus-2d:8x8").unwrap();
-    for (kind, coll) in [
-        (Kind::AllGather, AllGather),
-        (Kind::ReduceScatter, ReduceScatter),
-    ] {
-        let result = trees(&topology, kind);
-        assert!(
-            result
-                .algorithms
-                .iter()
-                .any(|a| a.name.contains("-bucket-")),
-            "{kind}: no bucket candidate"
-        );
-        let bound = CutBound::new(coll, &topology, 0);
-        let best = best_at_1gb(&topology, &result, &bound);
-        assert!(
-            best >= 0.99 * bound.busbw(),
-            "{kind}: {best} of {}",
-            bound.busbw()
-        );
+    for kind in [Kind::AllGather, Kind::ReduceScatter] {
+        assert_candidate_reaches("torus-2d:8x8", kind, "bucket", 0.99);
     }
 }
 
@@ -361,14 +364,5 @@ fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the
     // optimum at 1 GB on dgx-a100x8, 96.4% on dgx-a100x4). The rail ring: 98.9% and 98.7%.
-    use runtime::ir::Collective::AllGather;
-    let topology = topology::load("dgx-a100x4").unwrap();
-    let result = trees(&topology, Kind::AllGather);
-    assert!(
-        result.algorithms.iter().any(|a| a.name.contains("-rails-")),
-        "no rail-ring candidate"
-    );
-    let bound = CutBound::new(AllGather, &topology, 0);
-    let best = best_at_1gb(&topology, &result, &bound);
-    assert!(best >= 0.98 * bound.busbw(), "{best} of {}", bound.busbw());
+    assert_candidate_reaches("dgx-a100x4", Kind::AllGather, "rails", 0.98);
 }

@@ -18,8 +18,9 @@
 //! `torus-2d:KxK` builds it. Reduce-scatter and allreduce get the reversed schedule through
 //! [`crate::synthesize`]'s duality, as for the other tree algorithms.
 
+use super::schedule::finish;
 use crate::algorithm::{Algorithm, Send, Step};
-use crate::collective::{Collective, Kind};
+use crate::collective::Kind;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::Result;
 
@@ -75,7 +76,6 @@ fn step(k: usize, x: usize, d: Direction, hops: usize) -> usize {
 /// The bucket allgather of a k×k torus (see the module docs), four pieces per rank.
 pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
     let n = k * k;
-    let collective = Collective::new(Kind::AllGather, n, 0, PIECES)?;
     let back = |d: Direction| (-d.0, -d.1);
     let send = |root: usize, piece: usize, src: usize, d: Direction| Send {
         chunk: root * PIECES + piece,
@@ -115,20 +115,7 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
             sends,
         });
     }
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    Ok(Algorithm {
-        name: format!(
-            "{}-{}-bucket-s{}-r{rounds}-c{PIECES}",
-            Kind::AllGather,
-            topology.name.replace([':', '/'], "_"),
-            steps.len(),
-        ),
-        topology: topology.name.clone(),
-        collective,
-        steps,
-        piece_channels: None,
-        step_groups: None,
-    })
+    finish(topology, 0, Kind::AllGather, PIECES, "bucket", steps)
 }
 
 #[cfg(test)]

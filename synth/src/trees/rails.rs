@@ -15,9 +15,9 @@
 //! node). Reduce-scatter and allreduce get the reversed schedule through
 //! [`crate::synthesize`]'s duality.
 
-use super::schedule::rounds_needed;
+use super::schedule::{finish, rounds_needed};
 use crate::algorithm::{Algorithm, Send, Step};
-use crate::collective::{Collective, Kind};
+use crate::collective::Kind;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::Result;
 
@@ -56,7 +56,6 @@ pub fn rail_allgather(
         return Ok(None);
     };
     let (m, g) = (nodes.len(), nodes[0].len());
-    let collective = Collective::new(Kind::AllGather, topology.ranks, 0, chunks)?;
     let pieces = |rank: usize| (0..chunks).map(move |p| rank * chunks + p);
     let mut steps = Vec::with_capacity(m);
     for s in 0..m {
@@ -89,20 +88,7 @@ pub fn rail_allgather(
             sends,
         });
     }
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    Ok(Some(Algorithm {
-        name: format!(
-            "{}-{}-rails-s{}-r{rounds}-c{chunks}",
-            Kind::AllGather,
-            topology.name.replace([':', '/'], "_"),
-            steps.len(),
-        ),
-        topology: topology.name.clone(),
-        collective,
-        steps,
-        piece_channels: None,
-        step_groups: None,
-    }))
+    finish(topology, 0, Kind::AllGather, chunks, "rails", steps).map(Some)
 }
 
 #[cfg(test)]

@@ -339,7 +339,14 @@ pub fn algorithm(
             sends,
         })
         .collect();
-    finish(topology, packing, kind, chunks, "trees", steps)
+    finish(
+        topology,
+        packing.roots[0].root,
+        kind,
+        chunks,
+        "trees",
+        steps,
+    )
 }
 
 /// Threadblocks per rank that [`step_groups`] may lead the lowering to: all threadblocks
@@ -535,16 +542,17 @@ fn copies(
     copies
 }
 
-/// The algorithm of `steps` for `packing`'s collective, named after the schedule (`label`).
-fn finish(
+/// The algorithm of `steps` for `kind` at `root` with `chunks` pieces per rank, named after
+/// the schedule (`label`): `KIND-TOPOLOGY-LABEL-sS-rR-cC`.
+pub(crate) fn finish(
     topology: &Topology,
-    packing: &Packing,
+    root: usize,
     kind: Kind,
     chunks: usize,
     label: &str,
     steps: Vec<Step>,
 ) -> Result<Algorithm> {
-    let collective = Collective::new(kind, topology.ranks, packing.roots[0].root, chunks)?;
+    let collective = Collective::new(kind, topology.ranks, root, chunks)?;
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
     Ok(Algorithm {
         name: format!(
@@ -806,7 +814,14 @@ pub fn list_scheduled(
             enqueue(p, &mut queues, &mut active);
         }
     }
-    finish(topology, packing, kind, chunks, "listed", steps)
+    finish(
+        topology,
+        packing.roots[0].root,
+        kind,
+        chunks,
+        "listed",
+        steps,
+    )
 }
 
 #[cfg(test)]

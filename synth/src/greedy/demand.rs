@@ -17,9 +17,6 @@ pub struct Distances {
 /// Marks a pair of ranks with no path.
 pub const UNREACHABLE: u16 = u16::MAX;
 
-/// No chunk in flight bounds the arrival at a needing rank.
-pub const NO_ETA: u32 = u32::MAX;
-
 /// A send being weighed: from `u` to `v` over a link of `delay` epochs, leaving in `epoch`.
 #[derive(Debug, Clone, Copy)]
 pub struct Hop {
@@ -70,8 +67,9 @@ pub struct Demand {
     rank: Vec<u32>,
     /// Distance from the nearest holder or receiver (0: satisfied).
     best: Vec<u16>,
-    /// The epoch by which a chunk in flight to a rank at distance `best` gets here along a
-    /// shortest path ([`NO_ETA`] when no such rank is in flight).
+    /// The epoch by which the chunk reaches the needing rank from the first of the ranks at
+    /// distance `best` that can forward it (a starting holder from epoch 0), along a
+    /// shortest path without waiting.
     eta: Vec<u32>,
     /// Entries with `best > 0`.
     pub unsatisfied: usize,
@@ -115,7 +113,7 @@ impl Demand {
         }
         Ok(Demand {
             start,
-            eta: vec![NO_ETA; rank.len()],
+            eta: best.iter().map(|&d| d as u32).collect(),
             rank,
             best,
             unsatisfied,
@@ -134,9 +132,11 @@ impl Demand {
     /// The priority of sending chunk `c` over `hop`, or `None` when the send helps nobody.
     ///
     /// The send helps a needing rank `w` when the receiver is strictly closer to `w` than
-    /// every rank that holds or is receiving the chunk, and the chunk would not reach `w`
-    /// later than it does from a rank in flight that is just as close (so a slow link does
-    /// not duplicate what a delivery in flight brings as soon). The priority is the largest
+    /// every rank that holds or is receiving the chunk, and the chunk gets to `w` through it
+    /// sooner than through the closest of those (so a slow link does not duplicate what a
+    /// nearer copy brings as soon): strictly before that copy while it is in flight, no
+    /// later than it could from now once it has landed. A closest holder's own send along a
+    /// shortest path always helps, so a run never stalls. The priority is the largest
     /// over the helped ranks of `d(u, w)` less the detour `delay + d(v, w) - d(u, w)`: the
     /// farthest rank first, on shortest paths before detours. With every delay 1 a send
     /// that helps is always on a shortest path and nothing in flight outlives the epoch, so
@@ -147,7 +147,12 @@ impl Demand {
         for e in self.range(c) {
             let w = self.rank[e] as usize;
             let dv = dist.get(hop.v, w);
-            if dv < self.best[e] && hop.epoch + hop.delay as u32 + (dv as u32) < self.eta[e] {
+            let best = self.best[e] as u32;
+            let arrival = hop.epoch + hop.delay as u32 + dv as u32;
+            // Sooner than the closest copy in flight, or (once it landed) no later than it
+            // can still get there from now.
+            let soon = arrival < self.eta[e] || arrival <= hop.epoch + best;
+            if (dv as u32) < best && soon {
                 let du = dist.get(hop.u, w) as u32;
                 let detour = (hop.delay as u32 + dv as u32).saturating_sub(du);
                 let q = du.saturating_sub(detour) as u16;
@@ -173,18 +178,6 @@ impl Demand {
                 self.eta[e] = at.saturating_add(d as u32);
             } else if d == self.best[e] && d > 0 {
                 self.eta[e] = self.eta[e].min(at.saturating_add(d as u32));
-            }
-        }
-    }
-
-    /// Records that chunk `c` has landed on `v` (sent with [`Demand::arrive`] for epoch
-    /// `at`): `v` now forwards it itself, so its arrival no longer holds back other senders.
-    #[inline]
-    pub fn land(&mut self, c: usize, v: usize, at: u32, dist: &Distances) {
-        for e in self.range(c) {
-            let w = self.rank[e] as usize;
-            if self.eta[e] == at.saturating_add(dist.get(v, w) as u32) {
-                self.eta[e] = NO_ETA;
             }
         }
     }

@@ -216,9 +216,6 @@ pub fn run(
         // Chunks that can be forwarded from the next epoch on.
         let mut arrivals = std::mem::take(&mut pending[(t + 1) % ring]);
         in_flight -= arrivals.len();
-        for &(c, v) in &arrivals {
-            demand.land(c as usize, v, (t + 1) as u32, &fabric.dist);
-        }
         for (c, v) in arrivals.drain(..) {
             offer(&mut heaps, &demand, c, v, t + 1);
         }

@@ -1,8 +1,8 @@
 //! What is still missing: for every chunk, the ranks that need it and, per such rank, the
 //! distance (in hops, or in epochs over delay-weighted links, see [`super::delays`]) from
-//! the nearest rank that holds (or is already receiving) the chunk. A
-//! compact CSR layout (4 + 2 bytes per needing rank), so a 1024-rank alltoall (about a
-//! million chunks with one needing rank each) takes a few MB.
+//! the nearest rank that holds (or is already receiving) the chunk, and the epoch by which
+//! that copy can get there. A compact CSR layout (4 + 2 + 4 bytes per needing rank), so a
+//! 1024-rank alltoall (about a million chunks with one needing rank each) takes about 10 MB.
 
 use crate::collective::Collective;
 use anyhow::{bail, Result};

@@ -168,6 +168,11 @@ pub fn run(
         }
         let mut sends: Vec<(u32, u32)> = Vec::new();
         while let Some((_, std::cmp::Reverse(l))) = order.pop() {
+            if fabric.governing[l].iter().any(|&j| switch_left[j] == 0) {
+                // Every send of this link needs the exhausted constraint: the link waits for
+                // the next epoch, its candidates unexamined (they only lose priority).
+                continue;
+            }
             let Some(top) = heaps[l].pop() else { continue };
             let c = top as u32;
             let v = fabric.dst[l];
@@ -175,12 +180,6 @@ pub fn run(
                 None => {}
                 Some(p) if p < priority_of(top) => heaps[l].push(key(p, tie(c, l), c)),
                 Some(_) => {
-                    if fabric.governing[l].iter().any(|&j| switch_left[j] == 0) {
-                        // Every send of this link needs the exhausted constraint: the link
-                        // waits for the next step.
-                        heaps[l].push(top);
-                        continue;
-                    }
                     for &j in &fabric.governing[l] {
                         if switch_left[j] == fabric.switch_cap[j] {
                             touched_switches.push(j);

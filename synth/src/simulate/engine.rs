@@ -388,6 +388,9 @@ struct Sim<'a, 'p> {
     /// Classes whose flows changed since rates were computed.
     dirty: Vec<usize>,
     sharing: Sharing,
+    /// Resources already expanded while collecting a connected group, and their list.
+    reached: Vec<bool>,
+    reached_list: Vec<usize>,
     now: f64,
     seq: usize,
     transfers: usize,
@@ -480,6 +483,8 @@ impl<'a, 'p> Sim<'a, 'p> {
             flying: 0,
             dirty: Vec::new(),
             sharing: Sharing::new(layout.caps.len()),
+            reached: vec![false; layout.caps.len()],
+            reached_list: Vec::new(),
             now: 0.0,
             seq: 0,
             transfers: 0,
@@ -628,6 +633,13 @@ impl<'a, 'p> Sim<'a, 'p> {
                 let c = group[i];
                 i += 1;
                 for &j in &layout.resources[c] {
+                    // Each resource's users are looked at once per group (a switch has
+                    // many).
+                    if self.reached[j] {
+                        continue;
+                    }
+                    self.reached[j] = true;
+                    self.reached_list.push(j);
                     for &other in &layout.users[j] {
                         let o = &mut self.classes[other];
                         if !o.grouped && (o.dirty || !o.flows.is_empty()) {
@@ -640,6 +652,9 @@ impl<'a, 'p> Sim<'a, 'p> {
             }
             for &c in &group {
                 self.classes[c].grouped = false;
+            }
+            for j in self.reached_list.drain(..) {
+                self.reached[j] = false;
             }
             let now = self.now;
             let members: Vec<(&[usize], f64)> = group

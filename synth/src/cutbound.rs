@@ -208,6 +208,20 @@ impl CutBound {
     }
 }
 
+/// The best busbw (GB/s) an allreduce made of a reduce-scatter then an allgather can reach
+/// on `topology` at `size_bytes` (`None`: as the size grows), each phase at its own bound.
+/// Issue-level targets for allreduce are stated against this figure; the allreduce cut
+/// bound itself is looser.
+pub fn two_phase_allreduce_busbw(topology: &Topology, size_bytes: Option<u64>) -> f64 {
+    let rs = CutBound::new(Collective::ReduceScatter, topology, 0);
+    let ag = CutBound::new(Collective::AllGather, topology, 0);
+    let factor = Collective::AllReduce.busbw_factor(topology.ranks);
+    match size_bytes {
+        None => factor / ((rs.us_per_byte + ag.us_per_byte) * 1e3),
+        Some(b) => b as f64 / ((rs.time_us(b) + ag.time_us(b)) * 1e3) * factor,
+    }
+}
+
 /// Upper bound on nccl-tests busbw (GB/s) of `coll` on `topology` at large sizes (root 0 for
 /// rooted collectives).
 pub fn busbw_bound(coll: Collective, topology: &Topology) -> f64 {

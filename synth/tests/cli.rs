@@ -1363,3 +1363,32 @@ fn bench_scale_refuses_a_bad_collective_or_fabric_up_front() {
         "unknown topology 'nosuch'",
     );
 }
+
+/// An allreduce's 1 GB line also states the reduce-scatter + allgather optimum, which a
+/// composed allreduce cannot beat and which is tighter than the allreduce cut bound.
+#[test]
+fn allreduce_states_the_two_phase_optimum() {
+    let dir = temp_dir("two-phase");
+    let args = [
+        "--topo",
+        "dgx-a100x2",
+        "--coll",
+        "allreduce",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    let out = synth(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = &doc["at_1gb"];
+    let (best, bound) = (at["busbw"].as_f64().unwrap(), at["bound"].as_f64().unwrap());
+    let two_phase = at["two_phase"].as_f64().unwrap();
+    assert!(two_phase < bound, "{at}");
+    assert!(best <= two_phase * (1.0 + 1e-9), "{at}");
+    assert!(best >= 0.9 * two_phase, "{at}");
+}

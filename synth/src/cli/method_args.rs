@@ -12,8 +12,10 @@ pub struct MethodArgs {
     /// Engine: `smt` (exact, integer capacities), `milp` (per-link alpha/beta costs,
     /// sketches), `trees` (throughput-optimal tree packing at any scale), `greedy` (greedy
     /// link-chunk matching over the time-expanded fabric, every collective at any scale) or
-    /// `auto` (milp with a sketch; else smt for one node of at most 8 ranks, trees for
-    /// allgather, reduce-scatter, allreduce, broadcast and reduce, milp otherwise).
+    /// `auto` (milp with a sketch; else smt for one node of at most 8 ranks; else tree
+    /// packing plus the greedy engine up to 256 ranks, tree packing alone past that, for
+    /// allgather, reduce-scatter, allreduce, broadcast and reduce; the greedy engine for
+    /// the other collectives; milp where capacities are not integral).
     #[arg(long, default_value = "auto", value_parser = ["smt", "milp", "trees", "greedy", "auto"])]
     pub method: String,
     /// Seed of `--method greedy`'s randomized restarts: the same seed gives the same

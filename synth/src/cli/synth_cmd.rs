@@ -423,9 +423,15 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
             )?;
         }
+        let two_phase = v.two_phase.map_or(String::new(), |b| {
+            format!(
+                " ({:.1}% of the reduce-scatter + allgather optimum {b:.1})",
+                100.0 * v.busbw / b
+            )
+        });
         writeln!(
             out,
-            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}; NCCL ring {}, tree {}, p2p {}",
+            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}{two_phase}; NCCL ring {}, tree {}, p2p {}",
             v.busbw,
             100.0 * v.busbw / v.bound,
             if v.exact { "exact optimum" } else { "bound" },
@@ -533,6 +539,8 @@ struct Versus {
     bound: f64,
     /// Whether the bound is the exact optimum.
     exact: bool,
+    /// Allreduce: the busbw at 1 GB of reduce-scatter then allgather, each at its optimum.
+    two_phase: Option<f64>,
     /// The best busbw at 1 MB, and NCCL ring's.
     at_1mb: (f64, Option<f64>),
     /// Every compared size, smallest first.
@@ -640,6 +648,8 @@ fn compare_with_nccl(
         at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
+        two_phase: (ir == runtime::ir::Collective::AllReduce)
+            .then(|| crate::cutbound::two_phase_allreduce_busbw(topo, Some(COMPARE_BYTES))),
         sizes,
     }))
 }
@@ -738,12 +748,8 @@ pub fn bounds(
         .to_ir()
         .map(|ir| CutBound::new(ir, &topo, collective.root));
     // Allreduce: what reduce-scatter then allgather can reach, beside the cut bound.
-    let two_phase = (collective.kind == Kind::AllReduce).then(|| {
-        use runtime::ir::Collective as Ir;
-        let rs = CutBound::new(Ir::ReduceScatter, &topo, 0);
-        let ag = CutBound::new(Ir::AllGather, &topo, 0);
-        Ir::AllReduce.busbw_factor(topo.ranks) / ((rs.us_per_byte + ag.us_per_byte) * 1e3)
-    });
+    let two_phase = (collective.kind == Kind::AllReduce)
+        .then(|| crate::cutbound::two_phase_allreduce_busbw(&topo, None));
     progress.finish();
     if json {
         let doc = json!({

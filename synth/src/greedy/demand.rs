@@ -61,8 +61,11 @@ impl Distances {
 /// The needing ranks of every chunk with their current distances (see the module docs).
 #[derive(Clone)]
 pub struct Demand {
-    /// `start[c]..start[c + 1]` are chunk c's entries.
+    /// `start[c]..start[c + 1]` are chunk c's entries; the unsatisfied ones come first,
+    /// `start[c]..open[c]` (an entry is moved behind them when it is satisfied, so the
+    /// priority of a send looks at the ranks that still need the chunk only).
     start: Vec<u32>,
+    open: Vec<u32>,
     /// The needing rank of each entry.
     rank: Vec<u32>,
     /// Distance from the nearest holder or receiver (0: satisfied).
@@ -112,6 +115,7 @@ impl Demand {
             start.push(rank.len() as u32);
         }
         Ok(Demand {
+            open: start[1..].to_vec(),
             start,
             eta: best.iter().map(|&d| d as u32).collect(),
             rank,
@@ -126,7 +130,7 @@ impl Demand {
     }
 
     fn range(&self, c: usize) -> std::ops::Range<usize> {
-        self.start[c] as usize..self.start[c + 1] as usize
+        self.start[c] as usize..self.open[c] as usize
     }
 
     /// The priority of sending chunk `c` over `hop`, or `None` when the send helps nobody.
@@ -167,18 +171,27 @@ impl Demand {
     /// Records that `v` receives chunk `c` and may forward it from epoch `at`.
     #[inline]
     pub fn arrive(&mut self, c: usize, v: usize, at: u32, dist: &Distances) {
-        for e in self.range(c) {
+        let mut e = self.start[c] as usize;
+        while e < self.open[c] as usize {
             let w = self.rank[e] as usize;
             let d = dist.get(v, w);
             if d < self.best[e] {
-                if d == 0 {
-                    self.unsatisfied -= 1;
-                }
                 self.best[e] = d;
                 self.eta[e] = at.saturating_add(d as u32);
+                if d == 0 {
+                    self.unsatisfied -= 1;
+                    // Behind the open entries; the one swapped in is looked at next.
+                    let last = self.open[c] as usize - 1;
+                    self.rank.swap(e, last);
+                    self.best.swap(e, last);
+                    self.eta.swap(e, last);
+                    self.open[c] -= 1;
+                    continue;
+                }
             } else if d == self.best[e] && d > 0 {
                 self.eta[e] = self.eta[e].min(at.saturating_add(d as u32));
             }
+            e += 1;
         }
     }
 }

@@ -54,8 +54,9 @@ pub fn rails(topology: &Topology, index: &TopologyIndex) -> Option<Vec<Vec<usize
     (local && rail).then_some(nodes)
 }
 
-/// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank.
-/// `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
+/// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank:
+/// 2M − 1 steps (per ring step the in-node forwarding, then the ring send but after the
+/// last), in one declared step group. `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
 pub fn rail_allgather(
     topology: &Topology,
     index: &TopologyIndex,
@@ -102,7 +103,12 @@ pub fn rail_allgather(
             steps.push(step(ring));
         }
     }
-    finish(topology, 0, Kind::AllGather, chunks, "rails", steps).map(Some)
+    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, "rails", steps)?;
+    // One stage, declared: an allreduce composed of two rail rings then gives each phase
+    // channels of its own, and the allgather of a slice overlaps the reduce-scatter of the
+    // next (dgx-a100x4: 254.9 GB/s at 1 GB against 251.8 with both phases in one group).
+    algorithm.step_groups = Some(vec![0; algorithm.steps.len()]);
+    Ok(Some(algorithm))
 }
 
 #[cfg(test)]

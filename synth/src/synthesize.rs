@@ -307,7 +307,11 @@ impl<'a> Plan<'a> {
             let twins: Vec<Algorithm> = found
                 .algorithms
                 .iter()
-                .filter(|a| a.step_groups.as_ref().is_some_and(|g| g.iter().any(|&x| x > 0)))
+                .filter(|a| {
+                    a.step_groups
+                        .as_ref()
+                        .is_some_and(|g| g.iter().any(|&x| x > 0))
+                })
                 .map(crate::trees::schedule::ungrouped)
                 .collect();
             found.algorithms.extend(twins);

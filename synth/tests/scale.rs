@@ -396,7 +396,10 @@ fn rail_reduce_scatter_fills_no_more_than_its_allgather_drains() {
     let rs = candidate_at_1gb(&topology, &trees(&topology, Kind::ReduceScatter), "rails");
     let ag = candidate_at_1gb(&topology, &trees(&topology, Kind::AllGather), "rails");
     let bound = busbw_bound("dgx-a100x4", runtime::ir::Collective::ReduceScatter).busbw();
-    assert!(rs >= 0.995 * ag, "reduce-scatter {rs} against allgather {ag}");
+    assert!(
+        rs >= 0.995 * ag,
+        "reduce-scatter {rs} against allgather {ag}"
+    );
     assert!(rs >= 0.98 * bound, "reduce-scatter {rs} of {bound}");
 }
 

@@ -366,6 +366,7 @@ fn run_search(
         limits: Limits {
             max_steps: options.max_steps,
             max_chunks: options.max_chunks,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs_f64(options.time_limit),
             extra_memory: options
                 .extra_memory

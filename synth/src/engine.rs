@@ -16,6 +16,9 @@ use std::time::Instant;
 /// Builds the (non-combining) collective split into C pieces.
 pub type MakeCollective<'a> = dyn Fn(usize) -> Result<Collective> + Sync + 'a;
 
+/// The chunk cap of a search when the user gives none (`--max-chunks`).
+pub const DEFAULT_MAX_CHUNKS: usize = 8;
+
 /// Limits of a search.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -23,6 +26,9 @@ pub struct Limits {
     pub max_steps: usize,
     /// Largest chunk count C tried.
     pub max_chunks: usize,
+    /// Whether the user set `max_chunks` (`--max-chunks`). Schedules with their own
+    /// default piece count (the rail ring) use it only then.
+    pub max_chunks_given: bool,
     /// Wall-clock deadline for the whole search.
     pub deadline: Instant,
     /// SCCL's `--extra-memory M`: every rank may hold at most its postcondition's chunk
@@ -42,6 +48,7 @@ impl Limits {
         Limits {
             max_steps,
             max_chunks,
+            max_chunks_given: false,
             deadline,
             work_limit: None,
             extra_memory: None,

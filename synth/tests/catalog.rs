@@ -240,6 +240,7 @@ fn instance(
         limits: Limits {
             max_steps: 16,
             max_chunks: 8,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(300),
             extra_memory: None,
             work_limit: None,

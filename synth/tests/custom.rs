@@ -35,6 +35,7 @@ fn solve(topo: &str, text: &str, search: Search, max_chunks: usize) -> anyhow::R
         limits: Limits {
             max_steps: 8,
             max_chunks,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(600),
             extra_memory: None,
             work_limit: None,

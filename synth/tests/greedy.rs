@@ -172,6 +172,7 @@ fn in_place_alltoall_with_more_than_64_local_copies_lowers() {
         limits: Limits {
             max_steps: 16,
             max_chunks: 8,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(3600),
             extra_memory: None,
             work_limit: None,

@@ -151,6 +151,7 @@ fn reducescatter_and_allreduce_through_synthesize() {
             limits: Limits {
                 max_steps: 8,
                 max_chunks: 8,
+                max_chunks_given: false,
                 deadline: Instant::now() + Duration::from_secs(600),
                 extra_memory: None,
                 work_limit: None,
@@ -356,6 +357,7 @@ fn milp_extra_memory_line3_alltoall() {
             limits: Limits {
                 max_steps: 2,
                 max_chunks: 1,
+                max_chunks_given: false,
                 deadline: Instant::now() + Duration::from_secs(600),
                 extra_memory: m,
                 work_limit: None,

@@ -30,6 +30,7 @@ fn run_with_memory(
         limits: Limits {
             max_steps: 16,
             max_chunks: 8,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(600),
             extra_memory,
             work_limit: None,
@@ -317,6 +318,7 @@ fn a_search_reports_its_bound_and_best_point_to_the_progress_line() {
         limits: Limits {
             max_steps: 16,
             max_chunks: 8,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(600),
             extra_memory: None,
             work_limit: None,

@@ -74,6 +74,7 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 limits: Limits {
                     max_steps: 16,
                     max_chunks: 8,
+                    max_chunks_given: false,
                     deadline: started + Duration::from_secs_f64(args.time_limit),
                     extra_memory: None,
                     work_limit: None,

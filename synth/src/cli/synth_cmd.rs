@@ -56,9 +56,10 @@ pub struct SynthArgs {
     /// Cap on the number of steps a search tries (per phase for allreduce).
     #[arg(long, default_value_t = 16, value_parser = limits::max_steps)]
     max_steps: usize,
-    /// Cap on the number of chunks a search tries.
-    #[arg(long, default_value_t = 8, value_parser = limits::chunks)]
-    max_chunks: usize,
+    /// Cap on the number of chunks a search tries [default: 8; the rail ring, which is no
+    /// search, then tries 8 and 16 pieces per rank, within two channels of NIC transfers].
+    #[arg(long, value_parser = limits::chunks)]
+    max_chunks: Option<usize>,
     /// Wall-clock limit for the whole search, in seconds; the frontier found so far is
     /// printed and marked partial when it is reached.
     #[arg(long, default_value_t = 300.0, allow_negative_numbers = true, value_parser = limits::seconds)]
@@ -150,7 +151,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
         bail!("--time-limit must be a positive number of seconds");
     }
-    if args.max_chunks == 0 {
+    let max_chunks = args.max_chunks.unwrap_or(crate::engine::DEFAULT_MAX_CHUNKS);
+    if max_chunks == 0 {
         bail!("--max-chunks must be at least 1");
     }
     if args.steps.is_none() && !args.least_steps {
@@ -177,7 +179,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let limits = Limits {
         max_steps: args.max_steps,
-        max_chunks: args.max_chunks,
+        max_chunks,
+        max_chunks_given: args.max_chunks.is_some(),
         deadline: started + Duration::from_secs_f64(args.time_limit),
         extra_memory: args.encoding.extra_memory,
         work_limit: args.work_limit,
@@ -224,7 +227,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 "no algorithm found after {:.1} s: the caps (--max-steps {}, --max-chunks {}) or a solve the solver could not decide stopped the search",
                 started.elapsed().as_secs_f64(),
                 args.max_steps,
-                args.max_chunks
+                max_chunks
             ),
         }
     }

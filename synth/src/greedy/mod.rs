@@ -432,6 +432,7 @@ mod tests {
         Limits {
             max_steps: 16,
             max_chunks,
+            max_chunks_given: false,
             // Far beyond what these fabrics need: the outcome never depends on it.
             deadline: Instant::now() + Duration::from_secs(3600),
             extra_memory: None,

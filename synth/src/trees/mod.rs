@@ -350,15 +350,14 @@ impl Engine for TreeEngine {
         if coll.kind == Kind::AllGather {
             if let Some(nodes) = rails::rails(problem.topology, problem.index) {
                 problem.progress.message("the rail-ring schedule");
-                // As many pieces as allowed while a connection's transfers fit one 64-step
-                // threadblock: split over channels, a NIC's pieces share it again.
-                let chunks = limits.max_chunks.clamp(1, (64 / nodes.len()).max(1));
-                algorithms.extend(rails::rail_allgather(
-                    problem.topology,
-                    problem.index,
-                    &nodes,
-                    chunks,
-                )?);
+                for chunks in rails::piece_counts(nodes.len(), limits) {
+                    algorithms.extend(rails::rail_allgather(
+                        problem.topology,
+                        problem.index,
+                        &nodes,
+                        chunks,
+                    )?);
+                }
             }
         }
         if coll.kind == Kind::Broadcast {

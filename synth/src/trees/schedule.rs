@@ -845,6 +845,7 @@ mod tests {
         let limits = crate::engine::Limits {
             max_steps: 16,
             max_chunks: 8,
+            max_chunks_given: false,
             deadline: std::time::Instant::now() + std::time::Duration::from_secs(3600),
             extra_memory: None,
             work_limit: None,

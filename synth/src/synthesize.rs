@@ -187,7 +187,7 @@ impl<'a> Plan<'a> {
         let sketch = if dual { sketch.reversed() } else { sketch };
         let engine: Box<dyn Engine> = match method {
             Method::Smt => Box::new(SmtEngine),
-            Method::Trees => Box::new(TreeEngine),
+            Method::Trees => Box::new(TreeEngine { for_dual: dual }),
             Method::Greedy { seed } => Box::new(GreedyEngine { seed }),
             Method::Milp | Method::Auto => Box::new(MilpEngine { sketch }),
         };

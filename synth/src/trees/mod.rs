@@ -284,7 +284,11 @@ fn add_symmetric_images(topology: &Topology, packing: &mut packing::Packing) {
 }
 
 /// The tree-packing engine.
-pub struct TreeEngine;
+pub struct TreeEngine {
+    /// The algorithms are reversed into a combining collective (reduce-scatter, reduce,
+    /// allreduce) afterwards: schedules known to lose only there are left out.
+    pub for_dual: bool,
+}
 
 impl Engine for TreeEngine {
     fn name(&self) -> &'static str {
@@ -350,7 +354,7 @@ impl Engine for TreeEngine {
         if coll.kind == Kind::AllGather {
             if let Some(nodes) = rails::rails(problem.topology, problem.index) {
                 problem.progress.message("the rail-ring schedule");
-                for chunks in rails::piece_counts(nodes.len(), limits) {
+                for chunks in rails::piece_counts(nodes.len(), limits, self.for_dual) {
                     algorithms.extend(rails::rail_allgather(
                         problem.topology,
                         problem.index,

@@ -57,7 +57,7 @@ pub fn rails(topology: &Topology, index: &TopologyIndex) -> Option<Vec<Vec<usize
 /// Pieces per rank the rail ring tries without `--max-chunks`: its tail is the relay of
 /// the last piece (or runtime slice, 2 MiB, if smaller), so more pieces shorten it until a
 /// connection's transfers spill over channels.
-pub const DEFAULT_PIECES: usize = 16;
+pub const DEFAULT_PIECES: usize = 32;
 
 /// NIC transfers one channel carries (the runtimes' 64 steps per threadblock).
 const CHANNEL_TRANSFERS: usize = 64;
@@ -68,8 +68,11 @@ const CHANNEL_TRANSFERS: usize = 64;
 /// channels share the NIC again; measured at 1 GB that pays on dgx-a100x8 (16 pieces:
 /// 99.4% of the optimum against 98.9% at 8, the last relay being half as long) and loses
 /// on dgx-a100x4 (32 pieces: 96.4% against 98.7%), and fewer pieces cost fewer transfers
-/// at middle sizes, so each is a candidate and the simulator chooses per size.
-pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits) -> Vec<usize> {
+/// at middle sizes, so each is a candidate and the simulator chooses per size. Reversed
+/// into a reduce-scatter (`for_dual`), a spilled count always lost (dgx-a100x8, 16 pieces:
+/// 222.2 against 222.5 GB/s at 8; dgx-a100x4, 32 pieces: 251.6 against 255.0 at 16): the
+/// one-channel counts only.
+pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, for_dual: bool) -> Vec<usize> {
     let cap = if limits.max_chunks_given {
         limits.max_chunks
     } else {
@@ -78,7 +81,10 @@ pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits) -> Vec<usize> 
     let fit = |cap: usize, channels: usize| {
         cap.clamp(1, (channels * CHANNEL_TRANSFERS / nodes.max(1)).max(1))
     };
-    let mut counts = vec![fit(limits.max_chunks, 1), fit(cap, 1), fit(cap, 2)];
+    let mut counts = vec![fit(limits.max_chunks, 1), fit(cap, 1)];
+    if !for_dual {
+        counts.push(fit(cap, 2));
+    }
     counts.sort_unstable();
     counts.dedup();
     counts
@@ -86,7 +92,8 @@ pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits) -> Vec<usize> 
 
 /// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank:
 /// 2M − 1 steps (per ring step the in-node forwarding, then the ring send but after the
-/// last), in one declared step group. `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
+/// last), in one declared step group (one group per step where a connection's transfers
+/// pass one channel's). `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
 pub fn rail_allgather(
     topology: &Topology,
     index: &TopologyIndex,
@@ -137,7 +144,15 @@ pub fn rail_allgather(
     // One stage, declared: an allreduce composed of two rail rings then gives each phase
     // channels of its own, and the allgather of a slice overlaps the reduce-scatter of the
     // next (dgx-a100x4: 254.9 GB/s at 1 GB against 251.8 with both phases in one group).
-    algorithm.step_groups = Some(vec![0; algorithm.steps.len()]);
+    // Past one channel's transfers per connection, each step gets channels of its own
+    // instead of spilling the later transfers onto a second channel that shares the NIC
+    // with the first (dgx-a100x4, 32 pieces: 256.2 GB/s at 1 GB against 249.0).
+    let spills = m * chunks > CHANNEL_TRANSFERS;
+    algorithm.step_groups = Some(if spills {
+        (0..algorithm.steps.len()).collect()
+    } else {
+        vec![0; algorithm.steps.len()]
+    });
     Ok(Some(algorithm))
 }
 
@@ -150,17 +165,20 @@ mod tests {
     #[test]
     fn piece_counts_fill_one_and_two_channels_within_the_cap() {
         let mut limits = crate::engine::Limits::new(16, 8, std::time::Instant::now());
-        // Default: the search cap, and up to 16 within one and two channels of 64 transfers.
-        assert_eq!(piece_counts(8, &limits), vec![8, 16]);
-        assert_eq!(piece_counts(4, &limits), vec![8, 16]);
-        assert_eq!(piece_counts(32, &limits), vec![2, 4]);
+        // Default: the search cap, and up to 32 within one and two channels of 64 transfers
+        // (one only for a reduce-scatter).
+        assert_eq!(piece_counts(8, &limits, false), vec![8, 16]);
+        assert_eq!(piece_counts(8, &limits, true), vec![8]);
+        assert_eq!(piece_counts(4, &limits, false), vec![8, 16, 32]);
+        assert_eq!(piece_counts(4, &limits, true), vec![8, 16]);
+        assert_eq!(piece_counts(32, &limits, false), vec![2, 4]);
         // A cap the user gives holds for every count.
         limits.max_chunks_given = true;
-        assert_eq!(piece_counts(8, &limits), vec![8]);
+        assert_eq!(piece_counts(8, &limits, false), vec![8]);
         limits.max_chunks = 32;
-        assert_eq!(piece_counts(4, &limits), vec![16, 32]);
+        assert_eq!(piece_counts(4, &limits, false), vec![16, 32]);
         limits.max_chunks = 1;
-        assert_eq!(piece_counts(2, &limits), vec![1]);
+        assert_eq!(piece_counts(2, &limits, false), vec![1]);
     }
 
     #[test]

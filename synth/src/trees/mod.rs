@@ -355,12 +355,14 @@ impl Engine for TreeEngine {
             if let Some(nodes) = rails::rails(problem.topology, problem.index) {
                 problem.progress.message("the rail-ring schedule");
                 for chunks in rails::piece_counts(nodes.len(), limits, self.for_dual) {
-                    algorithms.extend(rails::rail_allgather(
-                        problem.topology,
-                        problem.index,
-                        &nodes,
-                        chunks,
-                    )?);
+                    let (topology, index) = (problem.topology, problem.index);
+                    algorithms.extend(rails::rail_allgather(topology, index, &nodes, chunks, 0)?);
+                    let shortcuts = rails::best_shortcuts(topology, index, &nodes, chunks);
+                    if shortcuts > 0 {
+                        algorithms.extend(rails::rail_allgather(
+                            topology, index, &nodes, chunks, shortcuts,
+                        )?);
+                    }
                 }
             }
         }

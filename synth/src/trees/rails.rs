@@ -25,7 +25,7 @@
 //! needs 7 through one NVSwitch port), the connection's two-message FIFO filled and the
 //! sending NIC stalled (dgx-a100x8: 94.5% of the optimum at 1 GB, 98.9% split).
 
-use super::schedule::{finish, rounds_needed};
+use super::schedule::{busiest, finish, rounds_needed};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::topology::{Topology, TopologyIndex};
@@ -93,54 +93,41 @@ pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, for_dual: bool
 /// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank:
 /// 2M − 1 steps (per ring step the in-node forwarding, then the ring send but after the
 /// last), in one declared step group (one group per step where a connection's transfers
-/// pass one channel's). `None` when the fabric's bandwidths have no integer capacities (rounds cannot be counted).
+/// pass one channel's). With `shortcuts` = k > 0, each ring send also takes its last k
+/// pieces straight to k other GPUs of the next node (the q-th to local index i + 1 + q),
+/// which the rail receiver then does not forward to them: where the NVSwitch ports bind
+/// rather than the NICs (dgx-a100x2), the NICs' spare capacity carries part of the relay
+/// ([`best_shortcuts`]). `None` when the fabric's bandwidths have no integer capacities
+/// (rounds cannot be counted).
 pub fn rail_allgather(
     topology: &Topology,
     index: &TopologyIndex,
     nodes: &[Vec<usize>],
     chunks: usize,
+    shortcuts: usize,
 ) -> Result<Option<Algorithm>> {
     let Some(caps) = index.capacities.as_ref() else {
         return Ok(None);
     };
-    let (m, g) = (nodes.len(), nodes[0].len());
-    let pieces = |rank: usize| (0..chunks).map(move |p| rank * chunks + p);
+    let m = nodes.len();
     let step = |sends: Vec<Send>| Step {
         rounds: rounds_needed(topology, index, caps, &sends),
         reduce: false,
         sends,
     };
     let mut steps = Vec::with_capacity(2 * m - 1);
-    for s in 0..m {
-        let (mut local, mut ring) = (Vec::new(), Vec::new());
-        for a in 0..m {
-            for i in 0..g {
-                let me = nodes[a][i];
-                // The rank whose pieces this GPU holds since ring step s − 1 (its own at 0).
-                let from = nodes[(a + m - s) % m][i];
-                for &peer in nodes[a].iter().filter(|&&v| v != me) {
-                    local.extend(pieces(from).map(|chunk| Send {
-                        chunk,
-                        src: me,
-                        dst: peer,
-                    }));
-                }
-                if s + 1 < m {
-                    let next = nodes[(a + 1) % m][i];
-                    ring.extend(pieces(from).map(|chunk| Send {
-                        chunk,
-                        src: me,
-                        dst: next,
-                    }));
-                }
-            }
-        }
+    for (local, ring) in rail_sends(nodes, chunks, shortcuts) {
         steps.push(step(local));
         if !ring.is_empty() {
             steps.push(step(ring));
         }
     }
-    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, "rails", steps)?;
+    let label = if shortcuts > 0 {
+        "rails-shortcut"
+    } else {
+        "rails"
+    };
+    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, label, steps)?;
     // One stage, declared: an allreduce composed of two rail rings then gives each phase
     // channels of its own, and the allgather of a slice overlaps the reduce-scatter of the
     // next (dgx-a100x4: 254.9 GB/s at 1 GB against 251.8 with both phases in one group).
@@ -154,6 +141,92 @@ pub fn rail_allgather(
         vec![0; algorithm.steps.len()]
     });
     Ok(Some(algorithm))
+}
+
+/// The sends of every ring step of the rail ring (see [`rail_allgather`]): the in-node
+/// forwarding, then the ring sends (none after the last ring step).
+fn rail_sends(
+    nodes: &[Vec<usize>],
+    chunks: usize,
+    shortcuts: usize,
+) -> Vec<(Vec<Send>, Vec<Send>)> {
+    let (m, g) = (nodes.len(), nodes[0].len());
+    let pieces = |rank: usize| (0..chunks).map(move |p| rank * chunks + p);
+    // The shortcut piece of `from` that the GPU of local index j got straight from the
+    // previous node while the GPU of local index i is the rail receiver.
+    let shortcut = |i: usize, j: usize| {
+        let q = (j + g - i - 1) % g;
+        (q < shortcuts).then(|| chunks - 1 - q)
+    };
+    let mut steps = Vec::with_capacity(m);
+    for s in 0..m {
+        let (mut local, mut ring) = (Vec::new(), Vec::new());
+        for a in 0..m {
+            for i in 0..g {
+                let me = nodes[a][i];
+                // The rank whose pieces this GPU holds since ring step s − 1 (its own at 0).
+                let from = nodes[(a + m - s) % m][i];
+                for (j, &peer) in nodes[a].iter().enumerate().filter(|&(j, _)| j != i) {
+                    let skip = if s > 0 { shortcut(i, j) } else { None };
+                    local.extend(
+                        pieces(from)
+                            .filter(|&chunk| Some(chunk - from * chunks) != skip)
+                            .map(|chunk| Send {
+                                chunk,
+                                src: me,
+                                dst: peer,
+                            }),
+                    );
+                }
+                if s + 1 < m {
+                    let next = (a + 1) % m;
+                    ring.extend(pieces(from).map(|chunk| Send {
+                        chunk,
+                        src: me,
+                        dst: nodes[next][i],
+                    }));
+                    for q in 0..shortcuts {
+                        ring.push(Send {
+                            chunk: from * chunks + chunks - 1 - q,
+                            src: me,
+                            dst: nodes[next][(i + 1 + q) % g],
+                        });
+                    }
+                }
+            }
+        }
+        steps.push((local, ring));
+    }
+    steps
+}
+
+/// The shortcut count k (see [`rail_allgather`]) whose whole schedule loads its busiest
+/// link or switch constraint least, relative to capacity (the bottleneck of a pipelined
+/// run); 0 where no shortcut helps, as where the NICs bind. At most one per other GPU of
+/// a node and per piece.
+pub fn best_shortcuts(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    chunks: usize,
+) -> usize {
+    let Some(caps) = index.capacities.as_ref() else {
+        return 0;
+    };
+    let most = (nodes[0].len() - 1).min(chunks);
+    let mut best = (0, (u64::MAX, 1));
+    for k in 0..=most {
+        let sends: Vec<Send> = rail_sends(nodes, chunks, k)
+            .into_iter()
+            .flat_map(|(local, ring)| local.into_iter().chain(ring))
+            .collect();
+        let (load, cap) = busiest(topology, index, caps, &sends);
+        // Strictly less load per capacity than the best so far.
+        if (load as u128) * (best.1 .1 as u128) < (best.1 .0 as u128) * (cap as u128) {
+            best = (k, (load, cap));
+        }
+    }
+    best.0
 }
 
 #[cfg(test)]
@@ -203,7 +276,9 @@ mod tests {
             let t = load(spec).unwrap();
             let index = t.index();
             let nodes = rails(&t, &index).unwrap();
-            let a = rail_allgather(&t, &index, &nodes, chunks).unwrap().unwrap();
+            let a = rail_allgather(&t, &index, &nodes, chunks, 0)
+                .unwrap()
+                .unwrap();
             check(&a, &t).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
             // Each ring step is an in-node step and a NIC step; the last has no NIC step.
             assert_eq!(a.num_steps(), 2 * nodes.len() - 1);
@@ -219,13 +294,43 @@ mod tests {
     }
 
     #[test]
+    fn shortcuts_relieve_the_nvswitch_where_it_binds_and_pass_the_checker() {
+        // dgx-a100x2: per GPU, 14 pieces of a rank's data through the NVSwitch port
+        // (300 GB/s) against one through the NIC (25 GB/s); the NVSwitch binds, so some
+        // pieces take the NIC's spare capacity straight to their GPU.
+        let t = load("dgx-a100x2").unwrap();
+        let index = t.index();
+        let nodes = rails(&t, &index).unwrap();
+        let k = best_shortcuts(&t, &index, &nodes, 8);
+        assert_eq!(k, 1);
+        let a = rail_allgather(&t, &index, &nodes, 8, k).unwrap().unwrap();
+        check(&a, &t).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(a.name.contains("-rails-shortcut-"), "{}", a.name);
+        let caps = index.capacities.as_ref().unwrap();
+        let busiest_per_capacity = |a: &Algorithm| {
+            let sends: Vec<Send> = a.steps.iter().flat_map(|s| s.sends.clone()).collect();
+            let (l, c) = busiest(&t, &index, caps, &sends);
+            l as f64 / c as f64
+        };
+        let plain = rail_allgather(&t, &index, &nodes, 8, 0).unwrap().unwrap();
+        // 112 / 12 pieces per capacity unit against 111 / 12 (the optimum: 120 / 13).
+        let (short, long) = (busiest_per_capacity(&a), busiest_per_capacity(&plain));
+        assert!(short < long, "{short} {long}");
+        // Where the NICs bind (dgx-a100x8: seven of a rank's pieces per NIC), none.
+        let t = load("dgx-a100x8").unwrap();
+        let index = t.index();
+        let nodes = rails(&t, &index).unwrap();
+        assert_eq!(best_shortcuts(&t, &index, &nodes, 8), 0);
+    }
+
+    #[test]
     fn reduce_scatter_takes_the_nic_sum_before_the_node_contributions() {
         use crate::collective::Collective;
         for spec in ["dgx-a100x2", "dgx-a100x4"] {
             let t = load(spec).unwrap();
             let index = t.index();
             let nodes = rails(&t, &index).unwrap();
-            let a = rail_allgather(&t, &index, &nodes, 2).unwrap().unwrap();
+            let a = rail_allgather(&t, &index, &nodes, 2, 0).unwrap().unwrap();
             // The dual as `synthesize` derives it (these fabrics equal their reversal).
             let rs = a.without_dead_sends().reversed(
                 Collective::new(Kind::ReduceScatter, t.ranks, 0, 2).unwrap(),

@@ -578,6 +578,19 @@ pub(crate) fn rounds_needed(
     caps: &crate::topology::Capacities,
     sends: &[Send],
 ) -> u32 {
+    let (load, cap) = busiest(topology, index, caps, sends);
+    load.div_ceil(cap).max(1) as u32
+}
+
+/// The busiest link or switch constraint of `sends` as (load, capacity), the largest
+/// load / capacity ((0, 1) for no sends). Over a whole schedule it is what a pipelined
+/// run's bottleneck carries.
+pub(crate) fn busiest(
+    topology: &Topology,
+    index: &TopologyIndex,
+    caps: &crate::topology::Capacities,
+    sends: &[Send],
+) -> (u64, u64) {
     let mut link_load = vec![0u64; topology.links.len()];
     let mut switch_load = vec![0u64; topology.switches.len()];
     for s in sends {
@@ -587,13 +600,18 @@ pub(crate) fn rounds_needed(
             switch_load[j] += 1;
         }
     }
-    let need = |load: u64, cap: u32| load.div_ceil(cap.max(1) as u64);
-    let links = link_load.iter().zip(&caps.links).map(|(&l, &c)| need(l, c));
-    let switches = switch_load
-        .iter()
-        .zip(&caps.switches)
-        .map(|(&l, &c)| need(l, c));
-    links.chain(switches).max().unwrap_or(1).max(1) as u32
+    let links = link_load.iter().zip(&caps.links);
+    let switches = switch_load.iter().zip(&caps.switches);
+    links
+        .chain(switches)
+        .map(|(&load, &cap)| (load, cap.max(1) as u64))
+        .fold((0, 1), |(l, c), (load, cap)| {
+            if load * c > l * cap {
+                (load, cap)
+            } else {
+                (l, c)
+            }
+        })
 }
 
 /// A tree's children lists and the height of every vertex.

@@ -24,6 +24,7 @@ pub mod rails;
 pub mod rings;
 pub mod schedule;
 pub mod shallow;
+pub mod shortcut_rings;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
@@ -359,6 +360,25 @@ impl Engine for TreeEngine {
                     &nodes,
                     chunks,
                 )?);
+            }
+        }
+        // Where ranks have in-links of unequal bandwidth, rings whose last hop takes the
+        // wider link (mi250-16: the exact optimum, where NCCL's rings are capped at 93%).
+        if coll.kind == Kind::AllGather && shortcut_rings::applies(problem.topology, problem.index)
+        {
+            problem.progress.message("rings with shortcut last hops");
+            match shortcut_rings::shortcut_rings(
+                problem.topology,
+                problem.index,
+                limits.max_chunks,
+                result.optimum_gbps,
+                limits.deadline,
+            ) {
+                Ok(found) => algorithms.extend(found),
+                // A candidate beside the others: a solver failure is not fatal.
+                Err(e) => problem
+                    .progress
+                    .message(&format!("no shortcut-ring candidate: {e:#}")),
             }
         }
         if coll.kind == Kind::Broadcast {

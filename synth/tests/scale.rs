@@ -360,6 +360,18 @@ fn torus_bucket_reaches_99_percent_of_the_optimum() {
 }
 
 #[test]
+fn mi250_16_shortcut_rings_reach_99_percent_of_the_optimum() {
+    // Every package of two GCDs is a binding cut (6 links in, 14 ranks' data). NCCL's rings
+    // carry one useless piece in 15 into each package (299.9 GB/s, 93.3%); staged trees
+    // simulated at 284.5. Six rings that enter each package once and hand the partner's
+    // piece over the package link carry only useful data: 319.0 GB/s at 1 GB (99.3%). The
+    // reduce-scatter dual waits for the partner's contribution before its rings start:
+    // 315.4 (98.2%).
+    assert_candidate_reaches("mi250-16", Kind::AllGather, "srings", 0.99);
+    assert_candidate_reaches("mi250-16", Kind::ReduceScatter, "srings", 0.98);
+}
+
+#[test]
 fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the

@@ -381,6 +381,29 @@ impl Engine for TreeEngine {
                     .message(&format!("no shortcut-ring candidate: {e:#}")),
             }
         }
+        // Across identical nodes of such fabrics, the same rings on every node, the other
+        // nodes' pieces brought in over rails (mi250-16x2).
+        if coll.kind == Kind::AllGather {
+            if let Some((nodes, node)) = shortcut_rings::rail_nodes(problem.topology, problem.index)
+            {
+                problem
+                    .progress
+                    .message("rail rings with shortcut last hops");
+                match shortcut_rings::rail_shortcut_rings(
+                    problem.topology,
+                    problem.index,
+                    &nodes,
+                    &node,
+                    limits.max_chunks,
+                    limits.deadline,
+                ) {
+                    Ok(found) => algorithms.extend(found),
+                    Err(e) => problem
+                        .progress
+                        .message(&format!("no rail shortcut-ring candidate: {e:#}")),
+                }
+            }
+        }
         if coll.kind == Kind::Broadcast {
             algorithms.extend(shallow_algorithms(
                 problem.topology,

@@ -82,9 +82,9 @@ pub fn applies(topology: &Topology, index: &TopologyIndex) -> bool {
 
 /// The shortcut-ring allgather of `topology` with at most `max_chunks` rings (one piece per
 /// ring and root), or `None` when the fabric does not qualify ([`applies`]), has no
-/// Hamiltonian cycle within the enumeration's bounds, or no chosen ring takes a shortcut
-/// (NCCL's rings are then as good). The rings stop at the fewest that reach `optimum_gbps`
-/// (GB/s per root) or at the deadline.
+/// Hamiltonian cycle within the enumeration's bounds, no ring count up to `max_chunks`
+/// reaches `optimum_gbps` (GB/s per root), or no chosen ring takes a shortcut (NCCL's rings
+/// are then as good).
 pub fn shortcut_rings(
     topology: &Topology,
     index: &TopologyIndex,
@@ -95,6 +95,117 @@ pub fn shortcut_rings(
     if !applies(topology, index) {
         return Ok(None);
     }
+    let Some(rings) = choose_rings(topology, index, max_chunks, optimum_gbps, deadline)? else {
+        return Ok(None);
+    };
+    let node: Vec<usize> = (0..topology.ranks).collect();
+    schedule(topology, index, &[node], &rings, "srings").map(Some)
+}
+
+/// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered
+/// 0..G, the links among them), when `topology` is M ≥ 2 identical nodes whose node fabric
+/// qualifies for shortcut rings ([`applies`]: no switch constraint on a link within a node)
+/// and rail links join rank i of each node to rank i of the next; `None` otherwise.
+pub fn rail_nodes(
+    topology: &Topology,
+    index: &TopologyIndex,
+) -> Option<(Vec<Vec<usize>>, Topology)> {
+    let m = topology.nodes();
+    if m < 2 {
+        return None;
+    }
+    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];
+    for (r, &a) in topology.node_of.iter().enumerate() {
+        nodes[a].push(r);
+    }
+    let g = nodes[0].len();
+    if nodes.iter().any(|n| n.len() != g) {
+        return None;
+    }
+    let mut local = vec![0; topology.ranks];
+    for node in &nodes {
+        for (i, &r) in node.iter().enumerate() {
+            local[r] = i;
+        }
+    }
+    let within = |l: &crate::topology::Link| topology.node_of[l.src] == topology.node_of[l.dst];
+    // Node 0's links; every node must have the same ones, ungoverned by switch constraints.
+    let links: Vec<crate::topology::Link> = topology
+        .links
+        .iter()
+        .filter(|l| within(l) && topology.node_of[l.src] == 0)
+        .map(|l| crate::topology::Link {
+            src: local[l.src],
+            dst: local[l.dst],
+            ..l.clone()
+        })
+        .collect();
+    let same = topology
+        .links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| within(l))
+        .all(|(id, l)| {
+            index.governing[id].is_empty()
+                && links.iter().any(|k| {
+                    (k.src, k.dst) == (local[l.src], local[l.dst]) && k.bandwidth == l.bandwidth
+                })
+        });
+    let count = topology.links.iter().filter(|l| within(l)).count();
+    let rails = (0..m).all(|a| {
+        (0..g).all(|i| {
+            index
+                .link_of
+                .contains_key(&(nodes[a][i], nodes[(a + 1) % m][i]))
+        })
+    });
+    if !same || count != links.len() * m || !rails {
+        return None;
+    }
+    let node = Topology {
+        name: format!("{}-node", topology.name),
+        ranks: g,
+        node_of: vec![0; g],
+        links,
+        switches: Vec::new(),
+    };
+    let node_index = node.index();
+    applies(&node, &node_index).then_some((nodes, node))
+}
+
+/// The rail shortcut-ring allgather of a cluster from [`rail_nodes`]: every node runs the
+/// shortcut rings of its own fabric (at most `max_chunks`, at the node's exact optimum),
+/// first over its own ranks' pieces, then over each other node's, which come in over the
+/// rails (rank i of node a passes the pieces it has to rank i of node a + 1, one node per
+/// ring round, as in [`super::rails`]). `None` when the node's rings do not reach its
+/// optimum.
+pub fn rail_shortcut_rings(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    node: &Topology,
+    max_chunks: usize,
+    deadline: Instant,
+) -> Result<Option<Algorithm>> {
+    let node_index = node.index();
+    let net = crate::flow::FlowNetwork::new(node)?;
+    let roots: Vec<usize> = (0..node.ranks).collect();
+    let optimum = crate::flow::allgather_rate(&net, &roots)?.as_f64();
+    let Some(rings) = choose_rings(node, &node_index, max_chunks, optimum, deadline)? else {
+        return Ok(None);
+    };
+    schedule(topology, index, nodes, &rings, "rail-srings").map(Some)
+}
+
+/// The fewest shortcut rings of `topology` (with repetition, at most `max_chunks`) that
+/// reach `optimum_gbps`, when one of them takes a shortcut (see [`shortcut_rings`]).
+fn choose_rings(
+    topology: &Topology,
+    index: &TopologyIndex,
+    max_chunks: usize,
+    optimum_gbps: f64,
+    deadline: Instant,
+) -> Result<Option<Vec<Ring>>> {
     let caps = index.capacities.as_ref().expect("checked by applies");
     let rings: Vec<Ring> = hamiltonian_cycles(topology, index, deadline)
         .into_iter()
@@ -110,15 +221,15 @@ pub fn shortcut_rings(
     let Some(counts) = fewest_at(&rings, &caps.links, per_unit, max_chunks.max(1))? else {
         return Ok(None);
     };
-    let chosen: Vec<&Ring> = counts
+    let chosen: Vec<Ring> = counts
         .iter()
         .enumerate()
-        .flat_map(|(k, &c)| std::iter::repeat_n(&rings[k], c))
+        .flat_map(|(k, &c)| std::iter::repeat_n(rings[k].clone(), c))
         .collect();
-    if !chosen.iter().any(|r| r.shortcut.contains(&true)) {
-        return Ok(None);
-    }
-    schedule(topology, index, caps, &chosen).map(Some)
+    Ok(chosen
+        .iter()
+        .any(|r| r.shortcut.contains(&true))
+        .then_some(chosen))
 }
 
 /// Directed Hamiltonian cycles starting at rank 0 (each cycle once), depth-first over the
@@ -291,46 +402,69 @@ fn solve(
     ))
 }
 
-/// The steps of `rings` (piece k of every root on ring k), see the module docs.
+/// The steps of `rings` (node-local ranks; piece k of every root on ring k) on each node of
+/// `nodes` (global ranks, node-local order), named `KIND-TOPOLOGY-LABEL-...`: with one node
+/// as in the module docs; with M nodes, the node's ring steps run M times, for the pieces
+/// of the ranks 0, 1, ..., M − 1 nodes back, and rank i passes the pieces of the rank s nodes
+/// back on to rank i of the next node in the first step of round s.
 fn schedule(
     topology: &Topology,
     index: &TopologyIndex,
-    caps: &Capacities,
-    rings: &[&Ring],
+    nodes: &[Vec<usize>],
+    rings: &[Ring],
+    label: &str,
 ) -> Result<Algorithm> {
-    let n = topology.ranks;
+    let caps = index.capacities.as_ref().expect("checked by applies");
+    let (m, n) = (nodes.len(), nodes[0].len());
     let chunks = rings.len();
-    // Steps 0..n − 2 carry the hops 0..n − 3 of every piece; step n − 2 the last hops.
-    let ring_steps = n - 2;
-    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); ring_steps + 1];
+    // Round s of the node's rings: steps s·d .. s·d + d − 1 carry the hops 0..d − 1 of the
+    // pieces of ranks s nodes back; the last step (index m·d) the last hops of every round.
+    let d = n - 2;
+    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); m * d + 1];
     let mut shortcuts = Vec::new();
-    for (piece, ring) in rings.iter().enumerate() {
-        let order = &ring.order;
-        for k in 0..n {
-            let chunk = order[k] * chunks + piece;
-            let hops = if ring.shortcut[k] { n - 2 } else { n - 1 };
-            for (h, step) in steps.iter_mut().enumerate().take(hops) {
-                step.push(Send {
-                    chunk,
-                    src: order[(k + h) % n],
-                    dst: order[(k + h + 1) % n],
-                });
+    for (a, node) in nodes.iter().enumerate() {
+        for round in 0..m {
+            let from = &nodes[(a + m - round) % m];
+            for (piece, ring) in rings.iter().enumerate() {
+                let order = &ring.order;
+                for k in 0..n {
+                    let chunk = from[order[k]] * chunks + piece;
+                    let hops = if ring.shortcut[k] { n - 2 } else { n - 1 };
+                    for h in 0..hops {
+                        let at = if h < d { round * d + h } else { m * d };
+                        steps[at].push(Send {
+                            chunk,
+                            src: node[order[(k + h) % n]],
+                            dst: node[order[(k + h + 1) % n]],
+                        });
+                    }
+                    if ring.shortcut[k] {
+                        let send = Send {
+                            chunk,
+                            src: node[order[k]],
+                            dst: node[order[(k + n - 1) % n]],
+                        };
+                        shortcuts.push((round, send));
+                    }
+                }
             }
-            if ring.shortcut[k] {
-                shortcuts.push(Send {
-                    chunk,
-                    src: order[k],
-                    dst: order[(k + n - 1) % n],
-                });
+            // The rail: the pieces of the rank `round` nodes back go on to the next node.
+            if round + 1 < m {
+                let next = &nodes[(a + 1) % m];
+                for i in 0..n {
+                    for piece in 0..chunks {
+                        steps[round * d].push(Send {
+                            chunk: from[i] * chunks + piece,
+                            src: node[i],
+                            dst: next[i],
+                        });
+                    }
+                }
             }
         }
     }
-    let window = if ring_steps >= 4 {
-        2..ring_steps - 1
-    } else {
-        0..ring_steps
-    };
-    for send in shortcuts {
+    for (round, send) in shortcuts {
+        let window = if d >= 4 { 2..d - 1 } else { 0..d };
         let cost = |step: &Vec<Send>| {
             let before = rounds_needed(topology, index, caps, step);
             let mut with = step.clone();
@@ -343,12 +477,12 @@ fn schedule(
             (after - before, on_link)
         };
         let at = window
-            .clone()
+            .map(|i| round * d + i)
             .min_by_key(|&i| (cost(&steps[i]), i))
             .expect("the window is not empty");
         steps[at].push(send);
     }
-    let trailing = !steps[ring_steps].is_empty();
+    let trailing = !steps[m * d].is_empty();
     if !trailing {
         steps.pop();
     }
@@ -360,11 +494,11 @@ fn schedule(
             sends,
         })
         .collect();
-    let algorithm = finish(topology, 0, Kind::AllGather, chunks, "srings", steps)?;
+    let algorithm = finish(topology, 0, Kind::AllGather, chunks, label, steps)?;
     if !trailing {
         return Ok(algorithm);
     }
-    let mut wanted = vec![0; ring_steps];
+    let mut wanted = vec![0; m * d];
     wanted.push(1);
     let groups = fit_groups(&algorithm, wanted);
     Ok(with_groups(algorithm, groups))

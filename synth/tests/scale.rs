@@ -372,6 +372,16 @@ fn mi250_16_shortcut_rings_reach_99_percent_of_the_optimum() {
 }
 
 #[test]
+fn mi250_16x2_rail_shortcut_rings_beat_the_staged_trees() {
+    // Staged trees: 265.6 GB/s (77.4% of the optimum 343.1). Each node's shortcut rings run
+    // over its own pieces, then over the other node's, which come in over the NICs
+    // (rank i to rank i): 311.3 (90.7%). Their rate is 332.1 (each package takes 28 ranks'
+    // data over its 6 xGMI links); the first slice's NIC transfers (6 slices at 16 GB/s)
+    // outlast the first round of rings.
+    assert_candidate_reaches("mi250-16x2", Kind::AllGather, "rail-srings", 0.90);
+}
+
+#[test]
 fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the

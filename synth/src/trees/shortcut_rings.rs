@@ -255,7 +255,7 @@ fn hamiltonian_cycles(
             self.expansions += 1;
             if self.cycles.len() >= MAX_CYCLES
                 || self.expansions > MAX_EXPANSIONS
-                || (self.expansions % 4096 == 0 && Instant::now() >= self.deadline)
+                || (self.expansions.is_multiple_of(4096) && Instant::now() >= self.deadline)
             {
                 return false;
             }
@@ -592,6 +592,59 @@ mod tests {
             let own = s.sends.iter().any(|x| x.chunk / 6 == x.src);
             assert!(!own || (2..t.ranks - 3).contains(&i), "step {i}");
         }
+    }
+
+    #[test]
+    fn rail_nodes_are_identical_switchless_nodes_joined_by_rails() {
+        let t = load("mi250-16x2").unwrap();
+        let (nodes, node) = rail_nodes(&t, &t.index()).expect("two mi250-16 nodes");
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[1], (16..32).collect::<Vec<_>>());
+        let single = load("mi250-16").unwrap();
+        assert_eq!(node.links.len(), single.links.len());
+        for l in &single.links {
+            assert_eq!(
+                node.link(l.src, l.dst).map(|k| k.bandwidth),
+                Some(l.bandwidth)
+            );
+        }
+        // NVSwitch nodes (switch constraints inside), one node, equal links: none.
+        for spec in ["dgx-a100x2", "mi250-16", "torus-2d:4x4"] {
+            let t = load(spec).unwrap();
+            assert!(rail_nodes(&t, &t.index()).is_none(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn rail_rings_bring_each_remote_piece_in_once() {
+        let t = load("mi250-16x2").unwrap();
+        let index = t.index();
+        let (nodes, node) = rail_nodes(&t, &index).unwrap();
+        let a = rail_shortcut_rings(&t, &index, &nodes, &node, 8, far())
+            .unwrap()
+            .expect("the node's rings reach its optimum");
+        check(&a, &t).unwrap();
+        assert_eq!(a.chunks(), 6, "{}", a.name);
+        // Two rounds of the node's 14 ring steps, and the last hops in a group of their own.
+        assert_eq!(a.num_steps(), 2 * 14 + 1);
+        let mut load = vec![0u32; t.links.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            load[index.link_of[&(s.src, s.dst)]] += 1;
+        }
+        // Across the nodes each rank sends its own 6 pieces to its rail peer, nothing else.
+        for r in 0..t.ranks {
+            let out: u32 = index.out_links[r]
+                .iter()
+                .filter(|&&l| t.node_of[t.links[l].dst] != t.node_of[r])
+                .map(|&l| load[l])
+                .sum();
+            assert_eq!(out, 6, "rank {r}");
+            assert_eq!(load[index.link_of[&(r, (r + 16) % 32)]], 6);
+        }
+        // Within a node, the node's rings twice: 28 pieces on each single link between
+        // packages (8 → 0), every piece but the package's own four.
+        assert_eq!(load[index.link_of[&(8, 0)]], 28);
+        assert_eq!(load[index.link_of[&(24, 16)]], 28);
     }
 
     #[test]

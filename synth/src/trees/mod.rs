@@ -10,7 +10,9 @@
 //!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
 //! 4. Beside them: NCCL's rings as path trees ([`rings`]), on a square 2-D torus the
 //!    dimension-rotated bucket allgather ([`bucket`]), across identical nodes the rail ring
-//!    ([`rails`]) and, for a broadcast, shallow trees by integer programming ([`shallow`]).
+//!    ([`rails`]), where ranks have in-links of unequal bandwidth rings whose last hop takes
+//!    the wider link, alone or on every node of a cluster ([`shortcut_rings`]) and, for a
+//!    broadcast, shallow trees by integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as

@@ -112,13 +112,15 @@ pub fn shortcut_rings(
 /// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered
 /// 0..G, the links among them), when `topology` is M ≥ 2 identical nodes whose node fabric
 /// qualifies for shortcut rings ([`applies`]: no switch constraint on a link within a node)
-/// and rail links join rank i of each node to rank i of the next; `None` otherwise.
+/// and rail links join rank i of each node to rank i of the next, with integer capacities;
+/// `None` otherwise.
 pub fn rail_nodes(
     topology: &Topology,
     index: &TopologyIndex,
 ) -> Option<(Vec<Vec<usize>>, Topology)> {
     let m = topology.nodes();
-    if m < 2 {
+    // Rounds are counted in the fabric's integer capacities.
+    if m < 2 || index.capacities.is_none() {
         return None;
     }
     let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];

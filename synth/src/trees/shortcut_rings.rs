@@ -223,7 +223,7 @@ fn choose_rings(
     if !rings.iter().any(|r| r.shortcut.contains(&true)) {
         return Ok(None);
     }
-    // The fewest rings at the exact optimum (see the module docs for why no fewer).
+    // The fewest rings at the exact optimum; none short of it (see the module docs).
     let per_unit = caps.unit_gbps / optimum_gbps;
     let Some(counts) = fewest_at(&rings, &caps.links, per_unit, max_chunks.max(1))? else {
         return Ok(None);
@@ -239,9 +239,9 @@ fn choose_rings(
         .then_some(chosen))
 }
 
-/// Directed Hamiltonian cycles starting at rank 0 (each cycle once), depth-first over the
-/// links in id order, at most [`MAX_CYCLES`] of them and [`MAX_EXPANSIONS`] search nodes,
-/// stopping at the deadline.
+/// Directed Hamiltonian cycles starting at rank 0 (each directed cycle once), depth-first
+/// over the links in id order, at most [`MAX_CYCLES`] of them and [`MAX_EXPANSIONS`] search
+/// nodes, stopping at the deadline.
 fn hamiltonian_cycles(
     topology: &Topology,
     index: &TopologyIndex,

@@ -10,7 +10,9 @@
 //!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
 //! 4. Beside them: NCCL's rings as path trees ([`rings`]), on a square 2-D torus the
 //!    dimension-rotated bucket allgather ([`bucket`]), across identical nodes the rail ring
-//!    ([`rails`]) and, for a broadcast, shallow trees by integer programming ([`shallow`]).
+//!    ([`rails`]), where ranks have in-links of unequal bandwidth rings whose last hop takes
+//!    the wider link, alone or on every node of a cluster ([`shortcut_rings`]) and, for a
+//!    broadcast, shallow trees by integer programming ([`shallow`]).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -24,6 +26,7 @@ pub mod rails;
 pub mod rings;
 pub mod schedule;
 pub mod shallow;
+pub mod shortcut_rings;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
@@ -363,6 +366,48 @@ impl Engine for TreeEngine {
                             topology, index, &nodes, chunks, shortcuts,
                         )?);
                     }
+                }
+            }
+        }
+        // Where ranks have in-links of unequal bandwidth, rings whose last hop takes the
+        // wider link (mi250-16: the exact optimum, where NCCL's rings are capped at 93%).
+        if coll.kind == Kind::AllGather && shortcut_rings::applies(problem.topology, problem.index)
+        {
+            problem.progress.message("rings with shortcut last hops");
+            match shortcut_rings::shortcut_rings(
+                problem.topology,
+                problem.index,
+                limits.max_chunks,
+                result.optimum_gbps,
+                limits.deadline,
+            ) {
+                Ok(found) => algorithms.extend(found),
+                // A candidate beside the others: a solver failure is not fatal.
+                Err(e) => problem
+                    .progress
+                    .message(&format!("no shortcut-ring candidate: {e:#}")),
+            }
+        }
+        // Across identical nodes of such fabrics, the same rings on every node, the other
+        // nodes' pieces brought in over rails (mi250-16x2).
+        if coll.kind == Kind::AllGather {
+            if let Some((nodes, node)) = shortcut_rings::rail_nodes(problem.topology, problem.index)
+            {
+                problem
+                    .progress
+                    .message("rail rings with shortcut last hops");
+                match shortcut_rings::rail_shortcut_rings(
+                    problem.topology,
+                    problem.index,
+                    &nodes,
+                    &node,
+                    limits.max_chunks,
+                    limits.deadline,
+                ) {
+                    Ok(found) => algorithms.extend(found),
+                    Err(e) => problem
+                        .progress
+                        .message(&format!("no rail shortcut-ring candidate: {e:#}")),
                 }
             }
         }

@@ -1,0 +1,668 @@
+//! Rings with shortcut last hops (allgather on fabrics of point-to-point links whose ranks
+//! have in-links of unequal bandwidth, such as `mi250-16`).
+//!
+//! In a ring allgather every link carries the pieces of all ranks but its receiver, N − 1 of
+//! them. A root's piece goes around the ring until the rank just before the root has it;
+//! when that rank (p) is linked to from the root by a wider link than the ring's link into p,
+//! the root hands p its piece directly (the shortcut) and the piece stops one hop earlier,
+//! so the narrow link into p carries N − 2 pieces. On `mi250-16` every GCD has a 4-link
+//! in-package partner and three single or double links to other packages, and every package
+//! is a binding cut (6 links in, 14 ranks' data to take in): a ring that enters each package
+//! once, from one GCD to its partner, and lets the partner's piece take the shortcut carries
+//! only useful data into each package. Six such rings reach the exact optimum (321.4 GB/s
+//! busbw), where plain rings are capped at 300 (one piece in 15 entering a package is
+//! already there).
+//!
+//! The rings are directed Hamiltonian cycles of the fabric (a bounded enumeration), each
+//! with its shortcuts (a root takes one where the link from it into its ring predecessor is
+//! wider than the ring's last hop), one piece per ring and root: a small integer program
+//! (HiGHS: one thread, fixed seed, a node limit) picks, with repetition, the fewest rings
+//! (at most `--max-chunks`) whose busiest link is at the exact optimum's load. Where no ring
+//! count reaches the optimum there is no candidate (the least loaded rings of `mi250` and
+//! `amd8` simulated at 67% and 16% of those fabrics' best candidates at 1 GB).
+//!
+//! Schedule: step h carries the h-th hop of every piece (a ring forwards in step h what it
+//! received in step h − 1, as NCCL's ring does), all rings on one channel. The last step holds
+//! only the last hops of the pieces without a shortcut, each to a rank that forwards nothing:
+//! it gets a channel group of its own, so that the ring's threadblocks go on with the next
+//! slice while it drains (in one group the simulated busbw at 1 GB drops from 319.0 to 315.3
+//! GB/s on `mi250-16`). A shortcut carries data its sender holds from the start, so it goes
+//! in the step whose busiest link it loads least, but not in the first two steps (the last
+//! step's sends of the previous slice share links then) nor the last ring step (which feeds
+//! the last step): 317.8 GB/s when they go in the earliest steps.
+//!
+//! Across M identical nodes joined by rails ([`rail_nodes`], `mi250-16x2`), every node runs
+//! its rings M times: over its own ranks' pieces, then over those of each node before it,
+//! which rank i passes on to rank i of the next node ([`rail_shortcut_rings`]): 311.3 GB/s
+//! at 1 GB on `mi250-16x2` (90.7% of the optimum; the staged trees reached 265.6).
+//!
+//! Reduce-scatter and allreduce get the reversed schedule through [`crate::synthesize`]'s
+//! duality.
+
+use super::schedule::{finish, fit_groups, rounds_needed, with_groups};
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::Kind;
+use crate::topology::{Capacities, Topology, TopologyIndex};
+use anyhow::Result;
+use good_lp::solvers::highs::HighsProblem;
+use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables, SolverModel};
+use highs::{HighsModelStatus, HighsSolutionStatus};
+use std::time::Instant;
+
+/// Largest fabric tried (ranks).
+pub const MAX_RANKS: usize = 32;
+
+/// Most Hamiltonian cycles collected.
+const MAX_CYCLES: usize = 512;
+
+/// Most search-tree nodes the cycle enumeration visits.
+const MAX_EXPANSIONS: usize = 1 << 20;
+
+/// Branch-and-bound nodes per selection.
+const MAX_NODES: i32 = 2_000;
+
+/// A directed Hamiltonian cycle, whether the root at each position takes its shortcut, and
+/// the pieces the ring puts on each link (by link id) for one piece per root.
+#[derive(Debug, Clone)]
+struct Ring {
+    order: Vec<usize>,
+    shortcut: Vec<bool>,
+    load: Vec<u32>,
+}
+
+/// Whether shortcut rings can help on `topology`: 4 to [`MAX_RANKS`] ranks, no switch
+/// constraints, integer capacities, and a rank whose in-links differ in bandwidth (with equal
+/// links a shortcut is never wider than the ring's hop).
+pub fn applies(topology: &Topology, index: &TopologyIndex) -> bool {
+    let n = topology.ranks;
+    if !(4..=MAX_RANKS).contains(&n) || !topology.switches.is_empty() || index.capacities.is_none()
+    {
+        return false;
+    }
+    let mut into: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for l in &topology.links {
+        into[l.dst].push(l.bandwidth);
+    }
+    into.iter()
+        .any(|b| b.iter().any(|&x| (x - b[0]).abs() > 1e-9 * b[0].abs()))
+}
+
+/// The shortcut-ring allgather of `topology` with at most `max_chunks` rings (one piece per
+/// ring and root), or `None` when the fabric does not qualify ([`applies`]), has no
+/// Hamiltonian cycle within the enumeration's bounds, no ring count up to `max_chunks`
+/// reaches `optimum_gbps` (GB/s per root), or no chosen ring takes a shortcut (NCCL's rings
+/// are then as good).
+pub fn shortcut_rings(
+    topology: &Topology,
+    index: &TopologyIndex,
+    max_chunks: usize,
+    optimum_gbps: f64,
+    deadline: Instant,
+) -> Result<Option<Algorithm>> {
+    if !applies(topology, index) {
+        return Ok(None);
+    }
+    let Some(rings) = choose_rings(topology, index, max_chunks, optimum_gbps, deadline)? else {
+        return Ok(None);
+    };
+    let node: Vec<usize> = (0..topology.ranks).collect();
+    schedule(topology, index, &[node], &rings, "srings").map(Some)
+}
+
+/// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered
+/// 0..G, the links among them), when `topology` is M ≥ 2 identical nodes whose node fabric
+/// qualifies for shortcut rings ([`applies`]: no switch constraint on a link within a node)
+/// and rail links join rank i of each node to rank i of the next, with integer capacities;
+/// `None` otherwise.
+pub fn rail_nodes(
+    topology: &Topology,
+    index: &TopologyIndex,
+) -> Option<(Vec<Vec<usize>>, Topology)> {
+    let m = topology.nodes();
+    // Rounds are counted in the fabric's integer capacities.
+    if m < 2 || index.capacities.is_none() {
+        return None;
+    }
+    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];
+    for (r, &a) in topology.node_of.iter().enumerate() {
+        nodes[a].push(r);
+    }
+    let g = nodes[0].len();
+    if nodes.iter().any(|n| n.len() != g) {
+        return None;
+    }
+    let mut local = vec![0; topology.ranks];
+    for node in &nodes {
+        for (i, &r) in node.iter().enumerate() {
+            local[r] = i;
+        }
+    }
+    let within = |l: &crate::topology::Link| topology.node_of[l.src] == topology.node_of[l.dst];
+    // Node 0's links; every node must have the same ones, ungoverned by switch constraints.
+    let links: Vec<crate::topology::Link> = topology
+        .links
+        .iter()
+        .filter(|l| within(l) && topology.node_of[l.src] == 0)
+        .map(|l| crate::topology::Link {
+            src: local[l.src],
+            dst: local[l.dst],
+            ..l.clone()
+        })
+        .collect();
+    let same = topology
+        .links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| within(l))
+        .all(|(id, l)| {
+            index.governing[id].is_empty()
+                && links.iter().any(|k| {
+                    (k.src, k.dst) == (local[l.src], local[l.dst]) && k.bandwidth == l.bandwidth
+                })
+        });
+    let count = topology.links.iter().filter(|l| within(l)).count();
+    let rails = (0..m).all(|a| {
+        (0..g).all(|i| {
+            index
+                .link_of
+                .contains_key(&(nodes[a][i], nodes[(a + 1) % m][i]))
+        })
+    });
+    if !same || count != links.len() * m || !rails {
+        return None;
+    }
+    let node = Topology {
+        name: format!("{}-node", topology.name),
+        ranks: g,
+        node_of: vec![0; g],
+        links,
+        switches: Vec::new(),
+    };
+    let node_index = node.index();
+    applies(&node, &node_index).then_some((nodes, node))
+}
+
+/// The rail shortcut-ring allgather of a cluster from [`rail_nodes`]: every node runs the
+/// shortcut rings of its own fabric (at most `max_chunks`, at the node's exact optimum),
+/// first over its own ranks' pieces, then over each other node's, which come in over the
+/// rails (rank i of node a passes the pieces it has to rank i of node a + 1, one node per
+/// ring round, as in [`super::rails`]). `None` when the node's rings do not reach its
+/// optimum.
+pub fn rail_shortcut_rings(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    node: &Topology,
+    max_chunks: usize,
+    deadline: Instant,
+) -> Result<Option<Algorithm>> {
+    let node_index = node.index();
+    let net = crate::flow::FlowNetwork::new(node)?;
+    let roots: Vec<usize> = (0..node.ranks).collect();
+    let optimum = crate::flow::allgather_rate(&net, &roots)?.as_f64();
+    let Some(rings) = choose_rings(node, &node_index, max_chunks, optimum, deadline)? else {
+        return Ok(None);
+    };
+    schedule(topology, index, nodes, &rings, "rail-srings").map(Some)
+}
+
+/// The fewest shortcut rings of `topology` (with repetition, at most `max_chunks`) that
+/// reach `optimum_gbps`, when one of them takes a shortcut (see [`shortcut_rings`]).
+fn choose_rings(
+    topology: &Topology,
+    index: &TopologyIndex,
+    max_chunks: usize,
+    optimum_gbps: f64,
+    deadline: Instant,
+) -> Result<Option<Vec<Ring>>> {
+    let caps = index.capacities.as_ref().expect("checked by applies");
+    let rings: Vec<Ring> = hamiltonian_cycles(topology, index, deadline)
+        .into_iter()
+        .map(|order| ring(order, topology, index, caps))
+        .collect();
+    if !rings.iter().any(|r| r.shortcut.contains(&true)) {
+        return Ok(None);
+    }
+    // The fewest rings at the exact optimum; none short of it (see the module docs).
+    let per_unit = caps.unit_gbps / optimum_gbps;
+    let Some(counts) = fewest_at(&rings, &caps.links, per_unit, max_chunks.max(1))? else {
+        return Ok(None);
+    };
+    let chosen: Vec<Ring> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &c)| std::iter::repeat_n(rings[k].clone(), c))
+        .collect();
+    Ok(chosen
+        .iter()
+        .any(|r| r.shortcut.contains(&true))
+        .then_some(chosen))
+}
+
+/// Directed Hamiltonian cycles starting at rank 0 (each directed cycle once), depth-first
+/// over the links in id order, at most [`MAX_CYCLES`] of them and [`MAX_EXPANSIONS`] search
+/// nodes, stopping at the deadline.
+fn hamiltonian_cycles(
+    topology: &Topology,
+    index: &TopologyIndex,
+    deadline: Instant,
+) -> Vec<Vec<usize>> {
+    struct Search<'a> {
+        topology: &'a Topology,
+        index: &'a TopologyIndex,
+        deadline: Instant,
+        path: Vec<usize>,
+        used: Vec<bool>,
+        cycles: Vec<Vec<usize>>,
+        expansions: usize,
+    }
+    impl Search<'_> {
+        /// False once a bound stops the search.
+        fn extend(&mut self) -> bool {
+            self.expansions += 1;
+            if self.cycles.len() >= MAX_CYCLES
+                || self.expansions > MAX_EXPANSIONS
+                || (self.expansions.is_multiple_of(4096) && Instant::now() >= self.deadline)
+            {
+                return false;
+            }
+            let n = self.topology.ranks;
+            let last = *self.path.last().expect("the path starts at rank 0");
+            if self.path.len() == n {
+                if self.index.link_of.contains_key(&(last, self.path[0])) {
+                    self.cycles.push(self.path.clone());
+                }
+                return true;
+            }
+            for &l in &self.index.out_links[last] {
+                let next = self.topology.links[l].dst;
+                if self.used[next] {
+                    continue;
+                }
+                self.used[next] = true;
+                self.path.push(next);
+                let go_on = self.extend();
+                self.path.pop();
+                self.used[next] = false;
+                if !go_on {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+    let mut used = vec![false; topology.ranks];
+    used[0] = true;
+    let mut search = Search {
+        topology,
+        index,
+        deadline,
+        path: vec![0],
+        used,
+        cycles: Vec::new(),
+        expansions: 0,
+    };
+    search.extend();
+    search.cycles
+}
+
+/// The ring of `order` with its shortcuts and per-link load (see [`Ring`]).
+fn ring(order: Vec<usize>, topology: &Topology, index: &TopologyIndex, caps: &Capacities) -> Ring {
+    let n = order.len();
+    let link = |u: usize, v: usize| index.link_of[&(u, v)];
+    let mut load = vec![0u32; topology.links.len()];
+    let mut shortcut = vec![false; n];
+    for k in 0..n {
+        let (before, prev) = (order[(k + n - 2) % n], order[(k + n - 1) % n]);
+        let back = index.link_of.get(&(order[k], prev)).copied();
+        let take = back.is_some_and(|b| caps.links[b] > caps.links[link(before, prev)]);
+        shortcut[k] = take;
+        let hops = if take { n - 2 } else { n - 1 };
+        for h in 0..hops {
+            load[link(order[(k + h) % n], order[(k + h + 1) % n])] += 1;
+        }
+        if let Some(b) = back.filter(|_| take) {
+            load[b] += 1;
+        }
+    }
+    Ring {
+        order,
+        shortcut,
+        load,
+    }
+}
+
+/// The fewest rings (counts per ring of `rings`, with repetition, at most `max_chunks` in
+/// all) whose busiest link carries at most `per_unit` pieces per capacity unit and ring: the
+/// exact optimum's load when `per_unit` is the capacity unit over the optimum rate per root.
+/// `None` when there are none or the solver finds none within its node limit.
+fn fewest_at(
+    rings: &[Ring],
+    caps: &[u32],
+    per_unit: f64,
+    max_chunks: usize,
+) -> Result<Option<Vec<usize>>> {
+    let mut vars = ProblemVariables::new();
+    let counts: Vec<_> = rings
+        .iter()
+        .map(|_| vars.add(variable().integer().min(0).max(max_chunks as f64)))
+        .collect();
+    let total: Expression = counts.iter().sum();
+    let mut constraints = vec![
+        constraint!(total.clone() >= 1.0),
+        constraint!(total.clone() <= max_chunks as f64),
+    ];
+    for (l, &cap) in caps.iter().enumerate() {
+        if rings.iter().all(|r| r.load[l] == 0) {
+            continue;
+        }
+        // Σ rings' load ≤ cap · per_unit · Σ rings, with a hair of slack for rounding.
+        let allowed = cap as f64 * per_unit * (1.0 + 1e-9);
+        let excess: Expression = rings
+            .iter()
+            .zip(&counts)
+            .map(|(r, &c)| (r.load[l] as f64 - allowed) * c)
+            .sum();
+        constraints.push(constraint!(excess <= 0.0));
+    }
+    let model = vars.minimise(total).using(highs);
+    Ok(solve(model, constraints, rings.len())?.filter(|c| c.iter().sum::<usize>() >= 1))
+}
+
+/// Solves `model` with `constraints` (one thread, a fixed seed, [`MAX_NODES`]: the answer
+/// is a function of the model) and reads the first `rings` columns as ring counts.
+fn solve(
+    mut model: HighsProblem,
+    constraints: Vec<Constraint>,
+    rings: usize,
+) -> Result<Option<Vec<usize>>> {
+    for c in constraints {
+        model.add_constraint(c);
+    }
+    let mut model = model
+        .try_into_inner()
+        .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
+    let option = |e| anyhow::anyhow!("HiGHS option: {e:?}");
+    model.try_set_option("threads", 1).map_err(option)?;
+    model.try_set_option("random_seed", 0).map_err(option)?;
+    model
+        .try_set_option("mip_max_nodes", MAX_NODES)
+        .map_err(option)?;
+    let solved = model
+        .try_solve()
+        .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
+    let found = matches!(
+        solved.status(),
+        HighsModelStatus::Optimal
+            | HighsModelStatus::ReachedSolutionLimit
+            | HighsModelStatus::ReachedIterationLimit
+    ) && solved.primal_solution_status() == HighsSolutionStatus::Feasible;
+    if !found {
+        return Ok(None);
+    }
+    let solution = solved.get_solution();
+    Ok(Some(
+        solution.columns()[..rings]
+            .iter()
+            .map(|v| v.round().max(0.0) as usize)
+            .collect(),
+    ))
+}
+
+/// The steps of `rings` (node-local ranks; piece k of every root on ring k) on each node of
+/// `nodes` (global ranks, node-local order), named `KIND-TOPOLOGY-LABEL-...`: with one node
+/// as in the module docs; with M nodes, the node's ring steps run M times, for the pieces
+/// of the ranks 0, 1, ..., M − 1 nodes back, and rank i passes the pieces of the rank s nodes
+/// back on to rank i of the next node in the first step of round s.
+fn schedule(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    rings: &[Ring],
+    label: &str,
+) -> Result<Algorithm> {
+    let caps = index.capacities.as_ref().expect("checked by applies");
+    let (m, n) = (nodes.len(), nodes[0].len());
+    let chunks = rings.len();
+    // Round s of the node's rings: steps s·d .. s·d + d − 1 carry the hops 0..d − 1 of the
+    // pieces of ranks s nodes back; the last step (index m·d) the last hops of every round.
+    let d = n - 2;
+    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); m * d + 1];
+    let mut shortcuts = Vec::new();
+    for (a, node) in nodes.iter().enumerate() {
+        for round in 0..m {
+            let from = &nodes[(a + m - round) % m];
+            for (piece, ring) in rings.iter().enumerate() {
+                let order = &ring.order;
+                for k in 0..n {
+                    let chunk = from[order[k]] * chunks + piece;
+                    let hops = if ring.shortcut[k] { n - 2 } else { n - 1 };
+                    for h in 0..hops {
+                        let at = if h < d { round * d + h } else { m * d };
+                        steps[at].push(Send {
+                            chunk,
+                            src: node[order[(k + h) % n]],
+                            dst: node[order[(k + h + 1) % n]],
+                        });
+                    }
+                    if ring.shortcut[k] {
+                        let send = Send {
+                            chunk,
+                            src: node[order[k]],
+                            dst: node[order[(k + n - 1) % n]],
+                        };
+                        shortcuts.push((round, send));
+                    }
+                }
+            }
+            // The rail: the pieces of the rank `round` nodes back go on to the next node.
+            if round + 1 < m {
+                let next = &nodes[(a + 1) % m];
+                for i in 0..n {
+                    for piece in 0..chunks {
+                        steps[round * d].push(Send {
+                            chunk: from[i] * chunks + piece,
+                            src: node[i],
+                            dst: next[i],
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for (round, send) in shortcuts {
+        let window = if d >= 4 { 2..d - 1 } else { 0..d };
+        let cost = |step: &Vec<Send>| {
+            let before = rounds_needed(topology, index, caps, step);
+            let mut with = step.clone();
+            with.push(send);
+            let after = rounds_needed(topology, index, caps, &with);
+            let on_link = step
+                .iter()
+                .filter(|s| (s.src, s.dst) == (send.src, send.dst))
+                .count();
+            (after - before, on_link)
+        };
+        let at = window
+            .map(|i| round * d + i)
+            .min_by_key(|&i| (cost(&steps[i]), i))
+            .expect("the window is not empty");
+        steps[at].push(send);
+    }
+    let trailing = !steps[m * d].is_empty();
+    if !trailing {
+        steps.pop();
+    }
+    let steps: Vec<Step> = steps
+        .into_iter()
+        .map(|sends| Step {
+            rounds: rounds_needed(topology, index, caps, &sends),
+            reduce: false,
+            sends,
+        })
+        .collect();
+    let algorithm = finish(topology, 0, Kind::AllGather, chunks, label, steps)?;
+    if !trailing {
+        return Ok(algorithm);
+    }
+    let mut wanted = vec![0; m * d];
+    wanted.push(1);
+    let groups = fit_groups(&algorithm, wanted);
+    Ok(with_groups(algorithm, groups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check;
+    use crate::topology::load;
+    use std::time::Duration;
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn only_fabrics_with_unequal_in_links_qualify() {
+        for (spec, expected) in [
+            ("mi250-16", true),
+            ("dgx1", true),
+            ("torus-2d:4x4", false),
+            ("ring:8", false),
+            ("dgx-a100x2", false),
+            ("mi250-16x2", false),
+        ] {
+            let t = load(spec).unwrap();
+            assert_eq!(applies(&t, &t.index()), expected, "{spec}");
+        }
+    }
+
+    #[test]
+    fn a_shortcut_replaces_the_narrow_last_hop() {
+        // mi250-16: 0 → 1 is the 4-link package link, 8 → 0 a single link.
+        let t = load("mi250-16").unwrap();
+        let index = t.index();
+        let caps = index.capacities.clone().unwrap();
+        let order = vec![0, 1, 5, 4, 6, 7, 3, 2, 10, 11, 15, 14, 12, 13, 9, 8];
+        let r = ring(order.clone(), &t, &index, &caps);
+        // Rank 1's predecessor is 0: 1 → 0 (4 links) is wider than 8 → 0 (1 link).
+        assert!(r.shortcut[1]);
+        // Rank 0's predecessor is 8: 0 → 8 is no wider than 9 → 8's 4 links.
+        assert!(!r.shortcut[0]);
+        let link = |u, v| index.link_of[&(u, v)];
+        // Into each package once, with every piece but the package's two: 14.
+        assert_eq!(r.load[link(8, 0)], 14);
+        assert_eq!(r.load[link(1, 5)], 14);
+        // Inside a package: every piece but the receiver's, and the shortcut back.
+        assert_eq!(r.load[link(0, 1)], 15);
+        assert_eq!(r.load[link(1, 0)], 1);
+    }
+
+    #[test]
+    fn mi250_16_rings_reach_the_exact_optimum_and_pass_the_checker() {
+        let t = load("mi250-16").unwrap();
+        let index = t.index();
+        let net = crate::flow::FlowNetwork::new(&t).unwrap();
+        let roots: Vec<usize> = (0..t.ranks).collect();
+        let optimum = crate::flow::allgather_rate(&net, &roots).unwrap().as_f64();
+        let a = shortcut_rings(&t, &index, 8, optimum, far())
+            .unwrap()
+            .expect("mi250-16 has shortcut rings");
+        check(&a, &t).unwrap();
+        assert_eq!(a.chunks(), 6, "{}", a.name);
+        // Over the whole schedule the busiest link carries 14 pieces per capacity unit:
+        // 6 pieces per root at 50 × 6 / 14 = 21.43 GB/s per root, the optimum.
+        let caps = index.capacities.as_ref().unwrap();
+        let mut load = vec![0u32; t.links.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            load[index.link_of[&(s.src, s.dst)]] += 1;
+        }
+        let busiest = load
+            .iter()
+            .zip(&caps.links)
+            .map(|(&l, &c)| l as f64 / c as f64)
+            .fold(0.0, f64::max);
+        assert_eq!(busiest, 14.0);
+        assert!((6.0 * caps.unit_gbps / busiest - optimum).abs() < 1e-9);
+        // One ring step per hop (15 hops at most), the last one in a group of its own.
+        assert_eq!(a.num_steps(), t.ranks - 1);
+        let groups = a
+            .step_groups
+            .as_ref()
+            .expect("the last step is grouped apart");
+        assert_eq!(groups[..t.ranks - 2], vec![0; t.ranks - 2]);
+        assert_eq!(groups[t.ranks - 2], 1);
+        assert!(a.steps.iter().all(|s| s.rounds == 1));
+        // No shortcut (a send of the sender's own piece after the first step) in the first
+        // two steps or the last ring step.
+        for (i, s) in a.steps.iter().enumerate().skip(1) {
+            let own = s.sends.iter().any(|x| x.chunk / 6 == x.src);
+            assert!(!own || (2..t.ranks - 3).contains(&i), "step {i}");
+        }
+    }
+
+    #[test]
+    fn rail_nodes_are_identical_switchless_nodes_joined_by_rails() {
+        let t = load("mi250-16x2").unwrap();
+        let (nodes, node) = rail_nodes(&t, &t.index()).expect("two mi250-16 nodes");
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[1], (16..32).collect::<Vec<_>>());
+        let single = load("mi250-16").unwrap();
+        assert_eq!(node.links.len(), single.links.len());
+        for l in &single.links {
+            assert_eq!(
+                node.link(l.src, l.dst).map(|k| k.bandwidth),
+                Some(l.bandwidth)
+            );
+        }
+        // NVSwitch nodes (switch constraints inside), one node, equal links: none.
+        for spec in ["dgx-a100x2", "mi250-16", "torus-2d:4x4"] {
+            let t = load(spec).unwrap();
+            assert!(rail_nodes(&t, &t.index()).is_none(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn rail_rings_bring_each_remote_piece_in_once() {
+        let t = load("mi250-16x2").unwrap();
+        let index = t.index();
+        let (nodes, node) = rail_nodes(&t, &index).unwrap();
+        let a = rail_shortcut_rings(&t, &index, &nodes, &node, 8, far())
+            .unwrap()
+            .expect("the node's rings reach its optimum");
+        check(&a, &t).unwrap();
+        assert_eq!(a.chunks(), 6, "{}", a.name);
+        // Two rounds of the node's 14 ring steps, and the last hops in a group of their own.
+        assert_eq!(a.num_steps(), 2 * 14 + 1);
+        let mut load = vec![0u32; t.links.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            load[index.link_of[&(s.src, s.dst)]] += 1;
+        }
+        // Across the nodes each rank sends its own 6 pieces to its rail peer, nothing else.
+        for r in 0..t.ranks {
+            let out: u32 = index.out_links[r]
+                .iter()
+                .filter(|&&l| t.node_of[t.links[l].dst] != t.node_of[r])
+                .map(|&l| load[l])
+                .sum();
+            assert_eq!(out, 6, "rank {r}");
+            assert_eq!(load[index.link_of[&(r, (r + 16) % 32)]], 6);
+        }
+        // Within a node, the node's rings twice: 28 pieces on each single link between
+        // packages (8 → 0), every piece but the package's own four.
+        assert_eq!(load[index.link_of[&(8, 0)]], 28);
+        assert_eq!(load[index.link_of[&(24, 16)]], 28);
+    }
+
+    #[test]
+    fn equal_links_give_no_candidate() {
+        for spec in ["torus-2d:4x4", "ring:8", "fully-connected:6"] {
+            let t = load(spec).unwrap();
+            let index = t.index();
+            assert!(
+                shortcut_rings(&t, &index, 8, 1e9, far()).unwrap().is_none(),
+                "{spec}"
+            );
+        }
+    }
+}

@@ -35,6 +35,7 @@ fn least_steps(topo: &Topology, kind: Kind, root: usize, chunks: usize) -> Algor
         limits: Limits {
             max_steps: 12,
             max_chunks: chunks,
+            max_chunks_given: false,
             deadline: Instant::now() + Duration::from_secs(300),
             extra_memory: None,
             work_limit: None,

@@ -69,9 +69,40 @@ pub enum CheckError {
     TimeLimit,
 }
 
-/// Contributions held for one address on one rank: how many times each contributing
-/// chunk (index into the collective's chunk list) has been summed in.
-type Contents = Vec<u32>;
+/// Contributions held for one address on one rank: which contributing chunks (by slot
+/// within the address) have been summed in, one bit each, and whether any was summed in
+/// more than once (a sum that counts a contribution twice stays wrong through every later
+/// reduction; only a copy of other data replaces it). A bit per contributor, not a count:
+/// a 1024-rank reduce-scatter holds millions of partial sums of 1024 contributors each.
+#[derive(Clone)]
+struct Contents {
+    bits: Vec<u64>,
+    twice: bool,
+}
+
+impl Contents {
+    /// Nothing summed in yet, for `width` contributors.
+    fn empty(width: usize) -> Contents {
+        Contents {
+            bits: vec![0; width.div_ceil(64)],
+            twice: false,
+        }
+    }
+
+    /// Sums `other` in.
+    fn add(&mut self, other: &Contents) {
+        for (t, o) in self.bits.iter_mut().zip(&other.bits) {
+            self.twice |= *t & o != 0;
+            *t |= o;
+        }
+        self.twice |= other.twice;
+    }
+
+    /// Contributors not summed in, of `width`.
+    fn missing(&self, width: usize) -> usize {
+        width - self.bits.iter().map(|b| b.count_ones() as usize).sum::<usize>()
+    }
+}
 
 /// What every rank holds of every address during the replay.
 enum Holdings {
@@ -189,8 +220,9 @@ pub fn check_before(
                 Holdings::Counts(counts) => {
                     let entry = counts
                         .entry((chunk.address, r))
-                        .or_insert_with(|| vec![0; width]);
-                    entry[slot_of[i]] = 1;
+                        .or_insert_with(|| Contents::empty(width));
+                    let slot = slot_of[i];
+                    entry.bits[slot / 64] |= 1 << (slot % 64);
                 }
             }
         }
@@ -246,9 +278,9 @@ pub fn check_before(
                 for (send, data) in step.sends.iter().zip(reads) {
                     let target = counts
                         .entry((send.chunk, send.dst))
-                        .or_insert_with(|| vec![0; data.len()]);
-                    if step.reduce {
-                        target.iter_mut().zip(&data).for_each(|(t, d)| *t += d);
+                        .or_insert_with(|| Contents::empty(0));
+                    if step.reduce && !target.bits.is_empty() {
+                        target.add(&data);
                     } else {
                         *target = data;
                     }
@@ -297,15 +329,15 @@ pub fn check_before(
             };
             match counts {
                 None => return Err(never()),
-                Some(c) if c.contains(&0) => {
-                    let missing = c.iter().filter(|&&x| x == 0).count();
+                Some(c) if c.missing(width) > 0 => {
+                    let missing = c.missing(width);
                     return Err(CheckError::Postcondition {
                         chunk: chunk.address,
                         rank: r,
                         problem: format!("{missing} of {width} contributions missing"),
                     });
                 }
-                Some(c) if c.iter().any(|&x| x > 1) => {
+                Some(c) if c.twice => {
                     return Err(CheckError::Postcondition {
                         chunk: chunk.address,
                         rank: r,
@@ -375,4 +407,33 @@ pub fn check_memory(algorithm: &Algorithm, extra: usize) -> Result<(), CheckErro
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Contents;
+
+    fn of(width: usize, slots: &[usize]) -> Contents {
+        let mut c = Contents::empty(width);
+        for &s in slots {
+            c.bits[s / 64] |= 1 << (s % 64);
+        }
+        c
+    }
+
+    #[test]
+    fn contents_count_missing_and_doubled_contributions() {
+        // 130 contributors span three words.
+        let mut sum = of(130, &[0, 64, 129]);
+        assert_eq!(sum.missing(130), 127);
+        sum.add(&of(130, &[1, 65]));
+        assert_eq!(sum.missing(130), 125);
+        assert!(!sum.twice);
+        // Summing slot 64 in again poisons the sum, and whatever it is summed into.
+        sum.add(&of(130, &[64]));
+        assert!(sum.twice);
+        let mut later = of(130, &[2]);
+        later.add(&sum);
+        assert!(later.twice && later.missing(130) == 124);
+    }
 }

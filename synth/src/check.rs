@@ -100,7 +100,12 @@ impl Contents {
 
     /// Contributors not summed in, of `width`.
     fn missing(&self, width: usize) -> usize {
-        width - self.bits.iter().map(|b| b.count_ones() as usize).sum::<usize>()
+        width
+            - self
+                .bits
+                .iter()
+                .map(|b| b.count_ones() as usize)
+                .sum::<usize>()
     }
 }
 

@@ -27,6 +27,7 @@ pub mod rings;
 pub mod schedule;
 pub mod shallow;
 pub mod shortcut_rings;
+pub mod small_ip;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};

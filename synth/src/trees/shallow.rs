@@ -17,8 +17,7 @@
 use super::packing::Tree;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::Result;
-use good_lp::{constraint, highs, variable, Expression, ProblemVariables, SolverModel, Variable};
-use highs::{HighsModelStatus, HighsSolutionStatus};
+use good_lp::{constraint, highs, variable, Expression, ProblemVariables, Variable};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -176,34 +175,11 @@ fn solve(
             load <= capacity(topology.switches[j].bandwidth)
         ));
     }
-    let mut model = vars.minimise(Expression::from(0.0)).using(highs);
-    for c in constraints {
-        model.add_constraint(c);
-    }
-    let mut model = model
-        .try_into_inner()
-        .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
     // One thread, a fixed seed and a node limit: the answer is a function of the model.
-    let option = |e| anyhow::anyhow!("HiGHS option: {e:?}");
-    model.try_set_option("threads", 1).map_err(option)?;
-    model.try_set_option("random_seed", 0).map_err(option)?;
-    model
-        .try_set_option("mip_max_nodes", MAX_NODES)
-        .map_err(option)?;
-    let solved = model
-        .try_solve()
-        .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
-    let found = matches!(
-        solved.status(),
-        HighsModelStatus::Optimal
-            | HighsModelStatus::ReachedSolutionLimit
-            | HighsModelStatus::ReachedIterationLimit
-    ) && solved.primal_solution_status() == HighsSolutionStatus::Feasible;
-    if !found {
+    let model = vars.minimise(Expression::from(0.0)).using(highs);
+    let Some(values) = super::small_ip::solve(model, constraints, MAX_NODES)? else {
         return Ok(None);
-    }
-    let solution = solved.get_solution();
-    let values = solution.columns();
+    };
     let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];
     for (column, &(t, l, _, _)) in x.iter().enumerate() {
         if values[column] > 0.5 {

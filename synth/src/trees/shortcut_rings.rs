@@ -45,8 +45,7 @@ use crate::collective::Kind;
 use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::Result;
 use good_lp::solvers::highs::HighsProblem;
-use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables, SolverModel};
-use highs::{HighsModelStatus, HighsSolutionStatus};
+use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables};
 use std::time::Instant;
 
 /// Largest fabric tried (ranks).
@@ -369,44 +368,20 @@ fn fewest_at(
     Ok(solve(model, constraints, rings.len())?.filter(|c| c.iter().sum::<usize>() >= 1))
 }
 
-/// Solves `model` with `constraints` (one thread, a fixed seed, [`MAX_NODES`]: the answer
-/// is a function of the model) and reads the first `rings` columns as ring counts.
+/// Solves `model` with `constraints` ([`super::small_ip`], [`MAX_NODES`]) and reads the
+/// first `rings` columns as ring counts.
 fn solve(
-    mut model: HighsProblem,
+    model: HighsProblem,
     constraints: Vec<Constraint>,
     rings: usize,
 ) -> Result<Option<Vec<usize>>> {
-    for c in constraints {
-        model.add_constraint(c);
-    }
-    let mut model = model
-        .try_into_inner()
-        .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
-    let option = |e| anyhow::anyhow!("HiGHS option: {e:?}");
-    model.try_set_option("threads", 1).map_err(option)?;
-    model.try_set_option("random_seed", 0).map_err(option)?;
-    model
-        .try_set_option("mip_max_nodes", MAX_NODES)
-        .map_err(option)?;
-    let solved = model
-        .try_solve()
-        .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
-    let found = matches!(
-        solved.status(),
-        HighsModelStatus::Optimal
-            | HighsModelStatus::ReachedSolutionLimit
-            | HighsModelStatus::ReachedIterationLimit
-    ) && solved.primal_solution_status() == HighsSolutionStatus::Feasible;
-    if !found {
-        return Ok(None);
-    }
-    let solution = solved.get_solution();
-    Ok(Some(
-        solution.columns()[..rings]
+    let columns = super::small_ip::solve(model, constraints, MAX_NODES)?;
+    Ok(columns.map(|c| {
+        c[..rings]
             .iter()
             .map(|v| v.round().max(0.0) as usize)
-            .collect(),
-    ))
+            .collect()
+    }))
 }
 
 /// The steps of `rings` (node-local ranks; piece k of every root on ring k) on each node of

@@ -281,13 +281,13 @@ pub fn check_before(
             }
             Holdings::Counts(counts) => {
                 for (send, data) in step.sends.iter().zip(reads) {
-                    let target = counts
-                        .entry((send.chunk, send.dst))
-                        .or_insert_with(|| Contents::empty(0));
-                    if step.reduce && !target.bits.is_empty() {
-                        target.add(&data);
-                    } else {
-                        *target = data;
+                    use std::collections::hash_map::Entry;
+                    match counts.entry((send.chunk, send.dst)) {
+                        Entry::Occupied(mut held) if step.reduce => held.get_mut().add(&data),
+                        Entry::Occupied(mut held) => *held.get_mut() = data,
+                        Entry::Vacant(slot) => {
+                            slot.insert(data);
+                        }
                     }
                 }
             }

@@ -49,6 +49,8 @@ pub struct Sharing {
     /// The groups crossing each resource: `crossing[first[j]..first[j + 1]]`.
     first: Vec<usize>,
     crossing: Vec<usize>,
+    /// Where the next crossing of each resource goes while `crossing` is filled.
+    cursor: Vec<usize>,
     frozen: Vec<bool>,
     /// Fill level of each resource with unfrozen flows.
     levels: IndexedHeap,
@@ -67,6 +69,7 @@ impl Sharing {
             paths: Vec::new(),
             first: Vec::new(),
             crossing: Vec::new(),
+            cursor: Vec::new(),
             frozen: Vec::new(),
             levels: IndexedHeap::new(resources),
         }
@@ -119,11 +122,12 @@ impl Sharing {
         }
         self.crossing.clear();
         self.crossing.resize(self.first[resources], 0);
-        let mut next = self.first[..resources].to_vec();
+        self.cursor.clear();
+        self.cursor.extend_from_slice(&self.first[..resources]);
         for (i, f) in paths.iter().enumerate() {
             for &j in f {
-                self.crossing[next[j]] = i;
-                next[j] += 1;
+                self.crossing[self.cursor[j]] = i;
+                self.cursor[j] += 1;
             }
         }
         self.taken.clear();

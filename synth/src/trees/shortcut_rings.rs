@@ -34,7 +34,13 @@
 //! Across M identical nodes joined by rails ([`rail_nodes`], `mi250-16x2`), every node runs
 //! its rings M times: over its own ranks' pieces, then over those of each node before it,
 //! which rank i passes on to rank i of the next node ([`rail_shortcut_rings`]): 311.3 GB/s
-//! at 1 GB on `mi250-16x2` (90.7% of the optimum; the staged trees reached 265.6).
+//! at 1 GB on `mi250-16x2` (90.7% of the optimum; the staged trees reached 265.6). The
+//! runtime replays the whole program once per slice (2 MiB), so with 2.67 slices per piece
+//! the first slice's remote round waits for its pieces to cross the NICs; in waves (the
+//! rings' pieces cut in W sub-rounds, W the fewest that make a piece one slice at 1 GB) the
+//! program runs once, the remote waves start one after another as their pieces arrive and
+//! the NICs run ahead: 325.4 GB/s (94.9%), against a rate of 332.1 (each package takes 28
+//! ranks' data over its xGMI links; the optimum brings some in over several NICs).
 //!
 //! Reduce-scatter and allreduce get the reversed schedule through [`crate::synthesize`]'s
 //! duality.
@@ -105,7 +111,7 @@ pub fn shortcut_rings(
         return Ok(None);
     };
     let node: Vec<usize> = (0..topology.ranks).collect();
-    schedule(topology, index, &[node], &rings, "srings").map(Some)
+    schedule(topology, index, &[node], &rings, 1, "srings").map(Some)
 }
 
 /// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered
@@ -181,28 +187,51 @@ pub fn rail_nodes(
     applies(&node, &node_index).then_some((nodes, node))
 }
 
-/// The rail shortcut-ring allgather of a cluster from [`rail_nodes`]: every node runs the
-/// shortcut rings of its own fabric (at most `max_chunks`, at the node's exact optimum),
-/// first over its own ranks' pieces, then over each other node's, which come in over the
-/// rails (rank i of node a passes the pieces it has to rank i of node a + 1, one node per
-/// ring round, as in [`super::rails`]). `None` when the node's rings do not reach its
-/// optimum.
+/// The rail shortcut-ring allgathers of a cluster from [`rail_nodes`]: every node runs the
+/// shortcut rings of its own fabric (at most `max_chunks` rings, at the node's exact
+/// optimum), first over its own ranks' pieces, then over each other node's, which come in
+/// over the rails (rank i of node a passes the pieces it has to rank i of node a + 1, one
+/// node per ring round, as in [`super::rails`]). One candidate per wave count of
+/// [`wave_counts`] (`slices(c)`: runtime slices per piece at the reference size with `c`
+/// pieces per rank; at most `max_pieces` pieces per rank). Empty when the node's rings do
+/// not reach its optimum.
 pub fn rail_shortcut_rings(
     topology: &Topology,
     index: &TopologyIndex,
     nodes: &[Vec<usize>],
     node: &Topology,
     max_chunks: usize,
+    max_pieces: usize,
+    slices: impl Fn(usize) -> f64,
     deadline: Instant,
-) -> Result<Option<Algorithm>> {
+) -> Result<Vec<Algorithm>> {
     let node_index = node.index();
     let net = crate::flow::FlowNetwork::new(node)?;
     let roots: Vec<usize> = (0..node.ranks).collect();
     let optimum = crate::flow::allgather_rate(&net, &roots)?.as_f64();
     let Some(rings) = choose_rings(node, &node_index, max_chunks, optimum, deadline)? else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
-    schedule(topology, index, nodes, &rings, "rail-srings").map(Some)
+    wave_counts(rings.len(), max_pieces, slices)
+        .into_iter()
+        .map(|waves| schedule(topology, index, nodes, &rings, waves, "rail-srings"))
+        .collect()
+}
+
+/// The wave counts tried for `rings` rings: one, and the fewest waves (and one more) whose
+/// pieces fit one runtime slice at the reference size (`slices(c)` ≤ 1 with c = rings ×
+/// waves ≤ `max_pieces`). The runtime replays the whole program once per slice, so with
+/// several slices per piece the first slice's remote rounds wait for the NICs to deliver
+/// every ring's piece of that slice (6 × 2 MiB at 16 GB/s on `mi250-16x2`: 786 µs) while the
+/// own round has work for only 587 µs; in one slice the remote waves start one after
+/// another as their pieces arrive, and the NICs run ahead of them.
+fn wave_counts(rings: usize, max_pieces: usize, slices: impl Fn(usize) -> f64) -> Vec<usize> {
+    let mut counts = vec![1];
+    if let Some(fit) = (1..=max_pieces / rings.max(1)).find(|&w| slices(rings * w) <= 1.0) {
+        counts.extend((fit..=fit + 1).filter(|&w| w > 1 && rings * w <= max_pieces));
+    }
+    counts.dedup();
+    counts
 }
 
 /// The fewest shortcut rings of `topology` (with repetition, at most `max_chunks`) that
@@ -384,68 +413,100 @@ fn solve(
     }))
 }
 
-/// The steps of `rings` (node-local ranks; piece k of every root on ring k) on each node of
-/// `nodes` (global ranks, node-local order), named `KIND-TOPOLOGY-LABEL-...`: with one node
-/// as in the module docs; with M nodes, the node's ring steps run M times, for the pieces
-/// of the ranks 0, 1, ..., M − 1 nodes back, and rank i passes the pieces of the rank s nodes
-/// back on to rank i of the next node in the first step of round s.
+/// The steps of `rings` (node-local ranks) on each node of `nodes` (global ranks,
+/// node-local order) in `waves` waves, named `KIND-TOPOLOGY-LABEL-...`: piece w·R + k of
+/// every root (R rings) goes around ring k in wave w. With one node and one wave as in the
+/// module docs; with M nodes, the node's ring steps run M times, for the pieces of the ranks
+/// 0, 1, ..., M − 1 nodes back, each round in `waves` sub-rounds of one piece per ring and
+/// root, and rank i passes the pieces of the rank s nodes back on to rank i of the next node
+/// in the first step of round s, wave by wave. The last step (the last hops) takes them in
+/// the order of their rounds and waves, so that a threadblock never waits on a late wave
+/// before an early one.
 fn schedule(
     topology: &Topology,
     index: &TopologyIndex,
     nodes: &[Vec<usize>],
     rings: &[Ring],
+    waves: usize,
     label: &str,
 ) -> Result<Algorithm> {
     let caps = index.capacities.as_ref().expect("checked by applies");
     let (m, n) = (nodes.len(), nodes[0].len());
-    let chunks = rings.len();
-    // Round s of the node's rings: steps s·d .. s·d + d − 1 carry the hops 0..d − 1 of the
-    // pieces of ranks s nodes back; the last step (index m·d) the last hops of every round.
+    let chunks = rings.len() * waves;
+    // Sub-round u = round · waves + wave: steps u·d .. u·d + d − 1 carry the hops 0..d − 1
+    // of that wave's pieces of the ranks `round` nodes back; the last step (index
+    // m·waves·d) the last hops of every sub-round.
     let d = n - 2;
-    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); m * d + 1];
+    let subs = m * waves;
+    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); subs * d + 1];
+    let mut last: Vec<(usize, Send)> = Vec::new();
     let mut shortcuts = Vec::new();
     for (a, node) in nodes.iter().enumerate() {
         for round in 0..m {
             let from = &nodes[(a + m - round) % m];
-            for (piece, ring) in rings.iter().enumerate() {
-                let order = &ring.order;
-                for k in 0..n {
-                    let chunk = from[order[k]] * chunks + piece;
-                    let hops = if ring.shortcut[k] { n - 2 } else { n - 1 };
-                    for h in 0..hops {
-                        let at = if h < d { round * d + h } else { m * d };
-                        steps[at].push(Send {
-                            chunk,
-                            src: node[order[(k + h) % n]],
-                            dst: node[order[(k + h + 1) % n]],
-                        });
-                    }
-                    if ring.shortcut[k] {
-                        let send = Send {
-                            chunk,
-                            src: node[order[k]],
-                            dst: node[order[(k + n - 1) % n]],
-                        };
-                        shortcuts.push((round, send));
+            for wave in 0..waves {
+                let sub = round * waves + wave;
+                for (k, ring) in rings.iter().enumerate() {
+                    let piece = wave * rings.len() + k;
+                    let order = &ring.order;
+                    for p in 0..n {
+                        let chunk = from[order[p]] * chunks + piece;
+                        let hops = if ring.shortcut[p] { n - 2 } else { n - 1 };
+                        for h in 0..hops {
+                            let send = Send {
+                                chunk,
+                                src: node[order[(p + h) % n]],
+                                dst: node[order[(p + h + 1) % n]],
+                            };
+                            if h < d {
+                                steps[sub * d + h].push(send);
+                            } else {
+                                last.push((sub, send));
+                            }
+                        }
+                        if ring.shortcut[p] {
+                            let send = Send {
+                                chunk,
+                                src: node[order[p]],
+                                dst: node[order[(p + n - 1) % n]],
+                            };
+                            shortcuts.push((sub, send));
+                        }
                     }
                 }
             }
             // The rail: the pieces of the rank `round` nodes back go on to the next node.
+            // In waves, each wave's in the last step of its sub-round, after the ring's and
+            // the shortcut's sends of the same pieces: the NIC's threadblock sends them as
+            // soon as it can whatever the step, and reversed into a reduce-scatter the NIC's
+            // partial sum is then the first reduction into its slot (the lowering chains
+            // them in step order), so the receiver takes the NIC's messages as they arrive
+            // instead of after its rings' reductions, which come last in the dual (18
+            // pieces on `mi250-16x2` at 1 GB: 317.1 against 256.9 GB/s in the first step).
+            // In one wave, several slices per piece, the first step (the dual at 6 pieces:
+            // 292.7 against 265.7).
             if round + 1 < m {
                 let next = &nodes[(a + 1) % m];
-                for i in 0..n {
-                    for piece in 0..chunks {
-                        steps[round * d].push(Send {
-                            chunk: from[i] * chunks + piece,
-                            src: node[i],
-                            dst: next[i],
-                        });
+                for wave in 0..waves {
+                    let sub = round * waves + wave;
+                    let at = if waves == 1 { sub * d } else { sub * d + d - 1 };
+                    for i in 0..n {
+                        for k in 0..rings.len() {
+                            steps[at].push(Send {
+                                chunk: from[i] * chunks + wave * rings.len() + k,
+                                src: node[i],
+                                dst: next[i],
+                            });
+                        }
                     }
                 }
             }
         }
     }
-    for (round, send) in shortcuts {
+    // Stable: within a sub-round the last hops keep their order.
+    last.sort_by_key(|&(sub, _)| sub);
+    steps[subs * d].extend(last.into_iter().map(|(_, send)| send));
+    for (sub, send) in shortcuts {
         let window = if d >= 4 { 2..d - 1 } else { 0..d };
         let cost = |step: &Vec<Send>| {
             let before = rounds_needed(topology, index, caps, step);
@@ -459,12 +520,12 @@ fn schedule(
             (after - before, on_link)
         };
         let at = window
-            .map(|i| round * d + i)
+            .map(|i| sub * d + i)
             .min_by_key(|&i| (cost(&steps[i]), i))
             .expect("the window is not empty");
         steps[at].push(send);
     }
-    let trailing = !steps[m * d].is_empty();
+    let trailing = !steps[subs * d].is_empty();
     if !trailing {
         steps.pop();
     }
@@ -480,7 +541,7 @@ fn schedule(
     if !trailing {
         return Ok(algorithm);
     }
-    let mut wanted = vec![0; m * d];
+    let mut wanted = vec![0; subs * d];
     wanted.push(1);
     let groups = fit_groups(&algorithm, wanted);
     Ok(with_groups(algorithm, groups))
@@ -602,9 +663,13 @@ mod tests {
         let t = load("mi250-16x2").unwrap();
         let index = t.index();
         let (nodes, node) = rail_nodes(&t, &index).unwrap();
-        let a = rail_shortcut_rings(&t, &index, &nodes, &node, 8, far())
-            .unwrap()
-            .expect("the node's rings reach its optimum");
+        let found = rail_shortcut_rings(&t, &index, &nodes, &node, 8, 8, |_| 2.0, far()).unwrap();
+        assert_eq!(
+            found.len(),
+            1,
+            "one wave: 6 pieces fit `max_pieces`, 12 do not"
+        );
+        let a = found.into_iter().next().unwrap();
         check(&a, &t).unwrap();
         assert_eq!(a.chunks(), 6, "{}", a.name);
         // Two rounds of the node's 14 ring steps, and the last hops in a group of their own.
@@ -627,6 +692,61 @@ mod tests {
         // packages (8 → 0), every piece but the package's own four.
         assert_eq!(load[index.link_of[&(8, 0)]], 28);
         assert_eq!(load[index.link_of[&(24, 16)]], 28);
+    }
+
+    #[test]
+    fn rail_rings_in_waves_fit_one_slice_and_reduce_the_nic_first() {
+        let t = load("mi250-16x2").unwrap();
+        let index = t.index();
+        let (nodes, node) = rail_nodes(&t, &index).unwrap();
+        // 1 GiB over 32 ranks and c pieces, in slices of 2 MiB: 16/c slices per piece.
+        let slices = |c: usize| 16.0 / c as f64;
+        assert_eq!(wave_counts(6, 32, slices), vec![1, 3, 4]);
+        assert_eq!(wave_counts(6, 20, slices), vec![1, 3]);
+        assert_eq!(wave_counts(6, 8, slices), vec![1]);
+        let found = rail_shortcut_rings(&t, &index, &nodes, &node, 8, 20, slices, far()).unwrap();
+        let a = found
+            .iter()
+            .find(|a| a.chunks() == 18)
+            .expect("three waves");
+        check(a, &t).unwrap();
+        // Own round and remote round, each in three waves of 14 ring steps; the last hops.
+        assert_eq!(a.num_steps(), 2 * 3 * 14 + 1);
+        let mut load = vec![0u32; t.links.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            load[index.link_of[&(s.src, s.dst)]] += 1;
+        }
+        // The same loads as one wave, three times: 18 pieces over each rail, 84 on a single
+        // link between packages.
+        assert_eq!(load[index.link_of[&(0, 16)]], 18);
+        assert_eq!(load[index.link_of[&(8, 0)]], 84);
+        for (i, step) in a.steps.iter().enumerate() {
+            let rail: Vec<_> = step
+                .sends
+                .iter()
+                .filter(|s| t.node_of[s.src] != t.node_of[s.dst])
+                .collect();
+            // Wave w's rail sends in the last step of its own sub-round, after every other
+            // send of those pieces by their root (the ring's first hop, the shortcut).
+            let expected = [13, 27, 41].contains(&i);
+            assert_eq!(!rail.is_empty(), expected, "step {i}");
+            for s in rail {
+                let wave = s.chunk % 18 / 6;
+                assert_eq!(i, 14 * wave + 13, "step {i}");
+                let root_sends_later = a.steps[i + 1..]
+                    .iter()
+                    .flat_map(|x| &x.sends)
+                    .any(|x| x.chunk == s.chunk && x.src == s.src);
+                assert!(!root_sends_later, "step {i}: {s:?}");
+            }
+        }
+        // The last hops by sub-round: every send of a wave-0 own piece before any later one.
+        let last = &a.steps[a.num_steps() - 1].sends;
+        let sub = |s: &Send| {
+            let remote = t.node_of[s.chunk / 18] != t.node_of[s.src];
+            usize::from(remote) * 3 + s.chunk % 18 / 6
+        };
+        assert!(last.windows(2).all(|w| sub(&w[0]) <= sub(&w[1])));
     }
 
     #[test]

@@ -388,8 +388,8 @@ fn mi250_16x2_rail_shortcut_rings_in_waves_beat_one_wave() {
     // xGMI links). In one wave (6 pieces, 2.67 runtime slices per piece at 1 GB) the first
     // slice's remote round waits for 6 slices over each NIC: 311.3 (90.7%). In waves of one
     // slice (18 pieces, the whole program run once) the remote waves start as their pieces
-    // arrive: 325.4 (94.9%); the dual, with the NIC's partial sum reduced first, 317.9
-    // (92.7%; 292.7 in one wave).
+    // arrive: 325.4 (94.9%); the dual, with the NIC's partial sum reduced first, 317.0
+    // (92.4%; 292.7 in one wave).
     assert_candidate_reaches("mi250-16x2", Kind::AllGather, "rail-srings", 0.94);
     assert_candidate_reaches("mi250-16x2", Kind::ReduceScatter, "rail-srings", 0.92);
 }

@@ -397,21 +397,13 @@ impl Engine for TreeEngine {
                 problem
                     .progress
                     .message("rail rings with shortcut last hops");
-                let max_pieces = if limits.max_chunks_given {
-                    limits.max_chunks
-                } else {
-                    rails::DEFAULT_PIECES
-                };
                 let slices = |c: usize| reference_slices(problem.topology, Kind::AllGather, c);
                 match shortcut_rings::rail_shortcut_rings(
                     problem.topology,
                     problem.index,
-                    &nodes,
-                    &node,
-                    limits.max_chunks,
-                    max_pieces,
+                    (&nodes, &node),
+                    limits,
                     slices,
-                    limits.deadline,
                 ) {
                     Ok(found) => algorithms.extend(found),
                     Err(e) => problem

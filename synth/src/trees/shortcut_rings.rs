@@ -48,6 +48,7 @@
 use super::schedule::{finish, fit_groups, rounds_needed, with_groups};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
+use crate::engine::Limits;
 use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::Result;
 use good_lp::solvers::highs::HighsProblem;
@@ -188,29 +189,38 @@ pub fn rail_nodes(
 }
 
 /// The rail shortcut-ring allgathers of a cluster from [`rail_nodes`]: every node runs the
-/// shortcut rings of its own fabric (at most `max_chunks` rings, at the node's exact
+/// shortcut rings of its own fabric (at most `--max-chunks` rings, at the node's exact
 /// optimum), first over its own ranks' pieces, then over each other node's, which come in
 /// over the rails (rank i of node a passes the pieces it has to rank i of node a + 1, one
 /// node per ring round, as in [`super::rails`]). One candidate per wave count of
 /// [`wave_counts`] (`slices(c)`: runtime slices per piece at the reference size with `c`
-/// pieces per rank; at most `max_pieces` pieces per rank). Empty when the node's rings do
-/// not reach its optimum.
+/// pieces per rank; at most `--max-chunks` pieces where given, else
+/// [`super::rails::DEFAULT_PIECES`]). Empty when the node's rings do not reach its optimum.
 pub fn rail_shortcut_rings(
     topology: &Topology,
     index: &TopologyIndex,
-    nodes: &[Vec<usize>],
-    node: &Topology,
-    max_chunks: usize,
-    max_pieces: usize,
+    (nodes, node): (&[Vec<usize>], &Topology),
+    limits: &Limits,
     slices: impl Fn(usize) -> f64,
-    deadline: Instant,
 ) -> Result<Vec<Algorithm>> {
     let node_index = node.index();
     let net = crate::flow::FlowNetwork::new(node)?;
     let roots: Vec<usize> = (0..node.ranks).collect();
     let optimum = crate::flow::allgather_rate(&net, &roots)?.as_f64();
-    let Some(rings) = choose_rings(node, &node_index, max_chunks, optimum, deadline)? else {
+    let found = choose_rings(
+        node,
+        &node_index,
+        limits.max_chunks,
+        optimum,
+        limits.deadline,
+    )?;
+    let Some(rings) = found else {
         return Ok(Vec::new());
+    };
+    let max_pieces = if limits.max_chunks_given {
+        limits.max_chunks
+    } else {
+        super::rails::DEFAULT_PIECES
     };
     wave_counts(rings.len(), max_pieces, slices)
         .into_iter()
@@ -218,20 +228,17 @@ pub fn rail_shortcut_rings(
         .collect()
 }
 
-/// The wave counts tried for `rings` rings: one, and the fewest waves (and one more) whose
-/// pieces fit one runtime slice at the reference size (`slices(c)` ≤ 1 with c = rings ×
-/// waves ≤ `max_pieces`). The runtime replays the whole program once per slice, so with
-/// several slices per piece the first slice's remote rounds wait for the NICs to deliver
-/// every ring's piece of that slice (6 × 2 MiB at 16 GB/s on `mi250-16x2`: 786 µs) while the
-/// own round has work for only 587 µs; in one slice the remote waves start one after
-/// another as their pieces arrive, and the NICs run ahead of them.
+/// The wave counts tried for `rings` rings: one, and the fewest waves whose pieces fit one
+/// runtime slice at the reference size (`slices(c)` ≤ 1 with c = rings × waves ≤
+/// `max_pieces`). The runtime replays the whole program once per slice, so with several
+/// slices per piece the first slice's remote rounds wait for the NICs to deliver every
+/// ring's piece of that slice (6 × 2 MiB at 16 GB/s on `mi250-16x2`: 786 µs) while the own
+/// round has work for only 587 µs; in one slice the remote waves start one after another as
+/// their pieces arrive, and the NICs run ahead of them. (One wave more, 24 pieces, simulated
+/// within 0.3% of 18 at 1 GB, and each candidate costs an allreduce composition.)
 fn wave_counts(rings: usize, max_pieces: usize, slices: impl Fn(usize) -> f64) -> Vec<usize> {
-    let mut counts = vec![1];
-    if let Some(fit) = (1..=max_pieces / rings.max(1)).find(|&w| slices(rings * w) <= 1.0) {
-        counts.extend((fit..=fit + 1).filter(|&w| w > 1 && rings * w <= max_pieces));
-    }
-    counts.dedup();
-    counts
+    let fit = (1..=max_pieces / rings.max(1)).find(|&w| slices(rings * w) <= 1.0);
+    std::iter::once(1).chain(fit.filter(|&w| w > 1)).collect()
 }
 
 /// The fewest shortcut rings of `topology` (with repetition, at most `max_chunks`) that
@@ -558,6 +565,18 @@ mod tests {
         Instant::now() + Duration::from_secs(3600)
     }
 
+    /// Limits with `--max-chunks` as given (8 rings by default either way).
+    fn limits(max_chunks: Option<usize>) -> Limits {
+        Limits {
+            max_steps: 16,
+            max_chunks: max_chunks.unwrap_or(crate::engine::DEFAULT_MAX_CHUNKS),
+            max_chunks_given: max_chunks.is_some(),
+            deadline: far(),
+            extra_memory: None,
+            work_limit: None,
+        }
+    }
+
     #[test]
     fn only_fabrics_with_unequal_in_links_qualify() {
         for (spec, expected) in [
@@ -663,7 +682,8 @@ mod tests {
         let t = load("mi250-16x2").unwrap();
         let index = t.index();
         let (nodes, node) = rail_nodes(&t, &index).unwrap();
-        let found = rail_shortcut_rings(&t, &index, &nodes, &node, 8, 8, |_| 2.0, far()).unwrap();
+        let found =
+            rail_shortcut_rings(&t, &index, (&nodes, &node), &limits(Some(8)), |_| 2.0).unwrap();
         assert_eq!(
             found.len(),
             1,
@@ -701,10 +721,13 @@ mod tests {
         let (nodes, node) = rail_nodes(&t, &index).unwrap();
         // 1 GiB over 32 ranks and c pieces, in slices of 2 MiB: 16/c slices per piece.
         let slices = |c: usize| 16.0 / c as f64;
-        assert_eq!(wave_counts(6, 32, slices), vec![1, 3, 4]);
-        assert_eq!(wave_counts(6, 20, slices), vec![1, 3]);
+        assert_eq!(wave_counts(6, 32, slices), vec![1, 3]);
+        assert_eq!(wave_counts(6, 17, slices), vec![1]);
         assert_eq!(wave_counts(6, 8, slices), vec![1]);
-        let found = rail_shortcut_rings(&t, &index, &nodes, &node, 8, 20, slices, far()).unwrap();
+        // One slice per piece already: one wave.
+        assert_eq!(wave_counts(6, 32, |_| 0.5), vec![1]);
+        let found =
+            rail_shortcut_rings(&t, &index, (&nodes, &node), &limits(None), slices).unwrap();
         let a = found
             .iter()
             .find(|a| a.chunks() == 18)

@@ -52,6 +52,14 @@ pub struct Algorithm {
     /// every step before the next; `None` puts every step in one group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_groups: Option<Vec<usize>>,
+    /// The most chunks the lowering sends as one message (MSCCL's `cnt`) in each step: a
+    /// run of sends over one link within a step, of consecutive pieces of one rank's data
+    /// (aligned on multiples of the count), goes as one transfer. Set by engines whose
+    /// pieces are finer than they need to be except where a pipeline fills or drains (the
+    /// rail ring): small messages there, and few transfers per connection elsewhere (the
+    /// runtimes run at most 64 per threadblock). `None`: one chunk per message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_chunks: Option<Vec<usize>>,
 }
 
 impl Algorithm {
@@ -121,6 +129,10 @@ impl Algorithm {
                 .step_groups
                 .as_ref()
                 .map(|g| g.iter().rev().copied().collect()),
+            message_chunks: self
+                .message_chunks
+                .as_ref()
+                .map(|m| m.iter().rev().copied().collect()),
         }
     }
 
@@ -164,7 +176,8 @@ impl Algorithm {
 
     /// The same algorithm at `chunks` = k·C pieces per original chunk: every piece is cut in
     /// k and every send and round is repeated k times (same steps, same rounds per chunk).
-    /// Addresses follow the `original × C + piece` layout of every collective.
+    /// Addresses follow the `original × C + piece` layout of every collective, so a message
+    /// of m pieces becomes one of m·k.
     pub fn refined(&self, chunks: usize) -> Algorithm {
         let c = self.chunks();
         assert!(
@@ -211,7 +224,19 @@ impl Algorithm {
             steps,
             piece_channels: self.piece_channels,
             step_groups: self.step_groups.clone(),
+            message_chunks: self
+                .message_chunks
+                .as_ref()
+                .map(|m| m.iter().map(|&x| x * k).collect()),
         }
+    }
+
+    /// The most chunks per message in each step ([`Algorithm::message_chunks`]; all 1 when
+    /// unset).
+    pub fn message_chunks_or_one(&self) -> Vec<usize> {
+        self.message_chunks
+            .clone()
+            .unwrap_or_else(|| vec![1; self.steps.len()])
     }
 
     /// Reads an algorithm from its JSON file.

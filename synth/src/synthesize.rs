@@ -287,6 +287,7 @@ impl<'a> Plan<'a> {
             steps: Vec::new(),
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         };
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -750,6 +751,12 @@ fn compose(
         None
     };
     let (x, y) = (rs.refined(c), ag.refined(c));
+    // Each half keeps its message sizes (one chunk per message where it sets none).
+    let message_chunks = (x.message_chunks.is_some() || y.message_chunks.is_some()).then(|| {
+        let mut m = x.message_chunks_or_one();
+        m.extend(y.message_chunks_or_one());
+        m
+    });
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
@@ -772,6 +779,7 @@ fn compose(
         steps,
         piece_channels,
         step_groups: None,
+        message_chunks,
     };
     // Where a half is laid out in step groups, each half keeps its groups and the phases get
     // channels of their own, so the allgather of one slice overlaps the reduce-scatter of

@@ -822,6 +822,7 @@ mod tests {
             steps: vec![step(rounds)],
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -319,3 +319,37 @@ pub fn cost_us(
     let rpc = *rounds_per_chunk.numer() as f64 / *rounds_per_chunk.denom() as f64;
     steps as f64 * alpha + rpc * unit_bytes / (unit_gbps * 1e3)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::Kind;
+
+    #[test]
+    fn message_sizes_follow_reversal_and_refinement() {
+        let step = |src, dst| Step {
+            rounds: 2,
+            reduce: false,
+            sends: (0..2).map(|chunk| Send { chunk, src, dst }).collect(),
+        };
+        let a = Algorithm {
+            name: "broadcast-line_3".into(),
+            topology: "line:3".into(),
+            collective: Collective::new(Kind::Broadcast, 3, 0, 2).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: Some(vec![2, 1]),
+        };
+        let reduce = Collective::new(Kind::Reduce, 3, 0, 2).unwrap();
+        assert_eq!(a.reversed(reduce, true).message_chunks, Some(vec![1, 2]));
+        // Each piece cut in three: a message of m pieces carries 3m.
+        assert_eq!(a.refined(6).message_chunks, Some(vec![6, 3]));
+        let plain = Algorithm {
+            message_chunks: None,
+            ..a
+        };
+        assert_eq!(plain.message_chunks_or_one(), vec![1, 1]);
+        assert_eq!(plain.refined(4).message_chunks, None);
+    }
+}

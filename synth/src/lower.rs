@@ -965,6 +965,112 @@ mod tests {
         );
     }
 
+    /// `kind` (broadcast or reduce, root at the far end of the data's path) of 4 chunks
+    /// down line:3, 0 → 1 → 2, one step per hop with the chunks in `order`, in messages of
+    /// `counts` chunks per step.
+    fn line_of_four(kind: Kind, order: [usize; 4], counts: Option<Vec<usize>>) -> Algorithm {
+        let root = if kind == Kind::Reduce { 2 } else { 0 };
+        let step = |src, dst| AlgoStep {
+            rounds: 4,
+            reduce: kind == Kind::Reduce,
+            sends: order.iter().map(|&chunk| Send { chunk, src, dst }).collect(),
+        };
+        Algorithm {
+            name: format!("{kind}-line_3"),
+            topology: "line:3".into(),
+            collective: Collective::new(kind, 3, root, 4).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: counts,
+        }
+    }
+
+    /// The (op, count) of every step of rank `rank`'s threadblocks that send to or receive
+    /// from `peer`.
+    fn ops(program: &Program, rank: usize, peer: usize) -> Vec<(Op, usize)> {
+        program.gpus[rank]
+            .threadblocks
+            .iter()
+            .filter(|t| t.send == Some(peer) || t.recv == Some(peer))
+            .flat_map(|t| t.steps.iter().map(|s| (s.op, s.count)))
+            .collect()
+    }
+
+    #[test]
+    fn consecutive_chunks_on_a_link_go_as_one_message() {
+        // In either order within the step; messages of at most the step's count, aligned.
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0]] {
+            let a = line_of_four(Kind::Broadcast, order, Some(vec![4, 2]));
+            let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+            assert_eq!(ops(&program, 0, 1), vec![(Op::Send, 4)]);
+            assert_eq!(ops(&program, 1, 2), vec![(Op::Send, 2), (Op::Send, 2)]);
+            assert_eq!(ops(&program, 2, 1), vec![(Op::Recv, 2), (Op::Recv, 2)]);
+        }
+        // Without counts, one chunk per message, as before.
+        let a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], None);
+        let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        assert_eq!(ops(&program, 0, 1), vec![(Op::Send, 1); 4]);
+        // Only consecutive chunks next to each other in the step's order merge: 0, then 2
+        // and 1, then 3.
+        let a = line_of_four(Kind::Broadcast, [0, 2, 1, 3], Some(vec![4, 4]));
+        let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        let sizes = vec![(Op::Send, 1), (Op::Send, 2), (Op::Send, 1)];
+        assert_eq!(ops(&program, 0, 1), sizes);
+    }
+
+    #[test]
+    fn reductions_merge_fused_and_unfused() {
+        let a = line_of_four(Kind::Reduce, [3, 2, 1, 0], Some(vec![4, 4]));
+        // Rank 1 reduces the message from 0 into scratch (out of place) or its input (in
+        // place) and sends the sum on; rank 2 reduces it into its output.
+        for inplace in [false, true] {
+            let options = LowerOptions {
+                inplace,
+                ..LowerOptions::default()
+            };
+            let (program, _) = lower_to_xml(&a, &options).unwrap();
+            assert_eq!(ops(&program, 1, 0), vec![(Op::RecvReduceCopy, 4)]);
+            assert_eq!(ops(&program, 1, 2), vec![(Op::Send, 4)]);
+            assert_eq!(ops(&program, 2, 1), vec![(Op::RecvReduceCopy, 4)]);
+        }
+        // RCCL: receive into scratch, copy the own value if needed, reduce; each once.
+        let options = LowerOptions {
+            flavor: Flavor::Rccl,
+            ..LowerOptions::default()
+        };
+        let (program, _) = lower_to_xml(&a, &options).unwrap();
+        assert!(ops(&program, 2, 1).iter().all(|&(_, count)| count == 4));
+        assert_eq!(ops(&program, 2, 1)[0], (Op::Recv, 4));
+    }
+
+    #[test]
+    fn message_counts_outside_the_runtimes_or_the_steps_are_errors() {
+        for (counts, words) in [
+            (vec![4], "message_chunks lists 1 counts for 2 steps"),
+            (vec![0, 1], "message_chunks holds 0, outside 1..=71"),
+            (vec![72, 1], "message_chunks holds 72, outside 1..=71"),
+        ] {
+            let a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], Some(counts));
+            let e = lower(&a, &LowerOptions::default()).unwrap_err();
+            assert!(e.to_string().contains(words), "{e}");
+        }
+    }
+
+    #[test]
+    fn scratch_blocks_keep_consecutive_addresses_together() {
+        let mut rc = RankCode::default();
+        // Addresses 7, 6, 4 land first; 5 still goes between 4 and 6.
+        let slots: Vec<usize> = [7, 6, 4, 5, 8]
+            .iter()
+            .map(|&a| rc.scratch_for(a, 4).offset)
+            .collect();
+        assert_eq!(slots, vec![3, 2, 0, 1, 4]);
+        assert_eq!(rc.scratch, 8);
+        // Block 1: the next free slot, in landing order.
+        assert_eq!(rc.scratch_for(100, 1).offset, 8);
+    }
+
     #[test]
     fn squeeze_keeps_the_order_of_groups() {
         assert_eq!(squeeze(&[0, 1, 2, 3], 4), vec![0, 1, 2, 3]);

@@ -428,6 +428,43 @@ mod tests {
     }
 
     #[test]
+    fn coalesced_rail_ring_fits_one_channel_with_small_tail_messages() {
+        use crate::lower::{lower_to_xml, LowerOptions};
+        for (spec, chunks) in [("dgx-a100x4", 64), ("dgx-a100x8", 32), ("dgx-a100x2", 128)] {
+            let t = load(spec).unwrap();
+            let index = t.index();
+            let nodes = rails(&t, &index).unwrap();
+            let a = rail_allgather_coalesced(&t, &index, &nodes)
+                .unwrap()
+                .unwrap();
+            check(&a, &t).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
+            assert_eq!(a.chunks(), chunks, "{spec}");
+            assert!(a.name.contains("-rails-coalesced-"), "{}", a.name);
+            let counts = a.message_chunks.clone().unwrap();
+            assert_eq!(counts.len(), a.steps.len());
+            // The last two steps relay the tail: its last message a single piece.
+            assert_eq!(counts[counts.len() - 1], 1, "{spec}");
+            // Every connection within one channel's 64 transfers, in both buffer modes.
+            for inplace in [false, true] {
+                let options = LowerOptions {
+                    inplace,
+                    ..LowerOptions::default()
+                };
+                let (program, _) = lower_to_xml(&a, &options).unwrap();
+                assert_eq!(program.nchannels(), 1, "{spec}");
+                let sizes: std::collections::BTreeSet<usize> = program.gpus[0]
+                    .threadblocks
+                    .iter()
+                    .flat_map(|tb| tb.steps.iter().map(|s| s.count))
+                    .collect();
+                // The tail's 1 and 2, the ring's 4, the first in-node step's 8.
+                let sizes: Vec<usize> = sizes.into_iter().collect();
+                assert_eq!(sizes, vec![1, 2, 4, 8], "{spec}");
+            }
+        }
+    }
+
+    #[test]
     fn reduce_scatter_takes_the_nic_sum_before_the_node_contributions() {
         use crate::collective::Collective;
         for spec in ["dgx-a100x2", "dgx-a100x4"] {

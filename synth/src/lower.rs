@@ -278,10 +278,7 @@ fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
             algorithm.steps.len()
         );
     }
-    if let Some(bad) = counts
-        .iter()
-        .find(|&&c| c == 0 || c > MAX_MESSAGE_CHUNKS)
-    {
+    if let Some(bad) = counts.iter().find(|&&c| c == 0 || c > MAX_MESSAGE_CHUNKS) {
         bail!(
             "algorithm {}: message_chunks holds {bad}, outside 1..={MAX_MESSAGE_CHUNKS} (the runtimes' cnt)",
             algorithm.name
@@ -307,9 +304,11 @@ fn messages(
         if let Some(run) = runs.last_mut() {
             let last = sends[run[run.len() - 1]];
             let stride = s.chunk as i64 - last.chunk as i64;
-            let direction = (run.len() > 1)
-                .then(|| sends[run[1]].chunk as i64 - sends[run[0]].chunk as i64)
-                .unwrap_or(stride);
+            let direction = if run.len() > 1 {
+                sends[run[1]].chunk as i64 - sends[run[0]].chunk as i64
+            } else {
+                stride
+            };
             if run.len() < count
                 && (s.src, s.dst) == (last.src, last.dst)
                 && (stride == 1 || stride == -1)
@@ -339,9 +338,10 @@ fn merged(parts: &[Vec<Step>]) -> Option<Vec<Step>> {
     let follows = |a: Slot, b: Slot, k: usize| a.buffer == b.buffer && b.offset == a.offset + k;
     let alike = parts.iter().enumerate().all(|(k, ops)| {
         ops.len() == first.len()
-            && ops.iter().zip(first).all(|(x, f)| {
-                x.op == f.op && follows(f.src, x.src, k) && follows(f.dst, x.dst, k)
-            })
+            && ops
+                .iter()
+                .zip(first)
+                .all(|(x, f)| x.op == f.op && follows(f.src, x.src, k) && follows(f.dst, x.dst, k))
     });
     alike.then(|| {
         first
@@ -517,8 +517,7 @@ fn lower_grouped(
                 sent.push(vec![Step::new(Op::Send, src, landing, 1)]);
             }
             // One message where both ends merge, else one per send.
-            let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent))
-            {
+            let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
                 (Some(r), Some(s)) => vec![(r, s)],
                 _ => received.into_iter().zip(sent).collect(),
             };
@@ -526,9 +525,13 @@ fn lower_grouped(
                 let channel = channel_of(u, v, sends[run[0]].chunk, step_index);
                 channels_used = channels_used.max(channel + 1);
                 let recv_key = TbKey::Recv { peer: u, channel };
-                code[v].ops.extend(recv_ops.into_iter().map(|s| (recv_key, s)));
+                code[v]
+                    .ops
+                    .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
                 let send_key = TbKey::Send { peer: v, channel };
-                code[u].ops.extend(send_ops.into_iter().map(|s| (send_key, s)));
+                code[u]
+                    .ops
+                    .extend(send_ops.into_iter().map(|s| (send_key, s)));
             }
             for (&i, &(_, landing)) in run.iter().zip(&landings) {
                 location.insert((v, sends[i].chunk), landing);
@@ -973,7 +976,10 @@ mod tests {
         let step = |src, dst| AlgoStep {
             rounds: 4,
             reduce: kind == Kind::Reduce,
-            sends: order.iter().map(|&chunk| Send { chunk, src, dst }).collect(),
+            sends: order
+                .iter()
+                .map(|&chunk| Send { chunk, src, dst })
+                .collect(),
         };
         Algorithm {
             name: format!("{kind}-line_3"),

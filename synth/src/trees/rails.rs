@@ -199,7 +199,11 @@ pub fn rail_allgather_coalesced(
     let split = |sends: Vec<Send>, push: &mut dyn FnMut(Vec<Send>, usize)| {
         let piece = |s: &Send| s.chunk % chunks;
         push(
-            sends.iter().filter(|s| piece(s) < tail_start).copied().collect(),
+            sends
+                .iter()
+                .filter(|s| piece(s) < tail_start)
+                .copied()
+                .collect(),
             PIECES_PER_MESSAGE,
         );
         let mut start = tail_start;
@@ -213,7 +217,11 @@ pub fn rail_allgather_coalesced(
             }
             let range = start..end;
             push(
-                sends.iter().filter(|s| range.contains(&piece(s))).copied().collect(),
+                sends
+                    .iter()
+                    .filter(|s| range.contains(&piece(s)))
+                    .copied()
+                    .collect(),
                 size,
             );
             start = end;

@@ -387,6 +387,7 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         steps,
         piece_channels: None,
         step_groups: None,
+        message_chunks: None,
     };
     Ok((algorithm, topology))
 }

@@ -52,6 +52,14 @@ pub struct Algorithm {
     /// every step before the next; `None` puts every step in one group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_groups: Option<Vec<usize>>,
+    /// The most chunks the lowering sends as one message (MSCCL's `cnt`) in each step: a
+    /// run of sends over one link within a step, of consecutive pieces of one rank's data
+    /// (aligned on multiples of the count), goes as one transfer. Set by engines whose
+    /// pieces are finer than they need to be except where a pipeline fills or drains (the
+    /// rail ring): small messages there, and few transfers per connection elsewhere (the
+    /// runtimes run at most 64 per threadblock). `None`: one chunk per message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_chunks: Option<Vec<usize>>,
 }
 
 impl Algorithm {
@@ -121,6 +129,10 @@ impl Algorithm {
                 .step_groups
                 .as_ref()
                 .map(|g| g.iter().rev().copied().collect()),
+            message_chunks: self
+                .message_chunks
+                .as_ref()
+                .map(|m| m.iter().rev().copied().collect()),
         }
     }
 
@@ -164,7 +176,8 @@ impl Algorithm {
 
     /// The same algorithm at `chunks` = k·C pieces per original chunk: every piece is cut in
     /// k and every send and round is repeated k times (same steps, same rounds per chunk).
-    /// Addresses follow the `original × C + piece` layout of every collective.
+    /// Addresses follow the `original × C + piece` layout of every collective, so a message
+    /// of m pieces becomes one of m·k.
     pub fn refined(&self, chunks: usize) -> Algorithm {
         let c = self.chunks();
         assert!(
@@ -211,7 +224,19 @@ impl Algorithm {
             steps,
             piece_channels: self.piece_channels,
             step_groups: self.step_groups.clone(),
+            message_chunks: self
+                .message_chunks
+                .as_ref()
+                .map(|m| m.iter().map(|&x| x * k).collect()),
         }
+    }
+
+    /// The most chunks per message in each step ([`Algorithm::message_chunks`]; all 1 when
+    /// unset).
+    pub fn message_chunks_or_one(&self) -> Vec<usize> {
+        self.message_chunks
+            .clone()
+            .unwrap_or_else(|| vec![1; self.steps.len()])
     }
 
     /// Reads an algorithm from its JSON file.
@@ -293,4 +318,38 @@ pub fn cost_us(
     let unit_bytes = size / kind.units_per_buffer(ranks) as f64;
     let rpc = *rounds_per_chunk.numer() as f64 / *rounds_per_chunk.denom() as f64;
     steps as f64 * alpha + rpc * unit_bytes / (unit_gbps * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::Kind;
+
+    #[test]
+    fn message_sizes_follow_reversal_and_refinement() {
+        let step = |src, dst| Step {
+            rounds: 2,
+            reduce: false,
+            sends: (0..2).map(|chunk| Send { chunk, src, dst }).collect(),
+        };
+        let a = Algorithm {
+            name: "broadcast-line_3".into(),
+            topology: "line:3".into(),
+            collective: Collective::new(Kind::Broadcast, 3, 0, 2).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: Some(vec![2, 1]),
+        };
+        let reduce = Collective::new(Kind::Reduce, 3, 0, 2).unwrap();
+        assert_eq!(a.reversed(reduce, true).message_chunks, Some(vec![1, 2]));
+        // Each piece cut in three: a message of m pieces carries 3m.
+        assert_eq!(a.refined(6).message_chunks, Some(vec![6, 3]));
+        let plain = Algorithm {
+            message_chunks: None,
+            ..a
+        };
+        assert_eq!(plain.message_chunks_or_one(), vec![1, 1]);
+        assert_eq!(plain.refined(4).message_chunks, None);
+    }
 }

@@ -440,6 +440,7 @@ mod tests {
             steps: vec![step(0), step(1)],
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         }
     }
 

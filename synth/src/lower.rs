@@ -86,12 +86,30 @@ enum TbKey {
 struct RankCode {
     ops: Vec<(TbKey, Step)>,
     scratch: usize,
+    /// Scratch of addresses kept in blocks: the first slot of each block of addresses.
+    blocks: FxHashMap<usize, usize>,
 }
 
 impl RankCode {
     fn scratch_slot(&mut self) -> Slot {
         self.scratch += 1;
         Slot::new(Buffer::Scratch, self.scratch - 1)
+    }
+
+    /// The scratch slot of `address` where addresses are kept in aligned blocks of `block`
+    /// consecutive slots, so that runs of consecutive addresses lie in consecutive slots
+    /// whatever order they land in (messages of several chunks need that); with `block` 1,
+    /// the next free slot.
+    fn scratch_for(&mut self, address: usize, block: usize) -> Slot {
+        if block <= 1 {
+            return self.scratch_slot();
+        }
+        let next = self.scratch;
+        let first = *self.blocks.entry(address / block).or_insert(next);
+        if first == next {
+            self.scratch += block;
+        }
+        Slot::new(Buffer::Scratch, first + address % block)
     }
 }
 
@@ -245,6 +263,94 @@ fn step_groups_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
     }
 }
 
+/// The most chunks one message carries (MSCCL's `cnt` is below 72).
+pub const MAX_MESSAGE_CHUNKS: usize = 71;
+
+/// The most chunks per message in every step of `algorithm` ([`Algorithm::message_chunks`];
+/// all 1 when unset), or why its list does not fit its steps or the runtimes.
+fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
+    let counts = algorithm.message_chunks_or_one();
+    if counts.len() != algorithm.steps.len() {
+        bail!(
+            "algorithm {}: message_chunks lists {} counts for {} steps",
+            algorithm.name,
+            counts.len(),
+            algorithm.steps.len()
+        );
+    }
+    if let Some(bad) = counts.iter().find(|&&c| c == 0 || c > MAX_MESSAGE_CHUNKS) {
+        bail!(
+            "algorithm {}: message_chunks holds {bad}, outside 1..={MAX_MESSAGE_CHUNKS} (the runtimes' cnt)",
+            algorithm.name
+        );
+    }
+    Ok(counts)
+}
+
+/// The sends of one step (sorted by link) as messages of at most `count` chunks: runs of
+/// adjacent sends over one link, of consecutive pieces of one rank's data within one
+/// aligned block of `count` pieces (`pieces` per rank), on one base channel (`channel` of
+/// the address). Each run lists indices into `sends` in increasing address order.
+fn messages(
+    sends: &[crate::algorithm::Send],
+    pieces: usize,
+    count: usize,
+    channel: impl Fn(usize) -> usize,
+) -> Vec<Vec<usize>> {
+    let (pieces, count) = (pieces.max(1), count.max(1));
+    let block = |a: usize| (a / pieces, a % pieces / count);
+    let mut runs: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in sends.iter().enumerate() {
+        if let Some(run) = runs.last_mut() {
+            let last = sends[run[run.len() - 1]];
+            let stride = s.chunk as i64 - last.chunk as i64;
+            let direction = if run.len() > 1 {
+                sends[run[1]].chunk as i64 - sends[run[0]].chunk as i64
+            } else {
+                stride
+            };
+            if run.len() < count
+                && (s.src, s.dst) == (last.src, last.dst)
+                && (stride == 1 || stride == -1)
+                && stride == direction
+                && block(s.chunk) == block(last.chunk)
+                && channel(s.chunk) == channel(last.chunk)
+            {
+                run.push(i);
+                continue;
+            }
+        }
+        runs.push(vec![i]);
+    }
+    for run in &mut runs {
+        if run.len() > 1 && sends[run[0]].chunk > sends[run[1]].chunk {
+            run.reverse();
+        }
+    }
+    runs
+}
+
+/// The ops of a run's sends (one list per send, in address order) as one list of ops over
+/// all of them, where every list has the same ops and its slots follow the previous list's
+/// by one chunk; `None` otherwise.
+fn merged(parts: &[Vec<Step>]) -> Option<Vec<Step>> {
+    let first = parts.first()?;
+    let follows = |a: Slot, b: Slot, k: usize| a.buffer == b.buffer && b.offset == a.offset + k;
+    let alike = parts.iter().enumerate().all(|(k, ops)| {
+        ops.len() == first.len()
+            && ops
+                .iter()
+                .zip(first)
+                .all(|(x, f)| x.op == f.op && follows(f.src, x.src, k) && follows(f.dst, x.dst, k))
+    });
+    alike.then(|| {
+        first
+            .iter()
+            .map(|f| Step::new(f.op, f.src, f.dst, f.count * parts.len()))
+            .collect()
+    })
+}
+
 /// `groups` (one per step) renumbered onto at most `most` groups in the same order: group
 /// g of k becomes ⌊g·most/k⌋.
 fn squeeze(groups: &[usize], most: usize) -> Vec<usize> {
@@ -271,6 +377,16 @@ fn lower_grouped(
         Cow::Owned(algorithm.refined(algorithm.chunks() * instances))
     } else {
         Cow::Borrowed(algorithm)
+    };
+    let counts = message_chunks_of(&algorithm)?;
+    // Scratch in blocks that hold every message's run of addresses: the largest count where
+    // it is a multiple of every other (1 without messages of several chunks, or where no
+    // such block exists: slots in landing order).
+    let largest = counts.iter().copied().max().unwrap_or(1);
+    let block = if counts.iter().all(|&c| largest % c == 0) {
+        largest
+    } else {
+        1
     };
     let coll = &algorithm.collective;
     let n = coll.ranks;
@@ -355,63 +471,71 @@ fn lower_grouped(
                 })
             })
             .collect::<Result<_>>()?;
-        for (send, src_slot) in sends.iter().zip(sources) {
-            let (u, v, a) = (send.src, send.dst, send.chunk);
-            let channel = channel_of(u, v, a, step_index);
-            channels_used = channels_used.max(channel + 1);
-            let post = posts.contains(a, v);
-            let recv_key = TbKey::Recv { peer: u, channel };
-            let landing = if step.reduce {
-                let current = location.get(&(v, a)).copied();
-                let acc = accumulator(&layout, &mut code[v], current, a, post);
-                match current {
-                    Some(cur) if fused => {
-                        code[v]
-                            .ops
-                            .push((recv_key, Step::new(Op::RecvReduceCopy, cur, acc, 1)));
-                        acc
-                    }
-                    Some(cur) => {
-                        let tmp = code[v].scratch_slot();
-                        code[v]
-                            .ops
-                            .push((recv_key, Step::new(Op::Recv, src_slot, tmp, 1)));
-                        if cur != acc {
-                            code[v]
-                                .ops
-                                .push((recv_key, Step::new(Op::Copy, cur, acc, 1)));
-                        }
-                        code[v]
-                            .ops
-                            .push((recv_key, Step::new(Op::Reduce, tmp, acc, 1)));
-                        acc
-                    }
-                    None => {
-                        code[v]
-                            .ops
-                            .push((recv_key, Step::new(Op::Recv, src_slot, acc, 1)));
-                        acc
-                    }
-                }
-            } else {
-                let dst = if post {
-                    layout.output(a)
+        let runs = messages(&sends, pieces, counts[step_index], |a| {
+            base_channel(a, step_index)
+        });
+        for run in runs {
+            let (u, v) = (sends[run[0]].src, sends[run[0]].dst);
+            // Where each send of the run lands (the value held before, if it reduces into
+            // it); accumulators and scratch are allocated first, then the temporaries of
+            // unfused reductions, so that each lies in consecutive slots.
+            let mut landings = Vec::with_capacity(run.len());
+            for &i in &run {
+                let a = sends[i].chunk;
+                let post = posts.contains(a, v);
+                landings.push(if step.reduce {
+                    let current = location.get(&(v, a)).copied();
+                    let acc = accumulator(&layout, &mut code[v], current, a, post, block);
+                    (current, acc)
+                } else if post {
+                    (None, layout.output(a))
                 } else {
-                    location
-                        .get(&(v, a))
-                        .copied()
-                        .unwrap_or_else(|| code[v].scratch_slot())
-                };
+                    let held = location.get(&(v, a)).copied();
+                    (None, held.unwrap_or_else(|| code[v].scratch_for(a, block)))
+                });
+            }
+            let temporaries: Vec<Option<Slot>> = landings
+                .iter()
+                .map(|(current, _)| (!fused && current.is_some()).then(|| code[v].scratch_slot()))
+                .collect();
+            let mut received: Vec<Vec<Step>> = Vec::with_capacity(run.len());
+            let mut sent: Vec<Vec<Step>> = Vec::with_capacity(run.len());
+            for ((&i, &(current, landing)), tmp) in run.iter().zip(&landings).zip(temporaries) {
+                let src = sources[i];
+                received.push(match (current, tmp) {
+                    (Some(cur), None) => vec![Step::new(Op::RecvReduceCopy, cur, landing, 1)],
+                    (Some(cur), Some(tmp)) => {
+                        let mut ops = vec![Step::new(Op::Recv, src, tmp, 1)];
+                        if cur != landing {
+                            ops.push(Step::new(Op::Copy, cur, landing, 1));
+                        }
+                        ops.push(Step::new(Op::Reduce, tmp, landing, 1));
+                        ops
+                    }
+                    (None, _) => vec![Step::new(Op::Recv, src, landing, 1)],
+                });
+                sent.push(vec![Step::new(Op::Send, src, landing, 1)]);
+            }
+            // One message where both ends merge, else one per send.
+            let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
+                (Some(r), Some(s)) => vec![(r, s)],
+                _ => received.into_iter().zip(sent).collect(),
+            };
+            for (recv_ops, send_ops) in messages {
+                let channel = channel_of(u, v, sends[run[0]].chunk, step_index);
+                channels_used = channels_used.max(channel + 1);
+                let recv_key = TbKey::Recv { peer: u, channel };
                 code[v]
                     .ops
-                    .push((recv_key, Step::new(Op::Recv, src_slot, dst, 1)));
-                dst
-            };
-            code[u].ops.push((
-                TbKey::Send { peer: v, channel },
-                Step::new(Op::Send, src_slot, landing, 1),
-            ));
-            location.insert((v, a), landing);
+                    .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
+                let send_key = TbKey::Send { peer: v, channel };
+                code[u]
+                    .ops
+                    .extend(send_ops.into_iter().map(|s| (send_key, s)));
+            }
+            for (&i, &(_, landing)) in run.iter().zip(&landings) {
+                location.insert((v, sends[i].chunk), landing);
+            }
         }
     }
     if channels_used > MAX_CHANNELS {
@@ -561,8 +685,19 @@ fn lower_verified_grouped(
     // The busiest connection's transfers (link and step group): splits that need more than
     // MAX_CHANNELS are not tried.
     let mut per_link: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
-    for (step, group) in algorithm.steps.iter().zip(&groups) {
-        for s in &step.sends {
+    let counts = message_chunks_of(algorithm)?;
+    for ((step, group), &count) in algorithm.steps.iter().zip(&groups).zip(&counts) {
+        if count == 1 {
+            for s in &step.sends {
+                *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
+            }
+            continue;
+        }
+        let mut sends = step.sends.clone();
+        sends.sort_by_key(|s| (s.src, s.dst));
+        let pieces = algorithm.chunks() * options.instances.max(1);
+        for run in messages(&sends, pieces, count, |_| 0) {
+            let s = sends[run[0]];
             *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
         }
     }
@@ -650,20 +785,22 @@ fn stage_overwritten_inputs(
 
 /// Where a rank accumulates partial sums of `address`: its output slot if it must end with
 /// the result, the address's own slot in place (the user's buffer is ours to use), else
-/// scratch (out of place, the input must stay intact).
+/// scratch (out of place, the input must stay intact; in blocks of `block` addresses, see
+/// [`RankCode::scratch_for`]).
 fn accumulator(
     layout: &Layout,
     rc: &mut RankCode,
     current: Option<Slot>,
     address: usize,
     post: bool,
+    block: usize,
 ) -> Slot {
     if post || layout.kind == Kind::AllReduce {
         return layout.output(address);
     }
     match current {
         Some(slot) if slot.buffer == Buffer::Scratch || layout.inplace => slot,
-        _ => rc.scratch_slot(),
+        _ => rc.scratch_for(address, block),
     }
 }
 
@@ -726,24 +863,32 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             tb,
             step: threadblocks[tb].steps.len(),
         };
-        let reads: &[Slot] = match step.op {
-            Op::Send | Op::Copy | Op::RecvReduceCopy => &[step.src],
-            Op::Reduce => &[step.src, step.dst],
-            _ => &[],
+        let (read, reads) = match step.op {
+            Op::Send | Op::Copy | Op::RecvReduceCopy => ([step.src, step.src], 1),
+            Op::Reduce => ([step.src, step.dst], 2),
+            _ => ([step.src, step.src], 0),
         };
         let writes: Option<Slot> = match step.op {
             Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => Some(step.dst),
             _ => None,
         };
-        for slot in reads.iter().chain(&writes) {
+        for slot in read[..reads].iter().chain(&writes) {
             uses_input |= slot.buffer == Buffer::Input;
             uses_output |= slot.buffer == Buffer::Output;
         }
+        // Every chunk of a message of `count` chunks.
+        let count = step.count;
+        let span = move |slot: &Slot| {
+            let slot = *slot;
+            (0..count).map(move |k| Slot::new(slot.buffer, slot.offset + k))
+        };
+        let reads: Vec<Slot> = read[..reads].iter().flat_map(span).collect();
+        let writes: Vec<Slot> = writes.iter().flat_map(span).collect();
         deps.clear();
         for slot in reads.iter().chain(&writes) {
             deps.extend(last_writer.get(slot));
         }
-        if let Some(slot) = &writes {
+        for slot in &writes {
             deps.extend(readers.get(slot).into_iter().flatten());
         }
         // The latest step per other threadblock, in threadblock order.
@@ -752,9 +897,9 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         deps.dedup_by_key(|d| d.tb);
         step.deps = deps.clone();
         for slot in reads {
-            readers.entry(*slot).or_default().push(here);
+            readers.entry(slot).or_default().push(here);
         }
-        if let Some(slot) = writes {
+        for slot in writes {
             last_writer.insert(slot, here);
             readers.remove(&slot);
         }
@@ -789,6 +934,7 @@ mod tests {
             steps: vec![step(0, 1), step(1, 2)],
             piece_channels: None,
             step_groups,
+            message_chunks: None,
         }
     }
 
@@ -820,6 +966,115 @@ mod tests {
             e.to_string(),
             "algorithm broadcast-line_3: step_groups lists 1 groups for 2 steps"
         );
+    }
+
+    /// `kind` (broadcast or reduce, root at the far end of the data's path) of 4 chunks
+    /// down line:3, 0 → 1 → 2, one step per hop with the chunks in `order`, in messages of
+    /// `counts` chunks per step.
+    fn line_of_four(kind: Kind, order: [usize; 4], counts: Option<Vec<usize>>) -> Algorithm {
+        let root = if kind == Kind::Reduce { 2 } else { 0 };
+        let step = |src, dst| AlgoStep {
+            rounds: 4,
+            reduce: kind == Kind::Reduce,
+            sends: order
+                .iter()
+                .map(|&chunk| Send { chunk, src, dst })
+                .collect(),
+        };
+        Algorithm {
+            name: format!("{kind}-line_3"),
+            topology: "line:3".into(),
+            collective: Collective::new(kind, 3, root, 4).unwrap(),
+            steps: vec![step(0, 1), step(1, 2)],
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: counts,
+        }
+    }
+
+    /// The (op, count) of every step of rank `rank`'s threadblocks that send to or receive
+    /// from `peer`.
+    fn ops(program: &Program, rank: usize, peer: usize) -> Vec<(Op, usize)> {
+        program.gpus[rank]
+            .threadblocks
+            .iter()
+            .filter(|t| t.send == Some(peer) || t.recv == Some(peer))
+            .flat_map(|t| t.steps.iter().map(|s| (s.op, s.count)))
+            .collect()
+    }
+
+    #[test]
+    fn consecutive_chunks_on_a_link_go_as_one_message() {
+        // In either order within the step; messages of at most the step's count, aligned.
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0]] {
+            let a = line_of_four(Kind::Broadcast, order, Some(vec![4, 2]));
+            let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+            assert_eq!(ops(&program, 0, 1), vec![(Op::Send, 4)]);
+            assert_eq!(ops(&program, 1, 2), vec![(Op::Send, 2), (Op::Send, 2)]);
+            assert_eq!(ops(&program, 2, 1), vec![(Op::Recv, 2), (Op::Recv, 2)]);
+        }
+        // Without counts, one chunk per message, as before.
+        let a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], None);
+        let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        assert_eq!(ops(&program, 0, 1), vec![(Op::Send, 1); 4]);
+        // Only consecutive chunks next to each other in the step's order merge: 0, then 2
+        // and 1, then 3.
+        let a = line_of_four(Kind::Broadcast, [0, 2, 1, 3], Some(vec![4, 4]));
+        let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        let sizes = vec![(Op::Send, 1), (Op::Send, 2), (Op::Send, 1)];
+        assert_eq!(ops(&program, 0, 1), sizes);
+    }
+
+    #[test]
+    fn reductions_merge_fused_and_unfused() {
+        let a = line_of_four(Kind::Reduce, [3, 2, 1, 0], Some(vec![4, 4]));
+        // Rank 1 reduces the message from 0 into scratch (out of place) or its input (in
+        // place) and sends the sum on; rank 2 reduces it into its output.
+        for inplace in [false, true] {
+            let options = LowerOptions {
+                inplace,
+                ..LowerOptions::default()
+            };
+            let (program, _) = lower_to_xml(&a, &options).unwrap();
+            assert_eq!(ops(&program, 1, 0), vec![(Op::RecvReduceCopy, 4)]);
+            assert_eq!(ops(&program, 1, 2), vec![(Op::Send, 4)]);
+            assert_eq!(ops(&program, 2, 1), vec![(Op::RecvReduceCopy, 4)]);
+        }
+        // RCCL: receive into scratch, copy the own value if needed, reduce; each once.
+        let options = LowerOptions {
+            flavor: Flavor::Rccl,
+            ..LowerOptions::default()
+        };
+        let (program, _) = lower_to_xml(&a, &options).unwrap();
+        assert!(ops(&program, 2, 1).iter().all(|&(_, count)| count == 4));
+        assert_eq!(ops(&program, 2, 1)[0], (Op::Recv, 4));
+    }
+
+    #[test]
+    fn message_counts_outside_the_runtimes_or_the_steps_are_errors() {
+        for (counts, words) in [
+            (vec![4], "message_chunks lists 1 counts for 2 steps"),
+            (vec![0, 1], "message_chunks holds 0, outside 1..=71"),
+            (vec![72, 1], "message_chunks holds 72, outside 1..=71"),
+        ] {
+            let a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], Some(counts));
+            let e = lower(&a, &LowerOptions::default()).unwrap_err();
+            assert!(e.to_string().contains(words), "{e}");
+        }
+    }
+
+    #[test]
+    fn scratch_blocks_keep_consecutive_addresses_together() {
+        let mut rc = RankCode::default();
+        // Addresses 7, 6, 4 land first; 5 still goes between 4 and 6.
+        let slots: Vec<usize> = [7, 6, 4, 5, 8]
+            .iter()
+            .map(|&a| rc.scratch_for(a, 4).offset)
+            .collect();
+        assert_eq!(slots, vec![3, 2, 0, 1, 4]);
+        assert_eq!(rc.scratch, 8);
+        // Block 1: the next free slot, in landing order.
+        assert_eq!(rc.scratch_for(100, 1).offset, 8);
     }
 
     #[test]

@@ -287,6 +287,7 @@ impl<'a> Plan<'a> {
             steps: Vec::new(),
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         };
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -641,8 +642,16 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             let mut alike = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
+                    let same = engine_tag(x).is_some() && engine_tag(x) == engine_tag(y);
+                    // A half in messages of several chunks has pieces finer than its
+                    // messages: composed with another structure, that one would be refined
+                    // to as many pieces for nothing (dgx-a100x8: 21 s more composing and
+                    // checking), so it pairs with its own structure only.
+                    if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
+                        continue;
+                    }
                     let composed = compose(x, y, req.topology, req.limits.deadline)?;
-                    if engine_tag(x).is_some() && engine_tag(x) == engine_tag(y) {
+                    if same {
                         alike.push(composed.clone());
                     }
                     all.push(composed);
@@ -750,6 +759,12 @@ fn compose(
         None
     };
     let (x, y) = (rs.refined(c), ag.refined(c));
+    // Each half keeps its message sizes (one chunk per message where it sets none).
+    let message_chunks = (x.message_chunks.is_some() || y.message_chunks.is_some()).then(|| {
+        let mut m = x.message_chunks_or_one();
+        m.extend(y.message_chunks_or_one());
+        m
+    });
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
@@ -772,6 +787,7 @@ fn compose(
         steps,
         piece_channels,
         step_groups: None,
+        message_chunks,
     };
     // Where a half is laid out in step groups, each half keeps its groups and the phases get
     // channels of their own, so the allgather of one slice overlaps the reduce-scatter of

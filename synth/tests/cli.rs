@@ -1058,6 +1058,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
             steps: vec![step(&[first]), step(&rest)],
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         }
     };
     let mut found = vec![schedule(1), schedule(2)];

@@ -57,7 +57,8 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 16, value_parser = limits::max_steps)]
     max_steps: usize,
     /// Cap on the number of chunks a search tries [default: 8; without it the rail ring,
-    /// which is no search, also tries up to 32 pieces per rank within two channels].
+    /// which is no search, also tries up to 32 pieces per rank within two channels, and its
+    /// coalesced twin 4·64/nodes].
     #[arg(long, value_parser = limits::chunks)]
     max_chunks: Option<usize>,
     /// Wall-clock limit for the whole search, in seconds; the frontier found so far is
@@ -822,6 +823,7 @@ mod tests {
             steps: vec![step(rounds)],
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -72,6 +72,7 @@ pub fn algorithm<'s>(
         steps,
         piece_channels: None,
         step_groups: None,
+        message_chunks: None,
     }
 }
 

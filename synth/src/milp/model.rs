@@ -647,5 +647,6 @@ pub fn build_algorithm(
         steps,
         piece_channels: None,
         step_groups: None,
+        message_chunks: None,
     })
 }

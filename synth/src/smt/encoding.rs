@@ -510,6 +510,7 @@ impl Encoding {
             steps,
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         }
     }
 }

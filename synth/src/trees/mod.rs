@@ -368,6 +368,13 @@ impl Engine for TreeEngine {
                         )?);
                     }
                 }
+                // Its pieces a quarter of its messages, small messages at the tail.
+                let coalesced =
+                    rails::rail_allgather_coalesced(problem.topology, problem.index, &nodes)?;
+                algorithms.extend(
+                    coalesced
+                        .filter(|a| !limits.max_chunks_given || a.chunks() <= limits.max_chunks),
+                );
             }
         }
         // Where ranks have in-links of unequal bandwidth, rings whose last hop takes the

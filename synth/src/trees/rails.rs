@@ -143,6 +143,118 @@ pub fn rail_allgather(
     Ok(Some(algorithm))
 }
 
+/// Pieces per message of [`rail_allgather_coalesced`] away from its tail: with 64/M
+/// messages per rank on each connection, a piece is then 512 KiB at 1 GiB on 8-GPU nodes
+/// and a message the runtime's 2 MiB slice.
+pub const PIECES_PER_MESSAGE: usize = 4;
+
+/// The messages, in pieces, of the last message of the last ring step and of its relay in
+/// [`rail_allgather_coalesced`] (allgather order: the last relayed message is the smallest).
+const TAIL: [usize; 3] = [2, 1, 1];
+
+/// The rail ring (see [`rail_allgather`]) in pieces a quarter of its messages: every
+/// message carries [`PIECES_PER_MESSAGE`] consecutive pieces
+/// ([`Algorithm::message_chunks`]) but the last of the last ring step and of its in-node
+/// relay, which go in smaller messages ([`TAIL`]); the own pieces' in-node forwarding of the
+/// first ring step goes in messages of twice that where a connection would otherwise carry
+/// more than one channel's 64 transfers. The rail ring's tail is its last message's relay,
+/// 7/12 of a message's NIC time on 8-GPU nodes: a quarter-size last message shortens it
+/// fourfold, and reversed (reduce-scatter) its head, the first message's in-node reduction.
+/// 64/M messages per rank, as many as fit one channel; `None` where none fit or the
+/// fabric's bandwidths have no integer capacities.
+pub fn rail_allgather_coalesced(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+) -> Result<Option<Algorithm>> {
+    let Some(caps) = index.capacities.as_ref() else {
+        return Ok(None);
+    };
+    let m = nodes.len();
+    let per_rank = CHANNEL_TRANSFERS / m;
+    let extra = TAIL.len() - 1;
+    // In-node transfers per connection: per ring step `per_rank` messages, the tail's extra
+    // messages, less those saved by doubling the first step's.
+    let coarse_first = m * per_rank + extra > CHANNEL_TRANSFERS;
+    let saved = if coarse_first { per_rank / 2 } else { 0 };
+    if per_rank < 2 || m * per_rank + extra - saved > CHANNEL_TRANSFERS {
+        return Ok(None);
+    }
+    let chunks = per_rank * PIECES_PER_MESSAGE;
+    let tail_start = chunks - PIECES_PER_MESSAGE;
+    let mut steps = Vec::new();
+    let mut counts = Vec::new();
+    let mut push = |sends: Vec<Send>, count: usize| {
+        if !sends.is_empty() {
+            steps.push(Step {
+                rounds: rounds_needed(topology, index, caps, &sends),
+                reduce: false,
+                sends,
+            });
+            counts.push(count);
+        }
+    };
+    // The sends of the last message in messages of TAIL pieces: consecutive messages of one
+    // size share a step (and a count).
+    let split = |sends: Vec<Send>, push: &mut dyn FnMut(Vec<Send>, usize)| {
+        let piece = |s: &Send| s.chunk % chunks;
+        push(
+            sends
+                .iter()
+                .filter(|s| piece(s) < tail_start)
+                .copied()
+                .collect(),
+            PIECES_PER_MESSAGE,
+        );
+        let mut start = tail_start;
+        let mut k = 0;
+        while k < TAIL.len() {
+            let size = TAIL[k];
+            let mut end = start;
+            while k < TAIL.len() && TAIL[k] == size {
+                end += size;
+                k += 1;
+            }
+            let range = start..end;
+            push(
+                sends
+                    .iter()
+                    .filter(|s| range.contains(&piece(s)))
+                    .copied()
+                    .collect(),
+                size,
+            );
+            start = end;
+        }
+    };
+    for (s, (local, ring)) in rail_sends(nodes, chunks, 0).into_iter().enumerate() {
+        if s + 1 == m {
+            split(local, &mut push);
+        } else if s == 0 && coarse_first {
+            push(local, 2 * PIECES_PER_MESSAGE);
+        } else {
+            push(local, PIECES_PER_MESSAGE);
+        }
+        if s + 2 == m {
+            split(ring, &mut push);
+        } else {
+            push(ring, PIECES_PER_MESSAGE);
+        }
+    }
+    let mut algorithm = finish(
+        topology,
+        0,
+        Kind::AllGather,
+        chunks,
+        "rails-coalesced",
+        steps,
+    )?;
+    // One declared stage, as the rail ring (see there).
+    algorithm.step_groups = Some(vec![0; algorithm.steps.len()]);
+    algorithm.message_chunks = Some(counts);
+    Ok(Some(algorithm))
+}
+
 /// The sends of every ring step of the rail ring (see [`rail_allgather`]): the in-node
 /// forwarding, then the ring sends (none after the last ring step).
 fn rail_sends(
@@ -321,6 +433,43 @@ mod tests {
         let index = t.index();
         let nodes = rails(&t, &index).unwrap();
         assert_eq!(best_shortcuts(&t, &index, &nodes, 8), 0);
+    }
+
+    #[test]
+    fn coalesced_rail_ring_fits_one_channel_with_small_tail_messages() {
+        use crate::lower::{lower_to_xml, LowerOptions};
+        for (spec, chunks) in [("dgx-a100x4", 64), ("dgx-a100x8", 32), ("dgx-a100x2", 128)] {
+            let t = load(spec).unwrap();
+            let index = t.index();
+            let nodes = rails(&t, &index).unwrap();
+            let a = rail_allgather_coalesced(&t, &index, &nodes)
+                .unwrap()
+                .unwrap();
+            check(&a, &t).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
+            assert_eq!(a.chunks(), chunks, "{spec}");
+            assert!(a.name.contains("-rails-coalesced-"), "{}", a.name);
+            let counts = a.message_chunks.clone().unwrap();
+            assert_eq!(counts.len(), a.steps.len());
+            // The last two steps relay the tail: its last message a single piece.
+            assert_eq!(counts[counts.len() - 1], 1, "{spec}");
+            // Every connection within one channel's 64 transfers, in both buffer modes.
+            for inplace in [false, true] {
+                let options = LowerOptions {
+                    inplace,
+                    ..LowerOptions::default()
+                };
+                let (program, _) = lower_to_xml(&a, &options).unwrap();
+                assert_eq!(program.nchannels(), 1, "{spec}");
+                let sizes: std::collections::BTreeSet<usize> = program.gpus[0]
+                    .threadblocks
+                    .iter()
+                    .flat_map(|tb| tb.steps.iter().map(|s| s.count))
+                    .collect();
+                // The tail's 1 and 2, the ring's 4, the first in-node step's 8.
+                let sizes: Vec<usize> = sizes.into_iter().collect();
+                assert_eq!(sizes, vec![1, 2, 4, 8], "{spec}");
+            }
+        }
     }
 
     #[test]

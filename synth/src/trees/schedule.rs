@@ -568,6 +568,7 @@ pub(crate) fn finish(
         steps,
         piece_channels: None,
         step_groups: None,
+        message_chunks: None,
     })
 }
 
@@ -903,6 +904,7 @@ mod tests {
             steps: vec![step.clone(), step],
             piece_channels: None,
             step_groups: None,
+            message_chunks: None,
         };
         assert_eq!(fit_groups(&a, vec![0, 1]), None);
         // With the second step inside each 8-GPU node, 62 + 14 threadblocks fit.

@@ -41,9 +41,10 @@
 //! partner) that the first ring sends of each slice wait for, and the first hops of the
 //! pieces without a shortcut become final hops over the package link that feed nothing. So
 //! for a dual, beside that schedule, [`shortcut_rings`] offers one laid out for its reverse
-//! ([`for_reversal`]): those first hops in a step and channel group of their own, so that in
-//! the reduce-scatter the package link's threadblock starts the next slice's first hops
-//! instead of finishing the final hops (315.4 → 318.0 GB/s at 1 GB on `mi250-16`).
+//! ([`for_reversal`]): those final hops in a step and channel group of their own and the
+//! ring's steps in two stages, so that the reduce-scatter's package links send the next
+//! slice's first hops while the slice finishes (315.4 → 318.1 GB/s at 1 GB on `mi250-16`,
+//! allreduce 316.8 → 318.9).
 
 use super::schedule::{finish, fit_groups, rounds_needed, with_groups};
 use crate::algorithm::{Algorithm, Send, Step};
@@ -123,16 +124,19 @@ pub fn shortcut_rings(
 
 /// `algorithm`, the single-node schedule of `rings` ([`schedule`]), laid out for its reversal
 /// into a reduce-scatter: the first step split in two, the first hops of the pieces without
-/// a shortcut (root to ring successor, in the reduce-scatter the final hop into the root over
-/// the wide link, which feeds nothing) in a step of their own and in channel group 1, every
-/// other step (the last hops' step too) in group 0. Reversed, the reduce-scatter's package
-/// link threadblock in group 0 goes from a slice's last relays straight to the next slice's
-/// first hops, which the bottleneck links wait for, while group 1 drains the final hops
-/// beside them: 318.0 GB/s at 1 GB on `mi250-16` (98.9% of the optimum) against 315.4 for
-/// the plain reversal in one group and 308.9 in two. (The reduce-scatter cannot reach 99%
-/// there: a GCD with three single links out of its package needs three of its partner's
-/// 2 MiB slices before its third link can start, 32.2 µs, and every such link carries the
-/// optimum's full load: 3164.6 µs at best where 99% needs 3164.1.)
+/// a shortcut (root to ring successor; reversed, the final hop into the root over the wide
+/// link, which feeds nothing) in a step of their own, and the channel groups set so that,
+/// reversed, the first half of the ring's steps is group 0, the second half group 1 and the
+/// final hops group 2. At a slice boundary a one-group reversal's package link threadblock
+/// finishes the slice's last relays and final hops before the next slice's first hops, which
+/// the bottleneck links wait for; in stages, group 0 sends them while group 1 finishes the
+/// slice and group 2 drains the final hops. On `mi250-16` at 1 GB: 318.1 GB/s (every link
+/// out of a package busy from its first send to its last) against 315.4 for the plain
+/// reversal in one group, 308.9 in two, and 318.0 with the final hops apart but the ring in
+/// one group; allreduce 318.9 against 316.8. It cannot reach 99% there (98.98%): a GCD
+/// with three single links out of its package needs three of its partner's 2 MiB slices
+/// before its third link can start (32.2 µs), and every such link carries the optimum's
+/// full load (3131.7 µs), so the last arrival is at 3164.6 µs where 99% needs 3164.1.
 fn for_reversal(
     topology: &Topology,
     index: &TopologyIndex,
@@ -158,8 +162,13 @@ fn for_reversal(
             sends,
         })
         .collect();
-    let mut wanted = vec![0; steps.len()];
-    wanted[0] = 1;
+    // Reversed: the first half of the ring's steps in group 0, the second half in group 1,
+    // the final hops in group 2.
+    let rest = steps.len() - 1;
+    let wanted: Vec<usize> = std::iter::once(2)
+        .chain(std::iter::repeat_n(1, rest.div_ceil(2)))
+        .chain(std::iter::repeat_n(0, rest / 2))
+        .collect();
     let laid_out = finish(topology, 0, Kind::AllGather, chunks, "srings", steps)?;
     let groups = fit_groups(&laid_out, wanted);
     Ok(with_groups(laid_out, groups))
@@ -673,11 +682,13 @@ mod tests {
             assert_eq!(s.src, s.chunk / 6);
             assert_eq!(sent_by_root(s.chunk), 2, "chunk {}", s.chunk);
         }
-        // Step 0 alone in group 1: the reduce-scatter's final hops, apart from the rest.
-        let mut groups = vec![0; a.num_steps()];
-        groups[0] = 1;
+        // Step 0 alone in group 2 (the reduce-scatter's final hops), the 15 steps after it in
+        // two stages, the later ones (the reduce-scatter's first) in group 0.
+        let mut groups = vec![2];
+        groups.extend([1; 8]);
+        groups.extend([0; 7]);
         assert_eq!(a.step_groups.as_ref(), Some(&groups));
-        assert!(a.name.ends_with("-g2"), "{}", a.name);
+        assert!(a.name.ends_with("-g3"), "{}", a.name);
         // Reversed, it is a reduce-scatter that passes the checker.
         let rs = Collective::new(Kind::ReduceScatter, t.ranks, 0, 6).unwrap();
         let reversed = a.without_dead_sends().reversed(rs, true);

@@ -151,8 +151,7 @@ fn for_reversal(
         ring.shortcut[k.expect("a ring visits every rank")]
     };
     let mut sends: Vec<Vec<Send>> = algorithm.steps.iter().map(|s| s.sends.clone()).collect();
-    let (apart, rest): (Vec<Send>, Vec<Send>) =
-        sends[0].iter().partition(|s| !shortcut(s.chunk));
+    let (apart, rest): (Vec<Send>, Vec<Send>) = sends[0].iter().partition(|s| !shortcut(s.chunk));
     sends.splice(0..1, [apart, rest]);
     let steps: Vec<Step> = sends
         .into_iter()
@@ -652,7 +651,11 @@ mod tests {
         let roots: Vec<usize> = (0..t.ranks).collect();
         let optimum = crate::flow::allgather_rate(&net, &roots).unwrap().as_f64();
         let found = shortcut_rings(&t, &index, 8, optimum, true, far()).unwrap();
-        assert_eq!(found.len(), 2, "the plain schedule and the one for reversal");
+        assert_eq!(
+            found.len(),
+            2,
+            "the plain schedule and the one for reversal"
+        );
         let (plain, a) = (&found[0], &found[1]);
         check(a, &t).unwrap();
         // The same sends, the first step split in two.
@@ -662,7 +665,10 @@ mod tests {
         y.sort_by_key(|s| (s.chunk, s.src, s.dst));
         assert_eq!(x, y);
         assert_eq!(a.num_steps(), plain.num_steps() + 1);
-        assert_eq!(a.steps[0].sends.len() + a.steps[1].sends.len(), plain.steps[0].sends.len());
+        assert_eq!(
+            a.steps[0].sends.len() + a.steps[1].sends.len(),
+            plain.steps[0].sends.len()
+        );
         // Step 0: roots hand the pieces without a shortcut (sent by their root once) to their
         // package partner over the 4-link package link; step 1: the other roots' first hops.
         let sent_by_root = |c: usize| {
@@ -694,7 +700,12 @@ mod tests {
         let reversed = a.without_dead_sends().reversed(rs, true);
         check(&reversed, &t.reversed()).unwrap();
         // Not for an allgather.
-        assert_eq!(shortcut_rings(&t, &index, 8, optimum, false, far()).unwrap().len(), 1);
+        assert_eq!(
+            shortcut_rings(&t, &index, 8, optimum, false, far())
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -130,8 +130,8 @@ pub fn shortcut_rings(
 /// final hops group 2. At a slice boundary a one-group reversal's package link threadblock
 /// finishes the slice's last relays and final hops before the next slice's first hops, which
 /// the bottleneck links wait for; in stages, group 0 sends them while group 1 finishes the
-/// slice and group 2 drains the final hops. On `mi250-16` at 1 GB: 318.1 GB/s (every link
-/// out of a package busy from its first send to its last) against 315.4 for the plain
+/// slice and group 2 drains the final hops. On `mi250-16` at 1 GB: 318.1 GB/s (the links
+/// out of a package that start last busy without a gap to the end) against 315.4 for the plain
 /// reversal in one group, 308.9 in two, and 318.0 with the final hops apart but the ring in
 /// one group; allreduce 318.9 against 316.8. It cannot reach 99% there (98.98%): a GCD
 /// with three single links out of its package needs three of its partner's 2 MiB slices

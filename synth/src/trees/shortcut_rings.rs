@@ -119,7 +119,7 @@ pub fn shortcut_rings(
         return Ok(vec![algorithm]);
     }
     let reversal = for_reversal(topology, index, &algorithm, &rings)?;
-    Ok(vec![algorithm, reversal])
+    Ok(std::iter::once(algorithm).chain(reversal).collect())
 }
 
 /// `algorithm`, the single-node schedule of `rings` ([`schedule`]), laid out for its reversal
@@ -137,12 +137,13 @@ pub fn shortcut_rings(
 /// with three single links out of its package needs three of its partner's 2 MiB slices
 /// before its third link can start (32.2 µs), and every such link carries the optimum's
 /// full load (3131.7 µs), so the last arrival is at 3164.6 µs where 99% needs 3164.1.
+/// `None` when every piece takes a shortcut (no final hops to set apart).
 fn for_reversal(
     topology: &Topology,
     index: &TopologyIndex,
     algorithm: &Algorithm,
     rings: &[Ring],
-) -> Result<Algorithm> {
+) -> Result<Option<Algorithm>> {
     let caps = index.capacities.as_ref().expect("checked by applies");
     let chunks = rings.len();
     let shortcut = |chunk: usize| {
@@ -152,6 +153,9 @@ fn for_reversal(
     };
     let mut sends: Vec<Vec<Send>> = algorithm.steps.iter().map(|s| s.sends.clone()).collect();
     let (apart, rest): (Vec<Send>, Vec<Send>) = sends[0].iter().partition(|s| !shortcut(s.chunk));
+    if apart.is_empty() {
+        return Ok(None);
+    }
     sends.splice(0..1, [apart, rest]);
     let steps: Vec<Step> = sends
         .into_iter()
@@ -170,7 +174,7 @@ fn for_reversal(
         .collect();
     let laid_out = finish(topology, 0, Kind::AllGather, chunks, "srings", steps)?;
     let groups = fit_groups(&laid_out, wanted);
-    Ok(with_groups(laid_out, groups))
+    Ok(Some(with_groups(laid_out, groups)))
 }
 
 /// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered

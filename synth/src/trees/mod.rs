@@ -387,6 +387,7 @@ impl Engine for TreeEngine {
                 problem.index,
                 limits.max_chunks,
                 result.optimum_gbps,
+                self.for_dual,
                 limits.deadline,
             ) {
                 Ok(found) => algorithms.extend(found),

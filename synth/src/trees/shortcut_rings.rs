@@ -43,7 +43,14 @@
 //! ranks' data over its xGMI links; the optimum brings some in over several NICs).
 //!
 //! Reduce-scatter and allreduce get the reversed schedule through [`crate::synthesize`]'s
-//! duality.
+//! duality. Reversed, the last hops become first hops (a GCD's own contribution handed to its
+//! partner) that the first ring sends of each slice wait for, and the first hops of the
+//! pieces without a shortcut become final hops over the package link that feed nothing. So
+//! for a dual, beside that schedule, [`shortcut_rings`] offers one laid out for its reverse
+//! ([`for_reversal`]): those final hops in a step and channel group of their own and the
+//! ring's steps in two stages, so that the reduce-scatter's package links send the next
+//! slice's first hops while the slice finishes (315.4 → 318.1 GB/s at 1 GB on `mi250-16`,
+//! allreduce 316.8 → 318.9).
 
 use super::schedule::{finish, fit_groups, rounds_needed, with_groups};
 use crate::algorithm::{Algorithm, Send, Step};
@@ -94,25 +101,87 @@ pub fn applies(topology: &Topology, index: &TopologyIndex) -> bool {
 }
 
 /// The shortcut-ring allgather of `topology` with at most `max_chunks` rings (one piece per
-/// ring and root), or `None` when the fabric does not qualify ([`applies`]), has no
-/// Hamiltonian cycle within the enumeration's bounds, no ring count up to `max_chunks`
-/// reaches `optimum_gbps` (GB/s per root), or no chosen ring takes a shortcut (NCCL's rings
-/// are then as good).
+/// ring and root); for a dual (`for_dual`: the schedule is reversed into a reduce-scatter)
+/// also the same rings laid out for the reversal ([`for_reversal`]). Empty when the fabric
+/// does not qualify ([`applies`]), has no Hamiltonian cycle within the enumeration's bounds,
+/// no ring count up to `max_chunks` reaches `optimum_gbps` (GB/s per root), or no chosen ring
+/// takes a shortcut (NCCL's rings are then as good).
 pub fn shortcut_rings(
     topology: &Topology,
     index: &TopologyIndex,
     max_chunks: usize,
     optimum_gbps: f64,
+    for_dual: bool,
     deadline: Instant,
-) -> Result<Option<Algorithm>> {
+) -> Result<Vec<Algorithm>> {
     if !applies(topology, index) {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let Some(rings) = choose_rings(topology, index, max_chunks, optimum_gbps, deadline)? else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let node: Vec<usize> = (0..topology.ranks).collect();
-    schedule(topology, index, &[node], &rings, 1, "srings").map(Some)
+    let algorithm = schedule(topology, index, &[node], &rings, 1, "srings")?;
+    if !for_dual {
+        return Ok(vec![algorithm]);
+    }
+    let reversal = for_reversal(topology, index, &algorithm, &rings)?;
+    Ok(std::iter::once(algorithm).chain(reversal).collect())
+}
+
+/// `algorithm`, the single-node schedule of `rings` ([`schedule`]), laid out for its reversal
+/// into a reduce-scatter: the first step split in two, the first hops of the pieces without
+/// a shortcut (root to ring successor; reversed, the final hop into the root over the wide
+/// link, which feeds nothing) in a step of their own, and the channel groups set so that,
+/// reversed, the first half of the ring's steps is group 0, the second half group 1 and the
+/// final hops group 2. At a slice boundary a one-group reversal's package link threadblock
+/// finishes the slice's last relays and final hops before the next slice's first hops, which
+/// the bottleneck links wait for; in stages, group 0 sends them while group 1 finishes the
+/// slice and group 2 drains the final hops. On `mi250-16` at 1 GB: 318.1 GB/s (the links
+/// out of a package that start last busy without a gap to the end) against 315.4 for the plain
+/// reversal in one group, 308.9 in two, and 318.0 with the final hops apart but the ring in
+/// one group; allreduce 318.9 against 316.8. It cannot reach 99% there (98.98%): a GCD
+/// with three single links out of its package needs three of its partner's 2 MiB slices
+/// before its third link can start (32.2 µs), and every such link carries the optimum's
+/// full load (3131.7 µs), so the last arrival is at 3164.6 µs where 99% needs 3164.1.
+/// `None` when every piece takes a shortcut (no final hops to set apart).
+fn for_reversal(
+    topology: &Topology,
+    index: &TopologyIndex,
+    algorithm: &Algorithm,
+    rings: &[Ring],
+) -> Result<Option<Algorithm>> {
+    let caps = index.capacities.as_ref().expect("checked by applies");
+    let chunks = rings.len();
+    let shortcut = |chunk: usize| {
+        let (root, ring) = (chunk / chunks, &rings[chunk % chunks]);
+        let k = ring.order.iter().position(|&r| r == root);
+        ring.shortcut[k.expect("a ring visits every rank")]
+    };
+    let mut sends: Vec<Vec<Send>> = algorithm.steps.iter().map(|s| s.sends.clone()).collect();
+    let (apart, rest): (Vec<Send>, Vec<Send>) = sends[0].iter().partition(|s| !shortcut(s.chunk));
+    if apart.is_empty() {
+        return Ok(None);
+    }
+    sends.splice(0..1, [apart, rest]);
+    let steps: Vec<Step> = sends
+        .into_iter()
+        .map(|sends| Step {
+            rounds: rounds_needed(topology, index, caps, &sends),
+            reduce: false,
+            sends,
+        })
+        .collect();
+    // Reversed: the first half of the ring's steps in group 0, the second half in group 1,
+    // the final hops in group 2.
+    let rest = steps.len() - 1;
+    let wanted: Vec<usize> = std::iter::once(2)
+        .chain(std::iter::repeat_n(1, rest.div_ceil(2)))
+        .chain(std::iter::repeat_n(0, rest / 2))
+        .collect();
+    let laid_out = finish(topology, 0, Kind::AllGather, chunks, "srings", steps)?;
+    let groups = fit_groups(&laid_out, wanted);
+    Ok(Some(with_groups(laid_out, groups)))
 }
 
 /// The ranks of every node in rank order and node 0's own fabric (its ranks renumbered
@@ -620,8 +689,9 @@ mod tests {
         let net = crate::flow::FlowNetwork::new(&t).unwrap();
         let roots: Vec<usize> = (0..t.ranks).collect();
         let optimum = crate::flow::allgather_rate(&net, &roots).unwrap().as_f64();
-        let a = shortcut_rings(&t, &index, 8, optimum, far())
+        let a = shortcut_rings(&t, &index, 8, optimum, false, far())
             .unwrap()
+            .pop()
             .expect("mi250-16 has shortcut rings");
         check(&a, &t).unwrap();
         assert_eq!(a.chunks(), 6, "{}", a.name);
@@ -654,6 +724,72 @@ mod tests {
             let own = s.sends.iter().any(|x| x.chunk / 6 == x.src);
             assert!(!own || (2..t.ranks - 3).contains(&i), "step {i}");
         }
+    }
+
+    #[test]
+    fn the_layout_for_reversal_puts_the_unshortcut_first_hops_apart() {
+        use crate::collective::Collective;
+        let t = load("mi250-16").unwrap();
+        let index = t.index();
+        let net = crate::flow::FlowNetwork::new(&t).unwrap();
+        let roots: Vec<usize> = (0..t.ranks).collect();
+        let optimum = crate::flow::allgather_rate(&net, &roots).unwrap().as_f64();
+        let found = shortcut_rings(&t, &index, 8, optimum, true, far()).unwrap();
+        assert_eq!(
+            found.len(),
+            2,
+            "the plain schedule and the one for reversal"
+        );
+        let (plain, a) = (&found[0], &found[1]);
+        check(a, &t).unwrap();
+        // The same sends, the first step split in two.
+        let mut x: Vec<_> = plain.steps.iter().flat_map(|s| &s.sends).collect();
+        let mut y: Vec<_> = a.steps.iter().flat_map(|s| &s.sends).collect();
+        x.sort_by_key(|s| (s.chunk, s.src, s.dst));
+        y.sort_by_key(|s| (s.chunk, s.src, s.dst));
+        assert_eq!(x, y);
+        assert_eq!(a.num_steps(), plain.num_steps() + 1);
+        assert_eq!(
+            a.steps[0].sends.len() + a.steps[1].sends.len(),
+            plain.steps[0].sends.len()
+        );
+        // Step 0: roots hand the pieces without a shortcut (sent by their root once) to their
+        // package partner over the 4-link package link; step 1: the other roots' first hops.
+        let sent_by_root = |c: usize| {
+            a.steps
+                .iter()
+                .flat_map(|s| &s.sends)
+                .filter(|s| s.chunk == c && s.src == c / 6)
+                .count()
+        };
+        let caps = index.capacities.as_ref().unwrap();
+        for s in &a.steps[0].sends {
+            assert_eq!(s.src, s.chunk / 6);
+            assert_eq!(sent_by_root(s.chunk), 1, "chunk {}", s.chunk);
+            assert_eq!(caps.links[index.link_of[&(s.src, s.dst)]], 4);
+        }
+        for s in &a.steps[1].sends {
+            assert_eq!(s.src, s.chunk / 6);
+            assert_eq!(sent_by_root(s.chunk), 2, "chunk {}", s.chunk);
+        }
+        // Step 0 alone in group 2 (the reduce-scatter's final hops), the 15 steps after it in
+        // two stages, the later ones (the reduce-scatter's first) in group 0.
+        let mut groups = vec![2];
+        groups.extend([1; 8]);
+        groups.extend([0; 7]);
+        assert_eq!(a.step_groups.as_ref(), Some(&groups));
+        assert!(a.name.ends_with("-g3"), "{}", a.name);
+        // Reversed, it is a reduce-scatter that passes the checker.
+        let rs = Collective::new(Kind::ReduceScatter, t.ranks, 0, 6).unwrap();
+        let reversed = a.without_dead_sends().reversed(rs, true);
+        check(&reversed, &t.reversed()).unwrap();
+        // Not for an allgather.
+        assert_eq!(
+            shortcut_rings(&t, &index, 8, optimum, false, far())
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -778,7 +914,9 @@ mod tests {
             let t = load(spec).unwrap();
             let index = t.index();
             assert!(
-                shortcut_rings(&t, &index, 8, 1e9, far()).unwrap().is_none(),
+                shortcut_rings(&t, &index, 8, 1e9, true, far())
+                    .unwrap()
+                    .is_empty(),
                 "{spec}"
             );
         }

@@ -25,8 +25,8 @@
 //! needs 7 through one NVSwitch port), the connection's two-message FIFO filled and the
 //! sending NIC stalled (dgx-a100x8: 94.5% of the optimum at 1 GB, 98.9% split).
 
-use super::schedule::{busiest, finish, rounds_needed};
-use crate::algorithm::{Algorithm, Send, Step};
+use super::schedule::{busiest, finish, plain_step};
+use crate::algorithm::{Algorithm, Send};
 use crate::collective::Kind;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::Result;
@@ -110,11 +110,7 @@ pub fn rail_allgather(
         return Ok(None);
     };
     let m = nodes.len();
-    let step = |sends: Vec<Send>| Step {
-        rounds: rounds_needed(topology, index, caps, &sends),
-        reduce: false,
-        sends,
-    };
+    let step = |sends: Vec<Send>| plain_step(topology, index, caps, sends);
     let mut steps = Vec::with_capacity(2 * m - 1);
     for (local, ring) in rail_sends(nodes, chunks, shortcuts) {
         steps.push(step(local));
@@ -186,11 +182,7 @@ pub fn rail_allgather_coalesced(
     let mut counts = Vec::new();
     let mut push = |sends: Vec<Send>, count: usize| {
         if !sends.is_empty() {
-            steps.push(Step {
-                rounds: rounds_needed(topology, index, caps, &sends),
-                reduce: false,
-                sends,
-            });
+            steps.push(plain_step(topology, index, caps, sends));
             counts.push(count);
         }
     };

@@ -333,11 +333,7 @@ pub fn algorithm(
             tagged.sort_by_key(|&(h, s)| (std::cmp::Reverse(h), s.chunk));
             tagged.into_iter().map(|(_, s)| s).collect::<Vec<Send>>()
         })
-        .map(|sends| Step {
-            rounds: rounds_needed(topology, index, caps, &sends),
-            reduce: false,
-            sends,
-        })
+        .map(|sends| plain_step(topology, index, caps, sends))
         .collect();
     finish(
         topology,
@@ -570,6 +566,21 @@ pub(crate) fn finish(
         step_groups: None,
         message_chunks: None,
     })
+}
+
+/// A step of `sends` that moves data without reducing it, with the rounds it needs
+/// ([`rounds_needed`]): how the tree schedules turn their send lists into steps.
+pub(crate) fn plain_step(
+    topology: &Topology,
+    index: &TopologyIndex,
+    caps: &crate::topology::Capacities,
+    sends: Vec<Send>,
+) -> Step {
+    Step {
+        rounds: rounds_needed(topology, index, caps, &sends),
+        reduce: false,
+        sends,
+    }
 }
 
 /// The rounds a step needs: its busiest link or switch constraint's load over its capacity.

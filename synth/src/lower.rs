@@ -44,6 +44,10 @@ pub struct LowerOptions {
 /// Channels a program may use (MSCCL's MAXCHANNELS).
 pub const MAX_CHANNELS: usize = 32;
 
+/// Transfers one link can carry in a program: a threadblock per channel on its connection,
+/// at most 64 steps each.
+pub const MAX_LINK_TRANSFERS: usize = MAX_CHANNELS * 64;
+
 /// The words of [`lower`]'s error for a program past [`MAX_CHANNELS`].
 const CHANNELS_EXCEEDED: &str = "channels (the runtimes allow";
 

@@ -18,6 +18,7 @@ use crate::trees::TreeEngine;
 use anyhow::{bail, Context, Result};
 use num_rational::Ratio;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub use crate::engine::Search;
@@ -642,12 +643,15 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             let mut alike = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
-                    let same = engine_tag(x).is_some() && engine_tag(x) == engine_tag(y);
+                    let same = engine_tag(x).is_some() && structure(x) == structure(y);
                     // A half in messages of several chunks has pieces finer than its
                     // messages: composed with another structure, that one would be refined
                     // to as many pieces for nothing (dgx-a100x8: 21 s more composing and
                     // checking), so it pairs with its own structure only.
                     if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
+                        continue;
+                    }
+                    if past_the_channels(x, y) {
                         continue;
                     }
                     let composed = compose(x, y, req.topology, req.limits.deadline)?;
@@ -768,8 +772,10 @@ fn compose(
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    // Halves of one structure go by the allgather's tag (the names stay within the XML's
+    // 63 characters).
     let tag = match (engine_tag(rs), engine_tag(ag)) {
-        (Some(a), Some(b)) if a == b => format!("{a}-"),
+        (Some(_), Some(b)) if structure(rs) == structure(ag) => format!("{b}-"),
         (Some(a), Some(b)) => format!("{a}-{b}-"),
         (Some(a), None) | (None, Some(a)) => format!("{a}-"),
         (None, None) => String::new(),
@@ -825,6 +831,40 @@ fn engine_tag(a: &Algorithm) -> Option<&str> {
         .find(|(i, _)| rest[i + 2..].starts_with(|c: char| c.is_ascii_digit()))?
         .0;
     Some(&rest[..end]).filter(|t| !t.is_empty())
+}
+
+/// The structure of an allreduce half: its [`engine_tag`], the relayed rail shortcut rings
+/// ([`crate::trees::shortcut_rings::RELAYED`], an allgather only) counted as the rail
+/// shortcut rings whose reduce-scatter they pair with.
+fn structure(a: &Algorithm) -> Option<&str> {
+    engine_tag(a).map(|t| {
+        if t == crate::trees::shortcut_rings::RELAYED {
+            "rail-srings"
+        } else {
+            t
+        }
+    })
+}
+
+/// Whether the allreduce of halves `x` and `y`, refined to a common piece count, puts more
+/// transfers on some link than a program holds ([`crate::lower::MAX_LINK_TRANSFERS`]), so
+/// that composing it would only be wasted work (`mi250-16x2`: 18 and 30 pieces, composed at
+/// 90, 2880 transfers on a link). Halves in messages of several chunks are not judged.
+fn past_the_channels(x: &Algorithm, y: &Algorithm) -> bool {
+    if x.message_chunks.is_some() || y.message_chunks.is_some() {
+        return false;
+    }
+    let c = num_integer_lcm(x.chunks(), y.chunks());
+    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
+    for half in [x, y] {
+        let split = c / half.chunks();
+        for s in half.steps.iter().flat_map(|s| &s.sends) {
+            *per_link.entry((s.src, s.dst)).or_insert(0) += split;
+        }
+    }
+    per_link
+        .values()
+        .any(|&n| n > crate::lower::MAX_LINK_TRANSFERS)
 }
 
 fn num_integer_lcm(a: usize, b: usize) -> usize {

@@ -409,6 +409,35 @@ fn mi250_16x2_rail_shortcut_rings_in_waves_beat_one_wave() {
 }
 
 #[test]
+fn mi250_16x2_relayed_rail_rings_take_more_in_over_the_nics() {
+    // The rail shortcut rings carry 28 ranks' data into each package over its xGMI links
+    // (rate 332.1 GB/s, 96.8% of the optimum; 325.4 simulated). Ending some remote pieces'
+    // rings a package early and relaying them there over the receiving GCD's own NIC (5
+    // waves, 4 dropped hops per link into a package): rate 341.9, simulated 331.7 (96.7%).
+    let topology = topology::load("mi250-16x2").unwrap();
+    let result = trees(&topology, Kind::AllGather);
+    let best_of = |label: &str| {
+        let prefix = format!("allgather-mi250-16x2-{label}-s");
+        let found = result
+            .algorithms
+            .iter()
+            .filter(|a| a.name.starts_with(&prefix));
+        found
+            .map(|a| {
+                let (program, _) = lower_to_xml(a, &LowerOptions::default()).unwrap();
+                simulate(&program, &topology, 1 << 30, &SimOptions::default())
+                    .unwrap()
+                    .busbw
+            })
+            .fold(0.0, f64::max)
+    };
+    let (relayed, plain) = (best_of("rail-srelay"), best_of("rail-srings"));
+    let bound = busbw_bound("mi250-16x2", runtime::ir::Collective::AllGather).busbw();
+    assert!(relayed >= 0.96 * bound, "{relayed} of {bound}");
+    assert!(relayed > plain, "{relayed} against {plain}");
+}
+
+#[test]
 fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the

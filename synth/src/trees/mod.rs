@@ -411,6 +411,7 @@ impl Engine for TreeEngine {
                     problem.index,
                     (&nodes, &node),
                     limits,
+                    (result.optimum_gbps, self.for_dual),
                     slices,
                 ) {
                     Ok(found) => algorithms.extend(found),

@@ -40,7 +40,10 @@
 //! rings' pieces cut in W sub-rounds, W the fewest that make a piece one slice at 1 GB) the
 //! program runs once, the remote waves start one after another as their pieces arrive and
 //! the NICs run ahead: 325.4 GB/s (94.9%), against a rate of 332.1 (each package takes 28
-//! ranks' data over its xGMI links; the optimum brings some in over several NICs).
+//! ranks' data over its xGMI links; the optimum brings some in over several NICs). So for
+//! allgathers some remote pieces' rings end a package early and the GCD they would have
+//! entered gets them from its rail peer over its own NIC ([`relayed`]): rate 341.9,
+//! simulated 331.7 GB/s (96.7%).
 //!
 //! Reduce-scatter and allreduce get the reversed schedule through [`crate::synthesize`]'s
 //! duality. Reversed, the last hops become first hops (a GCD's own contribution handed to its
@@ -121,7 +124,7 @@ pub fn shortcut_rings(
         return Ok(Vec::new());
     };
     let node: Vec<usize> = (0..topology.ranks).collect();
-    let algorithm = schedule(topology, index, &[node], &rings, 1, "srings")?;
+    let algorithm = schedule(topology, index, &[node], &rings, 1, &[], "srings")?;
     if !for_dual {
         return Ok(vec![algorithm]);
     }
@@ -266,6 +269,7 @@ pub fn rail_shortcut_rings(
     index: &TopologyIndex,
     (nodes, node): (&[Vec<usize>], &Topology),
     limits: &Limits,
+    (optimum_gbps, for_dual): (f64, bool),
     slices: impl Fn(usize) -> f64,
 ) -> Result<Vec<Algorithm>> {
     let node_index = node.index();
@@ -287,10 +291,140 @@ pub fn rail_shortcut_rings(
     } else {
         super::rails::DEFAULT_PIECES
     };
-    wave_counts(rings.len(), max_pieces, slices)
-        .into_iter()
-        .map(|waves| schedule(topology, index, nodes, &rings, waves, "rail-srings"))
-        .collect()
+    let counts = wave_counts(rings.len(), max_pieces, slices);
+    let mut found = counts
+        .iter()
+        .map(|&waves| schedule(topology, index, nodes, &rings, waves, &[], "rail-srings"))
+        .collect::<Result<Vec<_>>>()?;
+    if !for_dual {
+        let fewest = *counts.last().expect("one wave at least");
+        let most = max_pieces / rings.len();
+        found.extend(relayed(
+            topology,
+            index,
+            nodes,
+            &rings,
+            fewest..=most,
+            optimum_gbps,
+        )?);
+    }
+    Ok(found)
+}
+
+/// The rail shortcut rings with remote pieces relayed over several NICs: some remote rounds
+/// end a package early ([`relayed_drops`]), and the GCD that package's ring hop led to gets
+/// the piece over its own NIC from its rail peer, which holds it by then (its node ran the
+/// same hop a round before). Each package then takes fewer pieces over its xGMI links and
+/// more over its NICs, as the exact optimum does (`mi250-16x2`: the rings alone carry 28
+/// ranks' data into a package over xGMI, rate 332.1 GB/s busbw; the optimum, 343.1, brings
+/// 1.45 ranks' data in over each NIC). For each wave count in `waves`, the drop count of the
+/// highest rate on the busiest link (NICs included); candidates: the fewest waves (an
+/// allreduce pairs it with the reduce-scatter of as many pieces), and the fewest whose rate
+/// reaches 99.5% of `optimum_gbps` (per root), else the best rate of all. None where no
+/// drop raises the rate. For allgathers only: reversed into a reduce-scatter it simulated at
+/// 240 GB/s at 1 GB on `mi250-16x2` against the plain waves' 317.
+fn relayed(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+    rings: &[Ring],
+    waves: std::ops::RangeInclusive<usize>,
+    optimum_gbps: f64,
+) -> Result<Vec<Algorithm>> {
+    let caps = index.capacities.as_ref().expect("checked by rail_nodes");
+    let fewest = *waves.start();
+    // The fewest waves' candidate, and the best of more waves.
+    let mut first: Option<(f64, Algorithm)> = None;
+    let mut more: Option<(f64, Algorithm)> = None;
+    for w in waves {
+        let plain = schedule(topology, index, nodes, rings, w, &[], RELAYED)?;
+        let mut best = (rate_gbps(&plain, index, caps), None);
+        for s in 1..=2 * w {
+            let a = schedule(
+                topology,
+                index,
+                nodes,
+                rings,
+                w,
+                &relayed_drops(w, s),
+                RELAYED,
+            )?;
+            let rate = rate_gbps(&a, index, caps);
+            if rate <= best.0 * (1.0 + 1e-9) {
+                break;
+            }
+            best = (rate, Some(a));
+        }
+        let (rate, Some(a)) = best else { continue };
+        let slot = if w == fewest { &mut first } else { &mut more };
+        if slot.as_ref().is_none_or(|(r, _)| rate > *r) {
+            *slot = Some((rate, a));
+        }
+        if rate >= 0.995 * optimum_gbps {
+            break;
+        }
+    }
+    let floor = first.as_ref().map_or(0.0, |(r, _)| *r);
+    let more = more.filter(|(r, _)| *r > floor);
+    Ok(first.into_iter().chain(more).map(|(_, a)| a).collect())
+}
+
+/// Label of [`relayed`]'s candidates.
+pub const RELAYED: &str = "rail-srelay";
+
+/// In [`schedule`]'s `drops`: the pieces of roots that take their shortcut.
+const SHORTCUT: u8 = 1;
+/// In [`schedule`]'s `drops`: the pieces of roots that do not take their shortcut.
+const NO_SHORTCUT: u8 = 2;
+
+/// The hop of a ring path (root at position `p` of `order`, `hops` hops, node ranks `node`)
+/// that enters the path's last package: its last hop over a link narrower than the widest
+/// link it takes. `None` when all its links are equally wide.
+fn last_narrow_hop(
+    index: &TopologyIndex,
+    caps: &Capacities,
+    node: &[usize],
+    order: &[usize],
+    p: usize,
+    hops: usize,
+) -> Option<usize> {
+    let n = order.len();
+    let cap = |h: usize| {
+        let link = (node[order[(p + h) % n]], node[order[(p + h + 1) % n]]);
+        caps.links[index.link_of[&link]]
+    };
+    let widest = (0..hops).map(cap).max()?;
+    (0..hops).rev().find(|&h| cap(h) < widest)
+}
+
+/// The `drops` of [`schedule`] that end `s` pieces early per link into a package and per
+/// wave count `waves`: both kinds in the last wave first (its hops are the drain), then the
+/// pieces of shortcut roots in the waves before it, latest first, then the others.
+fn relayed_drops(waves: usize, s: usize) -> Vec<u8> {
+    let mut drops = vec![0u8; waves];
+    let order = std::iter::once((waves - 1, SHORTCUT))
+        .chain(std::iter::once((waves - 1, NO_SHORTCUT)))
+        .chain((0..waves - 1).rev().map(|w| (w, SHORTCUT)))
+        .chain((0..waves - 1).rev().map(|w| (w, NO_SHORTCUT)));
+    for (w, kind) in order.take(s) {
+        drops[w] |= kind;
+    }
+    drops
+}
+
+/// Per-root rate (GB/s) of `algorithm` on its busiest link: pieces per root times the
+/// capacity unit over the busiest link's pieces per capacity unit.
+fn rate_gbps(algorithm: &Algorithm, index: &TopologyIndex, caps: &Capacities) -> f64 {
+    let mut load = vec![0u32; caps.links.len()];
+    for send in algorithm.steps.iter().flat_map(|s| &s.sends) {
+        load[index.link_of[&(send.src, send.dst)]] += 1;
+    }
+    let busiest = load
+        .iter()
+        .zip(&caps.links)
+        .map(|(&l, &c)| f64::from(l) / f64::from(c))
+        .fold(0.0, f64::max);
+    algorithm.chunks() as f64 * caps.unit_gbps / busiest
 }
 
 /// The wave counts tried for `rings` rings: one, and the fewest waves whose pieces fit one
@@ -493,13 +627,17 @@ fn solve(
 /// root, and rank i passes the pieces of the rank s nodes back on to rank i of the next node
 /// in the first step of round s, wave by wave. The last step (the last hops) takes them in
 /// the order of their rounds and waves, so that a threadblock never waits on a late wave
-/// before an early one.
+/// before an early one. `drops[w]` ([`SHORTCUT`], [`NO_SHORTCUT`] or both) picks the pieces of
+/// wave w whose remote rounds end early ([`relayed_drops`]): their last hop over a link
+/// narrower than the path's widest is dropped, and the rank it led to gets the piece from its
+/// rail peer instead, which had it at the same hop of the round before.
 fn schedule(
     topology: &Topology,
     index: &TopologyIndex,
     nodes: &[Vec<usize>],
     rings: &[Ring],
     waves: usize,
+    drops: &[u8],
     label: &str,
 ) -> Result<Algorithm> {
     let caps = index.capacities.as_ref().expect("checked by applies");
@@ -513,6 +651,7 @@ fn schedule(
     let mut steps: Vec<Vec<Send>> = vec![Vec::new(); subs * d + 1];
     let mut last: Vec<(usize, Send)> = Vec::new();
     let mut shortcuts = Vec::new();
+    let mut relays = Vec::new();
     for (a, node) in nodes.iter().enumerate() {
         for round in 0..m {
             let from = &nodes[(a + m - round) % m];
@@ -524,7 +663,30 @@ fn schedule(
                     for p in 0..n {
                         let chunk = from[order[p]] * chunks + piece;
                         let hops = if ring.shortcut[p] { n - 2 } else { n - 1 };
-                        for h in 0..hops {
+                        let kind = if ring.shortcut[p] {
+                            SHORTCUT
+                        } else {
+                            NO_SHORTCUT
+                        };
+                        let ends_early =
+                            round >= 1 && drops.get(wave).is_some_and(|&bits| bits & kind != 0);
+                        let dropped = ends_early
+                            .then(|| last_narrow_hop(index, caps, node, order, p, hops))
+                            .flatten();
+                        if let Some(h) = dropped {
+                            // Rank w of the node before had the piece at the same hop of
+                            // the round before; it hands it on over its rail.
+                            let w = order[(p + h + 1) % n];
+                            let prev = &nodes[(a + m - 1) % m];
+                            let received = ((round - 1) * waves + wave) * d + h;
+                            let send = Send {
+                                chunk,
+                                src: prev[w],
+                                dst: node[w],
+                            };
+                            relays.push((received + 1, send));
+                        }
+                        for h in (0..hops).filter(|&h| Some(h) != dropped) {
                             let send = Send {
                                 chunk,
                                 src: node[order[(p + h) % n]],
@@ -574,6 +736,9 @@ fn schedule(
                 }
             }
         }
+    }
+    for (at, send) in relays {
+        steps[at].push(send);
     }
     // Stable: within a sub-round the last hops keep their order.
     last.sort_by_key(|&(sub, _)| sub);
@@ -810,8 +975,15 @@ mod tests {
         let t = load("mi250-16x2").unwrap();
         let index = t.index();
         let (nodes, node) = rail_nodes(&t, &index).unwrap();
-        let found =
-            rail_shortcut_rings(&t, &index, (&nodes, &node), &limits(Some(8)), |_| 2.0).unwrap();
+        let found = rail_shortcut_rings(
+            &t,
+            &index,
+            (&nodes, &node),
+            &limits(Some(8)),
+            (1e9, true),
+            |_| 2.0,
+        )
+        .unwrap();
         assert_eq!(
             found.len(),
             1,
@@ -854,8 +1026,15 @@ mod tests {
         assert_eq!(wave_counts(6, 8, slices), vec![1]);
         // One slice per piece already: one wave.
         assert_eq!(wave_counts(6, 32, |_| 0.5), vec![1]);
-        let found =
-            rail_shortcut_rings(&t, &index, (&nodes, &node), &limits(None), slices).unwrap();
+        let found = rail_shortcut_rings(
+            &t,
+            &index,
+            (&nodes, &node),
+            &limits(None),
+            (1e9, true),
+            slices,
+        )
+        .unwrap();
         let a = found
             .iter()
             .find(|a| a.chunks() == 18)
@@ -898,6 +1077,67 @@ mod tests {
             usize::from(remote) * 3 + s.chunk % 18 / 6
         };
         assert!(last.windows(2).all(|w| sub(&w[0]) <= sub(&w[1])));
+    }
+
+    #[test]
+    fn relayed_rings_take_remote_pieces_in_over_several_nics() {
+        assert_eq!(relayed_drops(5, 4), vec![0, 0, 1, 1, 3]);
+        assert_eq!(relayed_drops(3, 1), vec![0, 0, 1]);
+        assert_eq!(relayed_drops(2, 4), vec![3, 3]);
+        let t = load("mi250-16x2").unwrap();
+        let index = t.index();
+        let (nodes, node) = rail_nodes(&t, &index).unwrap();
+        let net = crate::flow::FlowNetwork::new(&t).unwrap();
+        let roots: Vec<usize> = (0..t.ranks).collect();
+        let optimum = crate::flow::allgather_rate(&net, &roots).unwrap().as_f64();
+        let slices = |c: usize| 16.0 / c as f64;
+        let with = |for_dual| {
+            let found = rail_shortcut_rings(
+                &t,
+                &index,
+                (&nodes, &node),
+                &limits(None),
+                (optimum, for_dual),
+                slices,
+            );
+            let found = found.unwrap().into_iter();
+            found
+                .filter(|a| a.name.contains(RELAYED))
+                .collect::<Vec<_>>()
+        };
+        assert!(with(true).is_empty(), "no relays in a dual");
+        let relayed = with(false);
+        // The fewest waves (3, an allreduce's pair for the reduce-scatter of 18 pieces) and
+        // the fewest within 0.5% of the optimum: 5 (3 and 4 reach 99.15% and 99.45%).
+        let chunks: Vec<usize> = relayed.iter().map(|a| a.chunks()).collect();
+        assert_eq!(chunks, vec![18, 30]);
+        let caps = index.capacities.as_ref().unwrap();
+        let a = &relayed[1];
+        check(a, &t).unwrap();
+        let rate = rate_gbps(a, &index, caps);
+        assert!(
+            rate >= 0.995 * optimum && rate <= optimum,
+            "{rate} of {optimum}"
+        );
+        let mut load = vec![0u32; t.links.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            load[index.link_of[&(s.src, s.dst)]] += 1;
+        }
+        // 5 waves of the rings (28 pieces per wave on a link into a package), less 4 hops
+        // each: the pieces of shortcut roots in waves 2 and 3, all of wave 4's.
+        assert_eq!(load[index.link_of[&(8, 0)]], 5 * 28 - 4);
+        assert_eq!(load[index.link_of[&(24, 16)]], 5 * 28 - 4);
+        // GCD 0 is entered over 3 link units (a double link from 4, a single from 8): 4
+        // relays per unit beside its rail peer's own 30 pieces.
+        assert_eq!(load[index.link_of[&(16, 0)]], 30 + 3 * 4);
+        // A relay is a piece of another rank, handed on by the rail peer.
+        let relays = a
+            .steps
+            .iter()
+            .flat_map(|s| &s.sends)
+            .filter(|s| t.node_of[s.src] != t.node_of[s.dst] && s.chunk / 30 != s.src)
+            .count();
+        assert_eq!(relays, 2 * 8 * 6 * 4);
     }
 
     #[test]

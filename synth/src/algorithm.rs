@@ -143,30 +143,50 @@ impl Algorithm {
     /// the sender never held, or count a contribution twice, so duals are pruned before
     /// reversal.
     pub fn without_dead_sends(&self) -> Algorithm {
-        use std::collections::HashSet;
+        use crate::pair_set::PairSet;
         let mut steps = self.steps.clone();
+        let chunks = &self.collective.chunks;
+        // Dense sets over every address and rank named anywhere (a 1024-rank algorithm has
+        // millions of pairs).
+        let addresses = (chunks.iter().map(|c| c.address))
+            .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| x.chunk)));
+        let ranks = (chunks.iter().flat_map(|c| c.pre.iter().chain(&c.post)))
+            .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.dst)))
+            .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.src)))
+            .max()
+            .map_or(0, |&r| r + 1);
+        let empty = PairSet::new(addresses, ranks);
+        let at =
+            |set: &PairSet, x: &Send| set.position(x.chunk, x.dst).expect("every pair is known");
         // Forward: drop sends to ranks that hold the address already (or get it twice).
-        let mut held: HashSet<(usize, usize)> = self
-            .collective
-            .chunks
-            .iter()
-            .flat_map(|c| c.pre.iter().map(move |&r| (c.address, r)))
-            .collect();
+        let mut held = empty.clone();
+        for c in chunks {
+            for &r in &c.pre {
+                held.insert(c.address, r);
+            }
+        }
+        let mut arriving = empty.clone();
         for step in steps.iter_mut() {
-            let before = held.clone();
             step.sends
-                .retain(|x| !before.contains(&(x.chunk, x.dst)) && held.insert((x.chunk, x.dst)));
+                .retain(|x| !held.contains_at(at(&held, x)) && arriving.insert_at(at(&held, x)));
+            for x in &step.sends {
+                let p = at(&held, x);
+                held.insert_at(p);
+                arriving.remove_at(p);
+            }
         }
         // (address, rank) pairs that must hold the address after the current step.
-        let mut live: HashSet<(usize, usize)> = self
-            .collective
-            .chunks
-            .iter()
-            .flat_map(|c| c.post.iter().map(move |&r| (c.address, r)))
-            .collect();
+        let mut live = empty;
+        for c in chunks {
+            for &r in &c.post {
+                live.insert(c.address, r);
+            }
+        }
         for step in steps.iter_mut().rev() {
-            step.sends.retain(|x| live.contains(&(x.chunk, x.dst)));
-            live.extend(step.sends.iter().map(|x| (x.chunk, x.src)));
+            step.sends.retain(|x| live.contains_at(at(&live, x)));
+            for x in &step.sends {
+                live.insert(x.chunk, x.src);
+            }
         }
         Algorithm {
             steps,
@@ -351,5 +371,65 @@ mod tests {
         };
         assert_eq!(plain.message_chunks_or_one(), vec![1, 1]);
         assert_eq!(plain.refined(4).message_chunks, None);
+    }
+
+    #[test]
+    fn dead_sends_are_dropped() {
+        // Allgather on 4 ranks, one chunk each; chunk r starts on rank r.
+        let send = |chunk, src, dst| Send { chunk, src, dst };
+        let step = |sends: Vec<Send>| Step {
+            rounds: 1,
+            reduce: false,
+            sends,
+        };
+        let a = Algorithm {
+            name: "allgather-ring_4".into(),
+            topology: "ring:4".into(),
+            collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+            steps: vec![
+                // The second copy of chunk 0 to rank 1 in one step, and chunk 1 to its own
+                // holder, are dead.
+                step(vec![
+                    send(0, 0, 1),
+                    send(0, 2, 1),
+                    send(1, 0, 1),
+                    send(2, 2, 3),
+                ]),
+                step(vec![send(0, 1, 2), send(0, 3, 1), send(2, 3, 0)]),
+                step(vec![
+                    send(0, 2, 3),
+                    send(1, 1, 2),
+                    send(2, 0, 1),
+                    send(3, 3, 0),
+                ]),
+            ],
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: None,
+        };
+        let pruned = a.without_dead_sends();
+        let kept: Vec<Vec<Send>> = pruned.steps.iter().map(|s| s.sends.clone()).collect();
+        assert_eq!(
+            kept,
+            vec![
+                vec![send(0, 0, 1), send(2, 2, 3)],
+                // Rank 1 holds chunk 0 already.
+                vec![send(0, 1, 2), send(2, 3, 0)],
+                vec![send(0, 2, 3), send(1, 1, 2), send(2, 0, 1), send(3, 3, 0)],
+            ]
+        );
+        // Gather to rank 0: chunk 1 sent to rank 2, which never forwards it, is dead.
+        let gather = Algorithm {
+            name: "gather-line_3".into(),
+            collective: Collective::new(Kind::Gather, 3, 0, 1).unwrap(),
+            steps: vec![
+                step(vec![send(1, 1, 2), send(2, 2, 1)]),
+                step(vec![send(1, 1, 0), send(2, 1, 0)]),
+            ],
+            ..a
+        };
+        let pruned = gather.without_dead_sends();
+        assert_eq!(pruned.steps[0].sends, vec![send(2, 2, 1)]);
+        assert_eq!(pruned.steps[1].sends, gather.steps[1].sends);
     }
 }

@@ -2,6 +2,7 @@
 //! bandwidth per link and per switch constraint, trusting nothing the solver said.
 
 use crate::algorithm::Algorithm;
+use crate::pair_set::PairSet;
 use crate::topology::Topology;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -69,43 +70,62 @@ pub enum CheckError {
     TimeLimit,
 }
 
-/// Contributions held for one address on one rank: which contributing chunks (by slot
-/// within the address) have been summed in, one bit each, and whether any was summed in
-/// more than once (a sum that counts a contribution twice stays wrong through every later
-/// reduction; only a copy of other data replaces it). A bit per contributor, not a count:
-/// a 1024-rank reduce-scatter holds millions of partial sums of 1024 contributors each.
-#[derive(Clone)]
-struct Contents {
-    bits: Vec<u64>,
-    twice: bool,
+/// Sums `src` (one bit per contributor) into `dst`; true if a contributor was in both (a
+/// sum that counts a contribution twice stays wrong through every later reduction; only a
+/// copy of other data replaces it).
+fn add_into(dst: &mut [u64], src: &[u64]) -> bool {
+    let mut twice = false;
+    for (t, o) in dst.iter_mut().zip(src) {
+        twice |= *t & o != 0;
+        *t |= o;
+    }
+    twice
 }
 
-impl Contents {
-    /// Nothing summed in yet, for `width` contributors.
-    fn empty(width: usize) -> Contents {
-        Contents {
-            bits: vec![0; width.div_ceil(64)],
-            twice: false,
+/// Contributors of `width` not summed into `bits`.
+fn missing(bits: &[u64], width: usize) -> usize {
+    width - bits.iter().map(|b| b.count_ones() as usize).sum::<usize>()
+}
+
+/// Contributions per (address, rank) for reductions, dense: which pairs are held, which
+/// count a contribution twice, and one bit per contributor (by its slot within the address)
+/// that has been summed in. A bit per contributor, not a count, and flat arrays, not a map:
+/// a 1024-rank reduce-scatter holds millions of partial sums of 1024 contributors each.
+struct Sums {
+    held: PairSet,
+    twice: Vec<bool>,
+    /// Words per pair of each dense address, and where its rank 0's words start.
+    words: Vec<usize>,
+    start: Vec<usize>,
+    data: Vec<u64>,
+    ranks: usize,
+}
+
+impl Sums {
+    /// Nothing held, over `held`'s addresses with `widths` contributors each (by dense index).
+    fn new(held: PairSet, widths: &[usize], ranks: usize) -> Sums {
+        let words: Vec<usize> = widths.iter().map(|w| w.div_ceil(64)).collect();
+        let mut start = Vec::with_capacity(words.len());
+        let mut total = 0;
+        for &w in &words {
+            start.push(total);
+            total += w * ranks;
+        }
+        Sums {
+            twice: vec![false; widths.len() * ranks],
+            held,
+            words,
+            start,
+            data: vec![0; total],
+            ranks,
         }
     }
 
-    /// Sums `other` in.
-    fn add(&mut self, other: &Contents) {
-        for (t, o) in self.bits.iter_mut().zip(&other.bits) {
-            self.twice |= *t & o != 0;
-            *t |= o;
-        }
-        self.twice |= other.twice;
-    }
-
-    /// Contributors not summed in, of `width`.
-    fn missing(&self, width: usize) -> usize {
-        width
-            - self
-                .bits
-                .iter()
-                .map(|b| b.count_ones() as usize)
-                .sum::<usize>()
+    /// The contributor bits of the pair at `position`.
+    fn range(&self, position: usize) -> std::ops::Range<usize> {
+        let (a, r) = (position / self.ranks, position % self.ranks);
+        let from = self.start[a] + r * self.words[a];
+        from..from + self.words[a]
     }
 }
 
@@ -114,37 +134,17 @@ enum Holdings {
     /// No address combines and no step reduces (allgather, broadcast, alltoall, ...): whether
     /// a rank holds an address says everything, one bit per (address, rank), so a 1024-rank
     /// allgather's four million holdings take half a megabyte.
-    Bits {
-        /// Dense index of each address.
-        index: HashMap<usize, usize>,
-        ranks: usize,
-        bits: Vec<u64>,
-    },
-    /// Contribution counts per (address, rank), for reductions.
-    Counts(HashMap<(usize, usize), Contents>),
+    Bits(PairSet),
+    /// Contributions per (address, rank), for reductions.
+    Sums(Sums),
 }
 
 impl Holdings {
-    /// The bit of (address, rank), if the address is known and the rank on the fabric (an
-    /// algorithm file may name any rank in a condition).
-    fn bit(
-        index: &HashMap<usize, usize>,
-        ranks: usize,
-        address: usize,
-        rank: usize,
-    ) -> Option<usize> {
-        index
-            .get(&address)
-            .filter(|_| rank < ranks)
-            .map(|&a| a * ranks + rank)
-    }
-
     /// Whether `rank` holds `address` at all.
     fn holds(&self, address: usize, rank: usize) -> bool {
         match self {
-            Holdings::Bits { index, ranks, bits } => Self::bit(index, *ranks, address, rank)
-                .is_some_and(|b| bits[b / 64] >> (b % 64) & 1 == 1),
-            Holdings::Counts(state) => state.contains_key(&(address, rank)),
+            Holdings::Bits(set) => set.contains(address, rank),
+            Holdings::Sums(sums) => sums.held.contains(address, rank),
         }
     }
 }
@@ -195,45 +195,36 @@ pub fn check_before(
     let reduces =
         by_address.values().any(|m| m.len() > 1) || algorithm.steps.iter().any(|s| s.reduce);
     let n = topology.ranks;
+    let pairs = PairSet::new(by_address.keys().copied(), n);
     let mut state = if reduces {
-        Holdings::Counts(HashMap::new())
+        let widths: Vec<usize> = by_address.values().map(Vec::len).collect();
+        Holdings::Sums(Sums::new(pairs, &widths, n))
     } else {
-        let index: HashMap<usize, usize> = by_address
-            .keys()
-            .enumerate()
-            .map(|(i, &a)| (a, i))
-            .collect();
-        let bits = vec![0u64; (index.len() * n).div_ceil(64)];
-        Holdings::Bits {
-            index,
-            ranks: n,
-            bits,
-        }
+        Holdings::Bits(pairs)
     };
     for (i, chunk) in coll.chunks.iter().enumerate() {
         if i.is_multiple_of(1024) && expired() {
             return Err(CheckError::TimeLimit);
         }
-        let width = by_address[&chunk.address].len();
         for &r in &chunk.pre {
             match &mut state {
-                Holdings::Bits { index, ranks, bits } => {
-                    if let Some(b) = Holdings::bit(index, *ranks, chunk.address, r) {
-                        bits[b / 64] |= 1 << (b % 64);
-                    }
+                Holdings::Bits(set) => {
+                    set.insert(chunk.address, r);
                 }
-                Holdings::Counts(counts) => {
-                    let entry = counts
-                        .entry((chunk.address, r))
-                        .or_insert_with(|| Contents::empty(width));
-                    let slot = slot_of[i];
-                    entry.bits[slot / 64] |= 1 << (slot % 64);
+                Holdings::Sums(sums) => {
+                    if let Some(p) = sums.held.position(chunk.address, r) {
+                        sums.held.insert_at(p);
+                        let slot = slot_of[i];
+                        let range = sums.range(p);
+                        sums.data[range][slot / 64] |= 1 << (slot % 64);
+                    }
                 }
             }
         }
     }
 
     let mut link_load = vec![0usize; topology.links.len()];
+    let (mut reads, mut read_twice): (Vec<u64>, Vec<bool>) = (Vec::new(), Vec::new());
     let mut switch_load = vec![0usize; topology.switches.len()];
     for (s, step) in algorithm.steps.iter().enumerate() {
         if expired() {
@@ -245,7 +236,8 @@ pub fn check_before(
         link_load.iter_mut().for_each(|x| *x = 0);
         switch_load.iter_mut().for_each(|x| *x = 0);
         // Every send reads what its sender held before the step: read them all, then write.
-        let mut reads: Vec<Contents> = Vec::new();
+        reads.clear();
+        read_twice.clear();
         for send in &step.sends {
             let Some(&l) = link_index.get(&(send.src, send.dst)) else {
                 return Err(CheckError::NoLink {
@@ -267,27 +259,39 @@ pub fn check_before(
                     dst: send.dst,
                 });
             }
-            if let Holdings::Counts(counts) = &state {
-                reads.push(counts[&(send.chunk, send.src)].clone());
+            if let Holdings::Sums(sums) = &state {
+                let p = (sums.held.position(send.chunk, send.src)).expect("held, so known");
+                reads.extend_from_slice(&sums.data[sums.range(p)]);
+                read_twice.push(sums.twice[p]);
             }
         }
         match &mut state {
-            Holdings::Bits { index, ranks, bits } => {
+            Holdings::Bits(set) => {
                 for send in &step.sends {
-                    let b = Holdings::bit(index, *ranks, send.chunk, send.dst)
-                        .expect("the sender holds it, so the address is known");
-                    bits[b / 64] |= 1 << (b % 64);
+                    set.insert(send.chunk, send.dst);
                 }
             }
-            Holdings::Counts(counts) => {
-                for (send, data) in step.sends.iter().zip(reads) {
-                    use std::collections::hash_map::Entry;
-                    match counts.entry((send.chunk, send.dst)) {
-                        Entry::Occupied(mut held) if step.reduce => held.get_mut().add(&data),
-                        Entry::Occupied(mut held) => *held.get_mut() = data,
-                        Entry::Vacant(slot) => {
-                            slot.insert(data);
-                        }
+            Holdings::Sums(sums) => {
+                let mut read = 0;
+                for (send, &twice) in step.sends.iter().zip(&read_twice) {
+                    let Some(p) = sums.held.position(send.chunk, send.dst) else {
+                        return Err(CheckError::NoLink {
+                            step: s,
+                            chunk: send.chunk,
+                            src: send.src,
+                            dst: send.dst,
+                        });
+                    };
+                    let range = sums.range(p);
+                    let data = &reads[read..read + range.len()];
+                    read += range.len();
+                    if sums.held.contains_at(p) && step.reduce {
+                        let doubled = add_into(&mut sums.data[range], data);
+                        sums.twice[p] |= doubled || twice;
+                    } else {
+                        sums.data[range].copy_from_slice(data);
+                        sums.twice[p] = twice;
+                        sums.held.insert_at(p);
                     }
                 }
             }
@@ -322,34 +326,26 @@ pub fn check_before(
         }
         let width = by_address[&chunk.address].len();
         for &r in &chunk.post {
-            let never = || CheckError::Postcondition {
+            let problem = |problem: String| CheckError::Postcondition {
                 chunk: chunk.address,
                 rank: r,
-                problem: "never arrives".into(),
+                problem,
             };
-            let counts = match &state {
-                Holdings::Bits { .. } if state.holds(chunk.address, r) => continue,
-                Holdings::Bits { .. } => return Err(never()),
-                Holdings::Counts(counts) => counts.get(&(chunk.address, r)),
+            if !state.holds(chunk.address, r) {
+                return Err(problem("never arrives".into()));
+            }
+            let Holdings::Sums(sums) = &state else {
+                continue;
             };
-            match counts {
-                None => return Err(never()),
-                Some(c) if c.missing(width) > 0 => {
-                    let missing = c.missing(width);
-                    return Err(CheckError::Postcondition {
-                        chunk: chunk.address,
-                        rank: r,
-                        problem: format!("{missing} of {width} contributions missing"),
-                    });
-                }
-                Some(c) if c.twice => {
-                    return Err(CheckError::Postcondition {
-                        chunk: chunk.address,
-                        rank: r,
-                        problem: "a contribution is counted more than once".into(),
-                    })
-                }
-                Some(_) => {}
+            let p = (sums.held.position(chunk.address, r)).expect("held, so known");
+            let missing = missing(&sums.data[sums.range(p)], width);
+            if missing > 0 {
+                return Err(problem(format!(
+                    "{missing} of {width} contributions missing"
+                )));
+            }
+            if sums.twice[p] {
+                return Err(problem("a contribution is counted more than once".into()));
             }
         }
     }
@@ -416,29 +412,25 @@ pub fn check_memory(algorithm: &Algorithm, extra: usize) -> Result<(), CheckErro
 
 #[cfg(test)]
 mod tests {
-    use super::Contents;
+    use super::{add_into, missing};
 
-    fn of(width: usize, slots: &[usize]) -> Contents {
-        let mut c = Contents::empty(width);
+    fn of(width: usize, slots: &[usize]) -> Vec<u64> {
+        let mut c = vec![0; width.div_ceil(64)];
         for &s in slots {
-            c.bits[s / 64] |= 1 << (s % 64);
+            c[s / 64] |= 1 << (s % 64);
         }
         c
     }
 
     #[test]
-    fn contents_count_missing_and_doubled_contributions() {
+    fn sums_count_missing_and_doubled_contributions() {
         // 130 contributors span three words.
         let mut sum = of(130, &[0, 64, 129]);
-        assert_eq!(sum.missing(130), 127);
-        sum.add(&of(130, &[1, 65]));
-        assert_eq!(sum.missing(130), 125);
-        assert!(!sum.twice);
-        // Summing slot 64 in again poisons the sum, and whatever it is summed into.
-        sum.add(&of(130, &[64]));
-        assert!(sum.twice);
-        let mut later = of(130, &[2]);
-        later.add(&sum);
-        assert!(later.twice && later.missing(130) == 124);
+        assert_eq!(missing(&sum, 130), 127);
+        assert!(!add_into(&mut sum, &of(130, &[1, 65])));
+        assert_eq!(missing(&sum, 130), 125);
+        // Summing slot 64 in again counts it twice.
+        assert!(add_into(&mut sum, &of(130, &[64])));
+        assert_eq!(missing(&sum, 130), 125);
     }
 }

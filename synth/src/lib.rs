@@ -17,6 +17,7 @@ pub mod flow;
 pub mod greedy;
 pub mod lower;
 pub mod milp;
+pub mod pair_set;
 pub mod progress;
 pub mod simulate;
 pub mod sketch;

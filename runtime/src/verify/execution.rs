@@ -16,8 +16,7 @@ use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-/// A slot's content: an id into [`Execution::contents`], or [`UNDEFINED`].
-type ContentId = u32;
+use super::contents::{pack, unpack, Arena, ContentId, CONTENT_BYTES, CONTRIBUTION_BYTES};
 
 /// The content of a slot nothing has written.
 const UNDEFINED: ContentId = u32::MAX;
@@ -89,8 +88,8 @@ pub(super) struct Execution<'a> {
     mem: Vec<ContentId>,
     /// Index in `mem` of each rank's regions.
     region_base: Vec<[usize; 3]>,
-    /// The arena of contents: sorted multisets of contributions.
-    contents: Vec<Box<[Contribution]>>,
+    /// The arena of contents (a slot's content is an id into it, or [`UNDEFINED`]).
+    contents: Arena,
     clocks: Option<Clocks>,
     /// Bytes allocated so far (checked against [`MAX_VERIFY_BYTES`]).
     bytes: u64,
@@ -232,7 +231,7 @@ impl<'a> Execution<'a> {
             fifos: (0..connections_count).map(|_| Fifo::default()).collect(),
             mem: vec![UNDEFINED; slots],
             region_base,
-            contents: Vec::new(),
+            contents: Arena::default(),
             clocks,
             bytes,
             deferred: None,
@@ -245,7 +244,7 @@ impl<'a> Execution<'a> {
                 let (region, idx) = sem
                     .resolve(g.rank, Buffer::Input, k)
                     .expect("inside extent");
-                let id = ex.intern(vec![sem.initial_input(g.rank, k)])?;
+                let id = ex.intern_input(sem.initial_input(g.rank, k))?;
                 let slot = ex.region_base[g.rank][region.index()] + idx;
                 ex.mem[slot] = id;
             }
@@ -265,16 +264,26 @@ impl<'a> Execution<'a> {
         self.bytes
     }
 
-    /// Adds a content to the arena (counted against the memory limit).
-    fn intern(&mut self, content: Vec<Contribution>) -> Result<ContentId, VerifyError> {
-        self.grow(16 + 16 * content.len() as u64)?;
+    /// Adds an input's one contribution to the arena (counted against the memory limit).
+    fn intern_input(&mut self, c: Contribution) -> Result<ContentId, VerifyError> {
+        self.grow(CONTENT_BYTES + CONTRIBUTION_BYTES)?;
+        self.room_for_one()?;
+        let packed = pack(c).ok_or_else(|| {
+            VerifyError::Malformed(format!(
+                "too large to verify: contribution {c} does not fit in 32-bit rank and chunk"
+            ))
+        })?;
+        Ok(self.contents.push_one(packed))
+    }
+
+    /// Errors when the arena has no id left.
+    fn room_for_one(&self) -> Result<(), VerifyError> {
         if self.contents.len() >= UNDEFINED as usize {
             return Err(VerifyError::Malformed(
                 "too large to verify: more than 2^32 distinct buffer contents".into(),
             ));
         }
-        self.contents.push(content.into_boxed_slice());
-        Ok((self.contents.len() - 1) as ContentId)
+        Ok(())
     }
 
     /// Counts `bytes` more against [`MAX_VERIFY_BYTES`].
@@ -640,23 +649,20 @@ impl<'a> Execution<'a> {
         into: &mut [ContentId],
     ) -> Result<(), VerifyError> {
         for (k, (x, y)) in a.iter().zip(into.iter_mut()).enumerate() {
-            let part = |id: ContentId, contents: &[Box<[Contribution]>]| -> Vec<Contribution> {
-                contents.get(id as usize).map_or(Vec::new(), |c| c.to_vec())
-            };
-            let mut sum = part(*x, &self.contents);
-            sum.extend(part(*y, &self.contents));
-            sum.sort_unstable();
-            if let Some(w) = sum.windows(2).find(|w| w[0] == w[1]) {
+            self.room_for_one()?;
+            let (sum, twice) = self.contents.push_sum(*x, *y);
+            let len = self.contents.get(sum).map_or(0, <[u64]>::len) as u64;
+            self.grow(CONTENT_BYTES + CONTRIBUTION_BYTES * len)?;
+            if let Some(contribution) = twice {
                 let e = VerifyError::DoubleCounted {
                     mode: self.mode,
                     at,
                     slot: Slot::new(slot.buffer, slot.offset + k),
-                    contribution: w[0],
+                    contribution,
                 };
                 self.defer(at, e);
-                sum.dedup();
             }
-            *y = self.intern(sum)?;
+            *y = sum;
         }
         Ok(())
     }
@@ -733,7 +739,7 @@ impl<'a> Execution<'a> {
                     .resolve(rank, Buffer::Output, chunk)
                     .expect("inside extent");
                 let id = self.mem[self.region_base[rank][region.index()] + idx];
-                let actual = self.contents.get(id as usize).map(|c| &c[..]);
+                let actual = self.contents.get(id);
                 if let Some(problem) = compare(actual, &expected) {
                     return Err(VerifyError::Postcondition {
                         mode: self.mode,
@@ -756,33 +762,35 @@ fn describe(c: &[Contribution]) -> String {
     format!("{{{}}}", items.join(" "))
 }
 
-/// Compares a final slot with the expected multiset (both sorted); None if equal.
-fn compare(actual: Option<&[Contribution]>, expected: &[Contribution]) -> Option<String> {
+/// Compares a final slot (packed) with the expected set (both sorted); None if equal.
+fn compare(actual: Option<&[u64]>, expected: &[Contribution]) -> Option<String> {
     let Some(actual) = actual else {
         return Some(format!("never written (expected {})", describe(expected)));
     };
-    if actual == expected {
+    if actual.len() == expected.len()
+        && actual
+            .iter()
+            .zip(expected)
+            .all(|(&a, &e)| pack(e) == Some(a))
+    {
         return None;
     }
-    let count = |set: &[Contribution], c: &Contribution| set.iter().filter(|x| *x == c).count();
-    if let Some(c) = actual.iter().find(|c| count(actual, c) > 1) {
-        return Some(format!(
-            "double-counted contribution {c} (has {})",
-            describe(actual)
-        ));
-    }
-    if let Some(c) = expected.iter().find(|c| count(actual, c) == 0) {
+    let actual: Vec<Contribution> = actual.iter().map(|&x| unpack(x)).collect();
+    if let Some(c) = expected.iter().find(|c| !actual.contains(c)) {
         return Some(format!(
             "missing contribution {c} (has {})",
-            describe(actual)
+            describe(&actual)
         ));
     }
-    let extra = actual
-        .iter()
-        .find(|c| count(expected, c) == 0)
-        .expect("differs");
-    Some(format!(
-        "unexpected contribution {extra} (has {})",
-        describe(actual)
-    ))
+    Some(match actual.iter().find(|c| !expected.contains(c)) {
+        Some(extra) => format!(
+            "unexpected contribution {extra} (has {})",
+            describe(&actual)
+        ),
+        None => format!(
+            "expected {} (has {})",
+            describe(expected),
+            describe(&actual)
+        ),
+    })
 }

@@ -9,6 +9,7 @@
 //! rank's memory. The collective's postcondition is checked for each mode the program declares
 //! (in place and/or out of place).
 
+mod contents;
 mod execution;
 mod races;
 

@@ -68,11 +68,12 @@ impl LowerArgs {
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
 /// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and what `use_program` made of
-/// the out-of-place program. Nothing is written unless both programs can be expressed. At
-/// most two programs are held (a 1024-rank program takes hundreds of megabytes): the
-/// out-of-place one is lowered, verified and streamed to a temporary file, then handed to
-/// `use_program` (the main command simulates it) while, in parallel, the in-place one is
-/// lowered, verified and streamed; the files get their names once both exist.
+/// the out-of-place program. Nothing is written unless both programs can be expressed. The
+/// two programs are lowered, verified and streamed to temporary files in parallel (one
+/// core each: lowering and verifying are sequential passes), the in-place one is dropped,
+/// and the out-of-place one is handed to `use_program` (the main command simulates it, in
+/// parallel over sizes); the files get their names once both exist. At most two programs
+/// are held at a time (a 1024-rank program takes hundreds of megabytes).
 pub fn write_xml<T: Send>(
     algorithm: &Algorithm,
     dir: &Path,
@@ -82,17 +83,20 @@ pub fn write_xml<T: Send>(
 ) -> Result<(Vec<String>, T)> {
     let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
     let result = (|| {
-        let outofplace = lower_and_write(algorithm, dir, args, progress, false)?;
-        written.push((outofplace.partial.clone(), outofplace.path.clone()));
-        let (used, inplace) = rayon::join(
-            || use_program(&outofplace.program),
+        let (outofplace, inplace) = rayon::join(
+            || lower_and_write(algorithm, dir, args, progress, false),
             || lower_and_write(algorithm, dir, args, progress, true).map(|w| (w.partial, w.path)),
         );
+        // Whatever was written is removed again if the other mode fails.
+        let files = outofplace
+            .as_ref()
+            .ok()
+            .map(|w| (w.partial.clone(), w.path.clone()));
+        written.extend(files);
+        written.extend(inplace.as_ref().ok().cloned());
+        let (outofplace, _) = (outofplace?, inplace?);
+        let used = use_program(&outofplace.program)?;
         drop(outofplace);
-        if let Ok(files) = &inplace {
-            written.push(files.clone());
-        }
-        let (used, _) = (used?, inplace?);
         for (partial, path) in &written {
             std::fs::rename(partial, path)
                 .with_context(|| format!("{}: cannot write", path.display()))?;

@@ -161,7 +161,12 @@ fn validate_synth(path: &str, a: &Algorithm) -> Result<()> {
         bail!("{path}: collective.chunks: more than {MAX_FILE_PIECES} chunks");
     }
     for (i, chunk) in c.chunks.iter().enumerate() {
-        if let Some(r) = chunk.pre.iter().chain(&chunk.post).find(|&&r| r >= c.ranks) {
+        if let Some(r) = chunk
+            .pre
+            .iter()
+            .chain(chunk.post.iter())
+            .find(|&&r| r >= c.ranks)
+        {
             bail!(
                 "{path}: collective.chunks[{i}]: rank {r} out of range (ranks = {})",
                 c.ranks
@@ -309,7 +314,7 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         for k in 0..c {
             pieces.push(Chunk {
                 pre: pre.clone(),
-                post: post.clone(),
+                post: post.clone().into(),
                 address: addr * c + k,
             });
         }
@@ -398,7 +403,7 @@ fn match_named(n: usize, c: usize, pieces: &[Chunk]) -> Option<Collective> {
         let mut k: Vec<(usize, Vec<usize>, Vec<usize>)> = chunks
             .iter()
             .map(|ch| {
-                let (mut pre, mut post) = (ch.pre.clone(), ch.post.clone());
+                let (mut pre, mut post) = (ch.pre.clone(), ch.post.to_vec());
                 pre.sort_unstable();
                 post.sort_unstable();
                 (ch.address, pre, post)
@@ -409,7 +414,7 @@ fn match_named(n: usize, c: usize, pieces: &[Chunk]) -> Option<Collective> {
     };
     let wanted = key(pieces);
     let first = &pieces[0];
-    let mut roots: Vec<usize> = first.pre.iter().chain(&first.post).copied().collect();
+    let mut roots: Vec<usize> = first.pre.iter().chain(first.post.iter()).copied().collect();
     roots.sort_unstable();
     roots.dedup();
     for (kind, _) in Kind::NAMED {
@@ -537,7 +542,7 @@ mod tests {
         let pieces: Vec<Chunk> = (0..n * n)
             .map(|c| Chunk {
                 pre: vec![c % n],
-                post: vec![c / n],
+                post: vec![c / n].into(),
                 address: c,
             })
             .collect();

@@ -150,11 +150,13 @@ impl Algorithm {
         // millions of pairs).
         let addresses = (chunks.iter().map(|c| c.address))
             .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| x.chunk)));
-        let ranks = (chunks.iter().flat_map(|c| c.pre.iter().chain(&c.post)))
-            .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.dst)))
-            .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.src)))
-            .max()
-            .map_or(0, |&r| r + 1);
+        let ranks = (chunks
+            .iter()
+            .flat_map(|c| c.pre.iter().chain(c.post.iter())))
+        .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.dst)))
+        .chain(steps.iter().flat_map(|s| s.sends.iter().map(|x| &x.src)))
+        .max()
+        .map_or(0, |&r| r + 1);
         let empty = PairSet::new(addresses, ranks);
         let at =
             |set: &PairSet, x: &Send| set.position(x.chunk, x.dst).expect("every pair is known");
@@ -178,7 +180,7 @@ impl Algorithm {
         // (address, rank) pairs that must hold the address after the current step.
         let mut live = empty;
         for c in chunks {
-            for &r in &c.post {
+            for &r in c.post.iter() {
                 live.insert(c.address, r);
             }
         }

@@ -33,7 +33,7 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
     let dist = topology.distances();
     let mut bound = 0;
     for chunk in &coll.chunks {
-        for &r in &chunk.post {
+        for &r in chunk.post.iter() {
             let nearest = chunk.pre.iter().filter_map(|&p| dist[p][r]).min();
             match nearest {
                 Some(d) => bound = bound.max(d),

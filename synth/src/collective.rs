@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// The collectives synth knows by name, plus user-defined ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -124,14 +125,19 @@ impl FromStr for Kind {
 pub struct Chunk {
     /// Ranks holding the chunk at the start.
     pub pre: Vec<usize>,
-    /// Ranks that must hold it (fully reduced, for combining chunks) at the end.
-    pub post: Vec<usize>,
+    /// Ranks that must hold it (fully reduced, for combining chunks) at the end; shared
+    /// (an allreduce on 1024 ranks has four million chunks, each to end on every rank).
+    pub post: Arc<[usize]>,
     /// Buffer address; chunks sharing one are reduced together.
     pub address: usize,
 }
 
 /// A collective over `ranks` ranks, already split into `chunks_per_rank` pieces (C).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Written to JSON without its chunks unless it is custom (a named collective's follow from
+/// its kind, ranks, root and C; a 1024-rank allreduce's lists would take gigabytes); read
+/// back, a named collective without chunks is rebuilt, one with chunks kept as written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "CollectiveFile")]
 pub struct Collective {
     /// Which collective this is.
     pub kind: Kind,
@@ -143,6 +149,75 @@ pub struct Collective {
     pub chunks_per_rank: usize,
     /// The chunks; for non-combining collectives address `i` belongs to chunk `i`.
     pub chunks: Vec<Chunk>,
+}
+
+/// The JSON form of a [`Collective`]: its chunks only when custom (or when an older file
+/// lists them).
+#[derive(Serialize, Deserialize)]
+struct CollectiveFile {
+    kind: Kind,
+    ranks: usize,
+    root: usize,
+    chunks_per_rank: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chunks: Option<Vec<Chunk>>,
+}
+
+impl Serialize for Collective {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        CollectiveFile {
+            kind: self.kind,
+            ranks: self.ranks,
+            root: self.root,
+            chunks_per_rank: self.chunks_per_rank,
+            chunks: (self.kind == Kind::Custom).then(|| self.chunks.clone()),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl TryFrom<CollectiveFile> for Collective {
+    type Error = String;
+
+    fn try_from(file: CollectiveFile) -> Result<Collective, String> {
+        let chunks = match file.chunks {
+            Some(chunks) => chunks,
+            None if file.kind == Kind::Custom => {
+                return Err("a custom collective lists its chunks".into())
+            }
+            None => {
+                // Bounded before anything is allocated (a file may claim any size).
+                let (max_c, max_pieces) = (
+                    crate::algo_file::MAX_FILE_CHUNKS,
+                    crate::algo_file::MAX_FILE_PIECES,
+                );
+                if file.chunks_per_rank == 0 || file.chunks_per_rank > max_c {
+                    return Err(format!(
+                        "chunks_per_rank: {} is not in 1..={max_c}",
+                        file.chunks_per_rank
+                    ));
+                }
+                crate::topology::check_size(file.ranks, 0).map_err(|e| format!("ranks: {e:#}"))?;
+                let pieces = file
+                    .ranks
+                    .saturating_mul(file.ranks)
+                    .saturating_mul(file.chunks_per_rank);
+                if pieces > max_pieces {
+                    return Err(format!("more than {max_pieces} chunks"));
+                }
+                Collective::new(file.kind, file.ranks, file.root, file.chunks_per_rank)
+                    .map_err(|e| format!("{e:#}"))?
+                    .chunks
+            }
+        };
+        Ok(Collective {
+            kind: file.kind,
+            ranks: file.ranks,
+            root: file.root,
+            chunks_per_rank: file.chunks_per_rank,
+            chunks,
+        })
+    }
 }
 
 impl Collective {
@@ -161,9 +236,10 @@ impl Collective {
                 ranks - 1
             );
         }
-        let all: Vec<usize> = (0..ranks).collect();
+        let all: Arc<[usize]> = (0..ranks).collect();
+        let one = |r: usize| -> Arc<[usize]> { Arc::from([r]) };
         let mut chunks = Vec::new();
-        let mut push = |pre: Vec<usize>, post: Vec<usize>, address: usize| {
+        let mut push = |pre: Vec<usize>, post: Arc<[usize]>, address: usize| {
             chunks.push(Chunk { pre, post, address })
         };
         match kind {
@@ -171,7 +247,7 @@ impl Collective {
                 for r in 0..ranks {
                     for k in 0..c {
                         let post = if kind == Kind::Gather {
-                            vec![root]
+                            one(root)
                         } else {
                             all.clone()
                         };
@@ -182,14 +258,13 @@ impl Collective {
             Kind::Broadcast => (0..c).for_each(|k| push(vec![root], all.clone(), k)),
             Kind::Scatter => {
                 for r in 0..ranks {
-                    (0..c).for_each(|k| push(vec![root], vec![r], r * c + k));
+                    (0..c).for_each(|k| push(vec![root], one(r), r * c + k));
                 }
             }
             Kind::AllToAll => {
                 for dst in 0..ranks {
                     for src in 0..ranks {
-                        (0..c)
-                            .for_each(|k| push(vec![src], vec![dst], (dst * ranks + src) * c + k));
+                        (0..c).for_each(|k| push(vec![src], one(dst), (dst * ranks + src) * c + k));
                     }
                 }
             }
@@ -199,7 +274,7 @@ impl Collective {
                         let post = if kind == Kind::AllReduce {
                             all.clone()
                         } else {
-                            vec![owner]
+                            one(owner)
                         };
                         for contributor in 0..ranks {
                             push(vec![contributor], post.clone(), owner * c + k);
@@ -210,7 +285,7 @@ impl Collective {
             Kind::Reduce => {
                 for k in 0..c {
                     for contributor in 0..ranks {
-                        push(vec![contributor], vec![root], k);
+                        push(vec![contributor], one(root), k);
                     }
                 }
             }
@@ -286,7 +361,7 @@ impl Collective {
             for k in 0..c {
                 chunks.push(Chunk {
                     pre: fc.pre.clone(),
-                    post: fc.post.clone(),
+                    post: fc.post.clone().into(),
                     address: address * c + k,
                 });
             }
@@ -438,8 +513,8 @@ impl Collective {
             contributors.sort_unstable();
             contributors.dedup();
             chunks.push(Chunk {
-                pre: post.clone(),
-                post: contributors,
+                pre: post.to_vec(),
+                post: contributors.into(),
                 address,
             });
         }

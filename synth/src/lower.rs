@@ -224,7 +224,7 @@ impl Posts {
                 by_address
                     .iter()
                     .map(|(&a, members)| {
-                        let mut list = post(members).clone();
+                        let mut list = post(members).to_vec();
                         list.sort_unstable();
                         (a, list)
                     })
@@ -596,7 +596,7 @@ fn custom_conditions(
             }
         }
         let sum: Vec<Contribution> = members.iter().map(|&m| value(m)).collect();
-        for &r in &coll.chunks[members[0]].post {
+        for &r in coll.chunks[members[0]].post.iter() {
             post.push(Requirement {
                 rank: r,
                 chunk: address,
@@ -765,7 +765,7 @@ fn stage_overwritten_inputs(
 ) {
     let mut landing: FxHashMap<(usize, Slot), usize> = FxHashMap::default();
     for chunk in &coll.chunks {
-        for &r in &chunk.post {
+        for &r in chunk.post.iter() {
             landing.insert((r, layout.output(chunk.address)), chunk.address);
         }
     }

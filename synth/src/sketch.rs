@@ -573,7 +573,7 @@ impl Routing {
         for c in 0..coll.chunks.len() {
             let links = self.chunk_links(topology, coll, c);
             let dist = Routing::hops(topology, coll, c, &links);
-            for &r in &coll.chunks[c].post {
+            for &r in coll.chunks[c].post.iter() {
                 match dist[r] {
                     Some(d) => most = most.max(d),
                     None => bail!(

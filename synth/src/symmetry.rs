@@ -94,7 +94,7 @@ impl Group {
         let mut unique = true;
         for (i, ch) in coll.chunks.iter().enumerate() {
             unique &= chunk_index
-                .insert(chunk_key(ch.pre.clone(), ch.post.clone(), ch.address), i)
+                .insert(chunk_key(ch.pre.clone(), ch.post.to_vec(), ch.address), i)
                 .is_none();
         }
         let mut group = Group {

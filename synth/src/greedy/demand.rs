@@ -87,7 +87,7 @@ impl Demand {
         let mut unsatisfied = 0;
         start.push(0u32);
         for chunk in &coll.chunks {
-            let mut post = chunk.post.clone();
+            let mut post = chunk.post.to_vec();
             post.sort_unstable();
             post.dedup();
             for &w in &post {

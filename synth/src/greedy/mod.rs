@@ -568,12 +568,12 @@ mod tests {
             chunks: vec![
                 Chunk {
                     pre: vec![0, 2],
-                    post: vec![1, 3],
+                    post: vec![1, 3].into(),
                     address: 0,
                 },
                 Chunk {
                     pre: vec![3],
-                    post: vec![0],
+                    post: vec![0].into(),
                     address: 1,
                 },
             ],

@@ -356,7 +356,7 @@ pub fn time_lower_bound(
                 break;
             }
         }
-        for &r in &coll.chunks[c].post {
+        for &r in coll.chunks[c].post.iter() {
             if dist[r].is_finite() {
                 latency = latency.max(dist[r]);
             }

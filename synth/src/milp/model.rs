@@ -564,8 +564,11 @@ fn hops_to_need(
 
 /// Removes sends to ranks that neither need the chunk nor forward it later.
 fn prune_useless(coll: &Collective, sends: &mut [Vec<Send>]) {
-    let need: HashMap<usize, &Vec<usize>> =
-        coll.chunks.iter().map(|c| (c.address, &c.post)).collect();
+    let need: HashMap<usize, &[usize]> = coll
+        .chunks
+        .iter()
+        .map(|c| (c.address, &c.post[..]))
+        .collect();
     loop {
         let mut removed = false;
         for s in 0..sends.len() {

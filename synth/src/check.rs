@@ -5,7 +5,6 @@ use crate::algorithm::Algorithm;
 use crate::pair_set::PairSet;
 use crate::topology::Topology;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 use thiserror::Error;
 
@@ -328,15 +327,7 @@ pub fn check_before(
             return Err(CheckError::TimeLimit);
         }
         let width = members.len();
-        let mut posts: Vec<&Arc<[usize]>> = Vec::new();
-        for &m in members {
-            let post = &coll.chunks[m].post;
-            if posts.iter().any(|p| Arc::ptr_eq(p, post) || p == &post) {
-                continue;
-            }
-            posts.push(post);
-        }
-        for &r in posts.iter().flat_map(|p| p.iter()) {
+        for &r in coll.distinct_posts(members).iter().flat_map(|p| p.iter()) {
             let problem = |problem: String| CheckError::Postcondition {
                 chunk: address,
                 rank: r,

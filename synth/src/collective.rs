@@ -468,6 +468,20 @@ impl Collective {
         self.by_address().values().any(|v| v.len() > 1)
     }
 
+    /// The distinct postconditions among `members` (chunks of one address): an allreduce's
+    /// thousand chunks per address share one, so a pass over (address, rank) pairs goes
+    /// over each pair once instead of once per chunk.
+    pub fn distinct_posts(&self, members: &[usize]) -> Vec<&Arc<[usize]>> {
+        let mut posts: Vec<&Arc<[usize]>> = Vec::new();
+        for &m in members {
+            let post = &self.chunks[m].post;
+            if !posts.iter().any(|p| Arc::ptr_eq(p, post) || *p == post) {
+                posts.push(post);
+            }
+        }
+        posts
+    }
+
     /// Chunk indices grouped by address.
     pub fn by_address(&self) -> BTreeMap<usize, Vec<usize>> {
         let mut map: BTreeMap<usize, Vec<usize>> = BTreeMap::new();

@@ -764,9 +764,9 @@ fn stage_overwritten_inputs(
     location: &mut FxHashMap<(usize, usize), Slot>,
 ) {
     let mut landing: FxHashMap<(usize, Slot), usize> = FxHashMap::default();
-    for chunk in &coll.chunks {
-        for &r in chunk.post.iter() {
-            landing.insert((r, layout.output(chunk.address)), chunk.address);
+    for (&address, members) in &coll.by_address() {
+        for &r in coll.distinct_posts(members).iter().flat_map(|p| p.iter()) {
+            landing.insert((r, layout.output(address)), address);
         }
     }
     for chunk in &coll.chunks {

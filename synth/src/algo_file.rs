@@ -393,6 +393,7 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         piece_channels: None,
         step_groups: None,
         message_chunks: None,
+        serial_links: false,
     };
     Ok((algorithm, topology))
 }

@@ -60,6 +60,13 @@ pub struct Algorithm {
     /// runtimes run at most 64 per threadblock). `None`: one chunk per message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_chunks: Option<Vec<usize>>,
+    /// Each link's transfers run one at a time in step order, also where a connection
+    /// carries more than one threadblock's 64 steps: the lowering then makes the first
+    /// transfer of each further channel wait for the last one of the channel before (else
+    /// those channels run side by side and share the link). Set by schedules timed for links
+    /// that carry one transfer at a time ([`crate::trees::retime`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub serial_links: bool,
 }
 
 impl Algorithm {
@@ -133,6 +140,7 @@ impl Algorithm {
                 .message_chunks
                 .as_ref()
                 .map(|m| m.iter().rev().copied().collect()),
+            serial_links: self.serial_links,
         }
     }
 
@@ -250,6 +258,7 @@ impl Algorithm {
                 .message_chunks
                 .as_ref()
                 .map(|m| m.iter().map(|&x| x * k).collect()),
+            serial_links: self.serial_links,
         }
     }
 
@@ -301,7 +310,8 @@ pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std:
         .collect();
     for (a, shared) in algorithms.iter_mut().zip(shared) {
         if shared {
-            a.name = format!("{}-{:06x}", a.name, content_hash(a) & 0xff_ffff);
+            let hash = format!("-{:06x}", content_hash(a) & 0xff_ffff);
+            a.name = format!("{}{hash}", shortened(&a.name, MAX_NAME - hash.len()));
         }
     }
     for i in 1..algorithms.len() {
@@ -314,6 +324,27 @@ pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std:
             algorithms[i].name = format!("{base}-{k}");
         }
     }
+}
+
+/// Longest algorithm name whose in-place program (`NAME-inplace`) the runtimes still take
+/// (their name field holds 63 characters).
+pub const MAX_NAME: usize = runtime::xml::MAX_NAME - "-inplace".len();
+
+/// `name` cut to at most `most` characters by dropping the end of its engine tag (what
+/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay.
+fn shortened(name: &str, most: usize) -> String {
+    if name.len() <= most {
+        return name.to_string();
+    }
+    let marker = name
+        .match_indices("-s")
+        .filter(|(i, _)| name[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
+        .last()
+        .map_or(name.len(), |(i, _)| i);
+    let excess = name.len() - most;
+    let cut = marker.saturating_sub(excess);
+    let joined = format!("{}{}", &name[..cut], &name[marker..]);
+    joined.chars().take(most).collect()
 }
 
 /// FNV-1a hash of an algorithm's collective and steps (not its name): equal for equal
@@ -362,6 +393,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: Some(vec![2, 1]),
+            serial_links: false,
         };
         let reduce = Collective::new(Kind::Reduce, 3, 0, 2).unwrap();
         assert_eq!(a.reversed(reduce, true).message_chunks, Some(vec![1, 2]));
@@ -369,6 +401,7 @@ mod tests {
         assert_eq!(a.refined(6).message_chunks, Some(vec![6, 3]));
         let plain = Algorithm {
             message_chunks: None,
+            serial_links: false,
             ..a
         };
         assert_eq!(plain.message_chunks_or_one(), vec![1, 1]);
@@ -408,6 +441,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         };
         let pruned = a.without_dead_sends();
         let kept: Vec<Vec<Send>> = pruned.steps.iter().map(|s| s.sends.clone()).collect();

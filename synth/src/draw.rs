@@ -441,6 +441,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         }
     }
 

@@ -92,6 +92,9 @@ struct RankCode {
     scratch: usize,
     /// Scratch of addresses kept in blocks: the first slot of each block of addresses.
     blocks: FxHashMap<usize, usize>,
+    /// Sending threadblocks whose first step waits for the last step of another
+    /// ([`Algorithm::serial_links`]: a connection's further channels, in turn).
+    after: FxHashMap<TbKey, TbKey>,
 }
 
 impl RankCode {
@@ -533,6 +536,13 @@ fn lower_grouped(
                     .ops
                     .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
                 let send_key = TbKey::Send { peer: v, channel };
+                if algorithm.serial_links && channel >= base_channels {
+                    let before = TbKey::Send {
+                        peer: v,
+                        channel: channel - base_channels,
+                    };
+                    code[u].after.entry(send_key).or_insert(before);
+                }
                 code[u]
                     .ops
                     .extend(send_ops.into_iter().map(|s| (send_key, s)));
@@ -861,6 +871,7 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
     let mut readers: FxHashMap<Slot, Vec<Dep>> = FxHashMap::default();
     let (mut uses_input, mut uses_output) = (false, false);
     let mut deps: Vec<Dep> = Vec::new();
+    let after = std::mem::take(&mut rc.after);
     for (key, mut step) in rc.ops {
         let tb = tb_of[&key];
         let here = Dep {
@@ -896,6 +907,15 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             deps.extend(readers.get(slot).into_iter().flatten());
         }
         // The latest step per other threadblock, in threadblock order.
+        if threadblocks[tb].steps.is_empty() {
+            if let Some(before) = after.get(&key) {
+                let b = tb_of[before];
+                deps.push(Dep {
+                    tb: b,
+                    step: threadblocks[b].steps.len() - 1,
+                });
+            }
+        }
         deps.retain(|d| d.tb != tb);
         deps.sort_by_key(|d| (d.tb, std::cmp::Reverse(d.step)));
         deps.dedup_by_key(|d| d.tb);
@@ -939,6 +959,7 @@ mod tests {
             piece_channels: None,
             step_groups,
             message_chunks: None,
+            serial_links: false,
         }
     }
 
@@ -961,6 +982,37 @@ mod tests {
         assert_eq!(channel(&program, 2, 1, false), 1);
         let (program, _) = lower_to_xml(&chain(None), &LowerOptions::default()).unwrap();
         assert_eq!(channel(&program, 1, 2, true), 0);
+    }
+
+    #[test]
+    fn serial_links_chain_the_channels_a_connection_overflows_into() {
+        // Four chunks over 0 → 1, two transfers per channel: channel 1 takes the last two.
+        let mut a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], None);
+        let options = LowerOptions {
+            max_transfers: 2,
+            ..LowerOptions::default()
+        };
+        // The first send of channel 1 waits for the last of channel 0 where links are serial.
+        let first_deps = |a: &Algorithm| {
+            let program = lower(a, &options).unwrap();
+            let gpu = &program.gpus[0];
+            let tb = |channel: usize| {
+                gpu.threadblocks
+                    .iter()
+                    .position(|t| t.send == Some(1) && t.channel == channel)
+                    .unwrap()
+            };
+            let (before, after) = (tb(0), tb(1));
+            assert_eq!(gpu.threadblocks[before].steps.len(), 2);
+            gpu.threadblocks[after].steps[0]
+                .deps
+                .iter()
+                .any(|d| d.tb == before && d.step == 1)
+        };
+        assert!(!first_deps(&a));
+        a.serial_links = true;
+        assert!(first_deps(&a));
+        runtime::verify::verify(&lower(&a, &options).unwrap()).unwrap();
     }
 
     #[test]
@@ -993,6 +1045,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: counts,
+            serial_links: false,
         }
     }
 

@@ -289,6 +289,7 @@ impl<'a> Plan<'a> {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         };
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
@@ -651,7 +652,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
                         continue;
                     }
-                    if past_the_channels(x, y) {
+                    if past_the_channels(x, y) || unfit_serial_pair(x, y) {
                         continue;
                     }
                     let composed = compose(x, y, req.topology, req.limits.deadline)?;
@@ -794,6 +795,7 @@ fn compose(
         piece_channels,
         step_groups: None,
         message_chunks,
+        serial_links: x.serial_links || y.serial_links,
     };
     // Where a half is laid out in step groups, each half keeps its groups and the phases get
     // channels of their own, so the allgather of one slice overlaps the reduce-scatter of
@@ -865,6 +867,29 @@ fn past_the_channels(x: &Algorithm, y: &Algorithm) -> bool {
     per_link
         .values()
         .any(|&n| n > crate::lower::MAX_LINK_TRANSFERS)
+}
+
+/// Whether halves `x` and `y` pair badly as an allreduce because of a half timed for serial
+/// links ([`Algorithm::serial_links`]): paired with a half that is not, or at another piece
+/// count (refined, its timing is lost), or with more than half of
+/// [`crate::lower::MAX_LINK_TRANSFERS`] on a link together: a reduction's receive carries
+/// dependencies that the runtime holds as nop steps, so the threadblocks fill before their
+/// 64 steps hold 64 transfers (`mi250-16x2`: 1920 transfers on a 4-link connection, 60
+/// pieces per half, did not lower; 960, 30 pieces, did).
+fn unfit_serial_pair(x: &Algorithm, y: &Algorithm) -> bool {
+    if !x.serial_links && !y.serial_links {
+        return false;
+    }
+    if x.serial_links != y.serial_links || x.chunks() != y.chunks() {
+        return true;
+    }
+    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
+    for s in [x, y].iter().flat_map(|a| &a.steps).flat_map(|s| &s.sends) {
+        *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
+    }
+    per_link
+        .values()
+        .any(|&n| n > crate::lower::MAX_LINK_TRANSFERS / 2)
 }
 
 fn num_integer_lcm(a: usize, b: usize) -> usize {

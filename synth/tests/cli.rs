@@ -1059,6 +1059,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         }
     };
     let mut found = vec![schedule(1), schedule(2)];
@@ -1082,6 +1083,24 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
     let mut copies = vec![schedule(1), schedule(1)];
     name_uniquely(&mut copies, None);
     assert_ne!(copies[0].name, copies[1].name);
+    // A long name gives up the end of its engine tag for the hash, so that its in-place
+    // program's name stays within the runtimes' 63 characters.
+    let long = |first: usize| Algorithm {
+        name: "allgather-het4-rail-srings-and-more-words-here-s2-r2-c1-g4".into(),
+        ..schedule(first)
+    };
+    let mut long = vec![long(1), long(2)];
+    name_uniquely(&mut long, None);
+    assert_ne!(long[0].name, long[1].name);
+    for a in &long {
+        assert_eq!(a.name.len(), synth::algorithm::MAX_NAME, "{}", a.name);
+        assert!(
+            a.name.starts_with("allgather-het4-rail-srings-"),
+            "{}",
+            a.name
+        );
+        assert!(a.name.contains("-s2-r2-c1-g4-"), "{}", a.name);
+    }
 }
 
 #[test]

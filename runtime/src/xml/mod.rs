@@ -11,7 +11,7 @@ pub use lexer::{parse_document, parse_streaming, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
 pub use writer::{
     legacy_max_bytes, writable, write, write_to, Limits, WriteError, LEGACY_MIN_COVERED_BYTES,
-    LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES,
+    LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES, MAX_NAME,
 };
 
 use crate::ir::{Op, Program, Step};

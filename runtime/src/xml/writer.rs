@@ -125,8 +125,8 @@ const MAX_COUNT: usize = 71;
 const MAX_OFFSET: usize = 32767;
 /// `depid` is int8.
 const MAX_DEPID: usize = 127;
-/// Legacy copies at most 63 characters of `name`.
-const MAX_NAME: usize = 63;
+/// Most characters of a program name (legacy copies at most 63 characters of `name`).
+pub const MAX_NAME: usize = 63;
 
 /// Writes a program as MSCCL XML in a flavour. Nops in the program are folded first.
 pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {

@@ -824,6 +824,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -73,6 +73,7 @@ pub fn algorithm<'s>(
         piece_channels: None,
         step_groups: None,
         message_chunks: None,
+        serial_links: false,
     }
 }
 

@@ -651,5 +651,6 @@ pub fn build_algorithm(
         piece_channels: None,
         step_groups: None,
         message_chunks: None,
+        serial_links: false,
     })
 }

@@ -511,6 +511,7 @@ impl Encoding {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod arborescence;
 pub mod bucket;
 pub mod packing;
 pub mod rails;
+pub mod retime;
 pub mod rings;
 pub mod schedule;
 pub mod shallow;
@@ -244,7 +245,7 @@ fn expressible_chunks(topology: &Topology) -> usize {
 }
 
 /// The message size (bytes) the chunk count is tuned for: the main command's headline size.
-const REFERENCE_BYTES: u64 = 1 << 30;
+pub(crate) const REFERENCE_BYTES: u64 = 1 << 30;
 
 /// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
 /// and [`REFERENCE_BYTES`]: an allgather buffer holds every root's pieces, a broadcast

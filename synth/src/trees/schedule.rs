@@ -565,6 +565,7 @@ pub(crate) fn finish(
         piece_channels: None,
         step_groups: None,
         message_chunks: None,
+        serial_links: false,
     })
 }
 
@@ -916,6 +917,7 @@ mod tests {
             piece_channels: None,
             step_groups: None,
             message_chunks: None,
+            serial_links: false,
         };
         assert_eq!(fit_groups(&a, vec![0, 1]), None);
         // With the second step inside each 8-GPU node, 62 + 14 threadblocks fit.

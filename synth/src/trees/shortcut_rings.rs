@@ -1170,10 +1170,16 @@ mod tests {
             let found = found.unwrap().into_iter();
             found
                 .filter(|a| a.name.contains(RELAYED))
-                .collect::<Vec<_>>()
+                .partition::<Vec<_>, _>(|a| !a.name.contains("-lst-"))
         };
-        assert!(with(true).is_empty(), "no relays in a dual");
-        let relayed = with(false);
+        // A dual gets the retimed relays only (10 and 5 waves), an allgather both kinds.
+        let (plain, retimed) = with(true);
+        assert!(plain.is_empty(), "no plain relays in a dual");
+        let chunks: Vec<usize> = retimed.iter().map(|a| a.chunks()).collect();
+        assert_eq!(chunks, vec![60, 30]);
+        let (relayed, retimed) = with(false);
+        assert!(retimed.iter().all(|a| a.serial_links) && retimed.len() == 2);
+        check(&retimed[0], &t).unwrap();
         // The fewest waves (3, an allreduce's pair for the reduce-scatter of 18 pieces) and
         // the fewest within 0.5% of the optimum: 5 (3 and 4 reach 99.15% and 99.45%).
         let chunks: Vec<usize> = relayed.iter().map(|a| a.chunks()).collect();

@@ -383,10 +383,15 @@ impl Engine for TreeEngine {
         if coll.kind == Kind::AllGather && shortcut_rings::applies(problem.topology, problem.index)
         {
             problem.progress.message("rings with shortcut last hops");
+            let retimed_pieces = if limits.max_chunks_given {
+                limits.max_chunks
+            } else {
+                shortcut_rings::RETIMED_PIECES
+            };
             match shortcut_rings::shortcut_rings(
                 problem.topology,
                 problem.index,
-                limits.max_chunks,
+                (limits.max_chunks, retimed_pieces),
                 result.optimum_gbps,
                 self.for_dual,
                 limits.deadline,

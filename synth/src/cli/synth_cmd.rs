@@ -242,6 +242,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     // Each algorithm is lowered, verified, written and (when the run compares with NCCL)
     // simulated before the next, so one program is held at a time.
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
+    let mut unexpressed: Option<String> = None;
     let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
         .iter()
@@ -260,12 +261,21 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 // JSON is kept and the reason printed.
                 Err(e) if unexpressible(&e) => {
                     eprintln!("warning: {}: no XML written: {e:#}", a.name);
+                    unexpressed.get_or_insert_with(|| format!("{e:#}"));
                     Ok((Vec::new(), None))
                 }
                 Err(e) => Err(e),
             }
         })
         .collect::<Result<_>>()?;
+    // Checked algorithms that no runtime can load are not a result.
+    if let Some(reason) = unexpressed.filter(|_| lowered.iter().all(|(p, _)| p.is_empty())) {
+        bail!(
+            "none of the {} algorithms can be expressed for the runtimes (their JSON is in {}): {reason}",
+            synthesis.algorithms.len(),
+            args.out.display()
+        );
+    }
     if synthesis.algorithms[0].collective.kind == Kind::Custom {
         eprintln!("{CUSTOM_XML_NOTE}");
     }

@@ -9,8 +9,12 @@
 //! brought its piece to its sender stays its only predecessor), and the order on each link
 //! is chosen by simulating the fabric: at every moment a free link starts, of the sends
 //! whose piece has arrived, the one with the longest remaining path in time (its own
-//! transfer and everything that forwards it after), as list schedulers do. The new steps
-//! follow the start times, so each link's sends run in that order.
+//! transfer and everything that forwards it after), as list schedulers do; the shortest of
+//! that and a few runs with randomized priorities is kept. The new steps follow the start
+//! times, so each link's sends run in that order, and the schedule is marked
+//! [`Algorithm::serial_links`] so that the lowering keeps each link to one transfer at a
+//! time. The simulator then reproduces the list schedule's length exactly where a piece
+//! fits one runtime slice.
 
 use super::schedule::{finish, plain_step};
 use crate::algorithm::{Algorithm, Send, Step};
@@ -42,8 +46,10 @@ struct Task {
 }
 
 /// `algorithm` (non-combining, every piece received at most once per rank, one chunk per
-/// message) with each link's sends reordered by list scheduling at `piece_bytes` per piece;
-/// `label` replaces the name's schedule mark. `None` when the algorithm does not qualify.
+/// message) with each link's sends reordered by list scheduling at `piece_bytes` per piece
+/// (the shortest of the plain list schedule and 20 with randomized priorities), and
+/// that schedule's length in µs; marked [`Algorithm::serial_links`]. `label` replaces the
+/// name's schedule mark. `None` when the algorithm does not qualify.
 pub fn retimed(
     algorithm: &Algorithm,
     topology: &Topology,

@@ -380,21 +380,13 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
         .as_ref()
         .map_or_else(|| "unknown".to_string(), |t| t.name.clone());
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let algorithm = Algorithm {
-        name: format!(
-            "{}-{}-s{}-r{rounds}-c{c}",
-            collective.kind,
-            sanitize(&topo_name),
-            steps.len()
-        ),
-        topology: topo_name,
-        collective,
-        steps,
-        piece_channels: None,
-        step_groups: None,
-        message_chunks: None,
-        serial_links: false,
-    };
+    let name = format!(
+        "{}-{}-s{}-r{rounds}-c{c}",
+        collective.kind,
+        sanitize(&topo_name),
+        steps.len()
+    );
+    let algorithm = Algorithm::plain(name, topo_name, collective, steps);
     Ok((algorithm, topology))
 }
 

@@ -70,6 +70,26 @@ pub struct Algorithm {
 }
 
 impl Algorithm {
+    /// The algorithm `name` of `steps` for `collective` on `topology`, with no lowering hints
+    /// (channels, step groups, messages and serial links left to the lowering's defaults).
+    pub fn plain(
+        name: impl Into<String>,
+        topology: impl Into<String>,
+        collective: Collective,
+        steps: Vec<Step>,
+    ) -> Algorithm {
+        Algorithm {
+            name: name.into(),
+            topology: topology.into(),
+            collective,
+            steps,
+            piece_channels: None,
+            step_groups: None,
+            message_chunks: None,
+            serial_links: false,
+        }
+    }
+
     /// Number of steps S.
     pub fn num_steps(&self) -> usize {
         self.steps.len()
@@ -417,11 +437,11 @@ mod tests {
             reduce: false,
             sends,
         };
-        let a = Algorithm {
-            name: "allgather-ring_4".into(),
-            topology: "ring:4".into(),
-            collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
-            steps: vec![
+        let a = Algorithm::plain(
+            "allgather-ring_4",
+            "ring:4",
+            Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
+            vec![
                 // The second copy of chunk 0 to rank 1 in one step, and chunk 1 to its own
                 // holder, are dead.
                 step(vec![
@@ -438,11 +458,7 @@ mod tests {
                     send(3, 3, 0),
                 ]),
             ],
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
-        };
+        );
         let pruned = a.without_dead_sends();
         let kept: Vec<Vec<Send>> = pruned.steps.iter().map(|s| s.sends.clone()).collect();
         assert_eq!(

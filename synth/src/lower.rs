@@ -914,7 +914,7 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         for slot in &writes {
             deps.extend(readers.get(slot).into_iter().flatten());
         }
-        // The latest step per other threadblock, in threadblock order.
+        // A further channel of a serial link starts after the channel before it.
         if threadblocks[tb].steps.is_empty() {
             if let Some(before) = after.get(&key) {
                 let b = tb_of[before];
@@ -924,6 +924,7 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
                 });
             }
         }
+        // The latest step per other threadblock, in threadblock order.
         deps.retain(|d| d.tb != tb);
         deps.sort_by_key(|d| (d.tb, std::cmp::Reverse(d.step)));
         deps.dedup_by_key(|d| d.tb);
@@ -960,14 +961,13 @@ mod tests {
             sends: vec![Send { chunk: 0, src, dst }],
         };
         Algorithm {
-            name: "broadcast-line_3".into(),
-            topology: "line:3".into(),
-            collective: Collective::new(Kind::Broadcast, 3, 0, 1).unwrap(),
-            steps: vec![step(0, 1), step(1, 2)],
-            piece_channels: None,
             step_groups,
-            message_chunks: None,
-            serial_links: false,
+            ..Algorithm::plain(
+                "broadcast-line_3",
+                "line:3",
+                Collective::new(Kind::Broadcast, 3, 0, 1).unwrap(),
+                vec![step(0, 1), step(1, 2)],
+            )
         }
     }
 
@@ -1035,11 +1035,11 @@ mod tests {
             reduce,
             sends,
         };
-        let a = Algorithm {
-            name: "allreduce-line_3".into(),
-            topology: "line:3".into(),
-            collective: Collective::new(Kind::AllReduce, 3, 0, 1).unwrap(),
-            steps: vec![
+        let a = Algorithm::plain(
+            "allreduce-line_3",
+            "line:3",
+            Collective::new(Kind::AllReduce, 3, 0, 1).unwrap(),
+            vec![
                 step(
                     true,
                     vec![send(2, 0, 1), send(0, 2, 1), send(1, 0, 1), send(1, 2, 1)],
@@ -1051,11 +1051,7 @@ mod tests {
                 ),
                 step(false, vec![send(2, 1, 0), send(0, 1, 2)]),
             ],
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
-        };
+        );
         let topology = crate::topology::load("line:3").unwrap();
         crate::check::check(&a, &topology).unwrap();
         let program = lower(&a, &LowerOptions::default()).unwrap();
@@ -1100,14 +1096,13 @@ mod tests {
                 .collect(),
         };
         Algorithm {
-            name: format!("{kind}-line_3"),
-            topology: "line:3".into(),
-            collective: Collective::new(kind, 3, root, 4).unwrap(),
-            steps: vec![step(0, 1), step(1, 2)],
-            piece_channels: None,
-            step_groups: None,
             message_chunks: counts,
-            serial_links: false,
+            ..Algorithm::plain(
+                format!("{kind}-line_3"),
+                "line:3",
+                Collective::new(kind, 3, root, 4).unwrap(),
+                vec![step(0, 1), step(1, 2)],
+            )
         }
     }
 

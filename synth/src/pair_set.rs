@@ -24,18 +24,8 @@ impl PairSet {
         PairSet { index, ranks, bits }
     }
 
-    /// Number of distinct addresses the set is over.
-    pub fn addresses(&self) -> usize {
-        self.index.len()
-    }
-
-    /// Dense index of `address` (`0..addresses()`), if known.
-    pub fn address_index(&self, address: usize) -> Option<usize> {
-        self.index.get(&address).copied()
-    }
-
-    /// Position of the pair (`address_index * ranks + rank`), if the address is known and
-    /// the rank in range (an algorithm file may name any rank).
+    /// Position of the pair (the address's dense index × ranks + rank), if the address is
+    /// known and the rank in range (an algorithm file may name any rank).
     pub fn position(&self, address: usize, rank: usize) -> Option<usize> {
         self.index
             .get(&address)
@@ -82,7 +72,6 @@ mod tests {
     #[test]
     fn pairs_are_kept_per_address_and_rank() {
         let mut set = PairSet::new([70, 3, 70, 9], 100);
-        assert_eq!(set.addresses(), 3);
         assert!(set.insert(3, 99));
         assert!(!set.insert(3, 99));
         assert!(set.contains(3, 99) && !set.contains(70, 99) && !set.contains(3, 98));

@@ -856,17 +856,7 @@ fn past_the_channels(x: &Algorithm, y: &Algorithm) -> bool {
     if x.message_chunks.is_some() || y.message_chunks.is_some() {
         return false;
     }
-    let c = num_integer_lcm(x.chunks(), y.chunks());
-    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
-    for half in [x, y] {
-        let split = c / half.chunks();
-        for s in half.steps.iter().flat_map(|s| &s.sends) {
-            *per_link.entry((s.src, s.dst)).or_insert(0) += split;
-        }
-    }
-    per_link
-        .values()
-        .any(|&n| n > crate::lower::MAX_LINK_TRANSFERS)
+    busiest_link(x, y) > crate::lower::MAX_LINK_TRANSFERS
 }
 
 /// Whether halves `x` and `y` pair badly as an allreduce because of a half timed for serial
@@ -880,16 +870,23 @@ fn unfit_serial_pair(x: &Algorithm, y: &Algorithm) -> bool {
     if !x.serial_links && !y.serial_links {
         return false;
     }
-    if x.serial_links != y.serial_links || x.chunks() != y.chunks() {
-        return true;
-    }
+    x.serial_links != y.serial_links
+        || x.chunks() != y.chunks()
+        || busiest_link(x, y) > crate::lower::MAX_LINK_TRANSFERS / 2
+}
+
+/// The most transfers one link carries in the allreduce of halves `x` and `y`, refined to a
+/// common piece count.
+fn busiest_link(x: &Algorithm, y: &Algorithm) -> usize {
+    let c = num_integer_lcm(x.chunks(), y.chunks());
     let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
-    for s in [x, y].iter().flat_map(|a| &a.steps).flat_map(|s| &s.sends) {
-        *per_link.entry((s.src, s.dst)).or_insert(0) += 1;
+    for half in [x, y] {
+        let split = c / half.chunks();
+        for s in half.steps.iter().flat_map(|s| &s.sends) {
+            *per_link.entry((s.src, s.dst)).or_insert(0) += split;
+        }
     }
-    per_link
-        .values()
-        .any(|&n| n > crate::lower::MAX_LINK_TRANSFERS / 2)
+    per_link.into_values().max().unwrap_or(0)
 }
 
 fn num_integer_lcm(a: usize, b: usize) -> usize {

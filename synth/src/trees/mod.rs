@@ -245,19 +245,24 @@ fn expressible_chunks(topology: &Topology) -> usize {
 }
 
 /// The message size (bytes) the chunk count is tuned for: the main command's headline size.
-pub(crate) const REFERENCE_BYTES: u64 = 1 << 30;
+const REFERENCE_BYTES: u64 = 1 << 30;
 
-/// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
-/// and [`REFERENCE_BYTES`]: an allgather buffer holds every root's pieces, a broadcast
-/// buffer one root's.
-fn reference_slices(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
+/// Bytes of a piece of `kind` at `chunks` pieces per root and [`REFERENCE_BYTES`]: an
+/// allgather buffer holds every root's pieces, a broadcast buffer one root's.
+pub(crate) fn reference_piece_bytes(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
     let roots = if kind == Kind::Broadcast {
         1
     } else {
         topology.ranks
     };
-    let piece = REFERENCE_BYTES as f64 / (roots * chunks.max(1)) as f64;
-    piece / crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64
+    REFERENCE_BYTES as f64 / (roots * chunks.max(1)) as f64
+}
+
+/// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
+/// and [`REFERENCE_BYTES`].
+pub(crate) fn reference_slices(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
+    let slice = crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64;
+    reference_piece_bytes(topology, kind, chunks) / slice
 }
 
 /// Most steps of a list-scheduled tree algorithm.
@@ -383,15 +388,10 @@ impl Engine for TreeEngine {
         if coll.kind == Kind::AllGather && shortcut_rings::applies(problem.topology, problem.index)
         {
             problem.progress.message("rings with shortcut last hops");
-            let retimed_pieces = if limits.max_chunks_given {
-                limits.max_chunks
-            } else {
-                shortcut_rings::RETIMED_PIECES
-            };
             match shortcut_rings::shortcut_rings(
                 problem.topology,
                 problem.index,
-                (limits.max_chunks, retimed_pieces),
+                (limits.max_chunks, shortcut_rings::retimed_pieces(limits)),
                 result.optimum_gbps,
                 self.for_dual,
                 limits.deadline,

@@ -41,8 +41,6 @@ struct Task {
     before: Option<usize>,
     /// Longest remaining path from its start: its transfer, latency and its successors'.
     tail: Nanos,
-    /// Position in the original schedule (ties).
-    order: usize,
 }
 
 /// `algorithm` (non-combining, every piece received at most once per rank, one chunk per
@@ -60,33 +58,42 @@ pub fn retimed(
     if algorithm.steps.iter().any(|s| s.reduce) || algorithm.message_chunks.is_some() {
         return Ok(None);
     }
-    let Some(mut tasks) = tasks(algorithm, topology, index, piece_bytes) else {
+    let Some(tasks) = tasks(algorithm, topology, index, piece_bytes) else {
         return Ok(None);
     };
-    let (links, switches) = (topology.links.len(), topology.switches.len());
-    let mut starts = list_schedule(&tasks, links, switches);
+    let mut successors: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
+    for (i, t) in tasks.iter().enumerate() {
+        if let Some(b) = t.before {
+            successors[b].push(i);
+        }
+    }
+    let fabric = Fabric {
+        tasks: &tasks,
+        successors: &successors,
+        links: topology.links.len(),
+        switches: topology.switches.len(),
+    };
+    let tails: Vec<Nanos> = tasks.iter().map(|t| t.tail).collect();
+    let mut starts = fabric.list_schedule(&tails);
     let mut makespan = length(&tasks, &starts);
     // Randomized priorities (a fixed seed: the same schedule in every run), the shortest kept.
-    let tails: Vec<Nanos> = tasks.iter().map(|t| t.tail).collect();
     let spread = 2 * tasks.iter().map(|t| t.duration).sum::<Nanos>() / tasks.len().max(1) as Nanos;
     let mut rng = StdRng::seed_from_u64(SEED);
     for _ in 0..TRIES {
-        for (t, &tail) in tasks.iter_mut().zip(&tails) {
-            t.tail = tail + rng.gen_range(0..=spread);
-        }
-        let tried = list_schedule(&tasks, links, switches);
+        let priorities: Vec<Nanos> = tails
+            .iter()
+            .map(|&tail| tail + rng.gen_range(0..=spread))
+            .collect();
+        let tried = fabric.list_schedule(&priorities);
         let time = length(&tasks, &tried);
         if time < makespan {
             (starts, makespan) = (tried, time);
         }
     }
-    for (t, &tail) in tasks.iter_mut().zip(&tails) {
-        t.tail = tail;
-    }
     // Steps in start order: a new step where a send forwards a piece that arrives in the
     // current one (a step's sends read the state before it).
     let mut by_start: Vec<usize> = (0..tasks.len()).collect();
-    by_start.sort_by_key(|&i| (starts[i], Reverse(tasks[i].tail), tasks[i].order));
+    by_start.sort_by_key(|&i| (starts[i], Reverse(tasks[i].tail), i));
     let mut step_of = vec![usize::MAX; tasks.len()];
     let mut groups: Vec<Vec<Send>> = Vec::new();
     for i in by_start {
@@ -175,7 +182,6 @@ fn tasks(
                 alpha: nanos(l.alpha),
                 before,
                 tail: 0,
-                order: tasks.len(),
             });
         }
         for (i, t) in tasks.iter().enumerate().skip(first) {
@@ -197,88 +203,86 @@ fn tasks(
     Some(tasks)
 }
 
-/// Start times of `tasks` by list scheduling: whenever a link and its switch constraints
-/// are free, it starts its waiting send of the longest tail (then the earliest in the
-/// original schedule). A link and its constraints carry one send at a time.
-fn list_schedule(tasks: &[Task], links: usize, switches: usize) -> Vec<Nanos> {
-    let mut successors: Vec<Vec<usize>> = vec![Vec::new(); tasks.len()];
-    for (i, t) in tasks.iter().enumerate() {
-        if let Some(b) = t.before {
-            successors[b].push(i);
-        }
-    }
-    let mut waiting: Vec<BinaryHeap<(Nanos, Reverse<usize>)>> =
-        (0..links).map(|_| BinaryHeap::new()).collect();
-    let mut link_free: Vec<Nanos> = vec![0; links];
-    let mut switch_free: Vec<Nanos> = vec![0; switches];
-    // Events: (time, task) arrivals, and (time, link) wake-ups when a link frees.
-    let mut events: BinaryHeap<Reverse<(Nanos, bool, usize)>> = BinaryHeap::new();
-    for t in tasks.iter() {
-        if t.before.is_none() {
-            waiting[t.link].push((t.tail, Reverse(t.order)));
-        }
-    }
-    let mut starts = vec![0; tasks.len()];
-    let mut dirty: Vec<usize> = (0..links).collect();
-    let mut now: Nanos = 0;
-    loop {
-        // Start what can start now, best candidates first.
-        let mut candidates: Vec<(Nanos, Reverse<usize>, usize)> = dirty
-            .drain(..)
-            .filter(|&l| link_free[l] <= now)
-            .filter_map(|l| waiting[l].peek().map(|&(tail, order)| (tail, order, l)))
-            .collect();
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, _, l) in candidates {
-            let Some(&(_, Reverse(i))) = waiting[l].peek() else {
-                continue;
-            };
-            let t = &tasks[i];
-            if link_free[l] > now || t.constraints.iter().any(|&j| switch_free[j] > now) {
-                // Retried when the constraint frees.
-                let when = t
-                    .constraints
-                    .iter()
-                    .map(|&j| switch_free[j])
-                    .chain([link_free[l]])
-                    .max()
-                    .unwrap_or(now);
-                events.push(Reverse((when, true, l)));
-                continue;
+/// The tasks of a schedule on the fabric they run on.
+struct Fabric<'a> {
+    tasks: &'a [Task],
+    /// The tasks that forward what each task delivers.
+    successors: &'a [Vec<usize>],
+    links: usize,
+    switches: usize,
+}
+
+impl Fabric<'_> {
+    /// Start times of the tasks by list scheduling: whenever a link and its switch
+    /// constraints are free, it starts its waiting task of the highest priority (then the
+    /// earliest in the original schedule). A link and its constraints carry one task at a
+    /// time.
+    fn list_schedule(&self, priority: &[Nanos]) -> Vec<Nanos> {
+        let tasks = self.tasks;
+        let mut waiting: Vec<BinaryHeap<(Nanos, Reverse<usize>)>> =
+            (0..self.links).map(|_| BinaryHeap::new()).collect();
+        let mut link_free: Vec<Nanos> = vec![0; self.links];
+        let mut switch_free: Vec<Nanos> = vec![0; self.switches];
+        // Events: (time, true, link) when a link frees, (time, false, task) arrivals.
+        let mut events: BinaryHeap<Reverse<(Nanos, bool, usize)>> = BinaryHeap::new();
+        for (i, t) in tasks.iter().enumerate() {
+            if t.before.is_none() {
+                waiting[t.link].push((priority[i], Reverse(i)));
             }
-            waiting[l].pop();
-            starts[i] = now;
-            let end = now + t.duration;
-            link_free[l] = end;
-            for &j in &t.constraints {
-                switch_free[j] = end;
-            }
-            events.push(Reverse((end, true, l)));
-            events.push(Reverse((end + t.alpha, false, i)));
         }
-        let Some(Reverse((time, _, _))) = events.peek().copied() else {
-            break;
-        };
-        now = time;
-        while let Some(&Reverse((time, is_link, x))) = events.peek() {
-            if time != now {
+        let mut starts = vec![0; tasks.len()];
+        let mut dirty: Vec<usize> = (0..self.links).collect();
+        let mut now: Nanos = 0;
+        loop {
+            // Start what can start now, best candidates first.
+            let mut candidates: Vec<(Nanos, Reverse<usize>, usize)> = dirty
+                .drain(..)
+                .filter(|&l| link_free[l] <= now)
+                .filter_map(|l| waiting[l].peek().map(|&(p, i)| (p, i, l)))
+                .collect();
+            candidates.sort_unstable_by(|a, b| b.cmp(a));
+            for (_, Reverse(i), l) in candidates {
+                let t = &tasks[i];
+                let busy_until = t.constraints.iter().map(|&j| switch_free[j]).max();
+                if let Some(when) = busy_until.filter(|&w| w > now) {
+                    // Retried when the constraint frees.
+                    events.push(Reverse((when, true, l)));
+                    continue;
+                }
+                waiting[l].pop();
+                starts[i] = now;
+                let end = now + t.duration;
+                link_free[l] = end;
+                for &j in &t.constraints {
+                    switch_free[j] = end;
+                }
+                events.push(Reverse((end, true, l)));
+                events.push(Reverse((end + t.alpha, false, i)));
+            }
+            let Some(Reverse((time, _, _))) = events.peek().copied() else {
                 break;
-            }
-            events.pop();
-            if is_link {
-                dirty.push(x);
-            } else {
-                for &s in &successors[x] {
-                    let t = &tasks[s];
-                    waiting[t.link].push((t.tail, Reverse(t.order)));
-                    dirty.push(t.link);
+            };
+            now = time;
+            while let Some(&Reverse((time, is_link, x))) = events.peek() {
+                if time != now {
+                    break;
+                }
+                events.pop();
+                if is_link {
+                    dirty.push(x);
+                } else {
+                    for &s in &self.successors[x] {
+                        let link = tasks[s].link;
+                        waiting[link].push((priority[s], Reverse(s)));
+                        dirty.push(link);
+                    }
                 }
             }
+            dirty.sort_unstable();
+            dirty.dedup();
         }
-        dirty.sort_unstable();
-        dirty.dedup();
+        starts
     }
-    starts
 }
 
 #[cfg(test)]
@@ -299,20 +303,16 @@ mod tests {
             reduce: false,
             sends,
         };
-        let a = Algorithm {
-            name: "allgather-line_3".into(),
-            topology: "line:3".into(),
-            collective: Collective::new(Kind::AllGather, 3, 0, 1).unwrap(),
-            steps: vec![
+        let a = Algorithm::plain(
+            "allgather-line_3",
+            "line:3",
+            Collective::new(Kind::AllGather, 3, 0, 1).unwrap(),
+            vec![
                 step(vec![send(0, 0, 1), send(2, 2, 1)]),
                 step(vec![send(2, 1, 0), send(0, 1, 2)]),
                 step(vec![send(1, 1, 0), send(1, 1, 2)]),
             ],
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
-        };
+        );
         let link = &topology.links[index.link_of[&(1, 0)]];
         let transfer_us = 1e6 / (link.bandwidth * 1e3);
         let (r, makespan) = retimed(&a, &topology, &index, 1e6, "lst").unwrap().unwrap();
@@ -346,24 +346,21 @@ mod tests {
     fn combining_schedules_are_left_alone() {
         let topology = crate::topology::load("line:3").unwrap();
         let index = topology.index();
-        let a = Algorithm {
-            name: "reducescatter-line_3".into(),
-            topology: "line:3".into(),
-            collective: Collective::new(Kind::ReduceScatter, 3, 0, 1).unwrap(),
-            steps: vec![Step {
-                rounds: 1,
-                reduce: true,
-                sends: vec![Send {
-                    chunk: 1,
-                    src: 0,
-                    dst: 1,
-                }],
+        let step = Step {
+            rounds: 1,
+            reduce: true,
+            sends: vec![Send {
+                chunk: 1,
+                src: 0,
+                dst: 1,
             }],
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
         };
+        let a = Algorithm::plain(
+            "reducescatter-line_3",
+            "line:3",
+            Collective::new(Kind::ReduceScatter, 3, 0, 1).unwrap(),
+            vec![step],
+        );
         assert!(retimed(&a, &topology, &index, 1e6, "lst")
             .unwrap()
             .is_none());

@@ -550,23 +550,20 @@ pub(crate) fn finish(
 ) -> Result<Algorithm> {
     let collective = Collective::new(kind, topology.ranks, root, chunks)?;
     let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    Ok(Algorithm {
-        name: format!(
-            "{}-{}-{label}-s{}-r{}-c{}",
-            kind,
-            topology.name.replace([':', '/'], "_"),
-            steps.len(),
-            rounds,
-            chunks
-        ),
-        topology: topology.name.clone(),
+    let name = format!(
+        "{}-{}-{label}-s{}-r{}-c{}",
+        kind,
+        topology.name.replace([':', '/'], "_"),
+        steps.len(),
+        rounds,
+        chunks
+    );
+    Ok(Algorithm::plain(
+        name,
+        topology.name.clone(),
         collective,
         steps,
-        piece_channels: None,
-        step_groups: None,
-        message_chunks: None,
-        serial_links: false,
-    })
+    ))
 }
 
 /// A step of `sends` that moves data without reducing it, with the rounds it needs

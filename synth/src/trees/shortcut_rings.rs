@@ -159,11 +159,10 @@ fn retimed_rings(
 ) -> Result<Option<Algorithm>> {
     let waves = pieces / rings.len();
     let chunks = rings.len() * waves;
-    let piece_bytes = super::REFERENCE_BYTES as f64 / (topology.ranks * chunks.max(1)) as f64;
-    let slice = crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64;
-    if waves == 0 || piece_bytes > slice {
+    if waves == 0 || super::reference_slices(topology, Kind::AllGather, chunks) > 1.0 {
         return Ok(None);
     }
+    let piece_bytes = super::reference_piece_bytes(topology, Kind::AllGather, chunks);
     let a = schedule(
         topology,
         index,
@@ -358,36 +357,34 @@ pub fn rail_shortcut_rings(
     // its program must fit the runtime's threadblocks (2 × 60 pieces on `mi250-16x2` do
     // not: the reduce-scatter's receives carry dependencies, each a nop step; 2 × 30 do).
     // Only where a piece fits one runtime slice at the reference size.
-    let retimed_pieces = if limits.max_chunks_given {
-        limits.max_chunks
-    } else {
-        RETIMED_PIECES
-    };
-    let most = retimed_pieces / rings.len();
-    let piece_bytes = |c: usize| super::REFERENCE_BYTES as f64 / (topology.ranks * c) as f64;
+    let most = retimed_pieces(limits) / rings.len();
     let mut tried = Vec::new();
     for waves in [most, most / 2] {
         if waves == 0 || tried.contains(&waves) || slices(rings.len() * waves) > 1.0 {
             continue;
         }
         tried.push(waves);
-        found.extend(relayed_retimed(
-            topology,
-            index,
-            nodes,
-            &rings,
-            waves,
-            piece_bytes,
-        )?);
+        found.extend(relayed_retimed(topology, index, nodes, &rings, waves)?);
     }
     Ok(found)
 }
 
-/// Most pieces per rank of the retimed relayed candidate without `--max-chunks`: its links
-/// carry one transfer at a time, so finer pieces cost no bandwidth and shorten the drain
-/// (`mi250-16x2` at 1 GB, list schedule: 30 pieces 98.2%, 48 98.9%, 60 99.1% of the
-/// optimum); 60 pieces put 271 transfers on a link, 5 chained threadblocks.
+/// Most pieces per rank of the retimed candidates without `--max-chunks`: their links carry
+/// one transfer at a time, so finer pieces cost no bandwidth and shorten the drain
+/// (`mi250-16x2` at 1 GB, the plain list schedule: 30 pieces 98.2%, 48 98.9%, 60 99.1% of
+/// the optimum); 60 pieces put up to 960 transfers on a 4-link connection, 15 chained
+/// threadblocks.
 pub const RETIMED_PIECES: usize = 64;
+
+/// Most pieces per rank of the retimed candidates: `--max-chunks` where given, else
+/// [`RETIMED_PIECES`].
+pub fn retimed_pieces(limits: &Limits) -> usize {
+    if limits.max_chunks_given {
+        limits.max_chunks
+    } else {
+        RETIMED_PIECES
+    }
+}
 
 /// The rail shortcut rings with remote pieces relayed over several NICs: some remote rounds
 /// end a package early ([`relayed_drops`]), and the GCD that package's ring hop led to gets
@@ -463,21 +460,21 @@ fn best_drops(
 /// reordered by list scheduling at the reference size ([`super::retime`]): the waves'
 /// step order makes links idle at their seams (3 waves: 10–47 µs, 5 waves up to 78 µs on
 /// `mi250-16x2`), while the list schedule keeps the links busy and, with finer pieces,
-/// shortens the drain. `piece_bytes(c)`: the bytes of a piece at `c` pieces per rank.
-/// `None` where no drop raises the rate or the schedule does not qualify.
+/// shortens the drain. `None` where no drop raises the rate or the schedule does not
+/// qualify.
 fn relayed_retimed(
     topology: &Topology,
     index: &TopologyIndex,
     nodes: &[Vec<usize>],
     rings: &[Ring],
     waves: usize,
-    piece_bytes: impl Fn(usize) -> f64,
 ) -> Result<Option<Algorithm>> {
     let Some((_, a)) = best_drops(topology, index, nodes, rings, waves, RELAYED)? else {
         return Ok(None);
     };
     let label = format!("{RELAYED}-lst");
-    let retimed = super::retime::retimed(&a, topology, index, piece_bytes(a.chunks()), &label)?;
+    let piece_bytes = super::reference_piece_bytes(topology, Kind::AllGather, a.chunks());
+    let retimed = super::retime::retimed(&a, topology, index, piece_bytes, &label)?;
     Ok(retimed.map(|(a, _)| a))
 }
 

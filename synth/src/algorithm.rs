@@ -54,10 +54,12 @@ pub struct Algorithm {
     pub step_groups: Option<Vec<usize>>,
     /// The most chunks the lowering sends as one message (MSCCL's `cnt`) in each step: a
     /// run of sends over one link within a step, of consecutive pieces of one rank's data
-    /// (aligned on multiples of the count), goes as one transfer. Set by engines whose
-    /// pieces are finer than they need to be except where a pipeline fills or drains (the
-    /// rail ring): small messages there, and few transfers per connection elsewhere (the
-    /// runtimes run at most 64 per threadblock). `None`: one chunk per message.
+    /// (of an allreduce: consecutive addresses), aligned on multiples of the count, goes as
+    /// one transfer. Set by engines whose pieces are finer than they need to be except
+    /// where a pipeline fills or drains (the rail ring): small messages there, and few
+    /// transfers per connection elsewhere (the runtimes run at most 64 per threadblock);
+    /// and by the torus bucket's allreduce, whose blocks would not fit otherwise. `None`:
+    /// one chunk per message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_chunks: Option<Vec<usize>>,
     /// Each link's transfers run one at a time in step order, also where a connection

@@ -295,17 +295,18 @@ fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
 }
 
 /// The sends of one step (sorted by link) as messages of at most `count` chunks: runs of
-/// adjacent sends over one link, of consecutive pieces of one rank's data within one
-/// aligned block of `count` pieces (`pieces` per rank), on one base channel (`channel` of
-/// the address). Each run lists indices into `sends` in increasing address order.
+/// adjacent sends over one link, of consecutive addresses within one span of `span`
+/// addresses ([`message_span`]) and one aligned block of `count` addresses in it, on one
+/// base channel (`channel` of the address). Each run lists indices into `sends` in
+/// increasing address order.
 fn messages(
     sends: &[crate::algorithm::Send],
-    pieces: usize,
+    span: usize,
     count: usize,
     channel: impl Fn(usize) -> usize,
 ) -> Vec<Vec<usize>> {
-    let (pieces, count) = (pieces.max(1), count.max(1));
-    let block = |a: usize| (a / pieces, a % pieces / count);
+    let (span, count) = (span.max(1), count.max(1));
+    let block = |a: usize| (a / span, a % span / count);
     let mut runs: Vec<Vec<usize>> = Vec::new();
     for (i, s) in sends.iter().enumerate() {
         if let Some(run) = runs.last_mut() {
@@ -335,6 +336,18 @@ fn messages(
         }
     }
     runs
+}
+
+/// The addresses one message may run over, given `pieces` per rank: one rank's data, or for
+/// an allreduce, whose every address is alike and lies at the same place on every rank, the
+/// whole buffer (so that an allreduce may number its addresses to suit its messages, as
+/// [`crate::trees::bucket::in_messages`] does).
+fn message_span(kind: Kind, ranks: usize, pieces: usize) -> usize {
+    if kind == Kind::AllReduce {
+        ranks * pieces
+    } else {
+        pieces
+    }
 }
 
 /// The ops of a run's sends (one list per send, in address order) as one list of ops over
@@ -418,6 +431,7 @@ fn lower_grouped(
     let groups = squeeze(groups, MAX_CHANNELS / per_group);
     let base_channels = per_group * groups.iter().max().map_or(1, |g| g + 1);
     let pieces = coll.chunks_per_rank;
+    let span = message_span(kind, n, pieces);
     let base_channel = |address: usize, step: usize| {
         ((address % pieces) / instances % spread) * instances
             + address % instances
@@ -478,7 +492,7 @@ fn lower_grouped(
                 })
             })
             .collect::<Result<_>>()?;
-        let runs = messages(&sends, pieces, counts[step_index], |a| {
+        let runs = messages(&sends, span, counts[step_index], |a| {
             base_channel(a, step_index)
         });
         for run in runs {
@@ -709,8 +723,10 @@ fn lower_verified_grouped(
         }
         let mut sends = step.sends.clone();
         sends.sort_by_key(|s| (s.src, s.dst));
+        let coll = &algorithm.collective;
         let pieces = algorithm.chunks() * options.instances.max(1);
-        for run in messages(&sends, pieces, count, |_| 0) {
+        let span = message_span(coll.kind, coll.ranks, pieces);
+        for run in messages(&sends, span, count, |_| 0) {
             let s = sends[run[0]];
             *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
         }

@@ -652,10 +652,16 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
                         continue;
                     }
-                    if past_the_channels(x, y) || unfit_serial_pair(x, y) {
+                    // The torus bucket's halves go in messages of whole blocks, numbered
+                    // for them (at 32x32 they put 2046 transfers on a link otherwise).
+                    let buckets = same && structure(x) == Some(crate::trees::bucket::TAG);
+                    if !buckets && (past_the_channels(x, y) || unfit_serial_pair(x, y)) {
                         continue;
                     }
-                    let composed = compose(x, y, req.topology, req.limits.deadline)?;
+                    let mut composed = compose(x, y, req.topology, req.limits.deadline)?;
+                    if buckets {
+                        composed = crate::trees::bucket::in_messages(&composed)?;
+                    }
                     if same {
                         alike.push(composed.clone());
                     }

@@ -17,15 +17,25 @@
 //! neighbours and nothing else), k ≥ 3, with equal links and no switch constraints, as
 //! `torus-2d:KxK` builds it. Reduce-scatter and allreduce get the reversed schedule through
 //! [`crate::synthesize`]'s duality, as for the other tree algorithms.
+//!
+//! An allreduce's addresses are all alike (every rank contributes to each and receives each),
+//! so the pair of halves may number them freely: [`in_messages`] numbers them piece-major,
+//! each second-phase block k consecutive addresses, and sends every block as one message.
+//! That takes a link's transfers from 2(k² − 1) to 4(k − 1), which the runtimes can hold at
+//! 32x32 (2046 transfers on a link do not fit their 32 channels of 64 steps).
 
 use super::schedule::finish;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
+use crate::lower::MAX_MESSAGE_CHUNKS;
 use crate::topology::{Topology, TopologyIndex};
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 /// Pieces per rank: one per direction of the torus.
 pub const PIECES: usize = 4;
+
+/// The engine tag in the bucket schedules' names.
+pub const TAG: &str = "bucket";
 
 /// A direction on the torus: (rows, columns) moved per hop.
 type Direction = (isize, isize);
@@ -115,13 +125,65 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
             sends,
         });
     }
-    finish(topology, 0, Kind::AllGather, PIECES, "bucket", steps)
+    finish(topology, 0, Kind::AllGather, PIECES, TAG, steps)
+}
+
+/// The bucket allreduce `algorithm` (the reversed bucket then the bucket, composed at
+/// [`PIECES`] chunks per rank, so address root·PIECES + piece) with its addresses numbered
+/// piece-major: piece·n + the root's place in the line its piece takes first (row-major for
+/// the pieces that go along rows first, column-major for the others). Every second-phase
+/// step then sends over each link one block of k consecutive addresses, aligned on k, which
+/// goes as messages of the largest divisor of k the runtimes allow
+/// ([`Algorithm::message_chunks`]); the sends of a link are put in address order.
+pub fn in_messages(algorithm: &Algorithm) -> Result<Algorithm> {
+    let coll = &algorithm.collective;
+    let n = coll.ranks;
+    let k = (n as f64).sqrt().round() as usize;
+    if coll.kind != Kind::AllReduce || coll.chunks_per_rank != PIECES || k * k != n {
+        bail!(
+            "internal error: {} is not a bucket allreduce of a square torus at {PIECES} pieces per rank",
+            algorithm.name
+        );
+    }
+    let address = |a: usize| {
+        let (root, piece) = (a / PIECES, a % PIECES);
+        let (row, column) = (root / k, root % k);
+        let along_rows = STREAMS[piece].0 .0 == 0;
+        piece * n
+            + if along_rows {
+                row * k + column
+            } else {
+                column * k + row
+            }
+    };
+    let largest_divisor = |m: usize| {
+        (1..=m.min(MAX_MESSAGE_CHUNKS))
+            .rev()
+            .find(|d| m.is_multiple_of(*d))
+            .unwrap_or(1)
+    };
+    let mut renumbered = algorithm.clone();
+    let mut counts = Vec::with_capacity(renumbered.steps.len());
+    for step in &mut renumbered.steps {
+        for send in &mut step.sends {
+            send.chunk = address(send.chunk);
+        }
+        let per_link = step.rounds as usize;
+        if per_link > 1 {
+            step.sends.sort_by_key(|s| (s.src, s.dst, s.chunk));
+        }
+        counts.push(largest_divisor(per_link));
+    }
+    renumbered.message_chunks = Some(counts);
+    Ok(renumbered)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::check::check;
+    use crate::collective::Collective;
+    use crate::lower::{lower, LowerOptions};
     use crate::topology::load;
 
     #[test]
@@ -161,5 +223,48 @@ mod tests {
                 assert!(load.values().all(|&l| l == s.rounds));
             }
         }
+    }
+
+    #[test]
+    fn the_bucket_allreduce_sends_each_block_as_one_message() {
+        for k in [3, 4, 6] {
+            let n = k * k;
+            let t = load(&format!("torus-2d:{k}x{k}")).unwrap();
+            let ag = bucket_allgather(&t, k).unwrap();
+            let rs_coll = Collective::new(Kind::ReduceScatter, n, 0, PIECES).unwrap();
+            let rs = ag.reversed(rs_coll, true);
+            let steps = rs.steps.iter().chain(&ag.steps).cloned().collect();
+            let coll = Collective::new(Kind::AllReduce, n, 0, PIECES).unwrap();
+            let pair = Algorithm::plain("pair", &t.name, coll, steps);
+            let a = in_messages(&pair).unwrap();
+            check(&a, &t).unwrap_or_else(|e| panic!("{k}x{k}: {e:#}"));
+            let phase = |c| vec![1; k - 1].into_iter().chain(vec![c; k - 1]);
+            let expected: Vec<usize> = phase(k).rev().chain(phase(k)).collect();
+            assert_eq!(a.message_chunks.as_ref().unwrap(), &expected, "{k}x{k}");
+            // One transfer per link and step: 4(k − 1) per link, against 2(k² − 1) sends.
+            let program = lower(&a, &LowerOptions::default()).unwrap();
+            let mut per_link = std::collections::HashMap::new();
+            for gpu in &program.gpus {
+                for tb in &gpu.threadblocks {
+                    let sent = tb.steps.iter().filter(|s| s.op.sends()).count();
+                    if let Some(peer) = tb.send {
+                        *per_link.entry((gpu.rank, peer)).or_insert(0) += sent;
+                    }
+                }
+            }
+            assert_eq!(per_link.len(), 4 * n, "{k}x{k}");
+            assert!(
+                per_link.values().all(|&m| m == 4 * (k - 1)),
+                "{k}x{k}: {per_link:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_bucket_allreduce_is_renumbered() {
+        let t = load("torus-2d:4x4").unwrap();
+        let ag = bucket_allgather(&t, 4).unwrap();
+        let err = in_messages(&ag).unwrap_err().to_string();
+        assert!(err.contains("not a bucket allreduce"), "{err}");
     }
 }

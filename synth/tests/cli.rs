@@ -1384,6 +1384,41 @@ fn bench_scale_refuses_a_bad_collective_or_fabric_up_front() {
     );
 }
 
+/// `synth bench --cases scale --coll allreduce` measures against the reduce-scatter +
+/// allgather optimum (the 98% is of that), not the allreduce cut bound, about twice
+/// as high on a torus, which no two-phase algorithm reaches.
+#[test]
+fn bench_scale_rates_an_allreduce_against_the_two_phase_optimum() {
+    let out = synth(&[
+        "bench",
+        "--cases",
+        "scale",
+        "--coll",
+        "allreduce",
+        "--fabrics",
+        "torus-2d:4x4",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| torus-2d:4x4 "))
+        .unwrap_or_else(|| panic!("no row: {stdout}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let (busbw, percent, optimum): (f64, f64, f64) = (
+        cells[6].parse().unwrap(),
+        cells[7].trim_end_matches('%').parse().unwrap(),
+        cells[8].parse().unwrap(),
+    );
+    // 4x4: 100 GB/s busbw for reduce-scatter then allgather (the cut bound: about 200).
+    assert!((99.0..=100.5).contains(&optimum), "{row}");
+    assert!(busbw <= optimum * 1.001 && percent >= 98.0, "{row}");
+}
+
 /// An allreduce's 1 GB line also states the reduce-scatter + allgather optimum, which a
 /// composed allreduce cannot beat and which is tighter than the allreduce cut bound.
 #[test]

@@ -2,6 +2,7 @@
 //! list of k-synchronous steps, each with its rounds and its sends (DESIGN §2).
 
 use crate::collective::{Chunk, Collective};
+use crate::origin::{Family, NameParts, Origin};
 use crate::topology::Topology;
 use anyhow::{Context, Result};
 use num_rational::Ratio;
@@ -32,8 +33,12 @@ pub struct Step {
 /// A synthesized (or hand-written) algorithm, before lowering.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Algorithm {
-    /// Short descriptive name, e.g. `allgather-dgx1-s2-r3-c2`.
+    /// Short descriptive name, e.g. `allgather-dgx1-s2-r3-c2`, rendered from the origin
+    /// ([`crate::origin::render`]) for people and file names; nothing decides by it.
     pub name: String,
+    /// Which engine or construction made it (typed provenance).
+    #[serde(default)]
+    pub origin: Origin,
     /// Name of the topology it was made for.
     pub topology: String,
     /// The collective (chunks with pre/postconditions) it implements.
@@ -66,14 +71,15 @@ pub struct Algorithm {
     /// carries more than one threadblock's 64 steps: the lowering then makes the first
     /// transfer of each further channel wait for the last one of the channel before (else
     /// those channels run side by side and share the link). Set by schedules timed for links
-    /// that carry one transfer at a time ([`crate::trees::retime`]).
+    /// that carry one transfer at a time ([`crate::constructions::retime`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serial_links: bool,
 }
 
 impl Algorithm {
-    /// The algorithm `name` of `steps` for `collective` on `topology`, with no lowering hints
-    /// (channels, step groups, messages and serial links left to the lowering's defaults).
+    /// The external (read or hand-written) algorithm `name` of `steps` for `collective` on
+    /// `topology`, with no lowering hints (channels, step groups, messages and serial links
+    /// left to the lowering's defaults).
     pub fn plain(
         name: impl Into<String>,
         topology: impl Into<String>,
@@ -82,6 +88,7 @@ impl Algorithm {
     ) -> Algorithm {
         Algorithm {
             name: name.into(),
+            origin: Origin::default(),
             topology: topology.into(),
             collective,
             steps,
@@ -90,6 +97,52 @@ impl Algorithm {
             message_chunks: None,
             serial_links: false,
         }
+    }
+
+    /// The algorithm of `family` made of `steps` for `collective` on `topology`, named by
+    /// [`crate::origin::render`], with no lowering hints.
+    pub fn made(
+        family: Family,
+        topology: impl Into<String>,
+        collective: Collective,
+        steps: Vec<Step>,
+    ) -> Algorithm {
+        let mut a = Algorithm::plain(String::new(), topology, collective, steps);
+        a.origin = Origin::of(family);
+        a.renamed()
+    }
+
+    /// The same algorithm with its name rendered anew from its origin, collective, topology,
+    /// steps, rounds and chunks (an external algorithm keeps its name).
+    pub fn renamed(mut self) -> Algorithm {
+        if self.origin.family != Family::External {
+            self.name = crate::origin::render(NameParts {
+                kind: self.collective.kind,
+                topology: &self.topology,
+                origin: &self.origin,
+                steps: self.num_steps(),
+                rounds: self.rounds(),
+                chunks: self.chunks(),
+            });
+        }
+        self
+    }
+
+    /// The same algorithm as one of `family`, named after it.
+    pub fn of_family(mut self, family: Family) -> Algorithm {
+        self.origin.family = family;
+        self.renamed()
+    }
+
+    /// Whether `other` is this schedule under the same name and step groups (what a list
+    /// of candidates keeps once).
+    pub fn same_schedule_as(&self, other: &Algorithm) -> bool {
+        self.origin == other.origin
+            && self.collective.kind == other.collective.kind
+            && self.topology == other.topology
+            && (self.num_steps(), self.rounds(), self.chunks())
+                == (other.num_steps(), other.rounds(), other.chunks())
+            && self.step_groups == other.step_groups
     }
 
     /// Number of steps S.
@@ -127,7 +180,8 @@ impl Algorithm {
     }
 
     /// The same algorithm with every send reversed and the steps in reverse order; turns a
-    /// non-combining algorithm on the reversed topology into its combining dual.
+    /// non-combining algorithm on the reversed topology into its combining dual (named after
+    /// its new collective).
     pub fn reversed(&self, collective: Collective, reduce: bool) -> Algorithm {
         let steps = self
             .steps
@@ -150,6 +204,7 @@ impl Algorithm {
             .collect();
         Algorithm {
             name: self.name.clone(),
+            origin: self.origin.clone(),
             topology: self.topology.clone(),
             collective,
             steps,
@@ -164,6 +219,7 @@ impl Algorithm {
                 .map(|m| m.iter().rev().copied().collect()),
             serial_links: self.serial_links,
         }
+        .renamed()
     }
 
     /// The same non-combining algorithm without dead sends: a send to a rank that already
@@ -271,6 +327,7 @@ impl Algorithm {
             .collect();
         Algorithm {
             name: self.name.clone(),
+            origin: self.origin.clone(),
             topology: self.topology.clone(),
             collective,
             steps,
@@ -348,26 +405,8 @@ pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std:
     }
 }
 
-/// Longest algorithm name whose in-place program (`NAME-inplace`) the runtimes still take
-/// (their name field holds 63 characters).
-pub const MAX_NAME: usize = runtime::xml::MAX_NAME - "-inplace".len();
-
-/// `name` cut to at most `most` characters by dropping the end of its engine tag (what
-/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay.
-fn shortened(name: &str, most: usize) -> String {
-    if name.len() <= most {
-        return name.to_string();
-    }
-    let marker = name
-        .match_indices("-s")
-        .filter(|(i, _)| name[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
-        .last()
-        .map_or(name.len(), |(i, _)| i);
-    let excess = name.len() - most;
-    let cut = marker.saturating_sub(excess);
-    let joined = format!("{}{}", &name[..cut], &name[marker..]);
-    joined.chars().take(most).collect()
-}
+use crate::origin::shortened;
+pub use crate::origin::MAX_NAME;
 
 /// FNV-1a hash of an algorithm's collective and steps (not its name): equal for equal
 /// schedules on every machine and in every run.
@@ -409,6 +448,7 @@ mod tests {
         };
         let a = Algorithm {
             name: "broadcast-line_3".into(),
+            origin: Default::default(),
             topology: "line:3".into(),
             collective: Collective::new(Kind::Broadcast, 3, 0, 2).unwrap(),
             steps: vec![step(0, 1), step(1, 2)],
@@ -475,6 +515,7 @@ mod tests {
         // Gather to rank 0: chunk 1 sent to rank 2, which never forwards it, is dead.
         let gather = Algorithm {
             name: "gather-line_3".into(),
+            origin: Default::default(),
             collective: Collective::new(Kind::Gather, 3, 0, 1).unwrap(),
             steps: vec![
                 step(vec![send(1, 1, 2), send(2, 2, 1)]),

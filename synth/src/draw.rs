@@ -435,6 +435,7 @@ mod tests {
         };
         Algorithm {
             name: "allgather-ring_3-s2-r2-c1".into(),
+            origin: Default::default(),
             topology: "ring:3".into(),
             collective: Collective::new(Kind::AllGather, 3, 0, 1).unwrap(),
             steps: vec![step(0), step(1)],

@@ -107,6 +107,8 @@ pub struct Found {
     pub complete: bool,
     /// The solves a work or time limit cut short.
     pub cuts: Vec<Cut>,
+    /// What was left out and why (a construction that failed), for the summary.
+    pub notes: Vec<String>,
 }
 
 /// Which search to run.

@@ -341,7 +341,7 @@ fn messages(
 /// The addresses one message may run over, given `pieces` per rank: one rank's data, or for
 /// an allreduce, whose every address is alike and lies at the same place on every rank, the
 /// whole buffer (so that an allreduce may number its addresses to suit its messages, as
-/// [`crate::trees::bucket::in_messages`] does).
+/// [`crate::constructions::bucket::in_messages`] does).
 fn message_span(kind: Kind, ranks: usize, pieces: usize) -> usize {
     if kind == Kind::AllReduce {
         ranks * pieces

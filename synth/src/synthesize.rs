@@ -10,6 +10,7 @@ use crate::collective::{Collective, Kind};
 use crate::engine::{Engine, Found, Limits, Problem};
 use crate::greedy::GreedyEngine;
 use crate::milp::{self, MilpEngine};
+use crate::origin::Family;
 use crate::progress::Progress;
 use crate::sketch::Sketch;
 use crate::smt::SmtEngine;
@@ -245,15 +246,9 @@ impl<'a> Plan<'a> {
     ) -> Result<Algorithm> {
         let algorithm = if self.dual {
             let c = found.chunks();
-            let mut a = found
+            found
                 .without_dead_sends()
-                .reversed((self.original)(c)?, true);
-            a.name = a.name.replacen(
-                &found.collective.kind.to_string(),
-                &a.collective.kind.to_string(),
-                1,
-            );
-            a
+                .reversed((self.original)(c)?, true)
         } else {
             found
         };
@@ -277,20 +272,8 @@ impl<'a> Plan<'a> {
             return Ok(None);
         }
         let collective = (self.original)(1)?;
-        let algorithm = Algorithm {
-            name: format!(
-                "{}-{}-s0-r0-c1",
-                collective.kind,
-                topology.name.replace([':', '/'], "_")
-            ),
-            topology: topology.name.clone(),
-            collective,
-            steps: Vec::new(),
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
-        };
+        let algorithm =
+            Algorithm::made(Family::Empty, topology.name.clone(), collective, Vec::new());
         crate::check::check(&algorithm, topology)
             .with_context(|| format!("internal error: {} fails the checker", algorithm.name))?;
         Ok(Some(algorithm))
@@ -466,7 +449,7 @@ pub fn synthesize_with(
         complete: found.complete,
         method,
         engines: vec![method],
-        notes: Vec::new(),
+        notes: found.notes,
         cuts: found.cuts,
     })
 }
@@ -603,6 +586,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         bounds.steps, bounds.rounds_per_chunk
     ));
     let mut cuts = Vec::new();
+    let mut notes = Vec::new();
     let (algorithms, complete) = match req.search {
         Search::Instance {
             steps,
@@ -623,6 +607,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             let (_, a) = rs.run(half, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(half, &req.limits, req.progress, req.topology)?;
             cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
+            notes.extend(a.notes.iter().chain(&b.notes).cloned());
             let composed: Vec<Algorithm> = a
                 .algorithms
                 .iter()
@@ -639,12 +624,13 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             let (_, a) = rs.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
             let (_, b) = ag.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
             cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
+            notes.extend(a.notes.iter().chain(&b.notes).cloned());
             let mut all = Vec::new();
             // Halves of one structure (trees with trees, rails with rails, ...).
             let mut alike = Vec::new();
             for x in &a.algorithms {
                 for y in &b.algorithms {
-                    let same = engine_tag(x).is_some() && structure(x) == structure(y);
+                    let same = x.origin.family.pairs_with(&y.origin.family);
                     // A half in messages of several chunks has pieces finer than its
                     // messages: composed with another structure, that one would be refined
                     // to as many pieces for nothing (dgx-a100x8: 21 s more composing and
@@ -654,13 +640,13 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     }
                     // The torus bucket's halves go in messages of whole blocks, numbered
                     // for them (at 32x32 they put 2046 transfers on a link otherwise).
-                    let buckets = same && structure(x) == Some(crate::trees::bucket::TAG);
+                    let buckets = same && x.origin.family == Family::Bucket;
                     if !buckets && (past_the_channels(x, y) || unfit_serial_pair(x, y)) {
                         continue;
                     }
                     let mut composed = compose(x, y, req.topology, req.limits.deadline)?;
                     if buckets {
-                        composed = crate::trees::bucket::in_messages(&composed)?;
+                        composed = crate::constructions::bucket::in_messages(&composed)?;
                     }
                     if same {
                         alike.push(composed.clone());
@@ -680,10 +666,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     // GB/s at 1 GB, the rail-ring pair that dominates it 290.9).
                     let mut kept = frontier_with_twins(all);
                     for c in alike {
-                        if !kept
-                            .iter()
-                            .any(|k| k.name == c.name && k.step_groups == c.step_groups)
-                        {
+                        if !kept.iter().any(|k| k.same_schedule_as(&c)) {
                             kept.push(c);
                         }
                     }
@@ -699,7 +682,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         complete,
         method,
         engines: vec![method],
-        notes: Vec::new(),
+        notes,
         cuts,
     })
 }
@@ -778,30 +761,15 @@ fn compose(
     });
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    // Halves of one structure go by the allgather's tag (the names stay within the XML's
-    // 63 characters).
-    let tag = match (engine_tag(rs), engine_tag(ag)) {
-        (Some(_), Some(b)) if structure(rs) == structure(ag) => format!("{b}-"),
-        (Some(a), Some(b)) => format!("{a}-{b}-"),
-        (Some(a), None) | (None, Some(a)) => format!("{a}-"),
-        (None, None) => String::new(),
+    let family = Family::Composed {
+        reduce_scatter: Box::new(rs.origin.family.clone()),
+        allgather: Box::new(ag.origin.family.clone()),
     };
     let mut algorithm = Algorithm {
-        name: format!(
-            "allreduce-{}-{tag}s{}-r{}-c{}",
-            topology.name.replace([':', '/'], "_"),
-            steps.len(),
-            rounds,
-            c
-        ),
-        topology: topology.name.clone(),
-        collective,
-        steps,
         piece_channels,
-        step_groups: None,
         message_chunks,
         serial_links: x.serial_links || y.serial_links,
+        ..Algorithm::made(family, topology.name.clone(), collective, steps)
     };
     // Where a half is laid out in step groups, each half keeps its groups and the phases get
     // channels of their own, so the allgather of one slice overlaps the reduce-scatter of
@@ -823,35 +791,6 @@ fn compose(
     }
     check_in_time(&algorithm, topology, deadline, "composed ")?;
     Ok(algorithm)
-}
-
-/// The engine's part of an algorithm name (`trees`, `greedy-levelled`, …): what lies between
-/// `COLLECTIVE-TOPOLOGY-` and `-sS-rR-cC`; `None` for the plain names of SMT and MILP.
-fn engine_tag(a: &Algorithm) -> Option<&str> {
-    let prefix = format!(
-        "{}-{}-",
-        a.collective.kind,
-        a.topology.replace([':', '/'], "_")
-    );
-    let rest = a.name.strip_prefix(&prefix)?;
-    let end = rest
-        .match_indices("-s")
-        .find(|(i, _)| rest[i + 2..].starts_with(|c: char| c.is_ascii_digit()))?
-        .0;
-    Some(&rest[..end]).filter(|t| !t.is_empty())
-}
-
-/// The structure of an allreduce half: its [`engine_tag`], the relayed rail shortcut rings
-/// ([`crate::trees::shortcut_rings::RELAYED`], an allgather only) counted as the rail
-/// shortcut rings whose reduce-scatter they pair with.
-fn structure(a: &Algorithm) -> Option<&str> {
-    engine_tag(a).map(|t| {
-        if t == crate::trees::shortcut_rings::RELAYED {
-            "rail-srings"
-        } else {
-            t
-        }
-    })
 }
 
 /// Whether the allreduce of halves `x` and `y`, refined to a common piece count, puts more

@@ -1053,6 +1053,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
         let rest: Vec<usize> = (1..4).filter(|&o| o != first).collect();
         Algorithm {
             name: "allgather-het4-milp-s2-r2-c1".into(),
+            origin: Default::default(),
             topology: "het4".into(),
             collective: Collective::new(Kind::AllGather, 4, 0, 1).unwrap(),
             steps: vec![step(&[first]), step(&rest)],
@@ -1087,6 +1088,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
     // program's name stays within the runtimes' 63 characters.
     let long = |first: usize| Algorithm {
         name: "allgather-het4-rail-srings-and-more-words-here-s2-r2-c1-g4".into(),
+        origin: Default::default(),
         ..schedule(first)
     };
     let mut long = vec![long(1), long(2)];

@@ -828,6 +828,7 @@ mod tests {
         };
         let a = |rounds| Algorithm {
             name: "allgather-x-s1-r1-c1".into(),
+            origin: Default::default(),
             topology: "x".into(),
             collective: coll.clone(),
             steps: vec![step(rounds)],

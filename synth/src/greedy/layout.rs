@@ -8,6 +8,7 @@
 use super::schedule::{Fabric, Schedule};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
+use crate::origin::Family;
 
 /// Rounds a step needs: its busiest link or switch constraint's load over its capacity.
 fn rounds_needed(
@@ -35,13 +36,14 @@ fn rounds_needed(
     rounds
 }
 
-/// The algorithm named `name` with the given steps of (chunk index, link) sends, each step
+/// The algorithm of `family` on the topology named `topology` with the given steps of (chunk index, link) sends, each step
 /// taking the rounds its busiest link or switch constraint needs.
 pub fn algorithm<'s>(
     fabric: &Fabric,
     coll: &Collective,
     steps: impl IntoIterator<Item = &'s Vec<(u32, u32)>>,
-    name: String,
+    family: Family,
+    topology: &str,
 ) -> Algorithm {
     let mut link_load = vec![0u32; fabric.src.len()];
     let mut switch_load = vec![0u32; fabric.switch_cap.len()];
@@ -60,21 +62,7 @@ pub fn algorithm<'s>(
                 .collect(),
         })
         .collect();
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    Algorithm {
-        name: format!(
-            "{name}-s{}-r{rounds}-c{}",
-            steps.len(),
-            coll.chunks_per_rank
-        ),
-        topology: String::new(),
-        collective: coll.clone(),
-        steps,
-        piece_channels: None,
-        step_groups: None,
-        message_chunks: None,
-        serial_links: false,
-    }
+    Algorithm::made(family, topology, coll.clone(), steps)
 }
 
 /// The schedule as it ran: one step per epoch with sends (one round each).

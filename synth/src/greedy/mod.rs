@@ -36,6 +36,7 @@ use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
 use crate::collective::Collective;
 use crate::engine::{Engine, Found, Limits, Problem, Search};
+use crate::origin::{Family, GreedyModel};
 use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use delays::Delays;
@@ -195,7 +196,6 @@ impl GreedyEngine {
             let demand = Demand::new(&coll, &fabric.dist, &topology.name)?;
             models.push((Model::Delays, fabric, demand));
         }
-        let name = format!("{}-{}", coll.kind, topology.name.replace([':', '/'], "_"));
         let mut candidates = Vec::new();
         let mut complete = true;
         for (model, fabric, demand) in &models {
@@ -208,24 +208,27 @@ impl GreedyEngine {
             }
             complete &= !runs.stopped;
             let Some(schedule) = runs.best else { continue };
-            let tag = match model {
-                Model::Hops => "greedy",
-                Model::Delays => "greedy-alpha",
+            let family = |levelled| Family::Greedy {
+                model: match model {
+                    Model::Hops => GreedyModel::Hops,
+                    Model::Delays => GreedyModel::Delays,
+                },
+                levelled,
             };
+            let topo = topology.name.as_str();
             let listed = layout::listed(&schedule);
             let levelled = layout::levelled(fabric, &schedule);
             let layouts = [
                 (
-                    layout::algorithm(fabric, &coll, listed.clone(), format!("{name}-{tag}")),
+                    layout::algorithm(fabric, &coll, listed.clone(), family(false), topo),
                     timed.then(|| latency::latency_us(fabric, &alpha, listed)),
                 ),
                 (
-                    layout::algorithm(fabric, &coll, &levelled, format!("{name}-{tag}-levelled")),
+                    layout::algorithm(fabric, &coll, &levelled, family(true), topo),
                     timed.then(|| latency::latency_us(fabric, &alpha, &levelled)),
                 ),
             ];
-            for (mut algorithm, latency_us) in layouts {
-                algorithm.topology = topology.name.clone();
+            for (algorithm, latency_us) in layouts {
                 candidates.push(Candidate {
                     model: *model,
                     latency_us,
@@ -392,6 +395,7 @@ impl Engine for GreedyEngine {
             algorithms,
             complete,
             cuts: Vec::new(),
+            notes: Vec::new(),
         })
     }
 }

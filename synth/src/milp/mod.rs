@@ -428,6 +428,7 @@ impl crate::engine::Engine for MilpEngine {
             algorithms: found.algorithms,
             complete: found.complete,
             cuts: found.cuts,
+            notes: Vec::new(),
         })
     }
 }

@@ -634,23 +634,10 @@ pub fn build_algorithm(
             sends: list,
         });
     }
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let name = format!(
-        "{}-{}-milp-s{}-r{}-c{}",
-        coll.kind,
-        topology.name.replace([':', '/'], "_"),
-        steps.len(),
-        rounds,
-        coll.chunks_per_rank
-    );
-    Ok(Algorithm {
-        name,
-        topology: topology.name.clone(),
-        collective: coll.clone(),
+    Ok(Algorithm::made(
+        crate::origin::Family::Milp,
+        topology.name.clone(),
+        coll.clone(),
         steps,
-        piece_channels: None,
-        step_groups: None,
-        message_chunks: None,
-        serial_links: false,
-    })
+    ))
 }

@@ -496,23 +496,12 @@ impl Encoding {
             step.sends.sort();
         }
         let coll = inst.collective;
-        Algorithm {
-            name: format!(
-                "{}-{}-s{}-r{}-c{}",
-                coll.kind,
-                inst.topology.name.replace([':', '/'], "_"),
-                inst.steps,
-                steps.iter().map(|s| s.rounds).sum::<u32>(),
-                coll.chunks_per_rank
-            ),
-            topology: inst.topology.name.clone(),
-            collective: coll.clone(),
+        Algorithm::made(
+            crate::origin::Family::Smt,
+            inst.topology.name.clone(),
+            coll.clone(),
             steps,
-            piece_channels: None,
-            step_groups: None,
-            message_chunks: None,
-            serial_links: false,
-        }
+        )
     }
 }
 

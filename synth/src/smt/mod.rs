@@ -39,6 +39,7 @@ impl Engine for SmtEngine {
                     .collect(),
                 complete: true,
                 cuts: Vec::new(),
+                notes: Vec::new(),
             }),
             Search::LeastSteps { chunks, rounds } => {
                 searcher.least_steps(&bounds, chunks, rounds, limits)

@@ -242,6 +242,7 @@ impl<'a> Searcher<'a> {
                     algorithms: vec![a],
                     complete: decided,
                     cuts: Vec::new(),
+                    notes: Vec::new(),
                 });
             }
             if !decided {
@@ -249,6 +250,7 @@ impl<'a> Searcher<'a> {
                     algorithms: vec![],
                     complete: false,
                     cuts: Vec::new(),
+                    notes: Vec::new(),
                 });
             }
         }
@@ -256,6 +258,7 @@ impl<'a> Searcher<'a> {
             algorithms: vec![],
             complete: false,
             cuts: Vec::new(),
+            notes: Vec::new(),
         })
     }
 
@@ -294,6 +297,7 @@ impl<'a> Searcher<'a> {
             algorithms: frontier,
             complete: complete && reached_bound,
             cuts: Vec::new(),
+            notes: Vec::new(),
         })
     }
 

@@ -15,6 +15,7 @@ pub mod index;
 pub mod model;
 pub mod multinode;
 pub mod nvsmi;
+pub mod shape;
 pub mod summary;
 pub mod toml_format;
 pub mod translations;

@@ -8,11 +8,9 @@
 //! 3. Weights become integer piece counts and the trees a k-synchronous schedule
 //!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
 //!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
-//! 4. Beside them: NCCL's rings as path trees ([`rings`]), on a square 2-D torus the
-//!    dimension-rotated bucket allgather ([`bucket`]), across identical nodes the rail ring
-//!    ([`rails`]), where ranks have in-links of unequal bandwidth rings whose last hop takes
-//!    the wider link, alone or on every node of a cluster ([`shortcut_rings`]) and, for a
-//!    broadcast, shallow trees by integer programming ([`shallow`]).
+//! 4. Beside them, every structured schedule of [`crate::constructions::REGISTRY`] that fits
+//!    the problem (NCCL's rings as paths, the torus bucket, rail rings, shortcut rings,
+//!    shallow broadcast trees).
 //!
 //! Switch constraints (NVSwitch ports, NICs) are resources of the packing, so trees use only
 //! rank-to-rank links and need no Steiner vertices. Reduce-scatter and reduce are solved as
@@ -20,19 +18,14 @@
 //! reduce-scatter followed by allgather.
 
 pub mod arborescence;
-pub mod bucket;
 pub mod packing;
-pub mod rails;
-pub mod retime;
-pub mod rings;
 pub mod schedule;
-pub mod shallow;
-pub mod shortcut_rings;
 pub mod small_ip;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
 use crate::collective::{Collective, Kind};
+use crate::constructions::{self, Context};
 use crate::engine::{Engine, Found, Limits, Problem, Search};
 use crate::flow::{allgather_rate, broadcast_rate, FlowNetwork};
 use crate::topology::{Topology, TopologyIndex, Translations};
@@ -179,62 +172,6 @@ pub fn synthesize_trees(
     })
 }
 
-/// A broadcast's shallow trees ([`shallow`]) as two candidates: every piece at once down its
-/// tree with all pieces on one channel, and with each piece on a channel of its own; which
-/// runs faster depends on how the trees share links (dgx1: one channel, 146.5 against 144.9
-/// GB/s at 1 GB; dgx-a100x2: own channels, 193.7 against 179.3). None when no shallow trees
-/// are found within the limits.
-fn shallow_algorithms(
-    topology: &Topology,
-    index: &TopologyIndex,
-    root: usize,
-    optimum_gbps: f64,
-    limits: &Limits,
-) -> Result<Vec<Algorithm>> {
-    let slices = |c: usize| reference_slices(topology, Kind::Broadcast, c);
-    let Some(found) = shallow::shallow_broadcast(
-        topology,
-        index,
-        root,
-        optimum_gbps,
-        limits.max_chunks,
-        slices,
-        limits.deadline,
-    )?
-    else {
-        return Ok(Vec::new());
-    };
-    let chunks = found.trees.len();
-    let packing = packing::Packing {
-        roots: vec![packing::RootTrees {
-            root,
-            trees: found
-                .trees
-                .into_iter()
-                .map(|t| (t, 1.0 / chunks as f64))
-                .collect(),
-        }],
-        rate_gbps: optimum_gbps,
-        group: Translations::trivial(topology.ranks),
-        rounds: 0,
-    };
-    let counts = vec![vec![1; chunks]];
-    let mut one = schedule::algorithm(
-        topology,
-        index,
-        &packing,
-        Kind::Broadcast,
-        chunks,
-        &counts,
-        true,
-    )?;
-    one.name = one.name.replacen("-trees-", "-shallow-", 1);
-    let mut own = one.clone();
-    own.name = format!("{}-ch{chunks}", one.name);
-    own.piece_channels = Some(chunks);
-    Ok(vec![one, own])
-}
-
 /// The most pieces per root whose lowered program still fits the runtimes: an allgather puts
 /// about N(N−1)·C transfers on the fabric's links, and one link's connections hold at most
 /// 32 channels of 64-step threadblocks; half of that leaves room for uneven links.
@@ -331,115 +268,31 @@ impl Engine for TreeEngine {
         }
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
-        // Of the two tree schedules, those not dominated in (steps, rounds per chunk).
+        // Of the two tree schedules, those not dominated in (steps, rounds per chunk), then
+        // the structured schedules that fit the problem.
         let mut algorithms = crate::synthesize::pareto_filter(
             [result.algorithm]
                 .into_iter()
                 .chain(result.listed)
                 .collect(),
         );
-        // NCCL's rings as paths, always kept: the cost model can rank them below the trees
-        // while the runtime runs them faster (shallow pipelines, one channel per ring), and
-        // they are the floor the default result must not fall below; the caller simulates
-        // every candidate. On a square 2-D torus the dimension-rotated bucket takes their
-        // place: a ring-like schedule on every link, with 2k − 2 steps against the rings'
-        // N − 1 and the optimum rounds per chunk.
-        let torus = (coll.kind == Kind::AllGather && limits.max_chunks >= bucket::PIECES)
-            .then(|| bucket::torus_side(problem.topology, problem.index))
-            .flatten();
-        if let Some(k) = torus {
-            problem.progress.message("the torus bucket schedule");
-            algorithms.push(bucket::bucket_allgather(problem.topology, k)?);
-        } else {
-            problem.progress.message("NCCL's rings as paths");
-            algorithms.extend(rings::ring_algorithm(
-                problem.topology,
-                problem.index,
-                coll.kind,
-                coll.root,
-                limits.max_chunks.max(1),
-            )?);
-        }
-        // Across identical nodes, the rail ring: NICs each talking to one peer.
-        if coll.kind == Kind::AllGather {
-            if let Some(nodes) = rails::rails(problem.topology, problem.index) {
-                problem.progress.message("the rail-ring schedule");
-                for chunks in rails::piece_counts(nodes.len(), limits, self.for_dual) {
-                    let (topology, index) = (problem.topology, problem.index);
-                    algorithms.extend(rails::rail_allgather(topology, index, &nodes, chunks, 0)?);
-                    let shortcuts = rails::best_shortcuts(topology, index, &nodes, chunks);
-                    if shortcuts > 0 {
-                        algorithms.extend(rails::rail_allgather(
-                            topology, index, &nodes, chunks, shortcuts,
-                        )?);
-                    }
-                }
-                // Its pieces a quarter of its messages, small messages at the tail.
-                let coalesced =
-                    rails::rail_allgather_coalesced(problem.topology, problem.index, &nodes)?;
-                algorithms.extend(
-                    coalesced
-                        .filter(|a| !limits.max_chunks_given || a.chunks() <= limits.max_chunks),
-                );
-            }
-        }
-        // Where ranks have in-links of unequal bandwidth, rings whose last hop takes the
-        // wider link (mi250-16: the exact optimum, where NCCL's rings are capped at 93%).
-        if coll.kind == Kind::AllGather && shortcut_rings::applies(problem.topology, problem.index)
-        {
-            problem.progress.message("rings with shortcut last hops");
-            match shortcut_rings::shortcut_rings(
-                problem.topology,
-                problem.index,
-                (limits.max_chunks, shortcut_rings::retimed_pieces(limits)),
-                result.optimum_gbps,
-                self.for_dual,
-                limits.deadline,
-            ) {
-                Ok(found) => algorithms.extend(found),
-                // A candidate beside the others: a solver failure is not fatal.
-                Err(e) => problem
-                    .progress
-                    .message(&format!("no shortcut-ring candidate: {e:#}")),
-            }
-        }
-        // Across identical nodes of such fabrics, the same rings on every node, the other
-        // nodes' pieces brought in over rails (mi250-16x2).
-        if coll.kind == Kind::AllGather {
-            if let Some((nodes, node)) = shortcut_rings::rail_nodes(problem.topology, problem.index)
-            {
-                problem
-                    .progress
-                    .message("rail rings with shortcut last hops");
-                let slices = |c: usize| reference_slices(problem.topology, Kind::AllGather, c);
-                match shortcut_rings::rail_shortcut_rings(
-                    problem.topology,
-                    problem.index,
-                    (&nodes, &node),
-                    limits,
-                    (result.optimum_gbps, self.for_dual),
-                    slices,
-                ) {
-                    Ok(found) => algorithms.extend(found),
-                    Err(e) => problem
-                        .progress
-                        .message(&format!("no rail shortcut-ring candidate: {e:#}")),
-                }
-            }
-        }
-        if coll.kind == Kind::Broadcast {
-            algorithms.extend(shallow_algorithms(
-                problem.topology,
-                problem.index,
-                coll.root,
-                result.optimum_gbps,
-                limits,
-            )?);
-        }
+        let cx = Context {
+            topology: problem.topology,
+            index: problem.index,
+            kind: coll.kind,
+            root: coll.root,
+            limits,
+            optimum_gbps: result.optimum_gbps,
+            for_dual: self.for_dual,
+            progress: problem.progress,
+        };
+        let (structured, notes) = constructions::candidates(&cx);
+        algorithms.extend(structured);
         Ok(Found {
             algorithms,
             complete,
             cuts: Vec::new(),
+            notes,
         })
     }
 }

@@ -7,6 +7,7 @@
 use super::packing::{Packing, Tree};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::{Collective, Kind};
+use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use std::cmp::Reverse;
@@ -340,7 +341,7 @@ pub fn algorithm(
         packing.roots[0].root,
         kind,
         chunks,
-        "trees",
+        Family::Trees,
         steps,
     )
 }
@@ -415,12 +416,12 @@ pub fn step_groups(
     fit_groups(algorithm, wanted)
 }
 
-/// `algorithm` with the channel groups `groups` (see [`step_groups`]), its name marked
-/// `-g<groups>` so that it and its one-group twin can be told apart.
+/// `algorithm` with the channel groups `groups` (see [`step_groups`]), its origin's stages
+/// set (named `-g<groups>`) so that it and its one-group twin can be told apart.
 pub fn with_groups(mut algorithm: Algorithm, groups: Option<Vec<usize>>) -> Algorithm {
     if let Some(g) = &groups {
-        let count = g.iter().max().map_or(1, |x| x + 1);
-        algorithm.name = format!("{}-g{count}", algorithm.name);
+        algorithm.origin.stages = Some(g.iter().max().map_or(1, |x| x + 1));
+        algorithm = algorithm.renamed();
     }
     algorithm.step_groups = groups;
     algorithm
@@ -430,11 +431,8 @@ pub fn with_groups(mut algorithm: Algorithm, groups: Option<Vec<usize>>) -> Algo
 /// all its steps in turn (the `-g<groups>` mark of [`with_groups`] removed).
 pub fn ungrouped(algorithm: &Algorithm) -> Algorithm {
     let mut plain = algorithm.clone();
-    if let Some(g) = plain.step_groups.take() {
-        let count = g.iter().max().map_or(1, |x| x + 1);
-        if let Some(name) = plain.name.strip_suffix(&format!("-g{count}")) {
-            plain.name = name.to_string();
-        }
+    if plain.step_groups.take().is_some() && plain.origin.stages.take().is_some() {
+        plain = plain.renamed();
     }
     plain
 }
@@ -538,28 +536,19 @@ fn copies(
     copies
 }
 
-/// The algorithm of `steps` for `kind` at `root` with `chunks` pieces per rank, named after
-/// the schedule (`label`): `KIND-TOPOLOGY-LABEL-sS-rR-cC`.
+/// The algorithm of `family` made of `steps` for `kind` at `root` with `chunks` pieces per
+/// rank.
 pub(crate) fn finish(
     topology: &Topology,
     root: usize,
     kind: Kind,
     chunks: usize,
-    label: &str,
+    family: Family,
     steps: Vec<Step>,
 ) -> Result<Algorithm> {
     let collective = Collective::new(kind, topology.ranks, root, chunks)?;
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let name = format!(
-        "{}-{}-{label}-s{}-r{}-c{}",
-        kind,
-        topology.name.replace([':', '/'], "_"),
-        steps.len(),
-        rounds,
-        chunks
-    );
-    Ok(Algorithm::plain(
-        name,
+    Ok(Algorithm::made(
+        family,
         topology.name.clone(),
         collective,
         steps,
@@ -847,7 +836,7 @@ pub fn list_scheduled(
         packing.roots[0].root,
         kind,
         chunks,
-        "listed",
+        Family::Listed,
         steps,
     )
 }
@@ -862,9 +851,10 @@ mod tests {
         // A ring's steps load every link alike: one group.
         let topo = load("ring:6").unwrap();
         let index = topo.index();
-        let ring = super::super::rings::ring_algorithm(&topo, &index, Kind::AllGather, 0, 1)
-            .unwrap()
-            .unwrap();
+        let ring =
+            crate::constructions::rings::ring_algorithm(&topo, &index, Kind::AllGather, 0, 1)
+                .unwrap()
+                .unwrap();
         assert_eq!(step_groups(&topo, &index, &ring), None);
         // dgx-a100x2's trees send over the NICs, then relay over NVSwitch: two stages.
         let topo = load("dgx-a100x2").unwrap();
@@ -908,6 +898,7 @@ mod tests {
         };
         let a = Algorithm {
             name: "allgather-dgx-a100x4".into(),
+            origin: Default::default(),
             topology: topo.name.clone(),
             collective: Collective::new(Kind::AllGather, n, 0, 1).unwrap(),
             steps: vec![step.clone(), step],

@@ -55,11 +55,13 @@
 //! slice's first hops while the slice finishes (315.4 → 318.1 GB/s at 1 GB on `mi250-16`,
 //! allreduce 316.8 → 318.9).
 
-use super::schedule::{finish, fit_groups, plain_step, rounds_needed, with_groups};
+use super::{Construction, Context};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::engine::Limits;
-use crate::topology::{Capacities, Topology, TopologyIndex};
+use crate::origin::Family;
+use crate::topology::{shape, Capacities, Topology, TopologyIndex};
+use crate::trees::schedule::{finish, fit_groups, plain_step, rounds_needed, with_groups};
 use anyhow::Result;
 use good_lp::solvers::highs::HighsProblem;
 use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables};
@@ -131,7 +133,7 @@ pub fn shortcut_rings(
         &rings,
         1,
         &[],
-        "srings",
+        Family::ShortcutRings { retimed: false },
     )?;
     let retimed = retimed_rings(topology, index, &node, &rings, retimed_pieces)?;
     if !for_dual {
@@ -146,7 +148,7 @@ pub fn shortcut_rings(
 
 /// The single-node shortcut rings in as many waves as `pieces` per rank allow (0: none),
 /// each link's sends reordered by list scheduling at the reference size
-/// ([`super::retime`]): `mi250-16` at 1 GB, 10 waves (60 pieces), 99.4% of the optimum
+/// ([`crate::constructions::retime`]): `mi250-16` at 1 GB, 10 waves (60 pieces), 99.4% of the optimum
 /// predicted (and simulated; the waves' step order alone gives 98.2% at 18 pieces), where
 /// the one-wave schedule runs several runtime slices per piece. `None` where a piece would
 /// span more than one runtime slice at the reference size.
@@ -159,10 +161,10 @@ fn retimed_rings(
 ) -> Result<Option<Algorithm>> {
     let waves = pieces / rings.len();
     let chunks = rings.len() * waves;
-    if waves == 0 || super::reference_slices(topology, Kind::AllGather, chunks) > 1.0 {
+    if waves == 0 || crate::trees::reference_slices(topology, Kind::AllGather, chunks) > 1.0 {
         return Ok(None);
     }
-    let piece_bytes = super::reference_piece_bytes(topology, Kind::AllGather, chunks);
+    let piece_bytes = crate::trees::reference_piece_bytes(topology, Kind::AllGather, chunks);
     let a = schedule(
         topology,
         index,
@@ -170,9 +172,10 @@ fn retimed_rings(
         rings,
         waves,
         &[],
-        "srings",
+        Family::ShortcutRings { retimed: false },
     )?;
-    let retimed = super::retime::retimed(&a, topology, index, piece_bytes, "srings-lst")?;
+    let family = Family::ShortcutRings { retimed: true };
+    let retimed = crate::constructions::retime::retimed(&a, topology, index, piece_bytes, family)?;
     Ok(retimed.map(|(a, _)| a))
 }
 
@@ -222,7 +225,14 @@ fn for_reversal(
         .chain(std::iter::repeat_n(1, rest.div_ceil(2)))
         .chain(std::iter::repeat_n(0, rest / 2))
         .collect();
-    let laid_out = finish(topology, 0, Kind::AllGather, chunks, "srings", steps)?;
+    let laid_out = finish(
+        topology,
+        0,
+        Kind::AllGather,
+        chunks,
+        Family::ShortcutRings { retimed: false },
+        steps,
+    )?;
     let groups = fit_groups(&laid_out, wanted);
     Ok(Some(with_groups(laid_out, groups)))
 }
@@ -236,78 +246,80 @@ pub fn rail_nodes(
     topology: &Topology,
     index: &TopologyIndex,
 ) -> Option<(Vec<Vec<usize>>, Topology)> {
-    let m = topology.nodes();
     // Rounds are counted in the fabric's integer capacities.
-    if m < 2 || index.capacities.is_none() {
+    index.capacities.as_ref()?;
+    let nodes = shape::equal_nodes(topology)?;
+    let node = shape::identical_node_fabric(topology, index, &nodes)?;
+    if !shape::rails_join(index, &nodes) {
         return None;
     }
-    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];
-    for (r, &a) in topology.node_of.iter().enumerate() {
-        nodes[a].push(r);
-    }
-    let g = nodes[0].len();
-    if nodes.iter().any(|n| n.len() != g) {
-        return None;
-    }
-    let mut local = vec![0; topology.ranks];
-    for node in &nodes {
-        for (i, &r) in node.iter().enumerate() {
-            local[r] = i;
-        }
-    }
-    let within = |l: &crate::topology::Link| topology.node_of[l.src] == topology.node_of[l.dst];
-    // Node 0's links; every node must have the same ones, ungoverned by switch constraints.
-    let links: Vec<crate::topology::Link> = topology
-        .links
-        .iter()
-        .filter(|l| within(l) && topology.node_of[l.src] == 0)
-        .map(|l| crate::topology::Link {
-            src: local[l.src],
-            dst: local[l.dst],
-            ..l.clone()
-        })
-        .collect();
-    let same = topology
-        .links
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| within(l))
-        .all(|(id, l)| {
-            index.governing[id].is_empty()
-                && links.iter().any(|k| {
-                    (k.src, k.dst) == (local[l.src], local[l.dst]) && k.bandwidth == l.bandwidth
-                })
-        });
-    let count = topology.links.iter().filter(|l| within(l)).count();
-    let rails = (0..m).all(|a| {
-        (0..g).all(|i| {
-            index
-                .link_of
-                .contains_key(&(nodes[a][i], nodes[(a + 1) % m][i]))
-        })
-    });
-    if !same || count != links.len() * m || !rails {
-        return None;
-    }
-    let node = Topology {
-        name: format!("{}-node", topology.name),
-        ranks: g,
-        node_of: vec![0; g],
-        links,
-        switches: Vec::new(),
-    };
     let node_index = node.index();
     applies(&node, &node_index).then_some((nodes, node))
+}
+
+/// Rings whose last hop takes the wider in-link, where ranks have in-links of unequal
+/// bandwidth (`mi250-16`: the exact optimum, where NCCL's rings are capped at 93%).
+pub struct ShortcutRings;
+
+impl Construction for ShortcutRings {
+    fn name(&self) -> &'static str {
+        "rings with shortcut last hops"
+    }
+
+    fn fits(&self, cx: &Context) -> bool {
+        cx.kind == Kind::AllGather && applies(cx.topology, cx.index)
+    }
+
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
+        let limits = cx.limits;
+        shortcut_rings(
+            cx.topology,
+            cx.index,
+            (limits.max_chunks, retimed_pieces(limits)),
+            cx.optimum_gbps,
+            cx.for_dual,
+            limits.deadline,
+        )
+    }
+}
+
+/// Across identical nodes of such fabrics, the same rings on every node, the other nodes'
+/// pieces brought in over rails (`mi250-16x2`).
+pub struct RailShortcutRings;
+
+impl Construction for RailShortcutRings {
+    fn name(&self) -> &'static str {
+        "rail rings with shortcut last hops"
+    }
+
+    fn fits(&self, cx: &Context) -> bool {
+        cx.kind == Kind::AllGather && rail_nodes(cx.topology, cx.index).is_some()
+    }
+
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
+        let Some((nodes, node)) = rail_nodes(cx.topology, cx.index) else {
+            return Ok(Vec::new());
+        };
+        let slices = |c: usize| crate::trees::reference_slices(cx.topology, Kind::AllGather, c);
+        rail_shortcut_rings(
+            cx.topology,
+            cx.index,
+            (&nodes, &node),
+            cx.limits,
+            (cx.optimum_gbps, cx.for_dual),
+            slices,
+        )
+    }
 }
 
 /// The rail shortcut-ring allgathers of a cluster from [`rail_nodes`]: every node runs the
 /// shortcut rings of its own fabric (at most `--max-chunks` rings, at the node's exact
 /// optimum), first over its own ranks' pieces, then over each other node's, which come in
 /// over the rails (rank i of node a passes the pieces it has to rank i of node a + 1, one
-/// node per ring round, as in [`super::rails`]). One candidate per wave count of
+/// node per ring round, as in [`crate::constructions::rails`]). One candidate per wave count of
 /// [`wave_counts`] (`slices(c)`: runtime slices per piece at the reference size with `c`
 /// pieces per rank; at most `--max-chunks` pieces where given, else
-/// [`super::rails::DEFAULT_PIECES`]). Empty when the node's rings do not reach its optimum.
+/// [`crate::constructions::rails::DEFAULT_PIECES`]). Empty when the node's rings do not reach its optimum.
 pub fn rail_shortcut_rings(
     topology: &Topology,
     index: &TopologyIndex,
@@ -333,12 +345,22 @@ pub fn rail_shortcut_rings(
     let max_pieces = if limits.max_chunks_given {
         limits.max_chunks
     } else {
-        super::rails::DEFAULT_PIECES
+        crate::constructions::rails::DEFAULT_PIECES
     };
     let counts = wave_counts(rings.len(), max_pieces, &slices);
     let mut found = counts
         .iter()
-        .map(|&waves| schedule(topology, index, nodes, &rings, waves, &[], "rail-srings"))
+        .map(|&waves| {
+            schedule(
+                topology,
+                index,
+                nodes,
+                &rings,
+                waves,
+                &[],
+                Family::RailShortcutRings,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     if !for_dual {
         let fewest = *counts.last().expect("one wave at least");
@@ -436,14 +458,14 @@ fn best_drops(
     nodes: &[Vec<usize>],
     rings: &[Ring],
     waves: usize,
-    label: &str,
+    family: Family,
 ) -> Result<Option<(f64, Algorithm)>> {
     let caps = index.capacities.as_ref().expect("checked by rail_nodes");
-    let plain = schedule(topology, index, nodes, rings, waves, &[], label)?;
+    let plain = schedule(topology, index, nodes, rings, waves, &[], family.clone())?;
     let mut best = (rate_gbps(&plain, index, caps), None);
     for s in 1..=2 * waves {
         let drops = relayed_drops(waves, s);
-        let a = schedule(topology, index, nodes, rings, waves, &drops, label)?;
+        let a = schedule(topology, index, nodes, rings, waves, &drops, family.clone())?;
         let rate = rate_gbps(&a, index, caps);
         if rate <= best.0 * (1.0 + 1e-9) {
             break;
@@ -457,7 +479,7 @@ fn best_drops(
 }
 
 /// The relayed rail shortcut rings ([`relayed`]) in `waves` waves, each link's sends
-/// reordered by list scheduling at the reference size ([`super::retime`]): the waves'
+/// reordered by list scheduling at the reference size ([`crate::constructions::retime`]): the waves'
 /// step order makes links idle at their seams (3 waves: 10–47 µs, 5 waves up to 78 µs on
 /// `mi250-16x2`), while the list schedule keeps the links busy and, with finer pieces,
 /// shortens the drain. `None` where no drop raises the rate or the schedule does not
@@ -472,14 +494,14 @@ fn relayed_retimed(
     let Some((_, a)) = best_drops(topology, index, nodes, rings, waves, RELAYED)? else {
         return Ok(None);
     };
-    let label = format!("{RELAYED}-lst");
-    let piece_bytes = super::reference_piece_bytes(topology, Kind::AllGather, a.chunks());
-    let retimed = super::retime::retimed(&a, topology, index, piece_bytes, &label)?;
+    let family = Family::RailShortcutRelay { retimed: true };
+    let piece_bytes = crate::trees::reference_piece_bytes(topology, Kind::AllGather, a.chunks());
+    let retimed = crate::constructions::retime::retimed(&a, topology, index, piece_bytes, family)?;
     Ok(retimed.map(|(a, _)| a))
 }
 
-/// Label of [`relayed`]'s candidates.
-pub const RELAYED: &str = "rail-srelay";
+/// The family of [`relayed`]'s candidates.
+const RELAYED: Family = Family::RailShortcutRelay { retimed: false };
 
 /// In [`schedule`]'s `drops`: the pieces of roots that take their shortcut.
 const SHORTCUT: u8 = 1;
@@ -712,14 +734,14 @@ fn fewest_at(
     Ok(solve(model, constraints, rings.len())?.filter(|c| c.iter().sum::<usize>() >= 1))
 }
 
-/// Solves `model` with `constraints` ([`super::small_ip`], [`MAX_NODES`]) and reads the
+/// Solves `model` with `constraints` ([`crate::trees::small_ip`], [`MAX_NODES`]) and reads the
 /// first `rings` columns as ring counts.
 fn solve(
     model: HighsProblem,
     constraints: Vec<Constraint>,
     rings: usize,
 ) -> Result<Option<Vec<usize>>> {
-    let columns = super::small_ip::solve(model, constraints, MAX_NODES)?;
+    let columns = crate::trees::small_ip::solve(model, constraints, MAX_NODES)?;
     Ok(columns.map(|c| {
         c[..rings]
             .iter()
@@ -747,7 +769,7 @@ fn schedule(
     rings: &[Ring],
     waves: usize,
     drops: &[u8],
-    label: &str,
+    family: Family,
 ) -> Result<Algorithm> {
     let caps = index.capacities.as_ref().expect("checked by applies");
     let (m, n) = (nodes.len(), nodes[0].len());
@@ -879,7 +901,7 @@ fn schedule(
         .into_iter()
         .map(|sends| plain_step(topology, index, caps, sends))
         .collect();
-    let algorithm = finish(topology, 0, Kind::AllGather, chunks, label, steps)?;
+    let algorithm = finish(topology, 0, Kind::AllGather, chunks, family, steps)?;
     if !trailing {
         return Ok(algorithm);
     }
@@ -1211,8 +1233,8 @@ mod tests {
             );
             let found = found.unwrap().into_iter();
             found
-                .filter(|a| a.name.contains(RELAYED))
-                .partition::<Vec<_>, _>(|a| !a.name.contains("-lst-"))
+                .filter(|a| matches!(a.origin.family, Family::RailShortcutRelay { .. }))
+                .partition::<Vec<_>, _>(|a| a.origin.family == RELAYED)
         };
         // A dual gets the retimed relays only (10 and 5 waves), an allgather both kinds.
         let (plain, retimed) = with(true);

@@ -25,33 +25,58 @@
 //! needs 7 through one NVSwitch port), the connection's two-message FIFO filled and the
 //! sending NIC stalled (dgx-a100x8: 94.5% of the optimum at 1 GB, 98.9% split).
 
-use super::schedule::{busiest, finish, plain_step};
+use super::{Construction, Context};
 use crate::algorithm::{Algorithm, Send};
 use crate::collective::Kind;
-use crate::topology::{Topology, TopologyIndex};
+use crate::origin::{Family, RailForm};
+use crate::topology::{shape, Topology, TopologyIndex};
+use crate::trees::schedule::{busiest, finish, plain_step};
 use anyhow::Result;
 
 /// The ranks of every node in rank order, when `topology` has the shape the rail ring needs
 /// (see the module docs); `None` otherwise.
 pub fn rails(topology: &Topology, index: &TopologyIndex) -> Option<Vec<Vec<usize>>> {
-    let m = topology.nodes();
-    if m < 2 {
-        return None;
+    let nodes = shape::equal_nodes(topology)?;
+    let fits = nodes[0].len() >= 2
+        && shape::nodes_all_to_all(index, &nodes)
+        && shape::rails_join(index, &nodes);
+    fits.then_some(nodes)
+}
+
+/// The rail ring across identical nodes (allgather): NICs each talking to one peer, in
+/// every piece count of [`piece_counts`], with its shortcut and coalesced forms.
+pub struct RailRings;
+
+impl Construction for RailRings {
+    fn name(&self) -> &'static str {
+        "the rail-ring schedule"
     }
-    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); m];
-    for (r, &a) in topology.node_of.iter().enumerate() {
-        nodes[a].push(r);
+
+    fn fits(&self, cx: &Context) -> bool {
+        cx.kind == Kind::AllGather && rails(cx.topology, cx.index).is_some()
     }
-    let g = nodes[0].len();
-    if g < 2 || nodes.iter().any(|n| n.len() != g) {
-        return None;
+
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
+        let Some(nodes) = rails(cx.topology, cx.index) else {
+            return Ok(Vec::new());
+        };
+        let (topology, index) = (cx.topology, cx.index);
+        let mut algorithms = Vec::new();
+        for chunks in piece_counts(nodes.len(), cx.limits, cx.for_dual) {
+            algorithms.extend(rail_allgather(topology, index, &nodes, chunks, 0)?);
+            let shortcuts = best_shortcuts(topology, index, &nodes, chunks);
+            if shortcuts > 0 {
+                algorithms.extend(rail_allgather(topology, index, &nodes, chunks, shortcuts)?);
+            }
+        }
+        // Its pieces a quarter of its messages, small messages at the tail.
+        let coalesced = rail_allgather_coalesced(topology, index, &nodes)?;
+        let limits = cx.limits;
+        algorithms.extend(
+            coalesced.filter(|a| !limits.max_chunks_given || a.chunks() <= limits.max_chunks),
+        );
+        Ok(algorithms)
     }
-    let linked = |u: usize, v: usize| index.link_of.contains_key(&(u, v));
-    let local = nodes
-        .iter()
-        .all(|n| n.iter().all(|&u| n.iter().all(|&v| u == v || linked(u, v))));
-    let rail = (0..m).all(|a| (0..g).all(|i| linked(nodes[a][i], nodes[(a + 1) % m][i])));
-    (local && rail).then_some(nodes)
 }
 
 /// Pieces per rank the rail ring tries without `--max-chunks`: its tail is the relay of
@@ -118,12 +143,13 @@ pub fn rail_allgather(
             steps.push(step(ring));
         }
     }
-    let label = if shortcuts > 0 {
-        "rails-shortcut"
+    let form = if shortcuts > 0 {
+        RailForm::Shortcut
     } else {
-        "rails"
+        RailForm::Plain
     };
-    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, label, steps)?;
+    let family = Family::Rails { form };
+    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, family, steps)?;
     // One stage, declared: an allreduce composed of two rail rings then gives each phase
     // channels of its own, and the allgather of a slice overlaps the reduce-scatter of the
     // next (dgx-a100x4: 254.9 GB/s at 1 GB against 251.8 with both phases in one group).
@@ -238,7 +264,9 @@ pub fn rail_allgather_coalesced(
         0,
         Kind::AllGather,
         chunks,
-        "rails-coalesced",
+        Family::Rails {
+            form: RailForm::Coalesced,
+        },
         steps,
     )?;
     // One declared stage, as the rail ring (see there).

@@ -16,9 +16,10 @@
 //! time. The simulator then reproduces the list schedule's length exactly where a piece
 //! fits one runtime slice.
 
-use super::schedule::{finish, plain_step};
 use crate::algorithm::{Algorithm, Send, Step};
+use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex};
+use crate::trees::schedule::{finish, plain_step};
 use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -46,14 +47,13 @@ struct Task {
 /// `algorithm` (non-combining, every piece received at most once per rank, one chunk per
 /// message) with each link's sends reordered by list scheduling at `piece_bytes` per piece
 /// (the shortest of the plain list schedule and 20 with randomized priorities), and
-/// that schedule's length in µs; marked [`Algorithm::serial_links`]. `label` replaces the
-/// name's schedule mark. `None` when the algorithm does not qualify.
+/// that schedule's length in µs; marked [`Algorithm::serial_links`], of `family`. `None` when the algorithm does not qualify.
 pub fn retimed(
     algorithm: &Algorithm,
     topology: &Topology,
     index: &TopologyIndex,
     piece_bytes: f64,
-    label: &str,
+    family: Family,
 ) -> Result<Option<(Algorithm, f64)>> {
     if algorithm.steps.iter().any(|s| s.reduce) || algorithm.message_chunks.is_some() {
         return Ok(None);
@@ -119,7 +119,7 @@ pub fn retimed(
         algorithm.collective.root,
         kind,
         algorithm.chunks(),
-        label,
+        family,
         steps,
     )?;
     a.serial_links = true;
@@ -315,7 +315,15 @@ mod tests {
         );
         let link = &topology.links[index.link_of[&(1, 0)]];
         let transfer_us = 1e6 / (link.bandwidth * 1e3);
-        let (r, makespan) = retimed(&a, &topology, &index, 1e6, "lst").unwrap().unwrap();
+        let (r, makespan) = retimed(
+            &a,
+            &topology,
+            &index,
+            1e6,
+            Family::ShortcutRings { retimed: true },
+        )
+        .unwrap()
+        .unwrap();
         crate::check::check(&r, &topology).unwrap();
         assert!(r.serial_links);
         // Rank 1's own piece leads on its links; the others follow once they arrive.
@@ -361,8 +369,14 @@ mod tests {
             Collective::new(Kind::ReduceScatter, 3, 0, 1).unwrap(),
             vec![step],
         );
-        assert!(retimed(&a, &topology, &index, 1e6, "lst")
-            .unwrap()
-            .is_none());
+        assert!(retimed(
+            &a,
+            &topology,
+            &index,
+            1e6,
+            Family::ShortcutRings { retimed: true }
+        )
+        .unwrap()
+        .is_none());
     }
 }

@@ -3,12 +3,35 @@
 //! model, but a deep tree pipelines worse than a ring in the runtime's slice-by-slice replay,
 //! so the tree engine offers both and the caller keeps what simulates faster.
 
-use super::packing::{Packing, RootTrees, Tree};
+use super::{Construction, Context};
 use crate::algorithm::Algorithm;
 use crate::baseline::ring_orders;
 use crate::collective::Kind;
 use crate::topology::{Topology, TopologyIndex, Translations};
+use crate::trees::packing::{Packing, RootTrees, Tree};
 use anyhow::Result;
+
+/// NCCL's rings as paths, always a candidate but where the torus bucket takes their place:
+/// the cost model can rank them below the trees while the runtime runs them faster (shallow
+/// pipelines, one channel per ring), and they are the floor the default result must not
+/// fall below; the caller simulates every candidate.
+pub struct NcclRings;
+
+impl Construction for NcclRings {
+    fn name(&self) -> &'static str {
+        "NCCL's rings as paths"
+    }
+
+    fn fits(&self, cx: &Context) -> bool {
+        !super::bucket::Bucket.fits(cx)
+    }
+
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
+        let max_rings = cx.limits.max_chunks.max(1);
+        let found = ring_algorithm(cx.topology, cx.index, cx.kind, cx.root, max_rings)?;
+        Ok(found.into_iter().collect())
+    }
+}
 
 /// The path along `ring` that starts at `root`, as a tree (parent of each rank).
 fn path_from(ring: &[usize], root: usize) -> Option<Tree> {
@@ -89,8 +112,8 @@ pub fn ring_algorithm(
         .map(|r| vec![per_tree; r.trees.len()])
         .collect();
     let mut algorithm =
-        super::schedule::algorithm(topology, index, &packing, kind, chunks, &counts, true)?;
-    algorithm.name = algorithm.name.replacen("-trees-", "-rings-", 1);
+        crate::trees::schedule::algorithm(topology, index, &packing, kind, chunks, &counts, true)?
+            .of_family(crate::origin::Family::Rings);
     // NCCL runs each ring on its own channel; so must the lowering, or a relay's pieces of
     // different rings wait behind each other in one threadblock.
     algorithm.piece_channels = Some(packing.roots[0].trees.len());

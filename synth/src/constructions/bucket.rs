@@ -24,21 +24,18 @@
 //! That takes a link's transfers from 2(k² − 1) to 4(k − 1), which the runtimes can hold at
 //! 32x32 (2046 transfers on a link do not fit their 32 channels of 64 steps).
 
-use super::schedule::finish;
+use super::{Construction, Context};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::lower::MAX_MESSAGE_CHUNKS;
-use crate::topology::{Topology, TopologyIndex};
+use crate::origin::Family;
+use crate::topology::shape::{self, torus_step, Direction};
+use crate::topology::Topology;
+use crate::trees::schedule::finish;
 use anyhow::{bail, Result};
 
 /// Pieces per rank: one per direction of the torus.
 pub const PIECES: usize = 4;
-
-/// The engine tag in the bucket schedules' names.
-pub const TAG: &str = "bucket";
-
-/// A direction on the torus: (rows, columns) moved per hop.
-type Direction = (isize, isize);
 
 /// Per piece: the direction of its first phase and of its second.
 const STREAMS: [(Direction, Direction); PIECES] = [
@@ -48,39 +45,35 @@ const STREAMS: [(Direction, Direction); PIECES] = [
     ((-1, 0), (0, -1)),
 ];
 
-/// The side k when `topology` is a square k×k torus in row-major order with k ≥ 3, equal
-/// links and no switch constraints (see the module docs); `None` otherwise.
-pub fn torus_side(topology: &Topology, index: &TopologyIndex) -> Option<usize> {
-    let n = topology.ranks;
-    let k = (n as f64).sqrt().round() as usize;
-    if k < 3 || k * k != n || !topology.switches.is_empty() || topology.links.len() != 4 * n {
-        return None;
+/// The bucket allgather of a square 2-D torus, where it replaces NCCL's rings: a ring-like
+/// schedule on every link, with 2k − 2 steps against the rings' N − 1 and the optimum
+/// rounds per chunk.
+pub struct Bucket;
+
+impl Bucket {
+    /// The torus side k where the bucket applies to `cx`.
+    fn side(cx: &Context) -> Option<usize> {
+        let fits = cx.kind == Kind::AllGather && cx.limits.max_chunks >= PIECES;
+        fits.then(|| shape::square_torus_side(cx.topology, cx.index))
+            .flatten()
     }
-    let first = topology.links.first()?;
-    if topology
-        .links
-        .iter()
-        .any(|l| l.bandwidth != first.bandwidth || l.alpha != first.alpha)
-    {
-        return None;
-    }
-    let all_linked = (0..n).all(|x| {
-        STREAMS.iter().all(|&(d, _)| {
-            [d, (-d.0, -d.1)]
-                .iter()
-                .all(|&d| index.link_of.contains_key(&(x, step(k, x, d, 1))))
-        })
-    });
-    all_linked.then_some(k)
 }
 
-/// The rank `hops` hops from `x` in direction `d` on a k×k torus.
-fn step(k: usize, x: usize, d: Direction, hops: usize) -> usize {
-    let (r, c) = ((x / k) as isize, (x % k) as isize);
-    let (k, h) = (k as isize, hops as isize);
-    let r = (r + d.0 * h).rem_euclid(k);
-    let c = (c + d.1 * h).rem_euclid(k);
-    (r * k + c) as usize
+impl Construction for Bucket {
+    fn name(&self) -> &'static str {
+        "the torus bucket schedule"
+    }
+
+    fn fits(&self, cx: &Context) -> bool {
+        Bucket::side(cx).is_some()
+    }
+
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
+        match Bucket::side(cx) {
+            Some(k) => Ok(vec![bucket_allgather(cx.topology, k)?]),
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// The bucket allgather of a k×k torus (see the module docs), four pieces per rank.
@@ -90,7 +83,7 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
     let send = |root: usize, piece: usize, src: usize, d: Direction| Send {
         chunk: root * PIECES + piece,
         src,
-        dst: step(k, src, d, 1),
+        dst: torus_step(k, src, d, 1),
     };
     let mut steps = Vec::with_capacity(2 * (k - 1));
     // Phase 1: step t forwards the piece of the rank t hops back.
@@ -98,7 +91,7 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
         let mut sends = Vec::with_capacity(n * PIECES);
         for x in 0..n {
             for (piece, &(first, _)) in STREAMS.iter().enumerate() {
-                sends.push(send(step(k, x, back(first), t), piece, x, first));
+                sends.push(send(torus_step(k, x, back(first), t), piece, x, first));
             }
         }
         steps.push(Step {
@@ -113,9 +106,9 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
         let mut sends = Vec::with_capacity(n * PIECES * k);
         for x in 0..n {
             for (piece, &(first, second)) in STREAMS.iter().enumerate() {
-                let owner = step(k, x, back(second), t);
+                let owner = torus_step(k, x, back(second), t);
                 for i in 0..k {
-                    sends.push(send(step(k, owner, back(first), i), piece, x, second));
+                    sends.push(send(torus_step(k, owner, back(first), i), piece, x, second));
                 }
             }
         }
@@ -125,7 +118,7 @@ pub fn bucket_allgather(topology: &Topology, k: usize) -> Result<Algorithm> {
             sends,
         });
     }
-    finish(topology, 0, Kind::AllGather, PIECES, TAG, steps)
+    finish(topology, 0, Kind::AllGather, PIECES, Family::Bucket, steps)
 }
 
 /// The bucket allreduce `algorithm` (the reversed bucket then the bucket, composed at
@@ -199,7 +192,7 @@ mod tests {
             ("mi250-16", None),
         ] {
             let t = load(spec).unwrap();
-            assert_eq!(torus_side(&t, &t.index()), side, "{spec}");
+            assert_eq!(shape::square_torus_side(&t, &t.index()), side, "{spec}");
         }
     }
 

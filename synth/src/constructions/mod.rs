@@ -1,0 +1,85 @@
+//! Structured schedules beside the tree packing: each a [`Construction`] that says which
+//! problems it fits and builds its candidates, listed once in [`REGISTRY`].
+//!
+//! The tree engine ([`crate::trees::TreeEngine`]) packs trees and then runs every
+//! construction of the registry that fits, with one failure policy: a construction that
+//! fails adds a note and no candidate, the others go on. Every candidate is checked like any
+//! other algorithm, and the simulation picks among them per message size. Adding a
+//! construction is adding its file and its line in [`REGISTRY`].
+
+pub mod bucket;
+pub mod rails;
+pub mod retime;
+pub mod rings;
+pub mod shallow;
+pub mod shortcut_rings;
+
+use crate::algorithm::Algorithm;
+use crate::collective::Kind;
+use crate::engine::Limits;
+use crate::progress::Progress;
+use crate::topology::{Topology, TopologyIndex};
+use anyhow::Result;
+
+/// What a construction is built for: the non-combining problem the tree engine solves.
+pub struct Context<'a> {
+    /// The fabric (reversed for a dual).
+    pub topology: &'a Topology,
+    /// Its index.
+    pub index: &'a TopologyIndex,
+    /// The collective solved (allgather or broadcast).
+    pub kind: Kind,
+    /// Its root (broadcast).
+    pub root: usize,
+    /// The search's caps and deadline.
+    pub limits: &'a Limits,
+    /// The exact optimum rate (GB/s per root for allgather, of the root for broadcast).
+    pub optimum_gbps: f64,
+    /// The candidates are reversed into a combining collective afterwards: schedules known
+    /// to lose only there are left out.
+    pub for_dual: bool,
+    /// Progress display.
+    pub progress: &'a Progress,
+}
+
+/// A structured schedule: which problems it fits and its candidates there.
+pub trait Construction: Sync {
+    /// What it builds, as progress shows it and a note names it when it fails.
+    fn name(&self) -> &'static str;
+    /// Whether it applies to the collective and the fabric's shape (a cheap test).
+    fn fits(&self, cx: &Context) -> bool;
+    /// Its candidates on a problem it fits (none where it finds nothing within its bounds).
+    fn build(&self, cx: &Context) -> Result<Vec<Algorithm>>;
+}
+
+/// Every construction, in the order their candidates are listed.
+pub const REGISTRY: &[&dyn Construction] = &[
+    &bucket::Bucket,
+    &rings::NcclRings,
+    &rails::RailRings,
+    &shortcut_rings::ShortcutRings,
+    &shortcut_rings::RailShortcutRings,
+    &shallow::ShallowTrees,
+];
+
+/// The candidates of every construction of [`REGISTRY`] that fits `cx`, and a note for each
+/// that failed.
+pub fn candidates(cx: &Context) -> (Vec<Algorithm>, Vec<String>) {
+    let mut algorithms = Vec::new();
+    let mut notes = Vec::new();
+    for construction in REGISTRY {
+        if !construction.fits(cx) {
+            continue;
+        }
+        cx.progress.message(construction.name());
+        match construction.build(cx) {
+            Ok(found) => algorithms.extend(found),
+            Err(e) => {
+                let note = format!("no {} candidate: {e:#}", construction.name());
+                cx.progress.message(&note);
+                notes.push(note);
+            }
+        }
+    }
+    (algorithms, notes)
+}

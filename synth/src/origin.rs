@@ -1,0 +1,344 @@
+//! Where an algorithm comes from: its typed provenance ([`Family`], [`Origin`]) and the one
+//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK]`).
+//!
+//! Code that decides anything about an algorithm (which allreduce halves pair, which are
+//! renumbered into messages) reads its [`Origin`], never its name: the name is for people
+//! and file names only, and always fits the runtimes' 63 characters with `-inplace`.
+
+use crate::collective::Kind;
+use serde::{Deserialize, Serialize};
+
+/// Which cost model a greedy schedule was matched under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GreedyModel {
+    /// Distances in hops.
+    Hops,
+    /// Distances in per-link alpha delays.
+    Delays,
+}
+
+/// The engine or construction that made an algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(tag = "family", rename_all = "kebab-case")]
+pub enum Family {
+    /// Read from a file or written by hand: its name is kept as it was.
+    #[default]
+    External,
+    /// Nothing to deliver: zero steps.
+    Empty,
+    /// An exact k-synchronous SMT (z3) answer.
+    Smt,
+    /// A MILP (HiGHS) answer under a sketch.
+    Milp,
+    /// Greedy matching, one round per step (`levelled`: steps regrouped by level).
+    Greedy {
+        /// The distance model of the matching.
+        model: GreedyModel,
+        /// Whether the steps were regrouped by level.
+        levelled: bool,
+    },
+    /// Packed trees laid out by depth.
+    Trees,
+    /// Packed trees list-scheduled one round per step.
+    Listed,
+    /// NCCL's rings as path trees.
+    Rings,
+    /// A broadcast's shallow trees (`own_channels`: each piece on a channel of its own).
+    Shallow {
+        /// Whether each piece runs on a channel of its own.
+        own_channels: bool,
+    },
+    /// The dimension-rotated bucket allgather of a square 2-D torus.
+    Bucket,
+    /// The rail ring across identical nodes.
+    Rails {
+        /// Its form: plain, with shortcuts to the next node, or in coalesced messages.
+        form: RailForm,
+    },
+    /// Rings whose last hop takes the wider in-link (one node).
+    ShortcutRings {
+        /// Whether each link's sends were reordered by list scheduling.
+        retimed: bool,
+    },
+    /// Shortcut rings on every node of a cluster, the other nodes' pieces over rails.
+    RailShortcutRings,
+    /// [`Family::RailShortcutRings`] whose remote rounds end early, the rail peer relaying.
+    RailShortcutRelay {
+        /// Whether each link's sends were reordered by list scheduling.
+        retimed: bool,
+    },
+    /// An allreduce composed of a reduce-scatter and an allgather.
+    Composed {
+        /// The reduce-scatter half's family.
+        reduce_scatter: Box<Family>,
+        /// The allgather half's family.
+        allgather: Box<Family>,
+    },
+}
+
+/// The forms of the rail ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RailForm {
+    /// Every piece around the rails, then forwarded within the node.
+    Plain,
+    /// Some pieces of each ring send go straight to other GPUs of the next node.
+    Shortcut,
+    /// Pieces sent several to a message.
+    Coalesced,
+}
+
+impl Family {
+    /// The family's part of an algorithm name (`trees`, `greedy-levelled`, ...); `None` for
+    /// the untagged names of SMT answers, empty algorithms and external ones.
+    pub fn tag(&self) -> Option<String> {
+        let tag = match self {
+            Family::External | Family::Empty | Family::Smt => return None,
+            Family::Milp => "milp",
+            Family::Greedy { model, levelled } => {
+                let base = match model {
+                    GreedyModel::Hops => "greedy",
+                    GreedyModel::Delays => "greedy-alpha",
+                };
+                return Some(if *levelled {
+                    format!("{base}-levelled")
+                } else {
+                    base.to_string()
+                });
+            }
+            Family::Trees => "trees",
+            Family::Listed => "listed",
+            Family::Rings => "rings",
+            Family::Shallow { .. } => "shallow",
+            Family::Bucket => "bucket",
+            Family::Rails { form } => match form {
+                RailForm::Plain => "rails",
+                RailForm::Shortcut => "rails-shortcut",
+                RailForm::Coalesced => "rails-coalesced",
+            },
+            Family::ShortcutRings { retimed: false } => "srings",
+            Family::ShortcutRings { retimed: true } => "srings-lst",
+            Family::RailShortcutRings => "rail-srings",
+            Family::RailShortcutRelay { retimed: false } => "rail-srelay",
+            Family::RailShortcutRelay { retimed: true } => "rail-srelay-lst",
+            Family::Composed {
+                reduce_scatter,
+                allgather,
+            } => {
+                // Halves of one structure go by the allgather's tag (names stay short).
+                return match (reduce_scatter.tag(), allgather.tag()) {
+                    (Some(_), Some(b)) if reduce_scatter.pairs_with(allgather) => Some(b),
+                    (Some(a), Some(b)) => Some(format!("{a}-{b}")),
+                    (Some(a), None) | (None, Some(a)) => Some(a),
+                    (None, None) => None,
+                };
+            }
+        };
+        Some(tag.to_string())
+    }
+
+    /// The structure an allreduce half counts as when halves are paired: the relayed rail
+    /// shortcut rings (an allgather only) pair with the rail shortcut rings' reduce-scatter.
+    fn structure(&self) -> &Family {
+        match self {
+            Family::RailShortcutRelay { retimed: false } => &Family::RailShortcutRings,
+            other => other,
+        }
+    }
+
+    /// Whether an allreduce half of this family and one of `other` are halves of one
+    /// structure (trees with trees, rails with rails, ...): both come from a named
+    /// construction or engine (not an SMT answer) of the same structure.
+    pub fn pairs_with(&self, other: &Family) -> bool {
+        self.tag().is_some() && other.tag().is_some() && self.structure() == other.structure()
+    }
+}
+
+/// An algorithm's provenance: its family and how its steps were staged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Origin {
+    /// The engine or construction that made it.
+    #[serde(flatten)]
+    pub family: Family,
+    /// The channel groups its steps were staged in (named `-gK`), where a stage layout was
+    /// chosen for it; `None` for one group or groups the construction declared itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<usize>,
+}
+
+impl Origin {
+    /// The origin of an algorithm of `family` in one stage.
+    pub fn of(family: Family) -> Origin {
+        Origin {
+            family,
+            stages: None,
+        }
+    }
+}
+
+impl From<Family> for Origin {
+    fn from(family: Family) -> Origin {
+        Origin::of(family)
+    }
+}
+
+/// Longest algorithm name whose in-place program (`NAME-inplace`) the runtimes still take
+/// (their name field holds 63 characters).
+pub const MAX_NAME: usize = runtime::xml::MAX_NAME - "-inplace".len();
+
+/// A topology's name as it appears in algorithm and file names (`:` and `/` made `_`).
+pub fn topology_label(topology: &str) -> String {
+    topology.replace([':', '/'], "_")
+}
+
+/// What an algorithm's name is rendered from.
+#[derive(Debug, Clone, Copy)]
+pub struct NameParts<'a> {
+    /// The collective.
+    pub kind: Kind,
+    /// The topology's name.
+    pub topology: &'a str,
+    /// Its provenance.
+    pub origin: &'a Origin,
+    /// Steps S.
+    pub steps: usize,
+    /// Rounds R.
+    pub rounds: u32,
+    /// Chunks per rank C.
+    pub chunks: usize,
+}
+
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK]`, cut to [`MAX_NAME`] by
+/// dropping the end of the tag (so steps, rounds, chunks and stages stay).
+pub fn render(parts: NameParts) -> String {
+    let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
+    if let Some(tag) = parts.origin.family.tag() {
+        head.push_str(&tag);
+        head.push('-');
+    }
+    let mut tail = format!("s{}-r{}-c{}", parts.steps, parts.rounds, parts.chunks);
+    if let Family::Shallow { own_channels: true } = parts.origin.family {
+        tail.push_str(&format!("-ch{}", parts.chunks));
+    }
+    if let Some(k) = parts.origin.stages {
+        tail.push_str(&format!("-g{k}"));
+    }
+    fit(&head, &tail, MAX_NAME)
+}
+
+/// `head` + `tail` in at most `most` characters: the end of `head` gives way first.
+fn fit(head: &str, tail: &str, most: usize) -> String {
+    if head.len() + tail.len() <= most {
+        return format!("{head}{tail}");
+    }
+    let keep = most.saturating_sub(tail.len());
+    let cut: String = head.chars().take(keep.saturating_sub(1)).collect();
+    format!("{}-{tail}", cut.trim_end_matches('-'))
+        .chars()
+        .take(most)
+        .collect()
+}
+
+/// `name` cut to at most `most` characters by dropping the end of its engine tag (what
+/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay.
+pub fn shortened(name: &str, most: usize) -> String {
+    if name.len() <= most {
+        return name.to_string();
+    }
+    let marker = name
+        .match_indices("-s")
+        .filter(|(i, _)| name[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
+        .last()
+        .map_or(name.len(), |(i, _)| i);
+    let excess = name.len() - most;
+    let cut = marker.saturating_sub(excess);
+    let joined = format!("{}{}", &name[..cut], &name[marker..]);
+    joined.chars().take(most).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(family: Family, stages: Option<usize>) -> String {
+        render(NameParts {
+            kind: Kind::AllGather,
+            topology: "torus-2d:4x4",
+            origin: &Origin { family, stages },
+            steps: 3,
+            rounds: 7,
+            chunks: 2,
+        })
+    }
+
+    #[test]
+    fn names_are_rendered_from_the_family() {
+        assert_eq!(name(Family::Smt, None), "allgather-torus-2d_4x4-s3-r7-c2");
+        assert_eq!(
+            name(Family::Trees, Some(2)),
+            "allgather-torus-2d_4x4-trees-s3-r7-c2-g2"
+        );
+        assert_eq!(
+            name(Family::Shallow { own_channels: true }, None),
+            "allgather-torus-2d_4x4-shallow-s3-r7-c2-ch2"
+        );
+        let greedy = Family::Greedy {
+            model: GreedyModel::Delays,
+            levelled: true,
+        };
+        assert_eq!(
+            name(greedy, None),
+            "allgather-torus-2d_4x4-greedy-alpha-levelled-s3-r7-c2"
+        );
+    }
+
+    #[test]
+    fn halves_of_one_structure_go_by_the_allgathers_tag() {
+        let composed = |rs, ag| Family::Composed {
+            reduce_scatter: Box::new(rs),
+            allgather: Box::new(ag),
+        };
+        let relay = Family::RailShortcutRelay { retimed: false };
+        assert!(Family::RailShortcutRings.pairs_with(&relay));
+        assert_eq!(
+            composed(Family::RailShortcutRings, relay).tag().as_deref(),
+            Some("rail-srelay")
+        );
+        assert_eq!(
+            composed(Family::Trees, Family::Rings).tag().as_deref(),
+            Some("trees-rings")
+        );
+        assert_eq!(composed(Family::Smt, Family::Smt).tag(), None);
+        assert!(!Family::Smt.pairs_with(&Family::Smt));
+    }
+
+    #[test]
+    fn every_name_fits_the_runtimes() {
+        let long = Family::Composed {
+            reduce_scatter: Box::new(Family::Greedy {
+                model: GreedyModel::Delays,
+                levelled: true,
+            }),
+            allgather: Box::new(Family::Greedy {
+                model: GreedyModel::Hops,
+                levelled: false,
+            }),
+        };
+        let n = render(NameParts {
+            kind: Kind::AllReduce,
+            topology: "torus3d-4x4x4",
+            origin: &Origin {
+                family: long,
+                stages: Some(12),
+            },
+            steps: 121,
+            rounds: 4600,
+            chunks: 16,
+        });
+        assert!(n.len() <= MAX_NAME, "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12"), "{n}");
+        assert!(n.starts_with("allreduce-torus3d-4x4x4-greedy"), "{n}");
+        assert!(!n.contains("--"), "{n}");
+    }
+}

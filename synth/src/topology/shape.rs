@@ -1,0 +1,148 @@
+//! Shape recognisers: the structures of a fabric that constructions and baselines build
+//! on (its nodes, rails between identical nodes, a square 2-D torus), found once here.
+
+use super::{Link, Topology, TopologyIndex};
+
+/// The ranks of each node in rank order (every node of `topology.nodes()`, empty ones
+/// included).
+pub fn nodes(topology: &Topology) -> Vec<Vec<usize>> {
+    let mut nodes: Vec<Vec<usize>> = vec![Vec::new(); topology.nodes()];
+    for (r, &a) in topology.node_of.iter().enumerate() {
+        nodes[a].push(r);
+    }
+    nodes
+}
+
+/// The ranks of each of M ≥ 2 nodes of equal size, in rank order; `None` for one node or
+/// nodes of different sizes.
+pub fn equal_nodes(topology: &Topology) -> Option<Vec<Vec<usize>>> {
+    let nodes = nodes(topology);
+    let g = nodes.first()?.len();
+    (nodes.len() >= 2 && nodes.iter().all(|n| n.len() == g)).then_some(nodes)
+}
+
+/// Whether rail links join rank i of each node to rank i of the next (the last node's to
+/// the first's).
+pub fn rails_join(index: &TopologyIndex, nodes: &[Vec<usize>]) -> bool {
+    let m = nodes.len();
+    (0..m).all(|a| {
+        (nodes[a].iter().zip(&nodes[(a + 1) % m]))
+            .all(|(&u, &v)| index.link_of.contains_key(&(u, v)))
+    })
+}
+
+/// Whether every node's ranks are linked all to all.
+pub fn nodes_all_to_all(index: &TopologyIndex, nodes: &[Vec<usize>]) -> bool {
+    let linked = |u: usize, v: usize| index.link_of.contains_key(&(u, v));
+    nodes
+        .iter()
+        .all(|n| n.iter().all(|&u| n.iter().all(|&v| u == v || linked(u, v))))
+}
+
+/// Node 0's own fabric (its ranks renumbered 0..G, the links among them, named
+/// `TOPOLOGY-node`) when every node of `nodes` has the same links within it, none governed
+/// by a switch constraint; `None` otherwise.
+pub fn identical_node_fabric(
+    topology: &Topology,
+    index: &TopologyIndex,
+    nodes: &[Vec<usize>],
+) -> Option<Topology> {
+    let mut local = vec![0; topology.ranks];
+    for node in nodes {
+        for (i, &r) in node.iter().enumerate() {
+            local[r] = i;
+        }
+    }
+    let within = |l: &Link| topology.node_of[l.src] == topology.node_of[l.dst];
+    let links: Vec<Link> = topology
+        .links
+        .iter()
+        .filter(|l| within(l) && topology.node_of[l.src] == 0)
+        .map(|l| Link {
+            src: local[l.src],
+            dst: local[l.dst],
+            ..l.clone()
+        })
+        .collect();
+    let same = topology
+        .links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| within(l))
+        .all(|(id, l)| {
+            index.governing[id].is_empty()
+                && links.iter().any(|k| {
+                    (k.src, k.dst) == (local[l.src], local[l.dst]) && k.bandwidth == l.bandwidth
+                })
+        });
+    let count = topology.links.iter().filter(|l| within(l)).count();
+    if !same || count != links.len() * nodes.len() {
+        return None;
+    }
+    let g = nodes[0].len();
+    Some(Topology {
+        name: format!("{}-node", topology.name),
+        ranks: g,
+        node_of: vec![0; g],
+        links,
+        switches: Vec::new(),
+    })
+}
+
+/// A direction on a 2-D torus: (rows, columns) moved per hop.
+pub type Direction = (isize, isize);
+
+/// The four directions of a 2-D torus: right, left, down, up.
+pub const DIRECTIONS: [Direction; 4] = [(0, 1), (0, -1), (1, 0), (-1, 0)];
+
+/// The rank `hops` hops from `x` in direction `d` on a k×k torus numbered row-major.
+pub fn torus_step(k: usize, x: usize, d: Direction, hops: usize) -> usize {
+    let (r, c) = ((x / k) as isize, (x % k) as isize);
+    let (k, h) = (k as isize, hops as isize);
+    let r2 = (r + d.0 * h).rem_euclid(k);
+    let c2 = (c + d.1 * h).rem_euclid(k);
+    (r2 * k + c2) as usize
+}
+
+/// The side k when `topology` is a square k×k torus in row-major order with k ≥ 3: each
+/// rank linked to its four neighbours and nothing else, equal links, no switch constraints;
+/// `None` otherwise.
+pub fn square_torus_side(topology: &Topology, index: &TopologyIndex) -> Option<usize> {
+    let n = topology.ranks;
+    let k = (n as f64).sqrt().round() as usize;
+    if k < 3 || k * k != n || !topology.switches.is_empty() || topology.links.len() != 4 * n {
+        return None;
+    }
+    let first = topology.links.first()?;
+    if topology
+        .links
+        .iter()
+        .any(|l| l.bandwidth != first.bandwidth || l.alpha != first.alpha)
+    {
+        return None;
+    }
+    let all_linked = (0..n).all(|x| {
+        DIRECTIONS
+            .iter()
+            .all(|&d| index.link_of.contains_key(&(x, torus_step(k, x, d, 1))))
+    });
+    all_linked.then_some(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+
+    #[test]
+    fn shapes_are_recognised() {
+        let torus = load("torus-2d:4x4").unwrap();
+        assert_eq!(square_torus_side(&torus, &torus.index()), Some(4));
+        let ring = load("ring:9").unwrap();
+        assert_eq!(square_torus_side(&ring, &ring.index()), None);
+        let cluster = load("dgx-a100x2").unwrap();
+        let nodes = equal_nodes(&cluster).unwrap();
+        assert_eq!(nodes.len(), 2);
+        assert!(equal_nodes(&torus).is_none());
+    }
+}

@@ -71,7 +71,7 @@ pub struct Algorithm {
     /// carries more than one threadblock's 64 steps: the lowering then makes the first
     /// transfer of each further channel wait for the last one of the channel before (else
     /// those channels run side by side and share the link). Set by schedules timed for links
-    /// that carry one transfer at a time ([`crate::constructions::retime`]).
+    /// that carry one transfer at a time ([`crate::layout::retime`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serial_links: bool,
 }

@@ -16,6 +16,7 @@ pub mod dsl;
 pub mod engine;
 pub mod flow;
 pub mod greedy;
+pub mod layout;
 pub mod lower;
 pub mod milp;
 pub mod origin;

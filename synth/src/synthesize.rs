@@ -307,7 +307,7 @@ impl<'a> Plan<'a> {
                         .as_ref()
                         .is_some_and(|g| g.iter().any(|&x| x > 0))
                 })
-                .map(crate::trees::schedule::ungrouped)
+                .map(crate::layout::groups::ungrouped)
                 .collect();
             found.algorithms.extend(twins);
         }
@@ -786,8 +786,8 @@ fn compose(
             .into_iter()
             .chain(groups_of(ag).into_iter().map(|g| g + offset))
             .collect();
-        let groups = crate::trees::schedule::fit_groups(&algorithm, wanted);
-        algorithm = crate::trees::schedule::with_groups(algorithm, groups);
+        let groups = crate::layout::groups::fit_groups(&algorithm, wanted);
+        algorithm = crate::layout::groups::with_groups(algorithm, groups);
     }
     check_in_time(&algorithm, topology, deadline, "composed ")?;
     Ok(algorithm)

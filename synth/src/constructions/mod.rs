@@ -9,7 +9,6 @@
 
 pub mod bucket;
 pub mod rails;
-pub mod retime;
 pub mod rings;
 pub mod shallow;
 pub mod shortcut_rings;

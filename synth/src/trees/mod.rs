@@ -7,7 +7,7 @@
 //!    reaches the optimum or no cheaper tree exists.
 //! 3. Weights become integer piece counts and the trees a k-synchronous schedule
 //!    ([`schedule`]), checked like every other algorithm, its steps grouped in pipeline
-//!    stages that the lowering puts on channels of their own ([`schedule::step_groups`]).
+//!    stages that the lowering puts on channels of their own ([`crate::layout::groups::step_groups`]).
 //! 4. Beside them, every structured schedule of [`crate::constructions::REGISTRY`] that fits
 //!    the problem (NCCL's rings as paths, the torus bucket, rail rings, shortcut rings,
 //!    shallow broadcast trees).
@@ -18,7 +18,9 @@
 //! reduce-scatter followed by allgather.
 
 pub mod arborescence;
+pub mod listed;
 pub mod packing;
+pub mod rounding;
 pub mod schedule;
 pub mod small_ip;
 
@@ -114,8 +116,8 @@ pub fn synthesize_trees(
         .collect();
     progress.message("rounding the packing to pieces");
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let options = schedule::chunk_options(&packing, &usages, &orbits.bandwidth, cap);
-    let build = |choice: &schedule::ChunkOption| -> Result<Algorithm> {
+    let options = rounding::chunk_options(&packing, &usages, &orbits.bandwidth, cap);
+    let build = |choice: &rounding::ChunkOption| -> Result<Algorithm> {
         let a = schedule::algorithm(
             topology,
             index,
@@ -125,16 +127,16 @@ pub fn synthesize_trees(
             &choice.counts,
             false,
         )?;
-        let groups = schedule::step_groups(topology, index, &a);
-        Ok(schedule::with_groups(a, groups))
+        let groups = crate::layout::groups::step_groups(topology, index, &a);
+        Ok(crate::layout::groups::with_groups(a, groups))
     };
-    let mut choice = schedule::fewest_pieces(&options);
+    let mut choice = rounding::fewest_pieces(&options);
     let mut algorithm = build(choice)?;
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
     // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
     let slices = |c: usize| reference_slices(topology, coll.kind, c);
     if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
-        let pipelined = schedule::best_pipelined(&options[..choice.chunks], slices);
+        let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
             choice = pipelined;
             algorithm = build(choice)?;
@@ -143,7 +145,7 @@ pub fn synthesize_trees(
     let (chunks, counts, scheduled) = (choice.chunks, &choice.counts, choice.rate);
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     progress.message("list-scheduling the trees");
-    let listed = match schedule::list_scheduled(
+    let listed = match listed::list_scheduled(
         topology,
         index,
         &packing,
@@ -153,8 +155,8 @@ pub fn synthesize_trees(
         MAX_LISTED_STEPS,
     ) {
         Ok(a) => {
-            let groups = schedule::step_groups(topology, index, &a);
-            Some(schedule::with_groups(a, groups))
+            let groups = crate::layout::groups::step_groups(topology, index, &a);
+            Some(crate::layout::groups::with_groups(a, groups))
         }
         Err(e) => {
             progress.message(&format!("no list-scheduled candidate: {e:#}"));

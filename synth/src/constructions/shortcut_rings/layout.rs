@@ -6,9 +6,10 @@ use super::cycles::Ring;
 use super::relay::{last_narrow_hop, NO_SHORTCUT, SHORTCUT};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
+use crate::layout::groups::{fit_groups, with_groups};
 use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex};
-use crate::trees::schedule::{finish, fit_groups, plain_step, rounds_needed, with_groups};
+use crate::trees::schedule::{finish, plain_step, rounds_needed};
 use anyhow::Result;
 
 /// `algorithm`, the single-node schedule of `rings` ([`schedule`]), laid out for its reversal

@@ -134,7 +134,7 @@ pub fn shortcut_rings(
 
 /// The single-node shortcut rings in as many waves as `pieces` per rank allow (0: none),
 /// each link's sends reordered by list scheduling at the reference size
-/// ([`crate::constructions::retime`]): `mi250-16` at 1 GB, 10 waves (60 pieces), 99.4% of the optimum
+/// ([`crate::layout::retime`]): `mi250-16` at 1 GB, 10 waves (60 pieces), 99.4% of the optimum
 /// predicted (and simulated; the waves' step order alone gives 98.2% at 18 pieces), where
 /// the one-wave schedule runs several runtime slices per piece. `None` where a piece would
 /// span more than one runtime slice at the reference size.
@@ -161,7 +161,7 @@ fn retimed_rings(
         Family::ShortcutRings { retimed: false },
     )?;
     let family = Family::ShortcutRings { retimed: true };
-    let retimed = crate::constructions::retime::retimed(&a, topology, index, piece_bytes, family)?;
+    let retimed = crate::layout::retime::retimed(&a, topology, index, piece_bytes, family)?;
     Ok(retimed.map(|(a, _)| a))
 }
 

@@ -80,7 +80,7 @@ pub(super) fn best_drops(
 }
 
 /// The relayed rail shortcut rings ([`relayed`]) in `waves` waves, each link's sends
-/// reordered by list scheduling at the reference size ([`crate::constructions::retime`]): the waves'
+/// reordered by list scheduling at the reference size ([`crate::layout::retime`]): the waves'
 /// step order makes links idle at their seams (3 waves: 10–47 µs, 5 waves up to 78 µs on
 /// `mi250-16x2`), while the list schedule keeps the links busy and, with finer pieces,
 /// shortens the drain. `None` where no drop raises the rate or the schedule does not
@@ -97,7 +97,7 @@ pub(super) fn relayed_retimed(
     };
     let family = Family::RailShortcutRelay { retimed: true };
     let piece_bytes = crate::trees::reference_piece_bytes(topology, Kind::AllGather, a.chunks());
-    let retimed = crate::constructions::retime::retimed(&a, topology, index, piece_bytes, family)?;
+    let retimed = crate::layout::retime::retimed(&a, topology, index, piece_bytes, family)?;
     Ok(retimed.map(|(a, _)| a))
 }
 

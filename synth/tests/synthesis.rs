@@ -355,3 +355,32 @@ fn the_checker_stops_at_an_expired_deadline() {
         Err(CheckError::TimeLimit)
     );
 }
+
+/// Allreduce halves pair by their typed provenance: on a square torus the bucket
+/// reduce-scatter and allgather compose into one bucket allreduce in messages of whole
+/// blocks, named after the allgather's family; every name fits the runtimes.
+#[test]
+fn allreduce_halves_pair_by_provenance() {
+    use synth::origin::{Family, MAX_NAME};
+    let s = run("torus-2d:4x4", Kind::AllReduce, Search::Pareto);
+    let bucket = Family::Composed {
+        reduce_scatter: Box::new(Family::Bucket),
+        allgather: Box::new(Family::Bucket),
+    };
+    let pair = s
+        .algorithms
+        .iter()
+        .find(|a| a.origin.family == bucket)
+        .expect("a bucket allreduce");
+    assert!(pair.message_chunks.is_some(), "renumbered into messages");
+    assert!(pair.name.contains("-bucket-s"), "{}", pair.name);
+    for a in &s.algorithms {
+        assert!(a.name.len() <= MAX_NAME, "{}", a.name);
+        // Every composed half comes from a family, none from a bare name.
+        assert!(
+            matches!(a.origin.family, Family::Composed { .. }),
+            "{:?}",
+            a.origin
+        );
+    }
+}

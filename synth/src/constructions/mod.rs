@@ -82,3 +82,61 @@ pub fn candidates(cx: &Context) -> (Vec<Algorithm>, Vec<String>) {
     }
     (algorithms, notes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::origin::Family;
+    use crate::topology::load;
+    use std::time::{Duration, Instant};
+
+    fn limits() -> Limits {
+        Limits::new(16, 8, Instant::now() + Duration::from_secs(60))
+    }
+
+    /// The candidates of the registry for an allgather on `spec`, by family.
+    fn families(spec: &str) -> Vec<Family> {
+        let topology = load(spec).unwrap();
+        let index = topology.index();
+        let limits = limits();
+        let progress = Progress::hidden();
+        let cx = Context {
+            topology: &topology,
+            index: &index,
+            kind: Kind::AllGather,
+            root: 0,
+            limits: &limits,
+            optimum_gbps: 1.0,
+            for_dual: false,
+            progress: &progress,
+        };
+        let (found, notes) = candidates(&cx);
+        assert!(notes.is_empty(), "{notes:?}");
+        for a in &found {
+            crate::check::check(a, &topology).unwrap();
+        }
+        found.into_iter().map(|a| a.origin.family).collect()
+    }
+
+    #[test]
+    fn every_construction_has_its_own_name() {
+        let mut names: Vec<&str> = REGISTRY.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len());
+    }
+
+    #[test]
+    fn the_registry_builds_what_fits_the_fabric() {
+        // A square torus: the bucket takes the rings' place.
+        assert_eq!(families("torus-2d:4x4"), vec![Family::Bucket]);
+        // A rectangular one: NCCL's rings.
+        assert_eq!(families("torus-2d:3x4"), vec![Family::Rings]);
+        // Identical nodes joined by rails: rings and rail rings.
+        let cluster = families("dgx-a100x2");
+        assert_eq!(cluster[0], Family::Rings);
+        assert!(cluster[1..]
+            .iter()
+            .all(|f| matches!(f, Family::Rails { .. })));
+    }
+}

@@ -203,7 +203,6 @@ pub fn rail_allgather_coalesced(
         return Ok(None);
     }
     let chunks = per_rank * PIECES_PER_MESSAGE;
-    let tail_start = chunks - PIECES_PER_MESSAGE;
     let mut steps = Vec::new();
     let mut counts = Vec::new();
     let mut push = |sends: Vec<Send>, count: usize| {
@@ -212,38 +211,8 @@ pub fn rail_allgather_coalesced(
             counts.push(count);
         }
     };
-    // The sends of the last message in messages of TAIL pieces: consecutive messages of one
-    // size share a step (and a count).
     let split = |sends: Vec<Send>, push: &mut dyn FnMut(Vec<Send>, usize)| {
-        let piece = |s: &Send| s.chunk % chunks;
-        push(
-            sends
-                .iter()
-                .filter(|s| piece(s) < tail_start)
-                .copied()
-                .collect(),
-            PIECES_PER_MESSAGE,
-        );
-        let mut start = tail_start;
-        let mut k = 0;
-        while k < TAIL.len() {
-            let size = TAIL[k];
-            let mut end = start;
-            while k < TAIL.len() && TAIL[k] == size {
-                end += size;
-                k += 1;
-            }
-            let range = start..end;
-            push(
-                sends
-                    .iter()
-                    .filter(|s| range.contains(&piece(s)))
-                    .copied()
-                    .collect(),
-                size,
-            );
-            start = end;
-        }
+        push_with_tail(sends, chunks, push)
     };
     for (s, (local, ring)) in rail_sends(nodes, chunks, 0).into_iter().enumerate() {
         if s + 1 == m {
@@ -273,6 +242,34 @@ pub fn rail_allgather_coalesced(
     algorithm.step_groups = Some(vec![0; algorithm.steps.len()]);
     algorithm.message_chunks = Some(counts);
     Ok(Some(algorithm))
+}
+
+/// Pushes `sends` of the rail ring in pieces of `chunks` per rank as messages: those before
+/// the last message in messages of [`PIECES_PER_MESSAGE`], those of the last message in
+/// messages of [`TAIL`] pieces (consecutive messages of one size share a step and a count).
+fn push_with_tail(sends: Vec<Send>, chunks: usize, push: &mut dyn FnMut(Vec<Send>, usize)) {
+    let tail_start = chunks - PIECES_PER_MESSAGE;
+    let piece = |s: &Send| s.chunk % chunks;
+    let within = |range: std::ops::Range<usize>| -> Vec<Send> {
+        sends
+            .iter()
+            .filter(|s| range.contains(&piece(s)))
+            .copied()
+            .collect()
+    };
+    push(within(0..tail_start), PIECES_PER_MESSAGE);
+    let mut start = tail_start;
+    let mut k = 0;
+    while k < TAIL.len() {
+        let size = TAIL[k];
+        let mut end = start;
+        while k < TAIL.len() && TAIL[k] == size {
+            end += size;
+            k += 1;
+        }
+        push(within(start..end), size);
+        start = end;
+    }
 }
 
 /// The sends of every ring step of the rail ring (see [`rail_allgather`]): the in-node

@@ -22,40 +22,9 @@ pub fn min_arborescence(n: usize, root: usize, edges: &[Edge]) -> Option<Vec<usi
 
 /// One contraction level: edges `(from, to, cost)`; returns indices into `edges`.
 fn solve(n: usize, root: usize, edges: &[(usize, usize, f64)]) -> Option<Vec<usize>> {
-    // Cheapest edge entering each vertex.
-    let mut best: Vec<Option<usize>> = vec![None; n];
-    for (i, &(u, v, c)) in edges.iter().enumerate() {
-        if u != v && v != root && best[v].is_none_or(|b| c < edges[b].2) {
-            best[v] = Some(i);
-        }
-    }
-    if (0..n).any(|v| v != root && best[v].is_none()) {
-        return None;
-    }
-    // Cycles among the chosen edges: walk each vertex's chain of chosen parents.
-    let mut cycle_of: Vec<Option<usize>> = vec![None; n];
-    let mut mark: Vec<usize> = vec![usize::MAX; n];
-    let mut cycles: Vec<Vec<usize>> = Vec::new();
-    for start in 0..n {
-        let mut v = start;
-        while v != root && mark[v] == usize::MAX && cycle_of[v].is_none() {
-            mark[v] = start;
-            v = edges[best[v].expect("checked")].0;
-        }
-        if v != root && mark[v] == start && cycle_of[v].is_none() {
-            // Found a new cycle through v.
-            let id = cycles.len();
-            let mut members = vec![v];
-            cycle_of[v] = Some(id);
-            let mut u = edges[best[v].expect("checked")].0;
-            while u != v {
-                cycle_of[u] = Some(id);
-                members.push(u);
-                u = edges[best[u].expect("checked")].0;
-            }
-            cycles.push(members);
-        }
-    }
+    let best = cheapest_entering(n, root, edges)?;
+    let parent = |v: usize| edges[best[v].expect("checked")].0;
+    let (cycle_of, cycles) = cycles_of_chosen(n, root, parent);
     if cycles.is_empty() {
         return Some(
             (0..n)
@@ -64,18 +33,8 @@ fn solve(n: usize, root: usize, edges: &[(usize, usize, f64)]) -> Option<Vec<usi
                 .collect(),
         );
     }
-    // Contract every cycle into one vertex.
-    let mut component = vec![usize::MAX; n];
-    let mut count = cycles.len();
-    for v in 0..n {
-        component[v] = match cycle_of[v] {
-            Some(c) => c,
-            None => {
-                count += 1;
-                count - 1
-            }
-        };
-    }
+    // Contract every cycle into one vertex, solve, and expand.
+    let (component, count) = components(&cycle_of, cycles.len());
     let mut contracted = Vec::new();
     let mut origin = Vec::new();
     for (i, &(u, v, c)) in edges.iter().enumerate() {
@@ -107,6 +66,73 @@ fn solve(n: usize, root: usize, edges: &[(usize, usize, f64)]) -> Option<Vec<usi
         }
     }
     Some(result)
+}
+
+/// The cheapest edge entering each vertex but the root; `None` when a vertex has none.
+fn cheapest_entering(
+    n: usize,
+    root: usize,
+    edges: &[(usize, usize, f64)],
+) -> Option<Vec<Option<usize>>> {
+    let mut best: Vec<Option<usize>> = vec![None; n];
+    for (i, &(u, v, c)) in edges.iter().enumerate() {
+        if u != v && v != root && best[v].is_none_or(|b| c < edges[b].2) {
+            best[v] = Some(i);
+        }
+    }
+    (0..n)
+        .all(|v| v == root || best[v].is_some())
+        .then_some(best)
+}
+
+/// The cycles among the chosen edges (`parent` of each non-root vertex), found by walking
+/// each vertex's chain of parents: each vertex's cycle id, and each cycle's members.
+fn cycles_of_chosen(
+    n: usize,
+    root: usize,
+    parent: impl Fn(usize) -> usize,
+) -> (Vec<Option<usize>>, Vec<Vec<usize>>) {
+    let mut cycle_of: Vec<Option<usize>> = vec![None; n];
+    let mut mark: Vec<usize> = vec![usize::MAX; n];
+    let mut cycles: Vec<Vec<usize>> = Vec::new();
+    for start in 0..n {
+        let mut v = start;
+        while v != root && mark[v] == usize::MAX && cycle_of[v].is_none() {
+            mark[v] = start;
+            v = parent(v);
+        }
+        if v != root && mark[v] == start && cycle_of[v].is_none() {
+            // Found a new cycle through v.
+            let id = cycles.len();
+            let mut members = vec![v];
+            cycle_of[v] = Some(id);
+            let mut u = parent(v);
+            while u != v {
+                cycle_of[u] = Some(id);
+                members.push(u);
+                u = parent(u);
+            }
+            cycles.push(members);
+        }
+    }
+    (cycle_of, cycles)
+}
+
+/// The vertex of the contracted graph each vertex falls in (cycles first, by id, then every
+/// other vertex on its own), and the contracted graph's vertex count.
+fn components(cycle_of: &[Option<usize>], cycles: usize) -> (Vec<usize>, usize) {
+    let mut count = cycles;
+    let component = cycle_of
+        .iter()
+        .map(|c| match c {
+            Some(c) => *c,
+            None => {
+                count += 1;
+                count - 1
+            }
+        })
+        .collect();
+    (component, count)
 }
 
 #[cfg(test)]

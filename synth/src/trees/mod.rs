@@ -66,6 +66,55 @@ pub fn synthesize_trees(
     limits: &Limits,
     progress: &crate::progress::Progress,
 ) -> Result<TreeResult> {
+    let (group, roots, optimum_gbps) = optimum(topology, index, coll, progress)?;
+    progress.message(&format!("packing trees for {} root(s)", roots.len()));
+    let mut packing = pack(
+        topology,
+        index,
+        &group,
+        &roots,
+        Some(optimum_gbps),
+        limits.deadline,
+    )?;
+    add_symmetric_images(topology, &mut packing);
+    progress.message("rounding the packing to pieces");
+    let (algorithm, choice) = depth_schedule(topology, index, &packing, coll.kind, limits)?;
+    // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
+    progress.message("list-scheduling the trees");
+    let listed = match listed::list_scheduled(
+        topology,
+        index,
+        &packing,
+        coll.kind,
+        choice.chunks,
+        &choice.counts,
+        MAX_LISTED_STEPS,
+    ) {
+        Ok(a) => Some(staged(topology, index, a)),
+        Err(e) => {
+            progress.message(&format!("no list-scheduled candidate: {e:#}"));
+            None
+        }
+    };
+    Ok(TreeResult {
+        algorithm,
+        listed,
+        optimum_gbps,
+        packing_gbps: packing.rate_gbps,
+        scheduled_gbps: choice.rate,
+        symmetry: group.order(),
+        rounds: packing.rounds,
+    })
+}
+
+/// The symmetry group to pack under, its representative roots and the exact optimum rate
+/// (GB/s per root) of `coll`; an error where the fabric is not connected.
+fn optimum(
+    topology: &Topology,
+    index: &TopologyIndex,
+    coll: &Collective,
+    progress: &crate::progress::Progress,
+) -> Result<(Translations, Vec<usize>, f64)> {
     let net = FlowNetwork::new(topology)?;
     let (group, roots, optimum) = match coll.kind {
         Kind::AllGather => {
@@ -93,17 +142,19 @@ pub fn synthesize_trees(
             optimum.describe_cut()
         );
     }
-    progress.message(&format!("packing trees for {} root(s)", roots.len()));
-    let mut packing = pack(
-        topology,
-        index,
-        &group,
-        &roots,
-        Some(optimum_gbps),
-        limits.deadline,
-    )?;
-    add_symmetric_images(topology, &mut packing);
-    let orbits = Orbits::new(topology, index, &group).expect("checked above");
+    Ok((group, roots, optimum_gbps))
+}
+
+/// The packing's trees laid out by depth in stages ([`TreeResult::algorithm`]) at the piece
+/// count chosen for it, and that choice.
+fn depth_schedule(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &packing::Packing,
+    kind: Kind,
+    limits: &Limits,
+) -> Result<(Algorithm, rounding::ChunkOption)> {
+    let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages: Vec<Vec<Vec<f64>>> = packing
         .roots
         .iter()
@@ -114,27 +165,18 @@ pub fn synthesize_trees(
                 .collect()
         })
         .collect();
-    progress.message("rounding the packing to pieces");
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let options = rounding::chunk_options(&packing, &usages, &orbits.bandwidth, cap);
+    let options = rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap);
     let build = |choice: &rounding::ChunkOption| -> Result<Algorithm> {
-        let a = schedule::algorithm(
-            topology,
-            index,
-            &packing,
-            coll.kind,
-            choice.chunks,
-            &choice.counts,
-            false,
-        )?;
-        let groups = crate::layout::groups::step_groups(topology, index, &a);
-        Ok(crate::layout::groups::with_groups(a, groups))
+        let (chunks, counts) = (choice.chunks, &choice.counts);
+        let a = schedule::algorithm(topology, index, packing, kind, chunks, counts, false)?;
+        Ok(staged(topology, index, a))
     };
     let mut choice = rounding::fewest_pieces(&options);
     let mut algorithm = build(choice)?;
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
     // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
-    let slices = |c: usize| reference_slices(topology, coll.kind, c);
+    let slices = |c: usize| reference_slices(topology, kind, c);
     if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
         let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
@@ -142,36 +184,13 @@ pub fn synthesize_trees(
             algorithm = build(choice)?;
         }
     }
-    let (chunks, counts, scheduled) = (choice.chunks, &choice.counts, choice.rate);
-    // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
-    progress.message("list-scheduling the trees");
-    let listed = match listed::list_scheduled(
-        topology,
-        index,
-        &packing,
-        coll.kind,
-        chunks,
-        counts,
-        MAX_LISTED_STEPS,
-    ) {
-        Ok(a) => {
-            let groups = crate::layout::groups::step_groups(topology, index, &a);
-            Some(crate::layout::groups::with_groups(a, groups))
-        }
-        Err(e) => {
-            progress.message(&format!("no list-scheduled candidate: {e:#}"));
-            None
-        }
-    };
-    Ok(TreeResult {
-        algorithm,
-        listed,
-        optimum_gbps,
-        packing_gbps: packing.rate_gbps,
-        scheduled_gbps: scheduled,
-        symmetry: group.order(),
-        rounds: packing.rounds,
-    })
+    Ok((algorithm, choice.clone()))
+}
+
+/// `algorithm` in the step groups chosen for it ([`crate::layout::groups::step_groups`]).
+fn staged(topology: &Topology, index: &TopologyIndex, algorithm: Algorithm) -> Algorithm {
+    let groups = crate::layout::groups::step_groups(topology, index, &algorithm);
+    crate::layout::groups::with_groups(algorithm, groups)
 }
 
 /// The most pieces per root whose lowered program still fits the runtimes: an allgather puts

@@ -8,7 +8,7 @@ use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::layout::groups::{fit_groups, with_groups};
 use crate::origin::Family;
-use crate::topology::{Topology, TopologyIndex};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use crate::trees::schedule::{finish, plain_step, rounds_needed};
 use anyhow::Result;
 
@@ -93,126 +93,44 @@ pub(super) fn schedule(
 ) -> Result<Algorithm> {
     let caps = index.capacities.as_ref().expect("checked by applies");
     let (m, n) = (nodes.len(), nodes[0].len());
-    let chunks = rings.len() * waves;
     // Sub-round u = round · waves + wave: steps u·d .. u·d + d − 1 carry the hops 0..d − 1
     // of that wave's pieces of the ranks `round` nodes back; the last step (index
     // m·waves·d) the last hops of every sub-round.
     let d = n - 2;
     let subs = m * waves;
-    let mut steps: Vec<Vec<Send>> = vec![Vec::new(); subs * d + 1];
-    let mut last: Vec<(usize, Send)> = Vec::new();
-    let mut shortcuts = Vec::new();
-    let mut relays = Vec::new();
-    for (a, node) in nodes.iter().enumerate() {
+    let mut w = Waves {
+        index,
+        caps,
+        nodes,
+        rings,
+        waves,
+        drops,
+        d,
+        chunks: rings.len() * waves,
+        steps: vec![Vec::new(); subs * d + 1],
+        last: Vec::new(),
+        shortcuts: Vec::new(),
+        relays: Vec::new(),
+    };
+    for a in 0..m {
         for round in 0..m {
-            let from = &nodes[(a + m - round) % m];
             for wave in 0..waves {
-                let sub = round * waves + wave;
-                for (k, ring) in rings.iter().enumerate() {
-                    let piece = wave * rings.len() + k;
-                    let order = &ring.order;
-                    for p in 0..n {
-                        let chunk = from[order[p]] * chunks + piece;
-                        let hops = if ring.shortcut[p] { n - 2 } else { n - 1 };
-                        let kind = if ring.shortcut[p] {
-                            SHORTCUT
-                        } else {
-                            NO_SHORTCUT
-                        };
-                        let ends_early =
-                            round >= 1 && drops.get(wave).is_some_and(|&bits| bits & kind != 0);
-                        let dropped = ends_early
-                            .then(|| last_narrow_hop(index, caps, node, order, p, hops))
-                            .flatten();
-                        if let Some(h) = dropped {
-                            // Rank w of the node before had the piece at the same hop of
-                            // the round before; it hands it on over its rail.
-                            let w = order[(p + h + 1) % n];
-                            let prev = &nodes[(a + m - 1) % m];
-                            let received = ((round - 1) * waves + wave) * d + h;
-                            let send = Send {
-                                chunk,
-                                src: prev[w],
-                                dst: node[w],
-                            };
-                            relays.push((received + 1, send));
-                        }
-                        for h in (0..hops).filter(|&h| Some(h) != dropped) {
-                            let send = Send {
-                                chunk,
-                                src: node[order[(p + h) % n]],
-                                dst: node[order[(p + h + 1) % n]],
-                            };
-                            if h < d {
-                                steps[sub * d + h].push(send);
-                            } else {
-                                last.push((sub, send));
-                            }
-                        }
-                        if ring.shortcut[p] {
-                            let send = Send {
-                                chunk,
-                                src: node[order[p]],
-                                dst: node[order[(p + n - 1) % n]],
-                            };
-                            shortcuts.push((sub, send));
-                        }
-                    }
-                }
+                w.ring_sends(a, round, wave);
             }
-            // The rail: the pieces of the rank `round` nodes back go on to the next node.
-            // In waves, each wave's in the last step of its sub-round, after the ring's and
-            // the shortcut's sends of the same pieces: the NIC's threadblock sends them as
-            // soon as it can whatever the step, and reversed into a reduce-scatter the NIC's
-            // partial sum is then the first reduction into its slot (the lowering chains
-            // them in step order), so the receiver takes the NIC's messages as they arrive
-            // instead of after its rings' reductions, which come last in the dual (18
-            // pieces on `mi250-16x2` at 1 GB: 317.1 against 256.9 GB/s in the first step).
-            // In one wave, several slices per piece, the first step (the dual at 6 pieces:
-            // 292.7 against 265.7).
             if round + 1 < m {
-                let next = &nodes[(a + 1) % m];
-                for wave in 0..waves {
-                    let sub = round * waves + wave;
-                    let at = if waves == 1 { sub * d } else { sub * d + d - 1 };
-                    for i in 0..n {
-                        for k in 0..rings.len() {
-                            steps[at].push(Send {
-                                chunk: from[i] * chunks + wave * rings.len() + k,
-                                src: node[i],
-                                dst: next[i],
-                            });
-                        }
-                    }
-                }
+                w.rail_sends(a, round);
             }
         }
     }
-    for (at, send) in relays {
-        steps[at].push(send);
+    for (at, send) in std::mem::take(&mut w.relays) {
+        w.steps[at].push(send);
     }
     // Stable: within a sub-round the last hops keep their order.
+    let mut last = std::mem::take(&mut w.last);
     last.sort_by_key(|&(sub, _)| sub);
-    steps[subs * d].extend(last.into_iter().map(|(_, send)| send));
-    for (sub, send) in shortcuts {
-        let window = if d >= 4 { 2..d - 1 } else { 0..d };
-        let cost = |step: &Vec<Send>| {
-            let before = rounds_needed(topology, index, caps, step);
-            let mut with = step.clone();
-            with.push(send);
-            let after = rounds_needed(topology, index, caps, &with);
-            let on_link = step
-                .iter()
-                .filter(|s| (s.src, s.dst) == (send.src, send.dst))
-                .count();
-            (after - before, on_link)
-        };
-        let at = window
-            .map(|i| sub * d + i)
-            .min_by_key(|&i| (cost(&steps[i]), i))
-            .expect("the window is not empty");
-        steps[at].push(send);
-    }
+    w.steps[subs * d].extend(last.into_iter().map(|(_, send)| send));
+    w.place_shortcuts(topology);
+    let (chunks, mut steps) = (w.chunks, w.steps);
     let trailing = !steps[subs * d].is_empty();
     if !trailing {
         steps.pop();
@@ -229,4 +147,142 @@ pub(super) fn schedule(
     wanted.push(1);
     let groups = fit_groups(&algorithm, wanted);
     Ok(with_groups(algorithm, groups))
+}
+
+/// The sends of [`schedule`] as they are laid out: the ring steps of every sub-round, the
+/// last hops, the shortcuts and the relays, each with the sub-round or step it belongs to.
+struct Waves<'a> {
+    index: &'a TopologyIndex,
+    caps: &'a Capacities,
+    nodes: &'a [Vec<usize>],
+    rings: &'a [Ring],
+    waves: usize,
+    drops: &'a [u8],
+    /// Ring steps per sub-round.
+    d: usize,
+    /// Pieces per rank.
+    chunks: usize,
+    steps: Vec<Vec<Send>>,
+    last: Vec<(usize, Send)>,
+    shortcuts: Vec<(usize, Send)>,
+    relays: Vec<(usize, Send)>,
+}
+
+impl Waves<'_> {
+    /// The ring hops on node `a` of wave `wave`'s pieces of the ranks `round` nodes back.
+    fn ring_sends(&mut self, a: usize, round: usize, wave: usize) {
+        let (m, n, d) = (self.nodes.len(), self.nodes[0].len(), self.d);
+        let node = &self.nodes[a];
+        let from = &self.nodes[(a + m - round) % m];
+        let sub = round * self.waves + wave;
+        for (k, ring) in self.rings.iter().enumerate() {
+            let piece = wave * self.rings.len() + k;
+            let order = &ring.order;
+            for p in 0..n {
+                let chunk = from[order[p]] * self.chunks + piece;
+                let hops = if ring.shortcut[p] { n - 2 } else { n - 1 };
+                let kind = if ring.shortcut[p] {
+                    SHORTCUT
+                } else {
+                    NO_SHORTCUT
+                };
+                let ends_early =
+                    round >= 1 && self.drops.get(wave).is_some_and(|&bits| bits & kind != 0);
+                let dropped = ends_early
+                    .then(|| last_narrow_hop(self.index, self.caps, node, order, p, hops))
+                    .flatten();
+                if let Some(h) = dropped {
+                    // Rank w of the node before had the piece at the same hop of the round
+                    // before; it hands it on over its rail.
+                    let w = order[(p + h + 1) % n];
+                    let prev = &self.nodes[(a + m - 1) % m];
+                    let received = ((round - 1) * self.waves + wave) * d + h;
+                    let send = Send {
+                        chunk,
+                        src: prev[w],
+                        dst: node[w],
+                    };
+                    self.relays.push((received + 1, send));
+                }
+                for h in (0..hops).filter(|&h| Some(h) != dropped) {
+                    let send = Send {
+                        chunk,
+                        src: node[order[(p + h) % n]],
+                        dst: node[order[(p + h + 1) % n]],
+                    };
+                    if h < d {
+                        self.steps[sub * d + h].push(send);
+                    } else {
+                        self.last.push((sub, send));
+                    }
+                }
+                if ring.shortcut[p] {
+                    let send = Send {
+                        chunk,
+                        src: node[order[p]],
+                        dst: node[order[(p + n - 1) % n]],
+                    };
+                    self.shortcuts.push((sub, send));
+                }
+            }
+        }
+    }
+
+    /// The rail: the pieces of the rank `round` nodes back go on from node `a` to the next
+    /// node. In waves, each wave's in the last step of its sub-round, after the ring's and
+    /// the shortcut's sends of the same pieces: the NIC's threadblock sends them as soon as
+    /// it can whatever the step, and reversed into a reduce-scatter the NIC's partial sum is
+    /// then the first reduction into its slot (the lowering chains them in step order), so
+    /// the receiver takes the NIC's messages as they arrive instead of after its rings'
+    /// reductions, which come last in the dual (18 pieces on `mi250-16x2` at 1 GB: 317.1
+    /// against 256.9 GB/s in the first step). In one wave, several slices per piece, the
+    /// first step (the dual at 6 pieces: 292.7 against 265.7).
+    fn rail_sends(&mut self, a: usize, round: usize) {
+        let (m, n, d) = (self.nodes.len(), self.nodes[0].len(), self.d);
+        let node = &self.nodes[a];
+        let from = &self.nodes[(a + m - round) % m];
+        let next = &self.nodes[(a + 1) % m];
+        for wave in 0..self.waves {
+            let sub = round * self.waves + wave;
+            let at = if self.waves == 1 {
+                sub * d
+            } else {
+                sub * d + d - 1
+            };
+            for i in 0..n {
+                for k in 0..self.rings.len() {
+                    self.steps[at].push(Send {
+                        chunk: from[i] * self.chunks + wave * self.rings.len() + k,
+                        src: node[i],
+                        dst: next[i],
+                    });
+                }
+            }
+        }
+    }
+
+    /// Each shortcut in the ring step of its sub-round whose busiest link it loads least,
+    /// away from the first two and the last ring step (see the module docs).
+    fn place_shortcuts(&mut self, topology: &Topology) {
+        let (index, caps, d) = (self.index, self.caps, self.d);
+        for (sub, send) in std::mem::take(&mut self.shortcuts) {
+            let window = if d >= 4 { 2..d - 1 } else { 0..d };
+            let cost = |step: &Vec<Send>| {
+                let before = rounds_needed(topology, index, caps, step);
+                let mut with = step.clone();
+                with.push(send);
+                let after = rounds_needed(topology, index, caps, &with);
+                let on_link = step
+                    .iter()
+                    .filter(|s| (s.src, s.dst) == (send.src, send.dst))
+                    .count();
+                (after - before, on_link)
+            };
+            let at = window
+                .map(|i| sub * d + i)
+                .min_by_key(|&i| (cost(&self.steps[i]), i))
+                .expect("the window is not empty");
+            self.steps[at].push(send);
+        }
+    }
 }

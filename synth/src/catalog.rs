@@ -25,6 +25,7 @@
 //!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
 //!    form one range. Between two ranges the switch point is found by bisection on the
 //!    byte count with the same rule, so a range starts where its algorithm starts to win.
+//!    The simulations and this rule are [`crate::select`]'s ([`Rule::LeastTime`]).
 //!    Grid sizes where one of NCCL's own algorithms (ring, tree, point-to-point: those
 //!    [`crate::baseline`] defines for the collective, simulated the same way) is faster than
 //!    every candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL

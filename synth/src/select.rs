@@ -135,16 +135,16 @@ impl Simulation<'_> {
         rule: Rule,
     ) -> Table {
         let nccl = Baselines::simulate(self, collective, root);
-        let rows = (0..self.sizes.len())
-            .map(|i| {
+        let rows = (self.sizes.iter().enumerate())
+            .map(|(i, &size)| {
                 let mut row = Row {
-                    size: self.sizes[i],
+                    size,
                     candidates: (candidates.iter())
                         .map(|c| c.and_then(|points| points.get(i)).cloned())
                         .collect(),
-                    ring: nccl.ring.as_ref().and_then(|p| p[i].clone()),
-                    tree: nccl.tree.as_ref().and_then(|p| p[i].clone()),
-                    p2p: nccl.p2p.as_ref().and_then(|p| p[i].clone()),
+                    ring: Baselines::at(&nccl.ring, i),
+                    tree: Baselines::at(&nccl.tree, i),
+                    p2p: Baselines::at(&nccl.p2p, i),
                     best: None,
                 };
                 row.best = rule.best(&row);
@@ -159,7 +159,7 @@ impl Simulation<'_> {
 }
 
 /// NCCL's baselines at every size of a [`Simulation`] (`None`: undefined for the
-/// collective).
+/// collective; a `None` point: its simulation failed at that size).
 struct Baselines {
     ring: Option<Vec<Option<Point>>>,
     tree: Option<Vec<Option<Point>>>,
@@ -193,6 +193,11 @@ impl Baselines {
             p2p,
             defined,
         }
+    }
+
+    /// One baseline's point at the `i`-th size, where defined and simulated.
+    fn at(points: &Option<Vec<Option<Point>>>, i: usize) -> Option<Point> {
+        points.as_ref()?.get(i)?.clone()
     }
 }
 

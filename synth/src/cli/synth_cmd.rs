@@ -630,8 +630,8 @@ struct AtSize {
 }
 
 impl AtSize {
-    /// The row of `table` as the main command reports it: the best algorithm (by name;
-    /// none, 0 GB/s, where no algorithm reached more) and NCCL's busbw.
+    /// A row of the selection table as the main command reports it: the best algorithm
+    /// (by name; none, 0 GB/s, where no algorithm reached more) and NCCL's busbw.
     fn of(row: &Row, simulated: &[Option<&Simulated>]) -> AtSize {
         let best = row.best_point().map(|(i, p)| {
             let name = simulated.get(i).copied().flatten();

@@ -25,6 +25,7 @@
 //!    channels, wins: it is valid at more sizes). Adjacent grid sizes with the same winner
 //!    form one range. Between two ranges the switch point is found by bisection on the
 //!    byte count with the same rule, so a range starts where its algorithm starts to win.
+//!    The simulations and this rule are [`crate::select`]'s ([`Rule::LeastTime`]).
 //!    Grid sizes where one of NCCL's own algorithms (ring, tree, point-to-point: those
 //!    [`crate::baseline`] defines for the collective, simulated the same way) is faster than
 //!    every candidate are left to NCCL: no file covers them, so MSCCL falls back to NCCL
@@ -52,12 +53,12 @@
 //!   baselines and the bound.
 
 use crate::algorithm::Algorithm;
-use crate::baseline::{self, BaselineOptions};
 use crate::collective::{Collective, Kind};
 use crate::cutbound::CutBound;
 use crate::lower::{lower_to_xml, LowerOptions};
 use crate::progress::Progress;
-use crate::simulate::{elements_for, simulate, SimOptions, ELEMENT_BYTES};
+use crate::select::{preferred, Preference, Rule, Runs, Simulation, Table};
+use crate::simulate::{elements_for, SimOptions, ELEMENT_BYTES};
 use crate::sketch::Sketch;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, BoundsReport, Method, Request, Search, Synthesis};
@@ -65,7 +66,6 @@ use crate::topology::Topology;
 use anyhow::{anyhow, bail, Context, Result};
 use runtime::ir::{Flavor, Program, Protocol};
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -75,8 +75,10 @@ pub const DEFAULT_SIZES: &str = "1:16G:4";
 /// The sub-folder of the output folder that holds the XML files (`MSCCL_ALGO_DIR`).
 pub const ALGO_DIR: &str = "algos";
 
-/// Relative time difference under which two candidates count as equally fast.
-pub const TIE: f64 = 0.005;
+pub use crate::select::{Point, TIE};
+pub use report::readme;
+
+mod report;
 
 /// How a catalog is built.
 #[derive(Debug, Clone)]
@@ -127,19 +129,6 @@ impl Default for Options {
     }
 }
 
-/// One simulated size of one program.
-#[derive(Debug, Clone, Serialize)]
-pub struct Point {
-    /// The grid size asked for (bytes).
-    pub size: u64,
-    /// The size simulated: rounded down to whole elements per chunk (at least one).
-    pub simulated_bytes: u64,
-    /// Simulated time in µs.
-    pub time_us: f64,
-    /// nccl-tests busbw in GB/s at the simulated size.
-    pub busbw: f64,
-}
-
 /// One lowered candidate and its simulated curve.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
@@ -166,6 +155,17 @@ pub struct Candidate {
     outofplace: Program,
     #[serde(skip)]
     inplace: Option<Program>,
+}
+
+impl Candidate {
+    /// What decides for it among equally fast candidates.
+    fn preference(&self) -> Preference {
+        Preference {
+            has_inplace: self.has_inplace,
+            nchunksperloop: self.nchunksperloop,
+            nchannels: self.nchannels,
+        }
+    }
 }
 
 /// The baselines at one grid size (busbw in GB/s; `None` where undefined).
@@ -391,6 +391,51 @@ fn search_label(search: Search) -> String {
     }
 }
 
+impl Found {
+    /// Adds the algorithms not already found.
+    fn add(&mut self, algorithms: Vec<Algorithm>) {
+        for a in algorithms {
+            if !self.algorithms.contains(&a) {
+                self.algorithms.push(a);
+            }
+        }
+    }
+
+    /// Takes in what `search` gave: its algorithms, bounds, engines and notes, or its failure
+    /// as a note.
+    fn record(&mut self, search: Search, result: Result<Synthesis>) {
+        let s = match result {
+            Ok(s) => s,
+            Err(e) => {
+                self.complete = false;
+                self.notes
+                    .push(format!("{} failed: {e:#}", search_label(search)));
+                return;
+            }
+        };
+        self.bounds.get_or_insert(s.bounds);
+        self.method.get_or_insert(s.method);
+        for engine in s.engines {
+            if !self.engines.contains(&engine) {
+                self.engines.push(engine);
+            }
+        }
+        self.notes.extend(s.notes);
+        if !s.complete {
+            self.complete = false;
+            self.notes.push(format!(
+                "{} stopped early (time limit or caps): its result is partial",
+                search_label(search)
+            ));
+        }
+        if s.algorithms.is_empty() {
+            self.notes
+                .push(format!("{} found no algorithm", search_label(search)));
+        }
+        self.add(s.algorithms);
+    }
+}
+
 /// Runs the main search, the extra instances and, if nothing was found, the least-steps
 /// fallback; a failing search becomes a note.
 fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress) -> Found {
@@ -419,47 +464,25 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         let search = searches[i];
         i += 1;
         progress.message(&format!("{kind}: {}", search_label(search)));
-        match run_search(topology, kind, search, options.method, options, progress) {
-            Ok(s) => {
-                found.bounds.get_or_insert(s.bounds);
-                found.method.get_or_insert(s.method);
-                for engine in s.engines {
-                    if !found.engines.contains(&engine) {
-                        found.engines.push(engine);
-                    }
-                }
-                found.notes.extend(s.notes);
-                if !s.complete {
-                    found.complete = false;
-                    found.notes.push(format!(
-                        "{} stopped early (time limit or caps): its result is partial",
-                        search_label(search)
-                    ));
-                }
-                if s.algorithms.is_empty() {
-                    found
-                        .notes
-                        .push(format!("{} found no algorithm", search_label(search)));
-                }
-                for a in s.algorithms {
-                    if !found.algorithms.contains(&a) {
-                        found.algorithms.push(a);
-                    }
-                }
-            }
-            Err(e) => {
-                found.complete = false;
-                found
-                    .notes
-                    .push(format!("{} failed: {e:#}", search_label(search)));
-            }
-        }
+        let result = run_search(topology, kind, search, options.method, options, progress);
+        found.record(search, result);
         if i == searches.len() && found.algorithms.is_empty() && !searches.contains(&fallback) {
             searches.push(fallback);
         }
     }
-    // Tree packing (bandwidth side) and the greedy engine (latency side) are candidates
-    // wherever they apply, beside what `auto` ran: the simulator chooses per size.
+    add_engine_candidates(&mut found, topology, kind, options, progress);
+    found
+}
+
+/// Tree packing (bandwidth side) and the greedy engine (latency side) are candidates
+/// wherever they apply, beside what `auto` ran: the simulator chooses per size.
+fn add_engine_candidates(
+    found: &mut Found,
+    topology: &Topology,
+    kind: Kind,
+    options: &Options,
+    progress: &Progress,
+) {
     let extra_engines_apply = options.method == Method::Auto
         && options.sketch.is_none()
         && options.extra_memory.is_none()
@@ -479,19 +502,12 @@ fn find(topology: &Topology, kind: Kind, options: &Options, progress: &Progress)
         }
         progress.message(&format!("{kind}: {} engine", engine.name()));
         match run_search(topology, kind, Search::Pareto, engine, options, progress) {
-            Ok(s) => {
-                for a in s.algorithms {
-                    if !found.algorithms.contains(&a) {
-                        found.algorithms.push(a);
-                    }
-                }
-            }
+            Ok(s) => found.add(s.algorithms),
             Err(e) => found
                 .notes
                 .push(format!("{} engine failed: {e:#}", engine.name())),
         }
     }
-    found
 }
 
 /// Lowers, verifies and test-writes one buffer mode.
@@ -513,42 +529,27 @@ fn lower_mode(
     Ok(program)
 }
 
-fn sim_point(program: &Program, topology: &Topology, size: u64, sim: &SimOptions) -> Result<Point> {
-    let r = simulate(program, topology, size, sim)?;
-    Ok(Point {
-        size,
-        simulated_bytes: r.size_bytes,
-        time_us: r.time_us,
-        busbw: r.busbw,
-    })
-}
-
-/// Index of the preferred candidate among `times` (µs, one per candidate): the fastest, or
-/// within [`TIE`] of it one with an in-place file, then the fewest chunks per loop, then
-/// channels.
-fn pick(candidates: &[&Candidate], times: &[f64]) -> usize {
-    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-    (0..candidates.len())
-        .filter(|&i| times[i] <= best * (1.0 + TIE))
-        .min_by(|&a, &b| {
-            let c = |i: usize| candidates[i];
-            let key = |i: usize| (!c(i).has_inplace, c(i).nchunksperloop, c(i).nchannels);
-            key(a).cmp(&key(b)).then(times[a].total_cmp(&times[b]))
-        })
-        .expect("at least one candidate")
+/// How a catalog simulates: at its grid sizes with its simulator options, one size at a
+/// time.
+fn grid<'a>(topology: &'a Topology, options: &'a Options) -> Simulation<'a> {
+    Simulation {
+        topology,
+        sizes: &options.sizes,
+        options: options.sim,
+        runs: Runs::OneByOne,
+    }
 }
 
 /// Whether `b` is preferred over `a` at `size` bytes.
 fn prefers_second(
     a: &Candidate,
     b: &Candidate,
-    topology: &Topology,
+    simulation: &Simulation,
     size: u64,
-    sim: &SimOptions,
 ) -> Result<bool> {
-    let ta = sim_point(&a.outofplace, topology, size, sim)?.time_us;
-    let tb = sim_point(&b.outofplace, topology, size, sim)?.time_us;
-    Ok(pick(&[a, b], &[ta, tb]) == 1)
+    let ta = simulation.point(&a.outofplace, size)?.time_us;
+    let tb = simulation.point(&b.outofplace, size)?.time_us;
+    Ok(preferred(&[a.preference(), b.preference()], &[ta, tb]) == Some(1))
 }
 
 /// The least size in `(lo, hi]` at which `b` is preferred over `a`, knowing `a` is at `lo`
@@ -556,14 +557,13 @@ fn prefers_second(
 fn switch_point(
     a: &Candidate,
     b: &Candidate,
-    topology: &Topology,
+    simulation: &Simulation,
     (mut lo, mut hi): (u64, u64),
-    sim: &SimOptions,
 ) -> Result<u64> {
     while hi - lo > 1 {
         // Geometric midpoint keeps the number of steps logarithmic in the ratio too.
         let mid = ((lo as f64 * hi as f64).sqrt() as u64).clamp(lo + 1, hi - 1);
-        if prefers_second(a, b, topology, mid, sim)? {
+        if prefers_second(a, b, simulation, mid)? {
             hi = mid;
         } else {
             lo = mid;
@@ -572,177 +572,248 @@ fn switch_point(
     Ok(hi)
 }
 
-fn build_one(
-    topology: &Topology,
-    kind: Kind,
-    out: &Path,
+/// Lowers `algorithm` with `instances` channels in both buffer modes and simulates it at
+/// every grid size; `None`, with a note, when the out-of-place program does not lower or
+/// simulate (a failing in-place lowering only loses the in-place file, with a note).
+fn lower_candidate(
+    algorithm: &Algorithm,
+    instances: usize,
+    flavor: Flavor,
+    simulation: &Simulation,
+    notes: &mut Vec<String>,
+) -> Option<Candidate> {
+    let label = format!("{}-i{instances}", algorithm.name);
+    let outofplace = match lower_mode(algorithm, instances, flavor, false) {
+        Ok(p) => p,
+        Err(e) => {
+            notes.push(format!("{label} dropped: {e:#}"));
+            return None;
+        }
+    };
+    let inplace = match lower_mode(algorithm, instances, flavor, true) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            notes.push(format!(
+                "{label}: no in-place file (in-place calls fall back to NCCL): {e:#}"
+            ));
+            None
+        }
+    };
+    let points = match simulation.curve(&outofplace) {
+        Ok(p) => p,
+        Err(e) => {
+            notes.push(format!("{label} dropped: simulation failed: {e:#}"));
+            return None;
+        }
+    };
+    Some(Candidate {
+        label,
+        steps: algorithm.num_steps(),
+        rounds: algorithm.rounds(),
+        chunks: algorithm.chunks(),
+        instances,
+        nchunksperloop: outofplace.nchunksperloop,
+        nchannels: outofplace.nchannels(),
+        points,
+        has_inplace: inplace.is_some(),
+        outofplace,
+        inplace,
+    })
+}
+
+/// Every algorithm with every replication count of the options, lowered and simulated
+/// (see [`lower_candidate`]), algorithm by algorithm.
+fn lower_candidates(
+    algorithms: &[Algorithm],
     options: &Options,
-    progress: &Progress,
-) -> Result<CollectiveCatalog> {
-    let coll = kind
-        .to_ir()
-        .context("custom collectives cannot be catalogued")?;
-    let started = Instant::now();
-    let mut found = find(topology, kind, options, progress);
-    crate::algorithm::name_uniquely(&mut found.algorithms, None);
-    let synthesis_seconds = started.elapsed().as_secs_f64();
-    let mut notes = found.notes;
-    if found.algorithms.is_empty() {
-        bail!(
-            "no algorithm found ({})",
-            notes.last().map_or("no search ran", |s| s.as_str())
-        );
-    }
-    progress.message(&format!("{kind}: lowering and simulating"));
+    simulation: &Simulation,
+    notes: &mut Vec<String>,
+) -> Vec<Candidate> {
     let mut candidates = Vec::new();
-    for algorithm in &found.algorithms {
+    for algorithm in algorithms {
         for &instances in &options.instances {
-            let label = format!("{}-i{instances}", algorithm.name);
-            let outofplace = match lower_mode(algorithm, instances, options.flavor, false) {
-                Ok(p) => p,
-                Err(e) => {
-                    notes.push(format!("{label} dropped: {e:#}"));
-                    continue;
-                }
-            };
-            let inplace = match lower_mode(algorithm, instances, options.flavor, true) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    notes.push(format!(
-                        "{label}: no in-place file (in-place calls fall back to NCCL): {e:#}"
-                    ));
-                    None
-                }
-            };
-            let points: Result<Vec<Point>> = options
-                .sizes
-                .iter()
-                .map(|&s| sim_point(&outofplace, topology, s, &options.sim))
-                .collect();
-            let points = match points {
-                Ok(p) => p,
-                Err(e) => {
-                    notes.push(format!("{label} dropped: simulation failed: {e:#}"));
-                    continue;
-                }
-            };
-            candidates.push(Candidate {
-                label,
-                steps: algorithm.num_steps(),
-                rounds: algorithm.rounds(),
-                chunks: algorithm.chunks(),
+            candidates.extend(lower_candidate(
+                algorithm,
                 instances,
-                nchunksperloop: outofplace.nchunksperloop,
-                nchannels: outofplace.nchannels(),
-                points,
-                has_inplace: inplace.is_some(),
-                outofplace,
-                inplace,
-            });
+                options.flavor,
+                simulation,
+                notes,
+            ));
         }
     }
-    if candidates.is_empty() {
-        bail!(
-            "no candidate survived lowering and simulation ({})",
-            notes.last().map_or("", |s| s.as_str())
-        );
-    }
+    candidates
+}
 
-    // NCCL's ring, tree and point-to-point algorithms, simulated the same way, and the bound.
-    let base = BaselineOptions {
-        channels: None,
-        root: 0,
-    };
-    let ring = baseline::ring(coll, topology, &base).ok();
-    let tree = baseline::tree(coll, topology, &base).ok();
-    let p2p = baseline::p2p(coll, topology, &base).ok();
-    let bound = CutBound::new(coll, topology, 0);
-    let sim = |p: &Option<Program>, size: u64| {
-        p.as_ref()
-            .and_then(|p| simulate(p, topology, size, &options.sim).ok())
-    };
-    let name = kind.name();
-    if ring.is_none() && tree.is_none() && p2p.is_none() {
-        notes.push(format!("no NCCL baseline for {name} on this fabric"));
-    }
-    let baselines: Vec<Baseline> = options
-        .sizes
+/// The baselines and the bound at each grid size of `table`, as the manifest lists them.
+fn baselines(table: &Table, bound: &CutBound) -> Vec<Baseline> {
+    let busbw = |p: &Option<Point>| p.as_ref().map(|p| p.busbw);
+    table
+        .rows
         .iter()
-        .map(|&size| {
-            let (r, t, q) = (sim(&ring, size), sim(&tree, size), sim(&p2p, size));
-            let best_time_us = [&r, &t, &q]
-                .into_iter()
-                .flatten()
-                .map(|x| x.time_us)
-                .reduce(f64::min);
-            Baseline {
-                size,
-                ring: r.map(|x| x.busbw),
-                tree: t.map(|x| x.busbw),
-                p2p: q.map(|x| x.busbw),
-                bound: bound.busbw_at(size),
-                best_time_us,
-            }
+        .map(|row| Baseline {
+            size: row.size,
+            ring: busbw(&row.ring),
+            tree: busbw(&row.tree),
+            p2p: busbw(&row.p2p),
+            bound: bound.busbw_at(row.size),
+            best_time_us: row.nccl_least_time_us(),
         })
-        .collect();
+        .collect()
+}
 
-    // Winner per grid size (`None`: NCCL's own algorithm is faster, so the size is left to
-    // it: MSCCL falls back to NCCL where no file covers a size), then ranges.
-    let refs: Vec<&Candidate> = candidates.iter().collect();
-    let winners: Vec<Option<usize>> = (0..options.sizes.len())
-        .map(|i| {
-            let times: Vec<f64> = candidates.iter().map(|c| c.points[i].time_us).collect();
-            let w = pick(&refs, &times);
-            let nccl_faster = baselines[i]
-                .best_time_us
-                .is_some_and(|b| b * (1.0 + TIE) < times[w]);
-            (!nccl_faster).then_some(w)
-        })
-        .collect();
-    // (winner, first grid index, last grid index)
-    let mut spans: Vec<(Option<usize>, usize, usize)> = Vec::new();
+/// A run of adjacent grid sizes with the same winner (`None`: left to NCCL): the winner, the
+/// first and the last grid index.
+type Span = (Option<usize>, usize, usize);
+
+/// Adjacent grid sizes with the same winner, as spans.
+fn spans(winners: &[Option<usize>]) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
     for (i, &w) in winners.iter().enumerate() {
         match spans.last_mut() {
             Some(last) if last.0 == w => last.2 = i,
             _ => spans.push((w, i, i)),
         }
     }
+    spans
+}
+
+/// The first size of each span's range: 1 B, then the switch point between two candidates
+/// (bisected), or the size after the last grid size a candidate won next to NCCL.
+fn range_starts(
+    spans: &[Span],
+    candidates: &[Candidate],
+    simulation: &Simulation,
+) -> Result<Vec<u64>> {
+    let sizes = simulation.sizes;
     let mut starts = vec![1u64];
     for pair in spans.windows(2) {
         let start = match (pair[0].0, pair[1].0) {
             (Some(a), Some(b)) => {
-                let bounds = (options.sizes[pair[0].2], options.sizes[pair[1].1]);
-                switch_point(
-                    &candidates[a],
-                    &candidates[b],
-                    topology,
-                    bounds,
-                    &options.sim,
-                )?
+                let bounds = (sizes[pair[0].2], sizes[pair[1].1]);
+                switch_point(&candidates[a], &candidates[b], simulation, bounds)?
             }
             // Next to NCCL, a range ends at the last grid size its winner won.
-            _ => options.sizes[pair[0].2] + 1,
+            _ => sizes[pair[0].2] + 1,
         };
         starts.push(start);
     }
+    Ok(starts)
+}
 
-    let mut ranges = Vec::new();
+/// `MIN..MAX` of sizes left to NCCL (`MIN..` without an upper limit).
+fn uncovered_label(min_bytes: u64, max_bytes: u64) -> String {
+    format!(
+        "{}..{}",
+        bytes_label(min_bytes),
+        if max_bytes == 0 {
+            "".to_string()
+        } else {
+            bytes_label(max_bytes)
+        }
+    )
+}
+
+/// Where and for which sizes the files of one range are written.
+struct RangeFiles<'a> {
+    /// The output folder.
+    out: &'a Path,
+    /// The XML dialect.
+    flavor: Flavor,
+    /// `COLL-KK-LABEL`: the file name without the mode suffix and extension.
+    stem: String,
+    /// Smallest size (inclusive).
+    min_bytes: u64,
+    /// Largest size (inclusive); 0 = no upper limit.
+    max_bytes: u64,
+}
+
+impl RangeFiles<'_> {
+    /// The XML of `program` for this range in the mode of `suffix` (`""` or `.inplace`)
+    /// with its path relative to the output folder; `None`, with a note, where the legacy
+    /// runtime's scratch limit ends below this open-ended range (NCCL serves these calls).
+    fn xml(
+        &self,
+        c: &Candidate,
+        program: &Program,
+        suffix: &str,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<(String, String)>> {
+        let stem = &self.stem;
+        let mut p = program.clone();
+        p.min_bytes = self.min_bytes;
+        p.max_bytes = self.max_bytes;
+        // The XML name: at most 63 plain characters (msccl-ir.md §1.13).
+        p.name = format!("{stem}{suffix}").chars().take(63).collect();
+        match runtime::xml::write(&p, self.flavor) {
+            Ok(xml) => Ok(Some((format!("{ALGO_DIR}/{stem}{suffix}.xml"), xml))),
+            Err(e)
+                if self.flavor == Flavor::Legacy
+                    && self.max_bytes == 0
+                    && runtime::xml::legacy_max_bytes(&p).is_err() =>
+            {
+                notes.push(format!("{}{suffix}: no legacy file: {e}", c.label));
+                Ok(None)
+            }
+            Err(e) => bail!("{}: cannot be written: {e}", c.label),
+        }
+    }
+
+    /// Writes `c`'s out-of-place and in-place files for this range; returns their paths
+    /// (relative to the output folder), or `None` when no out-of-place file can be written
+    /// (nothing is written then).
+    fn write(
+        &self,
+        c: &Candidate,
+        notes: &mut Vec<String>,
+    ) -> Result<Option<(String, Option<String>)>> {
+        let outofplace = self.xml(c, &c.outofplace, "", notes)?;
+        let inplace = match &c.inplace {
+            Some(program) => self.xml(c, program, ".inplace", notes)?,
+            None => None,
+        };
+        let Some((file, xml)) = outofplace else {
+            return Ok(None);
+        };
+        write_file(&self.out.join(&file), &xml)?;
+        let file_inplace = match inplace {
+            Some((rel, xml)) => {
+                write_file(&self.out.join(&rel), &xml)?;
+                Some(rel)
+            }
+            None => None,
+        };
+        Ok(Some((file, file_inplace)))
+    }
+}
+
+/// The ranges a catalog wrote files for, and the sizes it leaves to NCCL.
+struct Ranges {
+    ranges: Vec<Range>,
+    /// `[minBytes, maxBytes]` of the sizes no file covers.
+    left_to_nccl: Vec<[u64; 2]>,
+}
+
+/// Writes the files of every span's range (see [`RangeFiles`]) for the collective `name`;
+/// notes the ranges left to NCCL because its own algorithms simulate faster.
+fn write_ranges(
+    name: &str,
+    spans: &[Span],
+    starts: &[u64],
+    candidates: &[Candidate],
+    (out, flavor): (&Path, Flavor),
+    notes: &mut Vec<String>,
+) -> Result<Ranges> {
+    let mut written = Ranges {
+        ranges: Vec::new(),
+        left_to_nccl: Vec::new(),
+    };
     let mut uncovered = Vec::new();
-    let mut left_to_nccl = Vec::new();
     for (k, &(w, first, last)) in spans.iter().enumerate() {
         let min_bytes = starts[k];
         let max_bytes = starts.get(k + 1).map_or(0, |next| next - 1);
         let Some(w) = w else {
-            left_to_nccl.push([min_bytes, max_bytes]);
-            uncovered.push(format!(
-                "{}..{}",
-                bytes_label(min_bytes),
-                if max_bytes == 0 {
-                    "".to_string()
-                } else {
-                    bytes_label(max_bytes)
-                }
-            ));
+            written.left_to_nccl.push([min_bytes, max_bytes]);
+            uncovered.push(uncovered_label(min_bytes, max_bytes));
             continue;
         };
         let c = &candidates[w];
@@ -750,49 +821,18 @@ fn build_one(
             .label
             .strip_prefix(&format!("{name}-"))
             .unwrap_or(&c.label);
-        let stem = format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_"));
-        let mut texts = Vec::new();
-        let modes = [(Some(&c.outofplace), ""), (c.inplace.as_ref(), ".inplace")];
-        for (program, suffix) in modes {
-            let Some(program) = program else {
-                texts.push(None);
-                continue;
-            };
-            let mut p = program.clone();
-            p.min_bytes = min_bytes;
-            p.max_bytes = max_bytes;
-            // The XML name: at most 63 plain characters (msccl-ir.md §1.13).
-            p.name = format!("{stem}{suffix}").chars().take(63).collect();
-            match runtime::xml::write(&p, options.flavor) {
-                Ok(xml) => texts.push(Some((format!("{ALGO_DIR}/{stem}{suffix}.xml"), xml))),
-                // The legacy runtime's scratch limit (runtime::xml::legacy_max_bytes) ends
-                // below this open-ended range: NCCL serves these calls.
-                Err(e)
-                    if options.flavor == Flavor::Legacy
-                        && max_bytes == 0
-                        && runtime::xml::legacy_max_bytes(&p).is_err() =>
-                {
-                    notes.push(format!("{}{suffix}: no legacy file: {e}", c.label));
-                    texts.push(None);
-                }
-                Err(e) => bail!("{}: cannot be written: {e}", c.label),
-            }
-        }
-        if texts[0].is_none() {
-            left_to_nccl.push([min_bytes, max_bytes]);
+        let files = RangeFiles {
+            out,
+            flavor,
+            stem: format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_")),
+            min_bytes,
+            max_bytes,
+        };
+        let Some((file, file_inplace)) = files.write(c, notes)? else {
+            written.left_to_nccl.push([min_bytes, max_bytes]);
             continue;
-        }
-        let mut files = Vec::new();
-        for text in texts {
-            files.push(match text {
-                Some((rel, xml)) => {
-                    write_file(&out.join(&rel), &xml)?;
-                    Some(rel)
-                }
-                None => None,
-            });
-        }
-        ranges.push(Range {
+        };
+        written.ranges.push(Range {
             min_bytes,
             max_bytes,
             algorithm: c.label.clone(),
@@ -801,20 +841,23 @@ fn build_one(
             chunks: c.chunks,
             instances: c.instances,
             nchunksperloop: c.nchunksperloop,
-            file: files[0].clone().expect("out-of-place file"),
-            file_inplace: files[1].clone(),
+            file,
+            file_inplace,
             points: c.points[first..=last].to_vec(),
         });
     }
-
     if !uncovered.is_empty() {
         notes.push(format!(
             "left to NCCL (its own algorithms simulate faster; no file covers these sizes): {}",
             uncovered.join(", ")
         ));
     }
+    Ok(written)
+}
 
-    // Where NCCL's own algorithms beat the catalog in the same simulator, say so.
+/// The note on the grid sizes where NCCL's own algorithms beat the catalog's choice in the
+/// same simulator, if any.
+fn beaten_note(baselines: &[Baseline], ranges: &[Range]) -> Option<String> {
     let chosen = |size: u64| {
         ranges
             .iter()
@@ -829,15 +872,69 @@ fn build_one(
                 .then(|| format!("{} ({ours:.2} vs {best:.2} us)", bytes_label(b.size)))
         })
         .collect();
-    if !beaten.is_empty() {
-        notes.push(format!(
+    (!beaten.is_empty()).then(|| {
+        format!(
             "NCCL's own algorithms (simulated) are faster than the chosen algorithm at: {}",
             beaten.join(", ")
-        ));
+        )
+    })
+}
+
+/// The catalog of one collective: its candidates found, lowered and simulated, the winner
+/// per grid size against NCCL's baselines, the ranges' files and the plot.
+fn build_one(
+    topology: &Topology,
+    kind: Kind,
+    out: &Path,
+    options: &Options,
+    progress: &Progress,
+) -> Result<CollectiveCatalog> {
+    let coll = kind
+        .to_ir()
+        .context("custom collectives cannot be catalogued")?;
+    let started = Instant::now();
+    let mut found = find(topology, kind, options, progress);
+    crate::algorithm::name_uniquely(&mut found.algorithms, None);
+    let synthesis_seconds = started.elapsed().as_secs_f64();
+    let mut notes = std::mem::take(&mut found.notes);
+    if found.algorithms.is_empty() {
+        bail!(
+            "no algorithm found ({})",
+            notes.last().map_or("no search ran", |s| s.as_str())
+        );
     }
+    progress.message(&format!("{kind}: lowering and simulating"));
+    let simulation = grid(topology, options);
+    let candidates = lower_candidates(&found.algorithms, options, &simulation, &mut notes);
+    if candidates.is_empty() {
+        bail!(
+            "no candidate survived lowering and simulation ({})",
+            notes.last().map_or("", |s| s.as_str())
+        );
+    }
+    // NCCL's ring, tree and point-to-point algorithms, simulated the same way, and the
+    // bound; the winner per grid size (`None`: NCCL's own algorithm is faster, so the size
+    // is left to it: MSCCL falls back to NCCL where no file covers a size), then ranges.
+    let bound = CutBound::new(coll, topology, 0);
+    let preferences: Vec<Preference> = candidates.iter().map(Candidate::preference).collect();
+    let curves: Vec<Option<&[Point]>> = (candidates.iter())
+        .map(|c| Some(c.points.as_slice()))
+        .collect();
+    let table = simulation.table(coll, 0, &curves, Rule::LeastTime(&preferences));
+    let name = kind.name();
+    if !table.baselines_defined {
+        notes.push(format!("no NCCL baseline for {name} on this fabric"));
+    }
+    let baselines = baselines(&table, &bound);
+    let winners: Vec<Option<usize>> = table.rows.iter().map(|row| row.best).collect();
+    let spans = spans(&winners);
+    let starts = range_starts(&spans, &candidates, &simulation)?;
+    let target = (out, options.flavor);
+    let written = write_ranges(name, &spans, &starts, &candidates, target, &mut notes)?;
+    notes.extend(beaten_note(&baselines, &written.ranges));
     let svg = format!("{name}-busbw.svg");
     let title = format!("{name} on {} ({} ranks)", topology.name, topology.ranks);
-    plot(
+    report::plot(
         &out.join(&svg),
         &title,
         &options.sizes,
@@ -855,8 +952,8 @@ fn build_one(
         bound_busbw: bound.busbw(),
         candidates,
         baselines,
-        ranges,
-        left_to_nccl,
+        ranges: written.ranges,
+        left_to_nccl: written.left_to_nccl,
         svg,
         notes,
     })
@@ -873,235 +970,6 @@ pub fn bytes_label(bytes: u64) -> String {
         }
     }
     format!("{bytes}")
-}
-
-/// One line of a plot: label, (log2 size, busbw) points, style.
-type Series = (String, Vec<(f64, f64)>, plotters::style::ShapeStyle);
-
-/// A baseline line: label, which value of a [`Baseline`], colour.
-type BaselineLine = (
-    &'static str,
-    fn(&Baseline) -> Option<f64>,
-    plotters::style::RGBColor,
-);
-
-fn plot(
-    path: &Path,
-    title: &str,
-    sizes: &[u64],
-    candidates: &[Candidate],
-    baselines: &[Baseline],
-) -> Result<()> {
-    use plotters::prelude::*;
-    let fail = |e: &dyn std::fmt::Display| anyhow!("{}: cannot draw: {e}", path.display());
-    let x = |s: u64| (s as f64).log2();
-    let (x0, x1) = (
-        x(sizes[0]),
-        x(*sizes.last().expect("sizes")).max(x(sizes[0]) + 1.0),
-    );
-    let mut series: Vec<Series> = Vec::new();
-    for (i, c) in candidates.iter().enumerate() {
-        series.push((
-            c.label.clone(),
-            c.points.iter().map(|p| (x(p.size), p.busbw)).collect(),
-            Palette99::pick(i).stroke_width(2),
-        ));
-    }
-    let baseline_series: [BaselineLine; 4] = [
-        ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
-        ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
-        ("NCCL p2p (simulated)", |b| b.p2p, RGBColor(0, 90, 160)),
-        ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
-    ];
-    for (label, get, color) in baseline_series {
-        let pts: Vec<(f64, f64)> = baselines
-            .iter()
-            .filter_map(|b| get(b).filter(|v| v.is_finite()).map(|v| (x(b.size), v)))
-            .collect();
-        if !pts.is_empty() {
-            series.push((label.to_string(), pts, color.stroke_width(3)));
-        }
-    }
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.1))
-        .filter(|v| v.is_finite())
-        .fold(1.0f64, f64::max)
-        * 1.08;
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, 0f64..ymax)
-        .map_err(|e| fail(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("message size (nccl-tests bytes, log2 scale)")
-        .y_desc("busbw (GB/s)")
-        .x_labels(((x1 - x0) / 2.0) as usize + 1)
-        .x_label_formatter(&|v| bytes_label(2f64.powf(v.round()) as u64))
-        .draw()
-        .map_err(|e| fail(&e))?;
-    for (label, pts, style) in series {
-        chart
-            .draw_series(LineSeries::new(pts, style))
-            .map_err(|e| fail(&e))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(&e))?;
-    root.present().map_err(|e| fail(&e))?;
-    Ok(())
-}
-
-fn cell(v: Option<f64>) -> String {
-    v.filter(|x| x.is_finite())
-        .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
-}
-
-/// The README of a catalog: per collective, the ranges and the per-size comparison.
-pub fn readme(manifest: &Manifest, options: &Options) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# Algorithm catalog: {} ({} ranks)\n",
-        manifest.topology, manifest.ranks
-    );
-    let _ = writeln!(
-        s,
-        "Written by `synth catalog`. Point `MSCCL_ALGO_DIR` at `{}/` (the runtime parses every \
-         file of that folder as an algorithm, so nothing else lives there). Flavor `{}`, \
-         protocol Simple.\n",
-        manifest.algo_dir, manifest.flavor
-    );
-    if options.flavor == Flavor::Legacy {
-        let _ = writeln!(
-            s,
-            "The legacy runtime reads `maxBytes` as exclusive and 0 as never: each XML file's \
-             `maxBytes` is the range's last size + 1, and the last range's is 2^62, or, for a \
-             file that uses scratch, the larger of 2^30 + 1 and the size whose scratch is 1 GiB \
-             (the runtime allocates `maxBytes × s_chunks / nchunksperloop` bytes of scratch at \
-             start-up); larger calls run NCCL's own algorithm.\n"
-        );
-    }
-    let _ = writeln!(
-        s,
-        "How it was made: per collective, the candidates are the algorithms found by the \
-         search, each lowered with {:?} instance(s) (channels) and verified; every candidate \
-         is simulated (`synth simulate`'s alpha-beta model, local copies at {} GB/s) at the \
-         grid sizes; the fastest wins (within {:.1}% one with an in-place file, then the fewest chunks per loop), \
-         and the switch between two ranges is bisected. Sizes are nccl-tests sizes (`nBytes` \
-         of the runtime); a program runs only on whole chunks, so each size is simulated \
-         rounded down to a multiple of the program's `nchunksperloop` elements (4-byte \
-         floats; at least one element per chunk), and the runtime skips a file (NCCL's own \
-         algorithm runs) at sizes whose element count is not such a multiple. Ranges are \
-         inclusive `[minBytes, maxBytes]` (executor semantics), disjoint, start at 1 B, and \
-         the last has `maxBytes = 0` (no upper limit), so every size is covered. Busbw in GB/s \
-         (1e9 B/s); NCCL's ring, tree and point-to-point algorithms are simulated the same way; the bound is the cut bound \
-         at that size.\n",
-        options.instances,
-        options.sim.local_bandwidth,
-        TIE * 100.0
-    );
-    for c in &manifest.collectives {
-        let _ = writeln!(s, "## {}\n", c.collective);
-        let bounds = c.bounds.as_ref().map_or(String::new(), |b| {
-            format!(
-                "; lower bounds {} steps, {} rounds per chunk",
-                b.steps, b.rounds_per_chunk
-            )
-        });
-        let _ = writeln!(
-            s,
-            "Search: {} ({}), {:.1} s{bounds}; {} candidate(s); cut bound {:.1} GB/s at large \
-             sizes. Plot: [{}]({}).\n",
-            c.method,
-            if c.complete { "complete" } else { "partial" },
-            c.synthesis_seconds,
-            c.candidates.len(),
-            c.bound_busbw,
-            c.svg,
-            c.svg
-        );
-        let _ = writeln!(
-            s,
-            "| range (bytes) | algorithm | steps | rounds | chunks | instances | chunks/loop | busbw (first … last grid size) | file |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-        for r in &c.ranges {
-            let at = |p: &Point| format!("{:.2} @ {}", p.busbw, bytes_label(p.size));
-            let bw: Vec<String> = match (r.points.first(), r.points.last()) {
-                (Some(a), Some(b)) if r.points.len() > 1 => vec![at(a), at(b)],
-                (Some(a), _) => vec![at(a)],
-                _ => Vec::new(),
-            };
-            let _ = writeln!(
-                s,
-                "| {} – {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                r.min_bytes,
-                if r.max_bytes == 0 {
-                    "unlimited".to_string()
-                } else {
-                    r.max_bytes.to_string()
-                },
-                r.algorithm,
-                r.steps,
-                r.rounds,
-                r.chunks,
-                r.instances,
-                r.nchunksperloop,
-                bw.join(" … "),
-                match &r.file_inplace {
-                    Some(_) => format!("`{}` (+ `.inplace.xml`)", r.file),
-                    None => format!("`{}` (no in-place file)", r.file),
-                }
-            );
-        }
-        let _ = writeln!(
-            s,
-            "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | NCCL p2p | bound |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
-        for b in &c.baselines {
-            let Some((r, p)) = c
-                .ranges
-                .iter()
-                .find_map(|r| r.points.iter().find(|p| p.size == b.size).map(|p| (r, p)))
-            else {
-                continue;
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
-                bytes_label(b.size),
-                r.algorithm,
-                p.simulated_bytes,
-                p.time_us,
-                p.busbw,
-                cell(b.ring),
-                cell(b.tree),
-                cell(b.p2p),
-                b.bound
-            );
-        }
-        if !c.notes.is_empty() {
-            let _ = writeln!(s, "\nNotes:\n");
-            for n in &c.notes {
-                let _ = writeln!(s, "- {n}");
-            }
-        }
-        let _ = writeln!(s);
-    }
-    s
 }
 
 /// The elements a size is simulated with for a program of `nchunks` chunks per loop (the

@@ -2,7 +2,7 @@
 //! SVG (`synth draw ALGO.json`), and the Pareto frontier of a search as an SVG plot (`synth
 //! --plot FILE`). Both are plain text written by hand, with no drawing library.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Step};
 use anyhow::{bail, Result};
 use num_rational::Ratio;
 use std::collections::BTreeMap;
@@ -86,6 +86,16 @@ fn title(a: &Algorithm) -> String {
     )
 }
 
+/// A step's rounds and whether it reduces: `2 rounds, reduce`.
+fn rounds_text(step: &Step) -> String {
+    format!(
+        "{} round{}{}",
+        step.rounds,
+        if step.rounds == 1 { "" } else { "s" },
+        if step.reduce { ", reduce" } else { "" }
+    )
+}
+
 /// The schedule as a time-expanded Graphviz graph: one column of ranks per point in time
 /// (start, after step 1, ...), one edge per link used in a step, labelled with the chunks
 /// that cross it (`3` or, with C > 1, `original.piece`); reducing steps are drawn in red.
@@ -98,15 +108,7 @@ pub fn schedule_dot(a: &Algorithm) -> String {
     for t in 0..=a.num_steps() {
         let label = match t {
             0 => "start".to_string(),
-            _ => {
-                let step = &a.steps[t - 1];
-                format!(
-                    "step {t}: {} round{}{}",
-                    step.rounds,
-                    if step.rounds == 1 { "" } else { "s" },
-                    if step.reduce { ", reduce" } else { "" }
-                )
-            }
+            _ => format!("step {t}: {}", rounds_text(&a.steps[t - 1])),
         };
         let _ = writeln!(s, "  subgraph cluster_t{t} {{\n    label=\"{label}\";");
         for r in 0..n {
@@ -141,19 +143,51 @@ const COLORS: [&str; 10] = [
     "#bcbd22", "#17becf",
 ];
 
+/// Where the schedule SVG puts things: ranks are rows, points in time are columns.
+struct ScheduleGrid {
+    /// Ranks.
+    ranks: usize,
+    /// Column width, row height, left and top margins.
+    col: f64,
+    row: f64,
+    left: f64,
+    top: f64,
+}
+
+impl ScheduleGrid {
+    /// The grid of `a`: columns widen with the ranks so that the labels of crossing arrows
+    /// separate.
+    fn of(a: &Algorithm) -> ScheduleGrid {
+        let n = a.collective.ranks;
+        ScheduleGrid {
+            ranks: n,
+            col: (120.0 + 30.0 * n as f64).min(600.0),
+            row: 44.0,
+            left: 70.0,
+            top: 80.0,
+        }
+    }
+
+    /// The x of point in time `t` (0: the start).
+    fn x(&self, t: usize) -> f64 {
+        self.left + self.col * t as f64
+    }
+
+    /// The y of rank `r`.
+    fn y(&self, r: usize) -> f64 {
+        self.top + self.row * r as f64
+    }
+}
+
 /// The schedule as SVG: ranks are rows, points in time are columns (start, after step 1,
 /// ...); an arrow from rank u at time s-1 to rank v at time s for every link used in step s,
 /// labelled with the chunks that cross it and coloured by the sending rank; dashed arrows
 /// reduce.
 pub fn schedule_svg(a: &Algorithm) -> String {
-    let n = a.collective.ranks;
-    let steps = a.num_steps();
-    // Columns widen with the ranks so that the labels of crossing arrows separate.
-    let (col, row, left, top) = ((120.0 + 30.0 * n as f64).min(600.0), 44.0, 70.0, 80.0);
-    let width = (left + col * steps as f64 + 80.0).max(20.0 + 7.5 * title(a).len() as f64);
-    let height = top + row * n.saturating_sub(1) as f64 + 50.0;
-    let x = |t: usize| left + col * t as f64;
-    let y = |r: usize| top + row * r as f64;
+    let g = ScheduleGrid::of(a);
+    let (n, steps) = (g.ranks, a.num_steps());
+    let width = (g.left + g.col * steps as f64 + 80.0).max(20.0 + 7.5 * title(a).len() as f64);
+    let height = g.top + g.row * n.saturating_sub(1) as f64 + 50.0;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -169,37 +203,59 @@ pub fn schedule_svg(a: &Algorithm) -> String {
         "<text x=\"10\" y=\"22\" font-size=\"15\">{}</text>",
         escape(&title(a))
     );
+    svg_columns(&mut s, a, &g);
+    for r in 0..n {
+        let _ = writeln!(
+            s,
+            "<text x=\"12\" y=\"{:.1}\">rank {r}</text>",
+            g.y(r) + 4.0
+        );
+    }
+    svg_arrows(&mut s, a, &g);
     for t in 0..=steps {
+        for r in 0..n {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"8\" fill=\"white\" stroke=\"black\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{r}</text>",
+                g.x(t),
+                g.y(r),
+                g.x(t),
+                g.y(r) + 3.0
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Each point in time's heading (the start, then each step with its rounds) and its
+/// vertical grid line.
+fn svg_columns(s: &mut String, a: &Algorithm, g: &ScheduleGrid) {
+    for t in 0..=a.num_steps() {
         let label = match t {
             0 => "start".to_string(),
-            _ => format!(
-                "step {t} ({} round{}{})",
-                a.steps[t - 1].rounds,
-                if a.steps[t - 1].rounds == 1 { "" } else { "s" },
-                if a.steps[t - 1].reduce {
-                    ", reduce"
-                } else {
-                    ""
-                }
-            ),
+            _ => format!("step {t} ({})", rounds_text(&a.steps[t - 1])),
         };
         let _ = writeln!(
             s,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-weight=\"bold\">{label}</text>",
-            x(t),
-            top - 30.0
+            g.x(t),
+            g.top - 30.0
         );
         let _ = writeln!(
             s,
             "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{0:.1}\" y2=\"{2:.1}\" stroke=\"#dddddd\"/>",
-            x(t),
-            top - 18.0,
-            y(n.saturating_sub(1)) + 18.0
+            g.x(t),
+            g.top - 18.0,
+            g.y(g.ranks.saturating_sub(1)) + 18.0
         );
     }
-    for r in 0..n {
-        let _ = writeln!(s, "<text x=\"12\" y=\"{:.1}\">rank {r}</text>", y(r) + 4.0);
-    }
+}
+
+/// One arrow per link and step, labelled with its chunks and coloured by the sender;
+/// dashed where the step reduces.
+fn svg_arrows(s: &mut String, a: &Algorithm, g: &ScheduleGrid) {
+    let n = g.ranks;
     for (i, links) in links_per_step(a).iter().enumerate() {
         let dash = if a.steps[i].reduce {
             " stroke-dasharray=\"6 3\""
@@ -208,7 +264,7 @@ pub fn schedule_svg(a: &Algorithm) -> String {
         };
         for ((src, dst), chunks) in links {
             let color = COLORS[src % COLORS.len()];
-            let (x1, y1, x2, y2) = (x(i) + 8.0, y(*src), x(i + 1) - 9.0, y(*dst));
+            let (x1, y1, x2, y2) = (g.x(i) + 8.0, g.y(*src), g.x(i + 1) - 9.0, g.y(*dst));
             let _ = writeln!(
                 s,
                 "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" stroke=\"{color}\" stroke-width=\"1.5\"{dash} marker-end=\"url(#arrow)\"><title>step {}: {src} -> {dst}: {}</title></line>",
@@ -226,20 +282,6 @@ pub fn schedule_svg(a: &Algorithm) -> String {
             );
         }
     }
-    for t in 0..=steps {
-        for r in 0..n {
-            let _ = writeln!(
-                s,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"8\" fill=\"white\" stroke=\"black\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"middle\">{r}</text>",
-                x(t),
-                y(r),
-                x(t),
-                y(r) + 3.0
-            );
-        }
-    }
-    s.push_str("</svg>\n");
-    s
 }
 
 /// One point of a Pareto plot: steps (latency), rounds, chunks.
@@ -268,6 +310,64 @@ impl ParetoPoint {
     }
 }
 
+/// Where the Pareto plot puts things: the canvas, its margins and the ranges of its axes.
+struct ParetoFrame {
+    /// Width and height of the canvas.
+    w: f64,
+    h: f64,
+    /// Margins.
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+    /// The steps at the ends of the x axis.
+    smin: usize,
+    smax: usize,
+    /// The R/C at the top of the y axis.
+    ymax: f64,
+    /// The rounds-per-chunk bound as a number.
+    rpc_bound: f64,
+}
+
+impl ParetoFrame {
+    /// A frame that holds every point and both bounds, with a step of room on either side
+    /// and 15% above.
+    fn of(points: &[ParetoPoint], steps_bound: usize, rpc_bound: Ratio<u64>) -> ParetoFrame {
+        let rpc_bound = *rpc_bound.numer() as f64 / (*rpc_bound.denom()).max(1) as f64;
+        let steps = || points.iter().map(|p| p.steps).chain([steps_bound]);
+        ParetoFrame {
+            w: 720.0,
+            h: 480.0,
+            left: 80.0,
+            right: 30.0,
+            top: 50.0,
+            bottom: 60.0,
+            smin: steps().min().unwrap_or(0).saturating_sub(1),
+            smax: steps().max().unwrap_or(1) + 1,
+            ymax: points
+                .iter()
+                .map(ParetoPoint::rounds_per_chunk)
+                .chain([rpc_bound])
+                .fold(0.0f64, f64::max)
+                .max(1e-9)
+                * 1.15,
+            rpc_bound,
+        }
+    }
+
+    /// The x of `s` steps.
+    fn px(&self, s: f64) -> f64 {
+        self.left
+            + (s - self.smin as f64) / (self.smax - self.smin).max(1) as f64
+                * (self.w - self.left - self.right)
+    }
+
+    /// The y of `v` rounds per chunk.
+    fn py(&self, v: f64) -> f64 {
+        self.h - self.bottom - v / self.ymax * (self.h - self.top - self.bottom)
+    }
+}
+
 /// The Pareto frontier as an SVG plot: steps (the latency cost) across, rounds per chunk R/C
 /// (the bandwidth cost) up, one labelled point `(S, R, C)` per algorithm joined by the
 /// frontier's staircase, and the two lower bounds as dashed red lines.
@@ -277,32 +377,8 @@ pub fn pareto_svg(
     steps_bound: usize,
     rounds_per_chunk_bound: Ratio<u64>,
 ) -> String {
-    let (w, h, left, right, top, bottom) = (720.0, 480.0, 80.0, 30.0, 50.0, 60.0);
-    let rpc_bound =
-        *rounds_per_chunk_bound.numer() as f64 / (*rounds_per_chunk_bound.denom()).max(1) as f64;
-    let smin = points
-        .iter()
-        .map(|p| p.steps)
-        .chain([steps_bound])
-        .min()
-        .unwrap_or(0)
-        .saturating_sub(1);
-    let smax = points
-        .iter()
-        .map(|p| p.steps)
-        .chain([steps_bound])
-        .max()
-        .unwrap_or(1)
-        + 1;
-    let ymax = points
-        .iter()
-        .map(ParetoPoint::rounds_per_chunk)
-        .chain([rpc_bound])
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.15;
-    let px = |s: f64| left + (s - smin as f64) / (smax - smin).max(1) as f64 * (w - left - right);
-    let py = |v: f64| h - bottom - v / ymax * (h - top - bottom);
+    let f = ParetoFrame::of(points, steps_bound, rounds_per_chunk_bound);
+    let (w, h) = (f.w, f.h);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -315,33 +391,42 @@ pub fn pareto_svg(
         w / 2.0,
         escape(title)
     );
-    // Axes, ticks and their labels.
-    let (x0, y0) = (px(smin as f64), py(0.0));
+    pareto_axes(&mut s, &f);
+    pareto_bounds(&mut s, &f, steps_bound, rounds_per_chunk_bound);
+    pareto_frontier(&mut s, &f, points);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The axes, their ticks and labels.
+fn pareto_axes(s: &mut String, f: &ParetoFrame) {
+    let (w, h, left, right, top, bottom) = (f.w, f.h, f.left, f.right, f.top, f.bottom);
+    let (x0, y0) = (f.px(f.smin as f64), f.py(0.0));
     let _ = writeln!(
         s,
         "<path d=\"M {x0:.1} {:.1} L {x0:.1} {y0:.1} L {:.1} {y0:.1}\" fill=\"none\" stroke=\"black\"/>",
         top - 10.0,
         w - right + 10.0
     );
-    for st in smin..=smax {
+    for st in f.smin..=f.smax {
         let _ = writeln!(
             s,
             "<line x1=\"{0:.1}\" y1=\"{y0:.1}\" x2=\"{0:.1}\" y2=\"{1:.1}\" stroke=\"black\"/><text x=\"{0:.1}\" y=\"{2:.1}\" text-anchor=\"middle\">{st}</text>",
-            px(st as f64),
+            f.px(st as f64),
             y0 + 5.0,
             y0 + 20.0
         );
     }
     for k in 0..=5 {
-        let v = ymax / 1.15 * k as f64 / 5.0;
+        let v = f.ymax / 1.15 * k as f64 / 5.0;
         let _ = writeln!(
             s,
             "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{2:.1}\" y2=\"{1:.1}\" stroke=\"black\"/><text x=\"{3:.1}\" y=\"{4:.1}\" text-anchor=\"end\">{v:.3}</text>",
             x0 - 5.0,
-            py(v),
+            f.py(v),
             x0,
             x0 - 8.0,
-            py(v) + 4.0
+            f.py(v) + 4.0
         );
     }
     let _ = writeln!(
@@ -355,24 +440,36 @@ pub fn pareto_svg(
         "<text transform=\"translate(20 {:.1}) rotate(-90)\" text-anchor=\"middle\">rounds per chunk R/C (bandwidth cost)</text>",
         (top + h - bottom) / 2.0
     );
-    // The lower bounds.
+}
+
+/// The two lower bounds as dashed red lines.
+fn pareto_bounds(
+    s: &mut String,
+    f: &ParetoFrame,
+    steps_bound: usize,
+    rounds_per_chunk_bound: Ratio<u64>,
+) {
+    let (x0, y0) = (f.px(f.smin as f64), f.py(0.0));
     let _ = writeln!(
         s,
         "<line x1=\"{0:.1}\" y1=\"{1:.1}\" x2=\"{0:.1}\" y2=\"{y0:.1}\" stroke=\"#d62728\" stroke-dasharray=\"6 4\"/><text x=\"{2:.1}\" y=\"{3:.1}\" fill=\"#d62728\">steps bound {steps_bound}</text>",
-        px(steps_bound as f64),
-        top,
-        px(steps_bound as f64) + 4.0,
-        top + 10.0
+        f.px(steps_bound as f64),
+        f.top,
+        f.px(steps_bound as f64) + 4.0,
+        f.top + 10.0
     );
     let _ = writeln!(
         s,
         "<line x1=\"{x0:.1}\" y1=\"{0:.1}\" x2=\"{1:.1}\" y2=\"{0:.1}\" stroke=\"#d62728\" stroke-dasharray=\"6 4\"/><text x=\"{2:.1}\" y=\"{3:.1}\" fill=\"#d62728\" text-anchor=\"end\">R/C bound {rounds_per_chunk_bound}</text>",
-        py(rpc_bound),
-        w - right,
-        w - right,
-        py(rpc_bound) - 5.0
+        f.py(f.rpc_bound),
+        f.w - f.right,
+        f.w - f.right,
+        f.py(f.rpc_bound) - 5.0
     );
-    // The frontier's staircase, then its points.
+}
+
+/// The frontier's staircase, then its points, each labelled `(S, R, C)`.
+fn pareto_frontier(s: &mut String, f: &ParetoFrame, points: &[ParetoPoint]) {
     let mut sorted = points.to_vec();
     sorted.sort_by(|a, b| {
         a.steps
@@ -382,7 +479,7 @@ pub fn pareto_svg(
     if sorted.len() > 1 {
         let mut d = String::new();
         for (i, p) in sorted.iter().enumerate() {
-            let (x, y) = (px(p.steps as f64), py(p.rounds_per_chunk()));
+            let (x, y) = (f.px(p.steps as f64), f.py(p.rounds_per_chunk()));
             if i == 0 {
                 let _ = write!(d, "M {x:.1} {y:.1}");
             } else {
@@ -395,7 +492,7 @@ pub fn pareto_svg(
         );
     }
     for (i, p) in sorted.iter().enumerate() {
-        let (x, y) = (px(p.steps as f64), py(p.rounds_per_chunk()));
+        let (x, y) = (f.px(p.steps as f64), f.py(p.rounds_per_chunk()));
         let color = COLORS[i % COLORS.len()];
         let _ = writeln!(
             s,
@@ -411,8 +508,6 @@ pub fn pareto_svg(
             p.chunks
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 #[cfg(test)]

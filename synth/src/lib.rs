@@ -22,6 +22,7 @@ pub mod milp;
 pub mod origin;
 pub mod pair_set;
 pub mod progress;
+pub mod select;
 pub mod simulate;
 pub mod sketch;
 pub mod smt;

@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Arguments of `synth bench`.
@@ -143,19 +144,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     }
     for fabric in &fabrics {
-        let child = std::process::Command::new(&exe)
-            .args([
-                "--topo",
-                fabric,
-                "--coll",
-                &args.coll,
-                "--json",
-                "--time-limit",
-            ])
-            .arg(args.time_limit.to_string())
-            .arg("--out")
-            .arg(&dir)
-            .output()?;
+        let child = run_main_command(&exe, fabric, args, &dir)?;
         if !child.status.success() {
             let err = String::from_utf8_lossy(&child.stderr);
             let line = err.lines().last().unwrap_or("failed").to_string();
@@ -166,69 +155,8 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             continue;
         }
         let doc: serde_json::Value = serde_json::from_slice(&child.stdout)?;
-        let f = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
-        let at = &doc["at_1gb"];
-        let busbw = at["busbw"].as_f64();
-        // An allreduce against reduce-scatter then allgather at their optima (what the
-        // issue's 98% is of), not its cut bound, which no two-phase algorithm reaches.
-        let optimum = &at[if at["two_phase"].is_f64() {
-            "two_phase"
-        } else {
-            "bound"
-        }];
-        let bound = optimum.as_f64();
-        let pct = match (busbw, bound) {
-            (Some(b), Some(o)) if o > 0.0 => format!("{:.1}%", 100.0 * b / o),
-            _ => "-".into(),
-        };
-        let name = doc["algorithms"][0]["file"]
-            .as_str()
-            .and_then(|p| std::path::Path::new(p).file_stem())
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // NCCL's best of ring and tree at a size, and ours against it.
-        let small = |bytes: u64| -> String {
-            let Some(row) = at["sizes"]
-                .as_array()
-                .and_then(|rows| rows.iter().find(|r| r["bytes"].as_u64() == Some(bytes)))
-            else {
-                return "-".into();
-            };
-            let nccl = [&row["ring"], &row["tree"], &row["p2p"]]
-                .iter()
-                .filter_map(|v| v.as_f64())
-                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-            let g = |x: f64| format!("{x:.3}");
-            match (row["busbw"].as_f64(), nccl) {
-                (Some(b), Some(n)) => format!(
-                    "{} / {}{}",
-                    g(b),
-                    g(n),
-                    if b < n * (1.0 - 1e-9) { " LOSES" } else { "" }
-                ),
-                (Some(b), None) => format!("{} / -", g(b)),
-                _ => "-".into(),
-            }
-        };
-        let nccl_1gb = [&at["ring"], &at["tree"], &at["p2p"]]
-            .iter()
-            .filter_map(|v| v.as_f64())
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         if !json {
-            writeln!(
-                out,
-                "| {fabric} | {} | {} | {} | {} | {} | {pct} | {} | {} | {} | {} | {} | {name} |",
-                topology::load(fabric).map(|t| t.ranks).unwrap_or(0),
-                f(&doc["seconds"]),
-                f(&doc["resources"]["cpu_seconds"]),
-                f(&doc["resources"]["peak_rss_mb"]),
-                f(&at["busbw"]),
-                f(optimum),
-                nccl_1gb.map_or("-".into(), |x| format!("{x:.1}")),
-                small(1 << 10),
-                small(64 << 10),
-                small(1 << 20),
-            )?;
+            writeln!(out, "{}", scale_row(fabric, &doc))?;
         }
         rows.push(json!({"fabric": fabric, "result": doc}));
     }
@@ -237,4 +165,98 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     }
     Ok(())
+}
+
+/// Runs the main command (`exe`) on `fabric` with `--json`, the bench's collective and time
+/// limit, writing to `dir`.
+fn run_main_command(
+    exe: &Path,
+    fabric: &str,
+    args: &BenchArgs,
+    dir: &Path,
+) -> Result<std::process::Output> {
+    Ok(std::process::Command::new(exe)
+        .args([
+            "--topo",
+            fabric,
+            "--coll",
+            &args.coll,
+            "--json",
+            "--time-limit",
+        ])
+        .arg(args.time_limit.to_string())
+        .arg("--out")
+        .arg(dir)
+        .output()?)
+}
+
+/// The largest of NCCL's ring, tree and point-to-point busbw in a row of the main command's
+/// `at_1gb` (those present).
+fn nccl_best(row: &serde_json::Value) -> Option<f64> {
+    [&row["ring"], &row["tree"], &row["p2p"]]
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+}
+
+/// The best busbw at `bytes` against NCCL's best there (`LOSES` where slower), from the
+/// main command's `at_1gb.sizes`.
+fn best_against_nccl(at: &serde_json::Value, bytes: u64) -> String {
+    let Some(row) = at["sizes"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["bytes"].as_u64() == Some(bytes)))
+    else {
+        return "-".into();
+    };
+    let g = |x: f64| format!("{x:.3}");
+    match (row["busbw"].as_f64(), nccl_best(row)) {
+        (Some(b), Some(n)) => format!(
+            "{} / {}{}",
+            g(b),
+            g(n),
+            if crate::select::loses(b, n) {
+                " LOSES"
+            } else {
+                ""
+            }
+        ),
+        (Some(b), None) => format!("{} / -", g(b)),
+        _ => "-".into(),
+    }
+}
+
+/// The table row of one fabric from the main command's JSON document.
+fn scale_row(fabric: &str, doc: &serde_json::Value) -> String {
+    let f = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
+    let at = &doc["at_1gb"];
+    let busbw = at["busbw"].as_f64();
+    // An allreduce against reduce-scatter then allgather at their optima (what the
+    // issue's 98% is of), not its cut bound, which no two-phase algorithm reaches.
+    let optimum = &at[if at["two_phase"].is_f64() {
+        "two_phase"
+    } else {
+        "bound"
+    }];
+    let pct = match (busbw, optimum.as_f64()) {
+        (Some(b), Some(o)) if o > 0.0 => format!("{:.1}%", 100.0 * b / o),
+        _ => "-".into(),
+    };
+    let name = doc["algorithms"][0]["file"]
+        .as_str()
+        .and_then(|p| Path::new(p).file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!(
+        "| {fabric} | {} | {} | {} | {} | {} | {pct} | {} | {} | {} | {} | {} | {name} |",
+        topology::load(fabric).map(|t| t.ranks).unwrap_or(0),
+        f(&doc["seconds"]),
+        f(&doc["resources"]["cpu_seconds"]),
+        f(&doc["resources"]["peak_rss_mb"]),
+        f(&at["busbw"]),
+        f(optimum),
+        nccl_best(at).map_or("-".into(), |x| format!("{x:.1}")),
+        best_against_nccl(at, 1 << 10),
+        best_against_nccl(at, 64 << 10),
+        best_against_nccl(at, 1 << 20),
+    )
 }

@@ -84,9 +84,8 @@ fn parse_add(spec: &str) -> Result<(Kind, usize, usize, usize)> {
     }
 }
 
-/// Runs `synth catalog`.
-pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let topo = topology::load(&args.topo)?;
+/// The collectives of `--colls`: at least one, each with an MSCCL collective.
+fn kinds(args: &CatalogArgs) -> Result<Vec<Kind>> {
     let kinds: Vec<Kind> = args
         .colls
         .iter()
@@ -99,12 +98,17 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if let Some(k) = kinds.iter().find(|k| k.to_ir().is_none()) {
         bail!("--colls: {k} cannot be catalogued (no MSCCL collective)");
     }
+    Ok(kinds)
+}
+
+/// The catalog options `args` ask for.
+fn options(args: &CatalogArgs) -> Result<Options> {
     let (method, sketch) = args.encoding.resolve()?;
     let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
     if !(args.local_bw > 0.0 && args.local_bw.is_finite()) {
         bail!("--local-bw must be a positive number of GB/s");
     }
-    let options = Options {
+    Ok(Options {
         method,
         sketch,
         search: match args.search.as_str() {
@@ -134,7 +138,14 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             ..SimOptions::default()
         },
         extra_memory: args.encoding.extra_memory,
-    };
+    })
+}
+
+/// Runs `synth catalog`.
+pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let topo = topology::load(&args.topo)?;
+    let kinds = kinds(args)?;
+    let options = options(args)?;
     let dir = args
         .out
         .clone()

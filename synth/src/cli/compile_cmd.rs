@@ -2,13 +2,13 @@
 //! of one) to verified MSCCL XML.
 
 use crate::dsl::frontend;
-use crate::dsl::trace::{self, Overrides};
+use crate::dsl::trace::{self, Overrides, Replayed};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use runtime::ir::{Flavor, Protocol};
+use runtime::ir::{Flavor, Program, Protocol};
 use serde_json::json;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `synth compile`.
 #[derive(Debug, Args)]
@@ -78,52 +78,16 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             out.write_all(xml.as_bytes())?;
             continue;
         }
-        std::fs::create_dir_all(&args.out)
-            .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
-        let path = args.out.join(format!("{}.xml", file_stem(&program.name)));
-        std::fs::write(&path, &xml).with_context(|| format!("{}: cannot write", path.display()))?;
-        let path = path.display().to_string();
-        let tbs: usize = program.gpus.iter().map(|g| g.threadblocks.len()).sum();
-        let mode = if program.inplace {
-            "in-place"
-        } else {
-            "out-of-place"
+        let path = write_xml(&args.out, &program, &xml)?;
+        let compiled = Compiled {
+            program: &program,
+            replayed: &replayed,
+            path,
         };
-        let simulate = replayed
-            .spec
-            .as_ref()
-            .map(|s| format!("synth simulate {path} --topo {s} --sizes 1K:1G"));
         if json {
-            docs.push(json!({
-                "name": program.name,
-                "file": path,
-                "collective": program.collective.to_string(),
-                "ngpus": program.ngpus,
-                "instances": replayed.program.instances(),
-                "threadblocks": tbs,
-                "steps": program.step_count(),
-                "channels": program.nchannels(),
-                "mode": mode,
-                "verified": true,
-                "run": format!("synth run {path} --size 1M"),
-                "simulate": simulate,
-            }));
-            continue;
-        }
-        writeln!(
-            out,
-            "{}: {} on {} ranks, {} threadblocks, {} steps, {} channels; verified ({mode})",
-            program.name,
-            program.collective,
-            program.ngpus,
-            tbs,
-            program.step_count(),
-            program.nchannels()
-        )?;
-        writeln!(out, "wrote {path}")?;
-        writeln!(out, "run:      synth run {path} --size 1M")?;
-        if let Some(s) = simulate {
-            writeln!(out, "simulate: {s}")?;
+            docs.push(compiled.doc());
+        } else {
+            compiled.print(out)?;
         }
     }
     if json && !args.stdout && !args.check {
@@ -134,6 +98,85 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Writes a compiled program's XML as `DIR/NAME.xml`; returns the path.
+fn write_xml(dir: &Path, program: &Program, xml: &str) -> Result<String> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("{}: cannot create folder", dir.display()))?;
+    let path = dir.join(format!("{}.xml", file_stem(&program.name)));
+    std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(path.display().to_string())
+}
+
+/// A compiled, verified program and the file it was written to.
+struct Compiled<'a> {
+    program: &'a Program,
+    replayed: &'a Replayed,
+    path: String,
+}
+
+impl Compiled<'_> {
+    /// Threadblocks over every rank.
+    fn threadblocks(&self) -> usize {
+        self.program.gpus.iter().map(|g| g.threadblocks.len()).sum()
+    }
+
+    /// The buffer mode.
+    fn mode(&self) -> &'static str {
+        if self.program.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        }
+    }
+
+    /// The `synth simulate` command line for it, where its topology is known.
+    fn simulate(&self) -> Option<String> {
+        (self.replayed.spec.as_ref())
+            .map(|s| format!("synth simulate {} --topo {s} --sizes 1K:1G", self.path))
+    }
+
+    /// Its entry of the JSON document.
+    fn doc(&self) -> serde_json::Value {
+        let (program, path) = (self.program, &self.path);
+        json!({
+            "name": program.name,
+            "file": path,
+            "collective": program.collective.to_string(),
+            "ngpus": program.ngpus,
+            "instances": self.replayed.program.instances(),
+            "threadblocks": self.threadblocks(),
+            "steps": program.step_count(),
+            "channels": program.nchannels(),
+            "mode": self.mode(),
+            "verified": true,
+            "run": format!("synth run {path} --size 1M"),
+            "simulate": self.simulate(),
+        })
+    }
+
+    /// Prints what was compiled and how to run and simulate it.
+    fn print(&self, out: &mut dyn Write) -> Result<()> {
+        let (program, path) = (self.program, &self.path);
+        writeln!(
+            out,
+            "{}: {} on {} ranks, {} threadblocks, {} steps, {} channels; verified ({})",
+            program.name,
+            program.collective,
+            program.ngpus,
+            self.threadblocks(),
+            program.step_count(),
+            program.nchannels(),
+            self.mode()
+        )?;
+        writeln!(out, "wrote {path}")?;
+        writeln!(out, "run:      synth run {path} --size 1M")?;
+        if let Some(s) = self.simulate() {
+            writeln!(out, "simulate: {s}")?;
+        }
+        Ok(())
+    }
 }
 
 /// A file name for a program name (path separators and odd characters become `_`).

@@ -6,7 +6,7 @@
 use crate::baseline::{self, BaselineOptions};
 use crate::cutbound::CutBound;
 use crate::simulate::{simulate, SimOptions, DEFAULT_LOCAL_BANDWIDTH};
-use crate::topology;
+use crate::topology::{self, Topology};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use runtime::ir::Program;
@@ -71,25 +71,53 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         local_bandwidth: args.local_bw,
         ..SimOptions::default()
     };
+    let bound = CutBound::new(program.collective, &topo, program.root);
+    let rows = simulate_rows(&program, &topo, &sizes, &opts, &bound)?;
+    if json {
+        let doc = serde_json::json!({
+            "file": args.file.display().to_string(),
+            "algorithm": program.name,
+            "collective": program.collective.to_string(),
+            "topology": topo.name,
+            "ranks": topo.ranks,
+            "bound_busbw_large": bound.busbw(),
+            "bound_binding_cut": bound.binding,
+            "rows": rows,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    print_rows(&program, &topo, &bound, &rows, out)
+}
+
+/// Simulates `program` at each of `sizes`, and NCCL's baselines (those defined for its
+/// collective) at the size the program was simulated at, beside NCCL's own model and the
+/// bound.
+fn simulate_rows(
+    program: &Program,
+    topo: &Topology,
+    sizes: &[u64],
+    opts: &SimOptions,
+    bound: &CutBound,
+) -> Result<Vec<Row>> {
     let coll = program.collective;
     let base = BaselineOptions {
         channels: None,
         root: program.root,
     };
-    let ring = baseline::ring(coll, &topo, &base).ok();
-    let tree = baseline::tree(coll, &topo, &base).ok();
-    let p2p = baseline::p2p(coll, &topo, &base).ok();
-    let bound = CutBound::new(coll, &topo, program.root);
+    let ring = baseline::ring(coll, topo, &base).ok();
+    let tree = baseline::tree(coll, topo, &base).ok();
+    let p2p = baseline::p2p(coll, topo, &base).ok();
     let sim_busbw = |p: &Option<Program>, size: u64| -> Result<Option<f64>> {
         match p {
-            Some(p) => Ok(Some(simulate(p, &topo, size, &opts)?.busbw)),
+            Some(p) => Ok(Some(simulate(p, topo, size, opts)?.busbw)),
             None => Ok(None),
         }
     };
     let mut rows = Vec::with_capacity(sizes.len());
-    for &size in &sizes {
-        let r = simulate(&program, &topo, size, &opts)?;
-        let model = baseline::nccl_model_busbw(coll, &topo, r.size_bytes).ok();
+    for &size in sizes {
+        let r = simulate(program, topo, size, opts)?;
+        let model = baseline::nccl_model_busbw(coll, topo, r.size_bytes).ok();
         rows.push(Row {
             size: r.size_bytes,
             time_us: r.time_us,
@@ -103,24 +131,22 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             bound_busbw: bound.busbw_at(r.size_bytes),
         });
     }
-    if json {
-        let doc = serde_json::json!({
-            "file": args.file.display().to_string(),
-            "algorithm": program.name,
-            "collective": coll.to_string(),
-            "topology": topo.name,
-            "ranks": topo.ranks,
-            "bound_busbw_large": bound.busbw(),
-            "bound_binding_cut": bound.binding,
-            "rows": rows,
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-        return Ok(());
-    }
+    Ok(rows)
+}
+
+/// Prints the rows as a table under a heading naming the program, the fabric and the bound.
+fn print_rows(
+    program: &Program,
+    topo: &Topology,
+    bound: &CutBound,
+    rows: &[Row],
+    out: &mut dyn Write,
+) -> Result<()> {
     writeln!(
         out,
-        "# {} ({coll}, {} ranks) on {}; busbw in GB/s; bound at large sizes {:.1} GB/s ({})",
+        "# {} ({}, {} ranks) on {}; busbw in GB/s; bound at large sizes {:.1} GB/s ({})",
         program.name,
+        program.collective,
         program.ngpus,
         topo.name,
         bound.busbw(),
@@ -132,7 +158,7 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         "size(B)", "time(us)", "algbw", "busbw", "ring", "tree", "p2p", "model", "bound"
     )?;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
-    for r in &rows {
+    for r in rows {
         writeln!(
             out,
             "{:>12} {:>12.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9} {:>9} {:>9.2}",

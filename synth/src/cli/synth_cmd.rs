@@ -6,10 +6,12 @@ use crate::bounds::{cut_bounds, lower_bounds};
 use crate::collective::{Collective, Kind};
 use crate::cutbound::CutBound;
 use crate::progress::Progress;
+use crate::select::{Point, Row, Rule, Runs, Simulation};
+use crate::simulate::SimOptions;
 use crate::smt::Limits;
-use crate::synthesize::{synthesize_with, Method, Request, Search};
+use crate::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
 use crate::topology::{self, Topology};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::io::Write;
@@ -149,88 +151,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     progress.message("loading the topology and the collective");
     let topo = topology::load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
-    if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
-        bail!("--time-limit must be a positive number of seconds");
-    }
-    let max_chunks = args.max_chunks.unwrap_or(crate::engine::DEFAULT_MAX_CHUNKS);
-    if max_chunks == 0 {
-        bail!("--max-chunks must be at least 1");
-    }
-    if args.steps.is_none() && !args.least_steps {
-        for (flag, given) in [
-            ("--chunks", args.chunks.is_some()),
-            ("--rounds", args.rounds.is_some()),
-        ] {
-            if given {
-                bail!("{flag} needs --steps (one instance) or --least-steps; the Pareto search tries every R and 1 to --max-chunks chunks");
-            }
-        }
-    }
-    let search = match (args.steps, args.least_steps) {
-        (Some(steps), _) => Search::Instance {
-            steps,
-            rounds: args.rounds.context("--steps needs --rounds")?,
-            chunks: args.chunks.unwrap_or(1),
-        },
-        (None, true) => Search::LeastSteps {
-            chunks: args.chunks.unwrap_or(1),
-            rounds: args.rounds,
-        },
-        (None, false) => Search::Pareto,
-    };
-    let limits = Limits {
-        max_steps: args.max_steps,
-        max_chunks,
-        max_chunks_given: args.max_chunks.is_some(),
-        deadline: started + Duration::from_secs_f64(args.time_limit),
-        extra_memory: args.encoding.extra_memory,
-        work_limit: args.work_limit,
-    };
-    let (method, sketch) = args.encoding.resolve()?;
-    progress.deadline(limits.deadline);
-    let request = Request {
-        topology: &topo,
-        collective,
-        search,
-        limits,
-        progress: &progress,
-    };
-    let result = synthesize_with(&request, method, sketch.as_ref());
-    progress.finish();
-    let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
-    let custom_file = (synthesis.algorithms.first()).and_then(|a| {
-        (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
-    });
-    crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
+    let (search, limits) = search_and_limits(args, started)?;
+    let synthesis = search_algorithms(args, &topo, collective, search, limits, &progress)?;
     if synthesis.algorithms.is_empty() {
-        match search {
-            Search::Instance {
-                steps,
-                rounds,
-                chunks,
-            } if synthesis.complete => {
-                bail!("UNSAT: no {} algorithm on `{}` with steps={steps} rounds={rounds} chunks={chunks}", args.coll.as_deref().unwrap_or(""), topo.name)
-            }
-            _ if synthesis.complete => {
-                bail!("no algorithm found within the caps (--max-steps, --max-chunks)")
-            }
-            Search::Instance { steps, rounds, .. }
-                if matches!(synthesis.method, Method::Greedy { .. }) =>
-            {
-                bail!("the greedy engine found no algorithm within {steps} steps and {rounds} rounds (a greedy run proves nothing; drop --steps for its own answer)")
-            }
-            _ if started.elapsed().as_secs_f64() >= args.time_limit => bail!(
-                "time limit of {} s reached while searching ({}), before any algorithm was found",
-                args.time_limit,
-                synthesis.method.name()
-            ),
-            _ => bail!(
-                "no algorithm found after {:.1} s: the caps (--max-steps {}, --max-chunks {}) or a solve the solver could not decide stopped the search",
-                started.elapsed().as_secs_f64(),
-                args.max_steps,
-                max_chunks
-            ),
-        }
+        return Err(nothing_found(args, &topo, &synthesis, search, started));
     }
     // Lowering, verifying and simulating large fabrics takes a while too: the line stays.
     progress.message(&format!(
@@ -286,82 +210,255 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         written += crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)?.len();
     }
     eprintln!("wrote {written} files to {}", args.out.display());
-    if let Some(path) = &args.plot {
-        let points: Vec<_> = synthesis
-            .algorithms
-            .iter()
-            .map(crate::draw::ParetoPoint::of)
-            .collect();
-        let rpc: num_rational::Ratio<u64> = synthesis
-            .bounds
-            .rounds_per_chunk
-            .parse()
-            .unwrap_or_else(|_| num_rational::Ratio::from_integer(0));
-        let title = format!(
-            "{} on {}: {} (steps, rounds, chunks){}",
-            synthesis.algorithms[0].collective.kind,
-            topo.name,
-            if synthesis.complete {
-                "Pareto frontier"
-            } else {
-                "partial frontier"
-            },
-            if points.len() == 1 {
-                "; one algorithm"
-            } else {
-                ""
+    let outcome = Outcome {
+        args,
+        topo: &topo,
+        synthesis: &synthesis,
+        files: &files,
+        xml_files: &xml_files,
+        started,
+    };
+    report(&outcome, &lowered, &progress, json, out)
+}
+
+/// The search `args` ask for and its limits (the deadline counted from `started`); errors
+/// for a time limit, chunk cap or `--chunks`/`--rounds` that cannot be used.
+fn search_and_limits(args: &SynthArgs, started: Instant) -> Result<(Search, Limits)> {
+    if !(args.time_limit > 0.0 && args.time_limit.is_finite()) {
+        bail!("--time-limit must be a positive number of seconds");
+    }
+    let max_chunks = args.max_chunks.unwrap_or(crate::engine::DEFAULT_MAX_CHUNKS);
+    if max_chunks == 0 {
+        bail!("--max-chunks must be at least 1");
+    }
+    if args.steps.is_none() && !args.least_steps {
+        for (flag, given) in [
+            ("--chunks", args.chunks.is_some()),
+            ("--rounds", args.rounds.is_some()),
+        ] {
+            if given {
+                bail!("{flag} needs --steps (one instance) or --least-steps; the Pareto search tries every R and 1 to --max-chunks chunks");
             }
-        );
-        let svg = crate::draw::pareto_svg(&title, &points, synthesis.bounds.steps, rpc);
-        std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        }
+    }
+    let search = match (args.steps, args.least_steps) {
+        (Some(steps), _) => Search::Instance {
+            steps,
+            rounds: args.rounds.context("--steps needs --rounds")?,
+            chunks: args.chunks.unwrap_or(1),
+        },
+        (None, true) => Search::LeastSteps {
+            chunks: args.chunks.unwrap_or(1),
+            rounds: args.rounds,
+        },
+        (None, false) => Search::Pareto,
+    };
+    let limits = Limits {
+        max_steps: args.max_steps,
+        max_chunks,
+        max_chunks_given: args.max_chunks.is_some(),
+        deadline: started + Duration::from_secs_f64(args.time_limit),
+        extra_memory: args.encoding.extra_memory,
+        work_limit: args.work_limit,
+    };
+    Ok((search, limits))
+}
+
+/// Runs the search with the engines `args` choose and names its algorithms uniquely.
+fn search_algorithms(
+    args: &SynthArgs,
+    topo: &Topology,
+    collective: Collective,
+    search: Search,
+    limits: Limits,
+    progress: &Progress,
+) -> Result<Synthesis> {
+    let (method, sketch) = args.encoding.resolve()?;
+    progress.deadline(limits.deadline);
+    let request = Request {
+        topology: topo,
+        collective,
+        search,
+        limits,
+        progress,
+    };
+    let result = synthesize_with(&request, method, sketch.as_ref());
+    progress.finish();
+    let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
+    let custom_file = (synthesis.algorithms.first()).and_then(|a| {
+        (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
+    });
+    crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
+    Ok(synthesis)
+}
+
+/// Why a search that returned no algorithm found none: unsatisfiable, the caps, the greedy
+/// engine's instance, the time limit, or an undecided solve.
+fn nothing_found(
+    args: &SynthArgs,
+    topo: &Topology,
+    synthesis: &Synthesis,
+    search: Search,
+    started: Instant,
+) -> anyhow::Error {
+    let max_chunks = args.max_chunks.unwrap_or(crate::engine::DEFAULT_MAX_CHUNKS);
+    match search {
+        Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        } if synthesis.complete => {
+            anyhow!("UNSAT: no {} algorithm on `{}` with steps={steps} rounds={rounds} chunks={chunks}", args.coll.as_deref().unwrap_or(""), topo.name)
+        }
+        _ if synthesis.complete => {
+            anyhow!("no algorithm found within the caps (--max-steps, --max-chunks)")
+        }
+        Search::Instance { steps, rounds, .. }
+            if matches!(synthesis.method, Method::Greedy { .. }) =>
+        {
+            anyhow!("the greedy engine found no algorithm within {steps} steps and {rounds} rounds (a greedy run proves nothing; drop --steps for its own answer)")
+        }
+        _ if started.elapsed().as_secs_f64() >= args.time_limit => anyhow!(
+            "time limit of {} s reached while searching ({}), before any algorithm was found",
+            args.time_limit,
+            synthesis.method.name()
+        ),
+        _ => anyhow!(
+            "no algorithm found after {:.1} s: the caps (--max-steps {}, --max-chunks {}) or a solve the solver could not decide stopped the search",
+            started.elapsed().as_secs_f64(),
+            args.max_steps,
+            max_chunks
+        ),
+    }
+}
+
+/// What the main command reports once its algorithms are written.
+struct Outcome<'a> {
+    args: &'a SynthArgs,
+    topo: &'a Topology,
+    synthesis: &'a Synthesis,
+    /// The algorithms' JSON files, one per algorithm.
+    files: &'a [String],
+    /// The algorithms' XML files (none for one the runtimes cannot express).
+    xml_files: &'a [Vec<String>],
+    started: Instant,
+}
+
+/// Draws the plot, compares with NCCL, prints the notes and warnings on stderr and the
+/// result (JSON or the text table) on `out`.
+fn report(
+    outcome: &Outcome,
+    lowered: &[(Vec<String>, Option<Simulated>)],
+    progress: &Progress,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if let Some(path) = &outcome.args.plot {
+        write_plot(path, outcome.synthesis, outcome.topo)?;
     }
     progress.message("simulating NCCL's baselines");
-    let versus = compare_with_nccl(&lowered, &topo, &synthesis)?;
+    let versus = compare_with_nccl(lowered, outcome.topo, outcome.synthesis)?;
     progress.finish();
-    for note in &synthesis.notes {
+    for note in &outcome.synthesis.notes {
         eprintln!("note: {note}");
     }
     if let Some(v) = &versus {
-        for at in v.sizes.iter().filter(|at| at.loses_to_nccl()) {
-            eprintln!(
-                "warning: the best algorithm simulates at {:.2} GB/s busbw at {}, slower than NCCL's {} ({:.2} GB/s) on {}",
-                at.busbw,
-                size_label(at.bytes),
-                at.nccl_name(),
-                at.nccl_best(),
-                topo.name
-            );
-        }
+        warn_where_nccl_wins(v, outcome.topo);
     }
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = outcome.started.elapsed().as_secs_f64();
     if json {
-        let algorithms: Vec<_> = synthesis
-            .algorithms
-            .iter()
-            .zip(files.iter().zip(&xml_files))
-            .map(|(a, (f, x))| json!({"steps": a.num_steps(), "rounds": a.rounds(), "chunks": a.chunks(), "file": f, "xml": x}))
-            .collect();
-        let doc = json!({
-            "topology": topo.name,
-            "collective": synthesis.algorithms[0].collective.kind.name(),
-            "bounds": synthesis.bounds,
-            "algorithms": algorithms,
-            "complete": synthesis.complete,
-            "method": synthesis.method.name(),
-            "engines": synthesis.engines.iter().map(|m| m.name()).collect::<Vec<_>>(),
-            "notes": synthesis.notes,
-            "extra_memory": args.encoding.extra_memory,
-            "plot": args.plot.as_ref().map(|p| p.display().to_string()),
-            "work_limit": args.work_limit,
-            "cuts": synthesis.cuts,
-            "at_1gb": versus,
-            "seconds": seconds,
-            "resources": crate::util::resources(),
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-        return Ok(());
+        return print_json(outcome, versus.as_ref(), seconds, out);
     }
+    print_text(outcome, versus.as_ref(), seconds, out)
+}
+
+/// Writes the Pareto plot of the algorithms found (`--plot`).
+fn write_plot(path: &Path, synthesis: &Synthesis, topo: &Topology) -> Result<()> {
+    let points: Vec<_> = synthesis
+        .algorithms
+        .iter()
+        .map(crate::draw::ParetoPoint::of)
+        .collect();
+    let rpc: num_rational::Ratio<u64> = synthesis
+        .bounds
+        .rounds_per_chunk
+        .parse()
+        .unwrap_or_else(|_| num_rational::Ratio::from_integer(0));
+    let title = format!(
+        "{} on {}: {} (steps, rounds, chunks){}",
+        synthesis.algorithms[0].collective.kind,
+        topo.name,
+        if synthesis.complete {
+            "Pareto frontier"
+        } else {
+            "partial frontier"
+        },
+        if points.len() == 1 {
+            "; one algorithm"
+        } else {
+            ""
+        }
+    );
+    let svg = crate::draw::pareto_svg(&title, &points, synthesis.bounds.steps, rpc);
+    std::fs::write(path, svg).with_context(|| format!("{}: cannot write", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Warns on stderr at each compared size where one of NCCL's baselines simulates faster
+/// than the best algorithm.
+fn warn_where_nccl_wins(versus: &Versus, topo: &Topology) {
+    for at in versus.sizes.iter().filter(|at| at.loses_to_nccl()) {
+        eprintln!(
+            "warning: the best algorithm simulates at {:.2} GB/s busbw at {}, slower than NCCL's {} ({:.2} GB/s) on {}",
+            at.busbw,
+            size_label(at.bytes),
+            at.nccl_name(),
+            at.nccl_best(),
+            topo.name
+        );
+    }
+}
+
+/// Prints the result as one JSON document.
+fn print_json(
+    outcome: &Outcome,
+    versus: Option<&Versus>,
+    seconds: f64,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let (args, synthesis) = (outcome.args, outcome.synthesis);
+    let algorithms: Vec<_> = synthesis
+        .algorithms
+        .iter()
+        .zip(outcome.files.iter().zip(outcome.xml_files))
+        .map(|(a, (f, x))| json!({"steps": a.num_steps(), "rounds": a.rounds(), "chunks": a.chunks(), "file": f, "xml": x}))
+        .collect();
+    let doc = json!({
+        "topology": outcome.topo.name,
+        "collective": synthesis.algorithms[0].collective.kind.name(),
+        "bounds": synthesis.bounds,
+        "algorithms": algorithms,
+        "complete": synthesis.complete,
+        "method": synthesis.method.name(),
+        "engines": synthesis.engines.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        "notes": synthesis.notes,
+        "extra_memory": args.encoding.extra_memory,
+        "plot": args.plot.as_ref().map(|p| p.display().to_string()),
+        "work_limit": args.work_limit,
+        "cuts": synthesis.cuts,
+        "at_1gb": versus,
+        "seconds": seconds,
+        "resources": crate::util::resources(),
+    });
+    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    Ok(())
+}
+
+/// Prints the bounds and one line per algorithm with its estimated times at
+/// [`TABLE_SIZES`] and its file.
+fn print_algorithm_table(outcome: &Outcome, out: &mut dyn Write) -> Result<()> {
+    let (topo, synthesis) = (outcome.topo, outcome.synthesis);
     let caps = topo.capacities()?;
     writeln!(
         out,
@@ -386,10 +483,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         "R/C",
         sizes.join(" ")
     )?;
-    for (a, file) in synthesis.algorithms.iter().zip(&files) {
+    for (a, file) in synthesis.algorithms.iter().zip(outcome.files) {
         let time = |s: f64| match synthesis.method {
-            Method::Milp => crate::milp::predict_us(a, &topo, s),
-            _ => a.estimated_time_us(&topo, s),
+            Method::Milp => crate::milp::predict_us(a, topo, s),
+            _ => a.estimated_time_us(topo, s),
         };
         let times: Vec<String> = TABLE_SIZES
             .iter()
@@ -406,6 +503,54 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             file
         )?;
     }
+    Ok(())
+}
+
+/// Prints the simulated comparison with NCCL: one line per compared size below 1 GB, then
+/// the 1 GB line against the bound.
+fn print_versus(v: &Versus, out: &mut dyn Write) -> Result<()> {
+    for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
+        writeln!(
+            out,
+            "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}, p2p {}",
+            size_label(at.bytes),
+            at.busbw,
+            at.algorithm,
+            at.ring.map_or("-".into(), |x| format!("{x:.2}")),
+            at.tree.map_or("-".into(), |x| format!("{x:.2}")),
+            at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
+        )?;
+    }
+    let two_phase = v.two_phase.map_or(String::new(), |b| {
+        format!(
+            " ({:.1}% of the reduce-scatter + allgather optimum {b:.1})",
+            100.0 * v.busbw / b
+        )
+    });
+    writeln!(
+        out,
+        "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}{two_phase}; NCCL ring {}, tree {}, p2p {}",
+        v.busbw,
+        100.0 * v.busbw / v.bound,
+        if v.exact { "exact optimum" } else { "bound" },
+        v.bound,
+        v.ring.map_or("-".into(), |x| format!("{x:.1}")),
+        v.tree.map_or("-".into(), |x| format!("{x:.1}")),
+        v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
+    )?;
+    Ok(())
+}
+
+/// Prints the result as text: the algorithms, the comparison with NCCL, the cuts and how
+/// the search ended.
+fn print_text(
+    outcome: &Outcome,
+    versus: Option<&Versus>,
+    seconds: f64,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let synthesis = outcome.synthesis;
+    print_algorithm_table(outcome, out)?;
     let status = if synthesis.complete {
         "complete"
     } else if synthesis.cuts.iter().any(|c| c.limit == "work") {
@@ -424,36 +569,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         })
         .collect::<Vec<_>>()
         .join(" + ");
-    if let Some(v) = &versus {
-        for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
-            writeln!(
-                out,
-                "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}, p2p {}",
-                size_label(at.bytes),
-                at.busbw,
-                at.algorithm,
-                at.ring.map_or("-".into(), |x| format!("{x:.2}")),
-                at.tree.map_or("-".into(), |x| format!("{x:.2}")),
-                at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
-            )?;
-        }
-        let two_phase = v.two_phase.map_or(String::new(), |b| {
-            format!(
-                " ({:.1}% of the reduce-scatter + allgather optimum {b:.1})",
-                100.0 * v.busbw / b
-            )
-        });
-        writeln!(
-            out,
-            "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}{two_phase}; NCCL ring {}, tree {}, p2p {}",
-            v.busbw,
-            100.0 * v.busbw / v.bound,
-            if v.exact { "exact optimum" } else { "bound" },
-            v.bound,
-            v.ring.map_or("-".into(), |x| format!("{x:.1}")),
-            v.tree.map_or("-".into(), |x| format!("{x:.1}")),
-            v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
-        )?;
+    if let Some(v) = versus {
+        print_versus(v, out)?;
     }
     for cut in &synthesis.cuts {
         writeln!(out, "cut ({} limit): {}", cut.limit, cut.what)?;
@@ -513,6 +630,25 @@ struct AtSize {
 }
 
 impl AtSize {
+    /// A row of the selection table as the main command reports it: the best algorithm
+    /// (by name; none, 0 GB/s, where no algorithm reached more) and NCCL's busbw.
+    fn of(row: &Row, simulated: &[Option<&Simulated>]) -> AtSize {
+        let best = row.best_point().map(|(i, p)| {
+            let name = simulated.get(i).copied().flatten();
+            (p.busbw, name.map_or(String::new(), |s| s.name.clone()))
+        });
+        let (busbw, algorithm) = best.unwrap_or((0.0, String::new()));
+        let busbw_of = |p: &Option<Point>| p.as_ref().map(|p| p.busbw);
+        AtSize {
+            bytes: row.size,
+            busbw,
+            algorithm,
+            ring: busbw_of(&row.ring),
+            tree: busbw_of(&row.tree),
+            p2p: busbw_of(&row.p2p),
+        }
+    }
+
     /// NCCL's baselines with their names.
     fn nccl(&self) -> [(&'static str, f64); 3] {
         [("ring", self.ring), ("tree", self.tree), ("p2p", self.p2p)]
@@ -533,7 +669,7 @@ impl AtSize {
     }
 
     fn loses_to_nccl(&self) -> bool {
-        self.busbw < self.nccl_best() * (1.0 - 1e-9)
+        crate::select::loses(self.busbw, self.nccl_best())
     }
 }
 
@@ -561,25 +697,30 @@ struct Versus {
     sizes: Vec<AtSize>,
 }
 
-/// An algorithm's name and simulated busbw (GB/s) at each of [`COMPARE_SIZES`].
+/// An algorithm's name and simulated figures at each of [`COMPARE_SIZES`].
 #[derive(Debug, Clone)]
 struct Simulated {
     name: String,
-    busbw: [f64; COMPARE_SIZES.len()],
+    points: Vec<Point>,
 }
 
 impl Simulated {
     fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
-        use crate::simulate::{simulate_sizes, SimOptions};
-        let runs = simulate_sizes(program, topo, &COMPARE_SIZES, &SimOptions::default())?;
-        let mut busbw = [0.0; COMPARE_SIZES.len()];
-        for (b, run) in busbw.iter_mut().zip(runs) {
-            *b = run.busbw;
-        }
         Ok(Simulated {
             name: program.name.clone(),
-            busbw,
+            points: compared(topo).curve(program)?,
         })
+    }
+}
+
+/// How the main command simulates: at [`COMPARE_SIZES`] with the default simulator
+/// options, each program laid out once and its sizes run in parallel.
+fn compared(topo: &Topology) -> Simulation<'_> {
+    Simulation {
+        topology: topo,
+        sizes: &COMPARE_SIZES,
+        options: SimOptions::default(),
+        runs: Runs::Together,
     }
 }
 
@@ -599,10 +740,8 @@ fn compares(kind: Kind, ranks: usize) -> bool {
 fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<Simulated>)],
     topo: &Topology,
-    synthesis: &crate::synthesize::Synthesis,
+    synthesis: &Synthesis,
 ) -> Result<Option<Versus>> {
-    use crate::baseline::{self, BaselineOptions};
-    use crate::simulate::{simulate_sizes, SimOptions};
     let kind = synthesis.algorithms[0].collective.kind;
     let Some(ir) = kind.to_ir().filter(|_| compares(kind, topo.ranks)) else {
         return Ok(None);
@@ -611,47 +750,14 @@ fn compare_with_nccl(
         return Ok(None);
     }
     let root = synthesis.algorithms[0].collective.root;
-    let options = BaselineOptions {
-        channels: None,
-        root,
-    };
-    let ring = baseline::ring(ir, topo, &options);
-    let tree = baseline::tree(ir, topo, &options);
-    let p2p = baseline::p2p(ir, topo, &options);
-    // Each baseline at every size, laid out once (NCCL's ring on 1024 ranks is a program of
-    // millions of steps too).
-    let sim = SimOptions::default();
-    let figures = |p: &Result<runtime::ir::Program>| -> Option<Vec<f64>> {
-        let p = p.as_ref().ok()?;
-        let runs = simulate_sizes(p, topo, &COMPARE_SIZES, &sim).ok()?;
-        Some(runs.into_iter().map(|r| r.busbw).collect())
-    };
-    let (ring_at, tree_at, p2p_at) = (figures(&ring), figures(&tree), figures(&p2p));
-    let baseline = |figures: &Option<Vec<f64>>, bytes: u64| -> Option<f64> {
-        let at = COMPARE_SIZES.iter().position(|&b| b == bytes)?;
-        figures.as_ref().map(|f| f[at])
-    };
-    let mut sizes = Vec::new();
-    for bytes in COMPARE_SIZES {
-        let mut best = (0.0f64, String::new());
-        let at = COMPARE_SIZES
-            .iter()
-            .position(|&b| b == bytes)
-            .expect("a compared size");
-        for s in lowered.iter().filter_map(|(_, s)| s.as_ref()) {
-            if s.busbw[at] > best.0 {
-                best = (s.busbw[at], s.name.clone());
-            }
-        }
-        sizes.push(AtSize {
-            bytes,
-            busbw: best.0,
-            algorithm: best.1,
-            ring: baseline(&ring_at, bytes),
-            tree: baseline(&tree_at, bytes),
-            p2p: baseline(&p2p_at, bytes),
-        });
-    }
+    let simulated: Vec<Option<&Simulated>> = lowered.iter().map(|(_, s)| s.as_ref()).collect();
+    let curves: Vec<Option<&[Point]>> = (simulated.iter())
+        .map(|s| s.map(|s| s.points.as_slice()))
+        .collect();
+    let table = compared(topo).table(ir, root, &curves, Rule::HighestBusbw);
+    let sizes: Vec<AtSize> = (table.rows.iter())
+        .map(|row| AtSize::of(row, &simulated))
+        .collect();
     let at = |bytes: u64| sizes.iter().find(|s| s.bytes == bytes).expect("compared");
     let bound = CutBound::new(ir, topo, root);
     Ok(Some(Versus {
@@ -722,7 +828,49 @@ pub fn bounds(
     let collective = load_collective(coll, &topo, root)?;
     let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);
     progress.deadline(deadline);
-    let with_lp = Method::Auto.resolve(&topo, collective.kind, false) == Method::Smt;
+    let (steps, rpc) = steps_and_rounds_per_chunk(&collective, &topo, deadline, &progress)?;
+    progress.bound(&format!("{steps} steps, R/C >= {rpc}"));
+    progress.message("bandwidth optimum: maximum flows");
+    let cut = collective
+        .kind
+        .to_ir()
+        .map(|ir| CutBound::new(ir, &topo, collective.root));
+    // Allreduce: what reduce-scatter then allgather can reach, beside the cut bound.
+    let two_phase = (collective.kind == Kind::AllReduce)
+        .then(|| crate::cutbound::two_phase_allreduce_busbw(&topo, None));
+    progress.finish();
+    if json {
+        let doc = json!({
+            "topology": topo.name,
+            "collective": collective.kind.name(),
+            "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()},
+            "busbw_bound_gbps": cut.as_ref().map(|c| c.busbw()),
+            "busbw_exact_optimum": cut.as_ref().map(|c| c.exact),
+            "binding_cut": cut.as_ref().map(|c| c.binding.clone()),
+            "two_phase_busbw_gbps": two_phase,
+            "time_bound_us": cut.as_ref().map(|c| TABLE_SIZES.map(|(b, _)| (b, c.time_us(b as u64)))),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
+        collective.kind, topo.name
+    )?;
+    print_bandwidth_bounds(cut.as_ref(), two_phase, out)
+}
+
+/// The steps and rounds-per-chunk bounds of `collective` as the engine `auto` picks solves
+/// it (the multicast flow LP where that is SMT, the cut bounds otherwise): over its
+/// non-combining parts (an allreduce's two allgathers, a combining collective's dual).
+fn steps_and_rounds_per_chunk(
+    collective: &Collective,
+    topo: &Topology,
+    deadline: Instant,
+    progress: &Progress,
+) -> Result<(usize, num_rational::Ratio<u64>)> {
+    let with_lp = Method::Auto.resolve(topo, collective.kind, false) == Method::Smt;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![
             (
@@ -755,36 +903,17 @@ pub fn bounds(
         steps += b.steps;
         rpc += b.rounds_per_chunk;
     }
-    progress.bound(&format!("{steps} steps, R/C >= {rpc}"));
-    progress.message("bandwidth optimum: maximum flows");
-    let cut = collective
-        .kind
-        .to_ir()
-        .map(|ir| CutBound::new(ir, &topo, collective.root));
-    // Allreduce: what reduce-scatter then allgather can reach, beside the cut bound.
-    let two_phase = (collective.kind == Kind::AllReduce)
-        .then(|| crate::cutbound::two_phase_allreduce_busbw(&topo, None));
-    progress.finish();
-    if json {
-        let doc = json!({
-            "topology": topo.name,
-            "collective": collective.kind.name(),
-            "bounds": {"steps": steps, "rounds_per_chunk": rpc.to_string()},
-            "busbw_bound_gbps": cut.as_ref().map(|c| c.busbw()),
-            "busbw_exact_optimum": cut.as_ref().map(|c| c.exact),
-            "binding_cut": cut.as_ref().map(|c| c.binding.clone()),
-            "two_phase_busbw_gbps": two_phase,
-            "time_bound_us": cut.as_ref().map(|c| TABLE_SIZES.map(|(b, _)| (b, c.time_us(b as u64)))),
-        });
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "{} on {}: at least {steps} steps and {rpc} rounds per chunk",
-        collective.kind, topo.name
-    )?;
-    if let Some(c) = &cut {
+    Ok((steps, rpc))
+}
+
+/// Prints the bandwidth bound (or exact optimum) with the times it implies, and an
+/// allreduce's two-phase optimum.
+fn print_bandwidth_bounds(
+    cut: Option<&CutBound>,
+    two_phase: Option<f64>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if let Some(c) = cut {
         let what = if c.exact {
             "bandwidth optimum (exact)"
         } else {

@@ -1,0 +1,369 @@
+//! Simulate-and-pick, the last stage of a synthesis: every lowered candidate and NCCL's
+//! baselines (ring, tree and point-to-point, those [`crate::baseline`] defines for the
+//! collective) simulated at a list of message sizes, and the best candidate per size, as a
+//! typed [`Table`]. Nothing here prints or writes: the main command and the catalog report
+//! the table in their own ways.
+//!
+//! The two callers differ, and each difference is a parameter, not a compromise:
+//!
+//! * **How a program meets the sizes** ([`Runs`]): the main command lays a program out once
+//!   and runs every size in parallel (a failure fails the program at every size); the
+//!   catalog simulates one size at a time (a failure fails that size only).
+//! * **Which candidate wins** ([`Rule`]): the main command takes the highest busbw (the
+//!   first candidate on a tie); the catalog the least time, prefers within [`TIE`] of it the
+//!   candidate that is valid at more sizes ([`Preference`]), and leaves a size to NCCL where
+//!   one of its baselines is faster by more than [`TIE`].
+//! * **The baselines' root** (the collective's root for the main command, 0 for the
+//!   catalog) and the sizes, simulator options, lowering (flavour, protocol, instances) of
+//!   the candidates, which the callers choose.
+//!
+//! Candidates are simulated one at a time ([`Simulation::curve`]) so that a caller can drop
+//! each program before lowering the next (the main command holds at most two programs of a
+//! 1024-rank fabric); [`Simulation::table`] then simulates the baselines and picks.
+
+use crate::baseline::{self, BaselineOptions};
+use crate::simulate::{simulate, simulate_sizes, SimOptions, SimResult};
+use crate::topology::Topology;
+use anyhow::Result;
+use runtime::ir::{Collective, Program};
+use serde::Serialize;
+
+/// Relative time difference under which two candidates count as equally fast (the
+/// catalog's [`Rule::LeastTime`]).
+pub const TIE: f64 = 0.005;
+
+/// Whether a busbw is below NCCL's (beyond rounding: by more than one part in 10⁹).
+pub fn loses(busbw: f64, nccl_busbw: f64) -> bool {
+    busbw < nccl_busbw * (1.0 - 1e-9)
+}
+
+/// One simulated size of one program.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// The grid size asked for (bytes).
+    pub size: u64,
+    /// The size simulated: rounded down to whole elements per chunk (at least one).
+    pub simulated_bytes: u64,
+    /// Simulated time in µs.
+    pub time_us: f64,
+    /// nccl-tests busbw in GB/s at the simulated size.
+    pub busbw: f64,
+}
+
+impl Point {
+    /// The point of a simulation run at the asked `size`.
+    fn of(size: u64, run: &SimResult) -> Point {
+        Point {
+            size,
+            simulated_bytes: run.size_bytes,
+            time_us: run.time_us,
+            busbw: run.busbw,
+        }
+    }
+}
+
+/// How a program is simulated at the sizes of a [`Simulation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Laid out once, every size in parallel ([`simulate_sizes`]): a failure at one size
+    /// fails them all (the main command).
+    Together,
+    /// One simulation per size ([`simulate`]), in order: a failure fails that size only
+    /// (the catalog).
+    OneByOne,
+}
+
+/// What the simulations of a selection share: the fabric, the sizes, the simulator options
+/// and how a program meets the sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Simulation<'a> {
+    /// The fabric every program runs on.
+    pub topology: &'a Topology,
+    /// nccl-tests sizes in bytes, in the order of the table's rows.
+    pub sizes: &'a [u64],
+    /// Simulator options.
+    pub options: SimOptions,
+    /// How a program meets the sizes.
+    pub runs: Runs,
+}
+
+impl Simulation<'_> {
+    /// `program` at one `size`.
+    pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
+        let run = simulate(program, self.topology, size, &self.options)?;
+        Ok(Point::of(size, &run))
+    }
+
+    /// `program` at every size, or the error of a failing size (with [`Runs::OneByOne`], the
+    /// first).
+    pub fn curve(&self, program: &Program) -> Result<Vec<Point>> {
+        match self.runs {
+            Runs::Together => {
+                let runs = simulate_sizes(program, self.topology, self.sizes, &self.options)?;
+                Ok(self
+                    .sizes
+                    .iter()
+                    .zip(&runs)
+                    .map(|(&s, r)| Point::of(s, r))
+                    .collect())
+            }
+            Runs::OneByOne => self.sizes.iter().map(|&s| self.point(program, s)).collect(),
+        }
+    }
+
+    /// `program` at each size, `None` where its simulation failed.
+    fn points(&self, program: &Program) -> Vec<Option<Point>> {
+        match self.runs {
+            Runs::Together => match self.curve(program) {
+                Ok(points) => points.into_iter().map(Some).collect(),
+                Err(_) => vec![None; self.sizes.len()],
+            },
+            Runs::OneByOne => (self.sizes.iter())
+                .map(|&s| self.point(program, s).ok())
+                .collect(),
+        }
+    }
+
+    /// Simulates NCCL's baselines for `collective` (rooted at `root`) and picks the best of
+    /// `candidates` (each candidate's [`Simulation::curve`], `None` for one that was not
+    /// simulated and so never wins) at every size by `rule`.
+    pub fn table(
+        &self,
+        collective: Collective,
+        root: usize,
+        candidates: &[Option<&[Point]>],
+        rule: Rule,
+    ) -> Table {
+        let nccl = Baselines::simulate(self, collective, root);
+        let rows = (self.sizes.iter().enumerate())
+            .map(|(i, &size)| {
+                let mut row = Row {
+                    size,
+                    candidates: (candidates.iter())
+                        .map(|c| c.and_then(|points| points.get(i)).cloned())
+                        .collect(),
+                    ring: Baselines::at(&nccl.ring, i),
+                    tree: Baselines::at(&nccl.tree, i),
+                    p2p: Baselines::at(&nccl.p2p, i),
+                    best: None,
+                };
+                row.best = rule.best(&row);
+                row
+            })
+            .collect();
+        Table {
+            rows,
+            baselines_defined: nccl.defined,
+        }
+    }
+}
+
+/// NCCL's baselines at every size of a [`Simulation`] (`None`: undefined for the
+/// collective; a `None` point: its simulation failed at that size).
+struct Baselines {
+    ring: Option<Vec<Option<Point>>>,
+    tree: Option<Vec<Option<Point>>>,
+    p2p: Option<Vec<Option<Point>>>,
+    /// Whether any of the three is defined.
+    defined: bool,
+}
+
+impl Baselines {
+    /// Builds NCCL's ring, tree and point-to-point programs (on the channels NCCL would
+    /// pick) and simulates those that exist, one after the other, so that one baseline
+    /// program is held at a time.
+    fn simulate(simulation: &Simulation, collective: Collective, root: usize) -> Baselines {
+        let options = BaselineOptions {
+            channels: None,
+            root,
+        };
+        let topology = simulation.topology;
+        let mut defined = false;
+        let mut run = |program: Result<Program>| {
+            let program = program.ok()?;
+            defined = true;
+            Some(simulation.points(&program))
+        };
+        let ring = run(baseline::ring(collective, topology, &options));
+        let tree = run(baseline::tree(collective, topology, &options));
+        let p2p = run(baseline::p2p(collective, topology, &options));
+        Baselines {
+            ring,
+            tree,
+            p2p,
+            defined,
+        }
+    }
+
+    /// One baseline's point at the `i`-th size, where defined and simulated.
+    fn at(points: &Option<Vec<Option<Point>>>, i: usize) -> Option<Point> {
+        points.as_ref()?.get(i)?.clone()
+    }
+}
+
+/// What decides between candidates within [`TIE`] of the fastest, in this order: an
+/// in-place program, then fewer chunks per loop, then fewer channels (a program with fewer
+/// chunks per loop is valid at more sizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preference {
+    /// Whether the candidate's in-place lowering verified.
+    pub has_inplace: bool,
+    /// `nchunksperloop` of its program.
+    pub nchunksperloop: usize,
+    /// Channels of its program.
+    pub nchannels: usize,
+}
+
+impl Preference {
+    /// Smaller is preferred.
+    fn key(&self) -> (bool, usize, usize) {
+        (!self.has_inplace, self.nchunksperloop, self.nchannels)
+    }
+}
+
+/// Index of the preferred candidate among `times` (µs, one per candidate and preference):
+/// the fastest, or within [`TIE`] of it the least [`Preference`], then the least time;
+/// `None` without candidates.
+pub fn preferred(preferences: &[Preference], times: &[f64]) -> Option<usize> {
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let n = preferences.len().min(times.len());
+    (0..n)
+        .filter(|&i| times[i] <= best * (1.0 + TIE))
+        .min_by(|&a, &b| {
+            let key = |i: usize| preferences[i].key();
+            key(a).cmp(&key(b)).then(times[a].total_cmp(&times[b]))
+        })
+}
+
+/// How the best candidate at a size is chosen.
+#[derive(Debug, Clone, Copy)]
+pub enum Rule<'a> {
+    /// The highest busbw above 0, the first candidate on a tie (the main command).
+    HighestBusbw,
+    /// The [`preferred`] candidate by time (one preference per candidate; every candidate
+    /// simulated), or none where one of NCCL's baselines is more than [`TIE`] faster than
+    /// it (the catalog leaves such sizes to NCCL).
+    LeastTime(&'a [Preference]),
+}
+
+impl Rule<'_> {
+    /// The best candidate of `row`.
+    fn best(&self, row: &Row) -> Option<usize> {
+        match self {
+            Rule::HighestBusbw => {
+                let mut best: Option<(usize, f64)> = None;
+                for (i, p) in row.candidates.iter().enumerate() {
+                    let Some(p) = p else { continue };
+                    if p.busbw > best.map_or(0.0, |b| b.1) {
+                        best = Some((i, p.busbw));
+                    }
+                }
+                best.map(|b| b.0)
+            }
+            Rule::LeastTime(preferences) => {
+                let times: Option<Vec<f64>> = (row.candidates.iter())
+                    .map(|p| p.as_ref().map(|p| p.time_us))
+                    .collect();
+                let times = times?;
+                let w = preferred(preferences, &times)?;
+                let nccl_faster = row
+                    .nccl_least_time_us()
+                    .is_some_and(|b| b * (1.0 + TIE) < times[w]);
+                (!nccl_faster).then_some(w)
+            }
+        }
+    }
+}
+
+/// The figures at one size.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// nccl-tests size in bytes.
+    pub size: u64,
+    /// Each candidate at this size, in the order given (`None`: not simulated).
+    pub candidates: Vec<Option<Point>>,
+    /// NCCL's ring, where defined and simulated.
+    pub ring: Option<Point>,
+    /// NCCL's tree (allreduce), where defined and simulated.
+    pub tree: Option<Point>,
+    /// NCCL's point-to-point algorithm (alltoall, gather, scatter), where defined and
+    /// simulated.
+    pub p2p: Option<Point>,
+    /// The index of the best candidate by the [`Rule`], if any.
+    pub best: Option<usize>,
+}
+
+impl Row {
+    /// The best candidate's index and figures.
+    pub fn best_point(&self) -> Option<(usize, &Point)> {
+        let i = self.best?;
+        Some((i, self.candidates.get(i)?.as_ref()?))
+    }
+
+    /// The least simulated time of NCCL's baselines (µs, each at its own rounded size).
+    pub fn nccl_least_time_us(&self) -> Option<f64> {
+        [&self.ring, &self.tree, &self.p2p]
+            .into_iter()
+            .flatten()
+            .map(|p| p.time_us)
+            .reduce(f64::min)
+    }
+}
+
+/// Every candidate and baseline at every size, and the best candidate per size.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// One row per size of the [`Simulation`], in its order.
+    pub rows: Vec<Row>,
+    /// Whether NCCL defines any of its baselines for the collective on the fabric.
+    pub baselines_defined: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(time_us: f64, busbw: f64) -> Option<Point> {
+        Some(Point {
+            size: 1024,
+            simulated_bytes: 1024,
+            time_us,
+            busbw,
+        })
+    }
+
+    fn row(candidates: Vec<Option<Point>>, ring: Option<Point>) -> Row {
+        Row {
+            size: 1024,
+            candidates,
+            ring,
+            tree: None,
+            p2p: None,
+            best: None,
+        }
+    }
+
+    #[test]
+    fn highest_busbw_takes_the_first_on_a_tie_and_skips_the_unsimulated() {
+        let r = row(vec![None, point(2.0, 5.0), point(1.0, 5.0)], None);
+        assert_eq!(Rule::HighestBusbw.best(&r), Some(1));
+        let r = row(vec![None, point(1.0, 0.0)], None);
+        assert_eq!(Rule::HighestBusbw.best(&r), None);
+    }
+
+    #[test]
+    fn least_time_prefers_fewer_chunks_within_the_tie_and_yields_to_nccl() {
+        let p = |nchunksperloop| Preference {
+            has_inplace: true,
+            nchunksperloop,
+            nchannels: 1,
+        };
+        let prefs = [p(8), p(2)];
+        let r = row(vec![point(100.0, 1.0), point(100.4, 1.0)], None);
+        assert_eq!(Rule::LeastTime(&prefs).best(&r), Some(1));
+        let r = row(vec![point(100.0, 1.0), point(101.0, 1.0)], None);
+        assert_eq!(Rule::LeastTime(&prefs).best(&r), Some(0));
+        let r = row(vec![point(100.0, 1.0), point(101.0, 1.0)], point(90.0, 1.0));
+        assert_eq!(Rule::LeastTime(&prefs).best(&r), None);
+    }
+}

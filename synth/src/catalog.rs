@@ -980,5 +980,5 @@ pub fn simulated_bytes(size: u64, nchunks: usize) -> u64 {
 
 /// Where a catalog of `topology` is written by default.
 pub fn default_out(topology: &Topology) -> PathBuf {
-    PathBuf::from("results/catalog").join(topology.name.replace([':', '/'], "_"))
+    PathBuf::from("results/catalog").join(crate::origin::topology_label(&topology.name))
 }

@@ -22,7 +22,7 @@ use crate::topology::{Topology, TopologyIndex, Translations};
 use crate::trees::packing::{self, Tree};
 use crate::trees::{reference_slices, schedule};
 use anyhow::Result;
-use good_lp::{constraint, highs, variable, Expression, ProblemVariables, Variable};
+use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables, Variable};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -154,6 +154,10 @@ pub fn shallow_broadcast(
     Ok(None)
 }
 
+/// A binary variable of the shallow-tree program: (tree, link, depth at which the link
+/// enters its head, the variable).
+type EdgeVar = (usize, usize, usize, Variable);
+
 /// `chunks` trees from `root` of depth at most `depth` within the capacities at
 /// `rate_gbps`, or `None` when infeasible or not found within the node limit.
 fn solve(
@@ -175,7 +179,41 @@ fn solve(
         return Ok(None);
     }
     let mut vars = ProblemVariables::new();
-    let mut x: Vec<(usize, usize, usize, Variable)> = Vec::new();
+    let x = edge_variables(topology, &mut vars, root, chunks, depth, dist, &capacity);
+    if x.len() > MAX_VARIABLES {
+        return Ok(None);
+    }
+    let Some(mut constraints) = tree_constraints(topology, root, chunks, &x) else {
+        return Ok(None);
+    };
+    constraints.extend(capacity_constraints(topology, index, &x, &capacity));
+    // One thread, a fixed seed and a node limit: the answer is a function of the model.
+    let model = vars.minimise(Expression::from(0.0)).using(highs);
+    let Some(values) = crate::trees::small_ip::solve(model, constraints, MAX_NODES)? else {
+        return Ok(None);
+    };
+    let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];
+    for (column, &(t, l, _, _)) in x.iter().enumerate() {
+        if values[column] > 0.5 {
+            let link = &topology.links[l];
+            trees[t][link.dst] = Some(link.src);
+        }
+    }
+    Ok(Some(trees))
+}
+
+/// A variable per tree, usable link and depth: a link out of the root only at depth 1, and
+/// only where the hop distances allow the depth.
+fn edge_variables(
+    topology: &Topology,
+    vars: &mut ProblemVariables,
+    root: usize,
+    chunks: usize,
+    depth: usize,
+    dist: &[usize],
+    capacity: &dyn Fn(f64) -> f64,
+) -> Vec<EdgeVar> {
+    let mut x = Vec::new();
     for t in 0..chunks {
         for (l, link) in topology.links.iter().enumerate() {
             let (u, v) = (link.src, link.dst);
@@ -190,12 +228,20 @@ fn solve(
             }
         }
     }
-    if x.len() > MAX_VARIABLES {
-        return Ok(None);
-    }
+    x
+}
+
+/// Each tree enters every rank but the root once, and a link at depth d leaves a rank the
+/// tree entered at depth d − 1; `None` where a rank cannot be entered at all.
+fn tree_constraints(
+    topology: &Topology,
+    root: usize,
+    chunks: usize,
+    x: &[EdgeVar],
+) -> Option<Vec<Constraint>> {
     // Variables entering each (tree, rank), with their depth.
     let mut into: HashMap<(usize, usize), Vec<(usize, Variable)>> = HashMap::new();
-    for &(t, l, d, var) in &x {
+    for &(t, l, d, var) in x {
         into.entry((t, topology.links[l].dst))
             .or_default()
             .push((d, var));
@@ -203,14 +249,12 @@ fn solve(
     let mut constraints = Vec::new();
     for t in 0..chunks {
         for v in (0..topology.ranks).filter(|&v| v != root) {
-            let Some(entering) = into.get(&(t, v)) else {
-                return Ok(None);
-            };
+            let entering = into.get(&(t, v))?;
             let sum: Expression = entering.iter().map(|&(_, var)| var).sum();
             constraints.push(constraint!(sum == 1.0));
         }
     }
-    for &(t, l, d, var) in &x {
+    for &(t, l, d, var) in x {
         let u = topology.links[l].src;
         if d > 1 {
             let reached: Expression = into
@@ -223,14 +267,25 @@ fn solve(
             constraints.push(constraint!(var <= reached));
         }
     }
+    Some(constraints)
+}
+
+/// Every link and switch constraint carries at most its capacity in trees.
+fn capacity_constraints(
+    topology: &Topology,
+    index: &TopologyIndex,
+    x: &[EdgeVar],
+    capacity: &dyn Fn(f64) -> f64,
+) -> Vec<Constraint> {
     let mut on_link: Vec<Expression> = vec![Expression::from(0.0); topology.links.len()];
     let mut on_switch: Vec<Expression> = vec![Expression::from(0.0); topology.switches.len()];
-    for &(_, l, _, var) in &x {
+    for &(_, l, _, var) in x {
         on_link[l] += var;
         for &j in &index.governing[l] {
             on_switch[j] += var;
         }
     }
+    let mut constraints = Vec::new();
     for (l, load) in on_link.into_iter().enumerate() {
         constraints.push(constraint!(load <= capacity(topology.links[l].bandwidth)));
     }
@@ -239,19 +294,7 @@ fn solve(
             load <= capacity(topology.switches[j].bandwidth)
         ));
     }
-    // One thread, a fixed seed and a node limit: the answer is a function of the model.
-    let model = vars.minimise(Expression::from(0.0)).using(highs);
-    let Some(values) = crate::trees::small_ip::solve(model, constraints, MAX_NODES)? else {
-        return Ok(None);
-    };
-    let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];
-    for (column, &(t, l, _, _)) in x.iter().enumerate() {
-        if values[column] > 0.5 {
-            let link = &topology.links[l];
-            trees[t][link.dst] = Some(link.src);
-        }
-    }
-    Ok(Some(trees))
+    constraints
 }
 
 /// The most hops from the root of `tree` to a rank.

@@ -291,16 +291,10 @@ fn add_timed(mut kept: Vec<Candidate>, timed: Vec<Candidate>) -> Vec<Candidate> 
             .then(key(a).0.cmp(&key(b).0))
             .then(a.algorithm.num_steps().cmp(&b.algorithm.num_steps()))
     });
-    for c in timed {
-        let (r, t) = key(&c);
-        let beaten = kept.iter().any(|k| {
-            let (kr, kt) = key(k);
-            (kr <= r && kt <= t) || k.algorithm.steps == c.algorithm.steps
-        });
-        if !beaten {
-            kept.push(c);
-        }
-    }
+    crate::frontier::extend_undominated(&mut kept, timed, |k, c| {
+        let ((kr, kt), (r, t)) = (key(k), key(c));
+        (kr <= r && kt <= t) || k.algorithm.steps == c.algorithm.steps
+    });
     kept
 }
 
@@ -396,26 +390,10 @@ impl Engine for GreedyEngine {
     }
 }
 
-/// [`crate::synthesize::pareto_filter`] over candidates: the frontier over (steps, rounds
-/// per chunk), by increasing steps.
-fn pareto_candidates(mut all: Vec<Candidate>) -> Vec<Candidate> {
-    all.sort_by_key(|c| {
-        (
-            c.algorithm.num_steps(),
-            c.algorithm.rounds_per_chunk(),
-            c.algorithm.chunks(),
-        )
-    });
-    let mut kept: Vec<Candidate> = Vec::new();
-    for c in all {
-        if kept
-            .last()
-            .is_none_or(|k| c.algorithm.rounds_per_chunk() < k.algorithm.rounds_per_chunk())
-        {
-            kept.push(c);
-        }
-    }
-    kept
+/// The candidates whose algorithms are not dominated in (steps, rounds per chunk), by
+/// increasing steps ([`crate::frontier::pareto_filter_by`]).
+fn pareto_candidates(all: Vec<Candidate>) -> Vec<Candidate> {
+    crate::frontier::pareto_filter_by(all, |c| &c.algorithm)
 }
 
 #[cfg(test)]

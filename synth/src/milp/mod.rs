@@ -144,27 +144,7 @@ pub fn pareto_by_time(
         let t = sizes.iter().map(|&s| predict_us(&a, topology, s)).collect();
         scored.push((a, t));
     }
-    let dominated = |i: usize| {
-        let (a, ta) = &scored[i];
-        scored.iter().enumerate().any(|(j, (b, tb))| {
-            let le = tb.iter().zip(ta).all(|(x, y)| *x <= y * (1.0 + 1e-9));
-            let lt = tb.iter().zip(ta).any(|(x, y)| *x < y * (1.0 - 1e-9));
-            j != i && le && (lt || (b.num_steps(), b.chunks(), j) < (a.num_steps(), a.chunks(), i))
-        })
-    };
-    let keep: Vec<bool> = (0..scored.len()).map(|i| !dominated(i)).collect();
-    let mut kept: Vec<(Algorithm, Vec<f64>)> = scored
-        .into_iter()
-        .zip(keep)
-        .filter(|(_, k)| *k)
-        .map(|(x, _)| x)
-        .collect();
-    kept.sort_by(|a, b| {
-        a.1.first()
-            .partial_cmp(&b.1.first())
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    kept.into_iter().unzip()
+    crate::frontier::pareto_by_time(scored).into_iter().unzip()
 }
 
 /// Solves the (non-combining) collective built by `make` on `topology` under `sketch`, one

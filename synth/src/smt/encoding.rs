@@ -25,7 +25,7 @@ use super::symmetry::ordered_classes;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
 use crate::symmetry::Group;
-use crate::topology::{Capacities, Topology};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use z3::ast::Bool;
@@ -49,8 +49,8 @@ pub struct Instance<'a> {
     pub topology: &'a Topology,
     /// Its integer capacities.
     pub capacities: &'a Capacities,
-    /// Hop distances (`None` = unreachable).
-    pub distances: &'a [Vec<Option<usize>>],
+    /// Its index (links by endpoints, switch constraints per link, hop distances).
+    pub index: &'a TopologyIndex,
     /// The collective (must be non-combining).
     pub collective: &'a Collective,
     /// Steps S.
@@ -203,7 +203,7 @@ impl Encoding {
                     per_rank.push(shared.clone());
                     continue;
                 }
-                let first = nearest(inst.distances, &chunk.pre, r);
+                let first = nearest(&inst.index.distances, &chunk.pre, r);
                 let row: Vec<Bool> = (0..=steps)
                     .map(|s| {
                         if chunk.pre.contains(&r) {
@@ -249,10 +249,11 @@ impl Encoding {
                 }
                 let (rc, rl) = chunk_link_rep(c, l);
                 for s in 1..=steps {
-                    let sender_can = nearest(inst.distances, &chunk.pre, u).is_some_and(|d| d < s);
+                    let sender_can =
+                        nearest(&inst.index.distances, &chunk.pre, u).is_some_and(|d| d < s);
                     let useful = needers
                         .iter()
-                        .any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
+                        .any(|&w| inst.index.distances[v][w].is_some_and(|d| d <= steps - s));
                     if sender_can && useful {
                         let shared = send_index.get(&(rc, rl, s)).copied();
                         var_of.push(shared.unwrap_or(sends.len()));
@@ -490,7 +491,7 @@ impl Encoding {
         // Rounds are derived from the sends themselves (the least each step needs), not read
         // from the round variables, which z3 may eliminate during preprocessing.
         for step in &mut steps {
-            step.rounds = rounds_needed(inst, &step.sends);
+            step.rounds = crate::load::rounds_needed(inst.index, inst.capacities, &step.sends);
         }
         for step in &mut steps {
             step.sends.sort();
@@ -545,25 +546,6 @@ fn distinct_literals(
         .collect()
 }
 
-/// The least rounds a step with these sends needs: the largest load / capacity over links
-/// and switch constraints, at least 1.
-fn rounds_needed(inst: &Instance, sends: &[Send]) -> u32 {
-    let topo = inst.topology;
-    let mut needed = 1u32;
-    for (l, link) in topo.links.iter().enumerate() {
-        let load = sends
-            .iter()
-            .filter(|x| x.src == link.src && x.dst == link.dst)
-            .count() as u32;
-        needed = needed.max(load.div_ceil(inst.capacities.links[l]));
-    }
-    for (k, sw) in topo.switches.iter().enumerate() {
-        let load = sends.iter().filter(|x| sw.covers(x.src, x.dst)).count() as u32;
-        needed = needed.max(load.div_ceil(inst.capacities.switches[k]));
-    }
-    needed
-}
-
 /// Hop distance from the nearest of `sources` to `r`.
 fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Option<usize> {
     sources.iter().filter_map(|&p| distances[p][r]).min()
@@ -582,7 +564,7 @@ mod tests {
         let instance = Instance {
             topology: &topology,
             capacities: &topology.capacities().unwrap(),
-            distances: &topology.distances(),
+            index: &topology.index(),
             collective: &collective,
             steps: 2,
             rounds: 2,

@@ -332,7 +332,7 @@ impl Engine for TreeEngine {
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
         // Of the two tree schedules, those not dominated in (steps, rounds per chunk).
-        let mut algorithms = crate::synthesize::pareto_filter(
+        let mut algorithms = crate::frontier::pareto_filter(
             [result.algorithm]
                 .into_iter()
                 .chain(result.listed)

@@ -114,7 +114,8 @@ impl<'a> Encoding<'a> {
                 coll.chunks_per_rank
             )
         };
-        let group = Group::new_before(topology, coll, &routing.generators, Some(deadline))
+        let index = topology.index();
+        let group = Group::new_before(topology, &index, coll, &routing.generators, Some(deadline))
             .map_err(|e| match crate::engine::time_limit_phase(&e) {
                 Some(_) => crate::engine::TimeLimitReached { phase: phase() }.into(),
                 None => e,
@@ -165,7 +166,7 @@ impl<'a> Encoding<'a> {
             uses,
             reps,
             columns,
-            index: topology.index(),
+            index,
             extra_memory: None,
         }))
     }

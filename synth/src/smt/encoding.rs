@@ -582,7 +582,13 @@ mod tests {
     fn a_symmetric_restriction_can_be_unsat_when_the_instance_is_not() {
         let topology = crate::topology::load("ring:4").unwrap();
         let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
-        let ladder = symmetry_ladder(&topology, &collective, &topology.automorphisms(64), None);
+        let ladder = symmetry_ladder(
+            &topology,
+            &topology.index(),
+            &collective,
+            &topology.automorphisms(64),
+            None,
+        );
         // A reflection fixing rank r would have r receive the opposite chunk from both sides.
         assert!(matches!(ring4_allgather(Some(&ladder[0])), Outcome::Unsat));
         // The rotations admit the schedule, and so does the full instance.

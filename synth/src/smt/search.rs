@@ -102,6 +102,7 @@ impl<'a> Searcher<'a> {
         };
         let ladder = symmetry_ladder(
             self.topology,
+            &self.index,
             &collective,
             &self.automorphisms,
             Some(deadline),

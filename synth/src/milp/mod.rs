@@ -312,7 +312,7 @@ impl MilpSearch<'_> {
     /// Warm start: the best algorithm so far at `size`, refined to `c` pieces.
     fn warm_start(&self, c: usize, steps: usize, size: f64) -> Option<Algorithm> {
         (self.found.iter())
-            .filter(|a: &&Algorithm| c % a.chunks() == 0 && a.num_steps() <= steps)
+            .filter(|a: &&Algorithm| c.is_multiple_of(a.chunks()) && a.num_steps() <= steps)
             .min_by(|a, b| (self.predictor.us(a, size)).total_cmp(&self.predictor.us(b, size)))
             .map(|a| a.refined(c))
     }

@@ -212,31 +212,61 @@ impl GreedyEngine {
                 Model::Hops => "greedy",
                 Model::Delays => "greedy-alpha",
             };
-            let listed = layout::listed(&schedule);
-            let levelled = layout::levelled(fabric, &schedule);
-            let layouts = [
-                (
-                    layout::algorithm(fabric, &coll, listed.clone(), format!("{name}-{tag}")),
-                    timed.then(|| latency::latency_us(fabric, &alpha, listed)),
-                ),
-                (
-                    layout::algorithm(fabric, &coll, &levelled, format!("{name}-{tag}-levelled")),
-                    timed.then(|| latency::latency_us(fabric, &alpha, &levelled)),
-                ),
-            ];
-            for (mut algorithm, latency_us) in layouts {
-                algorithm.topology = topology.name.clone();
-                candidates.push(Candidate {
-                    model: *model,
-                    latency_us,
-                    algorithm,
-                });
-            }
+            let layouts = Layouts {
+                fabric,
+                coll: &coll,
+                alpha: &alpha,
+                timed,
+                topology: &topology.name,
+            };
+            candidates.extend(layouts.candidates(*model, &schedule, &format!("{name}-{tag}")));
         }
         Ok(Solved {
             candidates,
             complete,
         })
+    }
+}
+
+/// What turning a greedy schedule into candidates needs.
+struct Layouts<'l, 'a> {
+    fabric: &'l Fabric<'a>,
+    coll: &'l Collective,
+    /// Each link's latency (µs).
+    alpha: &'l [f64],
+    /// Whether the links' delays differ (then each candidate gets its latency).
+    timed: bool,
+    /// The topology's name.
+    topology: &'l str,
+}
+
+impl Layouts<'_, '_> {
+    /// The schedule of `model` as it ran (named `name`) and levelled (`name-levelled`).
+    fn candidates(&self, model: Model, schedule: &Schedule, name: &str) -> Vec<Candidate> {
+        let fabric = self.fabric;
+        let listed = layout::listed(schedule);
+        let levelled = layout::levelled(fabric, schedule);
+        let layouts = [
+            (
+                layout::algorithm(fabric, self.coll, listed.clone(), name.to_string()),
+                (self.timed).then(|| latency::latency_us(fabric, self.alpha, listed)),
+            ),
+            (
+                layout::algorithm(fabric, self.coll, &levelled, format!("{name}-levelled")),
+                (self.timed).then(|| latency::latency_us(fabric, self.alpha, &levelled)),
+            ),
+        ];
+        layouts
+            .into_iter()
+            .map(|(mut algorithm, latency_us)| {
+                algorithm.topology = self.topology.to_string();
+                Candidate {
+                    model,
+                    latency_us,
+                    algorithm,
+                }
+            })
+            .collect()
     }
 }
 
@@ -271,6 +301,72 @@ fn fabric<'a>(
         dist,
         fifo,
     }
+}
+
+/// The chunk counts to try, the most steps and the most rounds (if bounded) of `search`.
+fn plan(
+    problem: &Problem,
+    search: Search,
+    limits: &Limits,
+) -> Result<(Vec<usize>, usize, Option<usize>)> {
+    Ok(match search {
+        Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        } => (vec![chunks], steps, Some(rounds)),
+        Search::LeastSteps { chunks, rounds } => (vec![chunks], MAX_GREEDY_STEPS, rounds),
+        Search::Pareto => {
+            let demand = (problem.make)(1)?
+                .chunks
+                .iter()
+                .map(|c| c.post.len())
+                .sum::<usize>()
+                .max(1);
+            let most = (PARETO_DEMAND / demand).clamp(1, limits.max_chunks.max(1));
+            ((1..=most).collect(), MAX_GREEDY_STEPS, None)
+        }
+    })
+}
+
+/// The candidates `search` answers with, of the hop model's (`hops`) and the delay
+/// model's (`timed`).
+fn select(hops: Vec<Candidate>, timed: Vec<Candidate>, search: Search) -> Vec<Candidate> {
+    // The hop model's frontier, by increasing steps (its latency proxy).
+    let mut kept = pareto_candidates(hops);
+    match search {
+        Search::Pareto => kept = add_timed(kept, timed),
+        // One algorithm: the fewest steps within the rounds asked for.
+        Search::Instance { .. } => {
+            kept.extend(pareto_candidates(timed));
+            kept.sort_by_key(|c| {
+                (
+                    c.algorithm.num_steps(),
+                    c.algorithm.rounds_per_chunk(),
+                    c.model == Model::Delays,
+                )
+            });
+            kept.truncate(1);
+        }
+        // The fewest steps, and the delay model's lowest latency where it is lower.
+        Search::LeastSteps { .. } => {
+            kept.truncate(1);
+            let fastest = timed.into_iter().min_by(|a, b| {
+                let t = |c: &Candidate| c.latency_us.unwrap_or(f64::INFINITY);
+                t(a).total_cmp(&t(b))
+            });
+            if let Some(c) = fastest {
+                let t = c.latency_us.unwrap_or(f64::INFINITY);
+                if kept
+                    .iter()
+                    .all(|k| t < k.latency_us.unwrap_or(f64::INFINITY))
+                {
+                    kept.push(c);
+                }
+            }
+        }
+    }
+    kept
 }
 
 /// Keeps the delay model's candidates that no kept candidate matches or beats in both
@@ -309,24 +405,7 @@ impl Engine for GreedyEngine {
 
     fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found> {
         let deadline = limits.deadline.min(problem.deadline);
-        let (tries, max_steps, rounds): (Vec<usize>, usize, Option<usize>) = match search {
-            Search::Instance {
-                steps,
-                rounds,
-                chunks,
-            } => (vec![chunks], steps, Some(rounds)),
-            Search::LeastSteps { chunks, rounds } => (vec![chunks], MAX_GREEDY_STEPS, rounds),
-            Search::Pareto => {
-                let demand = (problem.make)(1)?
-                    .chunks
-                    .iter()
-                    .map(|c| c.post.len())
-                    .sum::<usize>()
-                    .max(1);
-                let most = (PARETO_DEMAND / demand).clamp(1, limits.max_chunks.max(1));
-                ((1..=most).collect(), MAX_GREEDY_STEPS, None)
-            }
-        };
+        let (tries, max_steps, rounds) = plan(problem, search, limits)?;
         let mut all = Vec::new();
         let mut complete = true;
         for chunks in tries {
@@ -343,40 +422,7 @@ impl Engine for GreedyEngine {
             .filter(|c| rounds.is_none_or(|r| c.algorithm.rounds() as usize <= r))
             .filter(|c| c.algorithm.num_steps() <= max_steps)
             .partition(|c| c.model == Model::Hops);
-        // The hop model's frontier, by increasing steps (its latency proxy).
-        let mut kept = pareto_candidates(hops);
-        match search {
-            Search::Pareto => kept = add_timed(kept, timed),
-            // One algorithm: the fewest steps within the rounds asked for.
-            Search::Instance { .. } => {
-                kept.extend(pareto_candidates(timed));
-                kept.sort_by_key(|c| {
-                    (
-                        c.algorithm.num_steps(),
-                        c.algorithm.rounds_per_chunk(),
-                        c.model == Model::Delays,
-                    )
-                });
-                kept.truncate(1);
-            }
-            // The fewest steps, and the delay model's lowest latency where it is lower.
-            Search::LeastSteps { .. } => {
-                kept.truncate(1);
-                let fastest = timed.into_iter().min_by(|a, b| {
-                    let t = |c: &Candidate| c.latency_us.unwrap_or(f64::INFINITY);
-                    t(a).total_cmp(&t(b))
-                });
-                if let Some(c) = fastest {
-                    let t = c.latency_us.unwrap_or(f64::INFINITY);
-                    if kept
-                        .iter()
-                        .all(|k| t < k.latency_us.unwrap_or(f64::INFINITY))
-                    {
-                        kept.push(c);
-                    }
-                }
-            }
-        }
+        let kept = select(hops, timed, search);
         let algorithms: Vec<Algorithm> = kept.into_iter().map(|c| c.algorithm).collect();
         // A greedy run proves nothing: an empty answer to an instance is not UNSAT.
         if algorithms.is_empty() {

@@ -29,7 +29,11 @@ impl Loads {
     }
 
     /// The loads of `sends` over the links and the `switches` switch constraints of `index`.
-    pub fn of(index: &TopologyIndex, switches: usize, sends: &[Send]) -> Loads {
+    pub fn of<'s>(
+        index: &TopologyIndex,
+        switches: usize,
+        sends: impl IntoIterator<Item = &'s Send>,
+    ) -> Loads {
         let mut loads = Loads::zero(index.governing.len(), switches);
         for s in sends {
             if let Some(&l) = index.link_of.get(&(s.src, s.dst)) {

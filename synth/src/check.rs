@@ -1,10 +1,12 @@
 //! The independent algorithm checker: re-simulates holdings step by step and recounts
 //! bandwidth per link and per switch constraint, trusting nothing the solver said.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::Collective;
+use crate::load::{Loads, Resource};
 use crate::pair_set::PairSet;
-use crate::topology::Topology;
-use std::collections::HashMap;
+use crate::topology::{Capacities, Topology, TopologyIndex};
+use std::collections::BTreeMap;
 use std::time::Instant;
 use thiserror::Error;
 
@@ -175,17 +177,37 @@ pub fn check_before(
     let caps = topology
         .capacities()
         .map_err(|e| CheckError::Capacities(format!("{e:#}")))?;
-    let link_index: HashMap<(usize, usize), usize> = topology
-        .links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ((l.src, l.dst), i))
-        .collect();
-    // The switch constraints covering each link, once (not every constraint per send).
-    let governing = topology.governing_constraints(&topology.out_link_ids());
-
-    // Which contributor slot each chunk occupies within its address.
+    let index = topology.index();
     let by_address = coll.by_address();
+    let mut state = initial_holdings(algorithm, &by_address, &expired)?;
+    let mut replay = Replay {
+        topology,
+        index: &index,
+        caps: &caps,
+        loads: Loads::zero(topology.links.len(), topology.switches.len()),
+        reads: Vec::new(),
+        read_twice: Vec::new(),
+    };
+    for (s, step) in algorithm.steps.iter().enumerate() {
+        if expired() {
+            return Err(CheckError::TimeLimit);
+        }
+        replay.step(s, step, &mut state)?;
+    }
+    if expired() {
+        return Err(CheckError::TimeLimit);
+    }
+    check_postconditions(coll, &by_address, &state, &expired)
+}
+
+/// The holdings before the first step: every chunk at the ranks of its precondition, in
+/// the contributor slot it occupies within its address when the collective reduces.
+fn initial_holdings(
+    algorithm: &Algorithm,
+    by_address: &BTreeMap<usize, Vec<usize>>,
+    expired: &impl Fn() -> bool,
+) -> Result<Holdings, CheckError> {
+    let coll = &algorithm.collective;
     let mut slot_of = vec![0usize; coll.chunks.len()];
     for members in by_address.values() {
         for (slot, &m) in members.iter().enumerate() {
@@ -194,7 +216,7 @@ pub fn check_before(
     }
     let reduces =
         by_address.values().any(|m| m.len() > 1) || algorithm.steps.iter().any(|s| s.reduce);
-    let n = topology.ranks;
+    let n = coll.ranks;
     let pairs = PairSet::new(by_address.keys().copied(), n);
     let mut state = if reduces {
         let widths: Vec<usize> = by_address.values().map(Vec::len).collect();
@@ -222,106 +244,135 @@ pub fn check_before(
             }
         }
     }
+    Ok(state)
+}
 
-    let mut link_load = vec![0usize; topology.links.len()];
-    let (mut reads, mut read_twice): (Vec<u64>, Vec<bool>) = (Vec::new(), Vec::new());
-    let mut switch_load = vec![0usize; topology.switches.len()];
-    for (s, step) in algorithm.steps.iter().enumerate() {
-        if expired() {
-            return Err(CheckError::TimeLimit);
-        }
+/// The replay of the steps: the fabric, and buffers reused from step to step.
+struct Replay<'a> {
+    topology: &'a Topology,
+    index: &'a TopologyIndex,
+    caps: &'a Capacities,
+    /// Load of each link and switch constraint in the current step.
+    loads: Loads,
+    /// The contributor words each send of the step read, in send order.
+    reads: Vec<u64>,
+    /// Whether each send of the step read a sum counting a contribution twice.
+    read_twice: Vec<bool>,
+}
+
+impl Replay<'_> {
+    /// Replays step `s` on `state`: every send reads what its sender held before the step
+    /// (read them all, then write), and no link or switch constraint exceeds its capacity.
+    fn step(&mut self, s: usize, step: &Step, state: &mut Holdings) -> Result<(), CheckError> {
         if step.rounds == 0 {
             return Err(CheckError::ZeroRounds { step: s });
         }
-        link_load.iter_mut().for_each(|x| *x = 0);
-        switch_load.iter_mut().for_each(|x| *x = 0);
-        // Every send reads what its sender held before the step: read them all, then write.
-        reads.clear();
-        read_twice.clear();
+        self.loads.clear();
+        self.reads.clear();
+        self.read_twice.clear();
         for send in &step.sends {
-            let Some(&l) = link_index.get(&(send.src, send.dst)) else {
-                return Err(CheckError::NoLink {
-                    step: s,
-                    chunk: send.chunk,
-                    src: send.src,
-                    dst: send.dst,
-                });
-            };
-            link_load[l] += 1;
-            for &k in &governing[l] {
-                switch_load[k] += 1;
-            }
-            if !state.holds(send.chunk, send.src) {
-                return Err(CheckError::NotHeld {
-                    step: s,
-                    chunk: send.chunk,
-                    src: send.src,
-                    dst: send.dst,
-                });
-            }
-            if let Holdings::Sums(sums) = &state {
-                let p = (sums.held.position(send.chunk, send.src)).expect("held, so known");
-                reads.extend_from_slice(&sums.data[sums.range(p)]);
-                read_twice.push(sums.twice[p]);
-            }
+            self.read(s, send, state)?;
         }
-        match &mut state {
+        match state {
             Holdings::Bits(set) => {
                 for send in &step.sends {
                     set.insert(send.chunk, send.dst);
                 }
             }
-            Holdings::Sums(sums) => {
-                let mut read = 0;
-                for (send, &twice) in step.sends.iter().zip(&read_twice) {
-                    let Some(p) = sums.held.position(send.chunk, send.dst) else {
-                        return Err(CheckError::NoLink {
-                            step: s,
-                            chunk: send.chunk,
-                            src: send.src,
-                            dst: send.dst,
-                        });
-                    };
-                    let range = sums.range(p);
-                    let data = &reads[read..read + range.len()];
-                    read += range.len();
-                    if sums.held.contains_at(p) && step.reduce {
-                        let doubled = add_into(&mut sums.data[range], data);
-                        sums.twice[p] |= doubled || twice;
-                    } else {
-                        sums.data[range].copy_from_slice(data);
-                        sums.twice[p] = twice;
-                        sums.held.insert_at(p);
-                    }
-                }
-            }
+            Holdings::Sums(sums) => self.write_sums(s, step, sums)?,
         }
-        for (l, &load) in link_load.iter().enumerate() {
-            let link = &topology.links[l];
-            overload(
-                s,
-                || format!("link {}->{}", link.src, link.dst),
-                load,
-                caps.links[l],
-                step.rounds,
-            )?;
-        }
-        for (k, &load) in switch_load.iter().enumerate() {
-            overload(
-                s,
-                || format!("switch constraint `{}`", topology.switches[k].name),
-                load,
-                caps.switches[k],
-                step.rounds,
-            )?;
-        }
+        self.check_capacities(s, step.rounds)
     }
 
-    if expired() {
-        return Err(CheckError::TimeLimit);
+    /// Counts `send`'s load and reads what its sender holds.
+    fn read(&mut self, s: usize, send: &Send, state: &Holdings) -> Result<(), CheckError> {
+        let Some(&l) = self.index.link_of.get(&(send.src, send.dst)) else {
+            return Err(no_link(s, send));
+        };
+        self.loads.add(self.index, l);
+        if !state.holds(send.chunk, send.src) {
+            return Err(CheckError::NotHeld {
+                step: s,
+                chunk: send.chunk,
+                src: send.src,
+                dst: send.dst,
+            });
+        }
+        if let Holdings::Sums(sums) = state {
+            let p = (sums.held.position(send.chunk, send.src)).expect("held, so known");
+            self.reads.extend_from_slice(&sums.data[sums.range(p)]);
+            self.read_twice.push(sums.twice[p]);
+        }
+        Ok(())
     }
-    // Each address once per distinct postcondition among its chunks (an allreduce's million
-    // chunks per address set share one).
+
+    /// Writes what the sends of step `s` read into their receivers: summed in where the
+    /// step reduces into a held address, copied otherwise.
+    fn write_sums(&self, s: usize, step: &Step, sums: &mut Sums) -> Result<(), CheckError> {
+        let mut read = 0;
+        for (send, &twice) in step.sends.iter().zip(&self.read_twice) {
+            let Some(p) = sums.held.position(send.chunk, send.dst) else {
+                return Err(no_link(s, send));
+            };
+            let range = sums.range(p);
+            let data = &self.reads[read..read + range.len()];
+            read += range.len();
+            if sums.held.contains_at(p) && step.reduce {
+                let doubled = add_into(&mut sums.data[range], data);
+                sums.twice[p] |= doubled || twice;
+            } else {
+                sums.data[range].copy_from_slice(data);
+                sums.twice[p] = twice;
+                sums.held.insert_at(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every link and switch constraint carried at most its capacity × `rounds` in
+    /// step `s`.
+    fn check_capacities(&self, s: usize, rounds: u32) -> Result<(), CheckError> {
+        let Some(over) = self.loads.over_capacity(self.caps, rounds) else {
+            return Ok(());
+        };
+        let what = match over.resource {
+            Resource::Link(l) => {
+                let link = &self.topology.links[l];
+                format!("link {}->{}", link.src, link.dst)
+            }
+            Resource::Switch(k) => {
+                format!("switch constraint `{}`", self.topology.switches[k].name)
+            }
+        };
+        Err(CheckError::Overloaded {
+            step: s,
+            what,
+            load: over.load as usize,
+            capacity: over.capacity,
+            rounds,
+        })
+    }
+}
+
+/// The error for `send` in step `s` going where there is no link.
+fn no_link(s: usize, send: &Send) -> CheckError {
+    CheckError::NoLink {
+        step: s,
+        chunk: send.chunk,
+        src: send.src,
+        dst: send.dst,
+    }
+}
+
+/// Whether every rank in a chunk's postcondition holds its address, with every
+/// contribution exactly once: each address once per distinct postcondition among its
+/// chunks (an allreduce's million chunks per address set share one).
+fn check_postconditions(
+    coll: &Collective,
+    by_address: &BTreeMap<usize, Vec<usize>>,
+    state: &Holdings,
+    expired: &impl Fn() -> bool,
+) -> Result<(), CheckError> {
     for (i, (&address, members)) in by_address.iter().enumerate() {
         if i.is_multiple_of(64) && expired() {
             return Err(CheckError::TimeLimit);
@@ -336,7 +387,7 @@ pub fn check_before(
             if !state.holds(address, r) {
                 return Err(problem("never arrives".into()));
             }
-            let Holdings::Sums(sums) = &state else {
+            let Holdings::Sums(sums) = state else {
                 continue;
             };
             let p = (sums.held.position(address, r)).expect("held, so known");
@@ -350,25 +401,6 @@ pub fn check_before(
                 return Err(problem("a contribution is counted more than once".into()));
             }
         }
-    }
-    Ok(())
-}
-
-fn overload(
-    step: usize,
-    what: impl FnOnce() -> String,
-    load: usize,
-    capacity: u32,
-    rounds: u32,
-) -> Result<(), CheckError> {
-    if load > capacity as usize * rounds as usize {
-        return Err(CheckError::Overloaded {
-            step,
-            what: what(),
-            load,
-            capacity,
-            rounds,
-        });
     }
     Ok(())
 }

@@ -59,7 +59,7 @@
 
 use crate::cli::limits::{MAX_CHUNKS, MAX_STEPS};
 use crate::collective::Collective;
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use std::collections::{HashMap, VecDeque};
 use toml::Value;
@@ -204,109 +204,23 @@ impl Sketch {
             ..Sketch::default()
         };
         for (key, value) in &table {
+            let field = |r: String| err(key, r);
             match key.as_str() {
                 "description" => {
                     if !value.is_str() {
                         return Err(err(key, "expected a string".into()));
                     }
                 }
-                "intranode" => {
-                    sketch.intranode = parse_intranode(value).map_err(|r| err(key, r))?
-                }
-                "internode" => {
-                    sketch.internode = parse_internode(value).map_err(|r| err(key, r))?
-                }
-                "forward" => {
-                    sketch.forward = Some(match value.as_str() {
-                        Some("any") => Forward::Any,
-                        Some("entry") => Forward::Entry,
-                        _ => {
-                            return Err(err(
-                                key,
-                                format!("expected \"any\" or \"entry\", got {value}"),
-                            ))
-                        }
-                    })
-                }
-                "symmetry" => sketch.symmetry = parse_symmetry(value).map_err(|r| err(key, r))?,
-                "chunks" => {
-                    let list = match value {
-                        Value::Array(_) => uints(value),
-                        _ => uint(value).map(|c| vec![c]),
-                    }
-                    .map_err(|r| err(key, r))?;
-                    if list.is_empty() || list.contains(&0) {
-                        return Err(err(key, "expected one or more chunk counts >= 1".into()));
-                    }
-                    if let Some(c) = list.iter().find(|&&c| c > MAX_CHUNKS) {
-                        return Err(err(key, format!("{c} is not between 1 and {MAX_CHUNKS}")));
-                    }
-                    sketch.chunks = list;
-                }
-                "steps" => {
-                    sketch.steps = match value {
-                        Value::Array(_) => {
-                            match uints(value).map_err(|r| err(key, r))?.as_slice() {
-                                [lo, hi] if lo <= hi && *lo >= 1 && *hi <= MAX_STEPS => {
-                                    (*lo, Some(*hi))
-                                }
-                                _ => {
-                                    return Err(err(
-                                        key,
-                                        format!(
-                                        "expected [min, max] with 1 <= min <= max <= {MAX_STEPS}"
-                                    ),
-                                    ))
-                                }
-                            }
-                        }
-                        _ => {
-                            let s = uint(value).map_err(|r| err(key, r))?;
-                            if s == 0 || s > MAX_STEPS {
-                                return Err(err(
-                                    key,
-                                    format!("{s} is not between 1 and {MAX_STEPS}"),
-                                ));
-                            }
-                            (s, Some(s))
-                        }
-                    }
-                }
-                "sizes" => {
-                    let Value::Array(items) = value else {
-                        return Err(err(key, "expected a list of sizes".into()));
-                    };
-                    let sizes = items
-                        .iter()
-                        .map(parse_size)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|r| err(key, r))?;
-                    if sizes.is_empty() {
-                        return Err(err(key, "expected at least one size".into()));
-                    }
-                    sketch.sizes = sizes;
-                }
-                "time_limit" | "gap" => {
-                    let v = number(value).map_err(|r| err(key, r))?;
-                    if !(v.is_finite() && v > 0.0) || (key == "gap" && v >= 1.0) {
-                        return Err(err(key, format!("{v} is out of range")));
-                    }
-                    if key == "gap" {
-                        sketch.gap = v;
-                    } else {
-                        sketch.time_limit = v;
-                    }
-                }
-                "work_limit" => {
-                    let v = uint(value).map_err(|r| err(key, r))? as u64;
-                    if v == 0 || v > MAX_WORK_LIMIT {
-                        return Err(err(
-                            key,
-                            format!("{v} is not between 1 and {MAX_WORK_LIMIT}"),
-                        ));
-                    }
-                    sketch.work_limit = Some(v);
-                }
+                "intranode" => sketch.intranode = parse_intranode(value).map_err(field)?,
+                "internode" => sketch.internode = parse_internode(value).map_err(field)?,
+                "forward" => sketch.forward = Some(parse_forward(value).map_err(field)?),
+                "symmetry" => sketch.symmetry = parse_symmetry(value).map_err(field)?,
+                "chunks" => sketch.chunks = parse_chunks(value).map_err(field)?,
+                "steps" => sketch.steps = parse_steps(value).map_err(field)?,
+                "sizes" => sketch.sizes = parse_sizes(value).map_err(field)?,
+                "time_limit" => sketch.time_limit = parse_limit(value, false).map_err(field)?,
+                "gap" => sketch.gap = parse_limit(value, true).map_err(field)?,
+                "work_limit" => sketch.work_limit = Some(parse_work_limit(value).map_err(field)?),
                 other => {
                     return Err(err(
                         other,
@@ -346,27 +260,22 @@ impl Sketch {
     /// permutations of its symmetries. Fails, naming the field, on unknown ranks, relays
     /// without an inter-node link and symmetries that do not map the fabric to itself.
     pub fn routing(&self, topology: &Topology) -> Result<Routing> {
-        let label = &self.label;
-        let n = topology.ranks;
-        let local = local_indices(topology);
-        let node_size = |r: usize| {
-            topology
-                .node_of
-                .iter()
-                .filter(|&&k| k == topology.node_of[r])
-                .count()
-        };
-        let link_index: HashMap<(usize, usize), usize> = topology
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.src, l.dst), i))
-            .collect();
+        let fabric = Fabric::new(topology);
         let mut allowed = vec![false; topology.links.len()];
-        let max_local = (0..n).map(node_size).max().unwrap_or(0);
-        // Intra-node links.
-        let rank_of =
-            |node: usize, i: usize| (0..n).find(|&r| topology.node_of[r] == node && local[r] == i);
+        self.allow_intranode(&fabric, &mut allowed)?;
+        self.allow_internode(&fabric, &mut allowed)?;
+        let generators = self.symmetry_generators(&fabric, &allowed)?;
+        Ok(Routing {
+            allowed,
+            forward: self.forward_rule(),
+            generators,
+            label: self.label.clone(),
+        })
+    }
+
+    /// Allows the intra-node links the sketch names.
+    fn allow_intranode(&self, fabric: &Fabric, allowed: &mut [bool]) -> Result<()> {
+        let (label, topology) = (&self.label, fabric.topology);
         match &self.intranode {
             Intranode::Switch | Intranode::All => {
                 for (i, l) in topology.links.iter().enumerate() {
@@ -378,42 +287,62 @@ impl Sketch {
                 let mut pairs = Vec::new();
                 if let Intranode::Pairs(p) = &self.intranode {
                     for (k, &(a, b)) in p.iter().enumerate() {
-                        if a.max(b) >= max_local {
-                            bail!("{label}: intranode[{k}]: unknown rank: local GPU {} (nodes have {max_local} GPUs)", a.max(b));
+                        if a.max(b) >= fabric.max_local {
+                            bail!("{label}: intranode[{k}]: unknown rank: local GPU {} (nodes have {} GPUs)", a.max(b), fabric.max_local);
                         }
                         pairs.push((a, b));
                     }
                 }
                 for node in 0..topology.nodes() {
-                    let members: Vec<usize> =
-                        (0..n).filter(|&r| topology.node_of[r] == node).collect();
-                    let g = members.len();
-                    let node_pairs: Vec<(usize, usize)> = if self.intranode == Intranode::Ring {
-                        if g < 2 {
-                            continue;
-                        }
-                        (0..g)
-                            .flat_map(|i| [(i, (i + 1) % g), ((i + 1) % g, i)])
-                            .collect()
-                    } else {
-                        pairs.clone()
-                    };
-                    for (a, b) in node_pairs {
-                        let (Some(u), Some(v)) = (rank_of(node, a), rank_of(node, b)) else {
-                            bail!(
-                                "{label}: intranode: node {node} has no local GPU {}",
-                                a.max(b)
-                            );
-                        };
-                        match link_index.get(&(u, v)) {
-                            Some(&i) => allowed[i] = true,
-                            None => bail!("{label}: intranode: node {node} has no link {u}->{v} (local GPUs {a}->{b})"),
-                        }
-                    }
+                    self.allow_node_pairs(fabric, node, &pairs, allowed)?;
                 }
             }
         }
-        // Inter-node links.
+        Ok(())
+    }
+
+    /// Allows, in `node`, the links of a ring over its GPUs or of `pairs` (local GPUs).
+    fn allow_node_pairs(
+        &self,
+        fabric: &Fabric,
+        node: usize,
+        pairs: &[(usize, usize)],
+        allowed: &mut [bool],
+    ) -> Result<()> {
+        let (label, topology, n) = (&self.label, fabric.topology, fabric.topology.ranks);
+        let g = (0..n).filter(|&r| topology.node_of[r] == node).count();
+        let node_pairs: Vec<(usize, usize)> = if self.intranode == Intranode::Ring {
+            if g < 2 {
+                return Ok(());
+            }
+            (0..g)
+                .flat_map(|i| [(i, (i + 1) % g), ((i + 1) % g, i)])
+                .collect()
+        } else {
+            pairs.to_vec()
+        };
+        let rank_of =
+            |i: usize| (0..n).find(|&r| topology.node_of[r] == node && fabric.local[r] == i);
+        for (a, b) in node_pairs {
+            let (Some(u), Some(v)) = (rank_of(a), rank_of(b)) else {
+                bail!(
+                    "{label}: intranode: node {node} has no local GPU {}",
+                    a.max(b)
+                );
+            };
+            match fabric.index.link_of.get(&(u, v)) {
+                Some(&i) => allowed[i] = true,
+                None => bail!(
+                    "{label}: intranode: node {node} has no link {u}->{v} (local GPUs {a}->{b})"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Allows the inter-node links the sketch names.
+    fn allow_internode(&self, fabric: &Fabric, allowed: &mut [bool]) -> Result<()> {
+        let (label, topology, n) = (&self.label, fabric.topology, fabric.topology.ranks);
         let crosses = |i: usize| {
             let l = &topology.links[i];
             topology.node_of[l.src] != topology.node_of[l.dst]
@@ -433,47 +362,65 @@ impl Sketch {
                             "{label}: internode.pairs[{k}]: ranks {u} and {v} are on the same node"
                         );
                     }
-                    match link_index.get(&(u, v)) {
+                    match fabric.index.link_of.get(&(u, v)) {
                         Some(&i) => allowed[i] = true,
                         None => bail!("{label}: internode.pairs[{k}]: rank {u} has no inter-node link to rank {v} (no NIC path)"),
                     }
                 }
             }
-            Internode::Relay { gpus } => {
-                if let Some(list) = gpus {
-                    if let Some(&i) = list.iter().find(|&&i| i >= max_local) {
-                        bail!("{label}: internode.gpus: unknown rank: local GPU {i} (nodes have {max_local} GPUs)");
-                    }
+            Internode::Relay { gpus } => self.allow_relays(fabric, gpus.as_deref(), allowed)?,
+        }
+        Ok(())
+    }
+
+    /// Allows the inter-node links of the relay ranks (those with local GPU in `gpus`, or
+    /// every rank with a NIC) to their peers of the same local GPU on other nodes.
+    fn allow_relays(
+        &self,
+        fabric: &Fabric,
+        gpus: Option<&[usize]>,
+        allowed: &mut [bool],
+    ) -> Result<()> {
+        let (label, topology, n) = (&self.label, fabric.topology, fabric.topology.ranks);
+        let (local, link_of) = (&fabric.local, &fabric.index.link_of);
+        if let Some(list) = gpus {
+            if let Some(&i) = list.iter().find(|&&i| i >= fabric.max_local) {
+                bail!(
+                    "{label}: internode.gpus: unknown rank: local GPU {i} (nodes have {} GPUs)",
+                    fabric.max_local
+                );
+            }
+        }
+        let relays = |r: usize| gpus.is_none_or(|list| list.contains(&local[r]));
+        for u in (0..n).filter(|&u| relays(u)) {
+            let peers: Vec<usize> = (0..n)
+                .filter(|&v| topology.node_of[v] != topology.node_of[u] && local[v] == local[u])
+                .collect();
+            let has_nic = peers.iter().any(|&v| link_of.contains_key(&(u, v)));
+            if gpus.is_some() {
+                if let Some(&v) = peers.iter().find(|&&v| !link_of.contains_key(&(u, v))) {
+                    bail!(
+                        "{label}: internode.gpus: relay rank {u} (node {}, GPU {}) has no inter-node link to rank {v}: no NIC there",
+                        topology.node_of[u],
+                        local[u]
+                    );
                 }
-                let relays = |r: usize| gpus.as_ref().is_none_or(|list| list.contains(&local[r]));
-                for u in (0..n).filter(|&u| relays(u)) {
-                    let peers: Vec<usize> = (0..n)
-                        .filter(|&v| {
-                            topology.node_of[v] != topology.node_of[u] && local[v] == local[u]
-                        })
-                        .collect();
-                    let has_nic = peers.iter().any(|&v| link_index.contains_key(&(u, v)));
-                    if gpus.is_some() {
-                        if let Some(&v) = peers.iter().find(|&&v| !link_index.contains_key(&(u, v)))
-                        {
-                            bail!(
-                                "{label}: internode.gpus: relay rank {u} (node {}, GPU {}) has no inter-node link to rank {v}: no NIC there",
-                                topology.node_of[u],
-                                local[u]
-                            );
-                        }
-                    }
-                    if has_nic {
-                        for v in peers {
-                            if let Some(&i) = link_index.get(&(u, v)) {
-                                allowed[i] = true;
-                            }
-                        }
+            }
+            if has_nic {
+                for v in peers {
+                    if let Some(&i) = link_of.get(&(u, v)) {
+                        allowed[i] = true;
                     }
                 }
             }
         }
-        // Symmetries.
+        Ok(())
+    }
+
+    /// The rank permutation of each symmetry of the sketch, checked to map the fabric (and
+    /// its `allowed` links) to itself.
+    fn symmetry_generators(&self, fabric: &Fabric, allowed: &[bool]) -> Result<Vec<Vec<usize>>> {
+        let (label, topology, n) = (&self.label, fabric.topology, fabric.topology.ranks);
         let mut generators = Vec::new();
         for (k, rot) in self.symmetry.iter().enumerate() {
             let what = format!(
@@ -489,7 +436,7 @@ impl Sketch {
                 bail!("{what}: unknown rank: offset must be below the group size");
             }
             let p = rot.permutation(n);
-            check_automorphism(topology, &p, &allowed, &link_index).map_err(|reason| {
+            check_automorphism(topology, &p, allowed, &fabric.index).map_err(|reason| {
                 anyhow::anyhow!(
                     "{what} does not map topology `{}` to itself: {reason}",
                     topology.name
@@ -497,12 +444,33 @@ impl Sketch {
             })?;
             generators.push(p);
         }
-        Ok(Routing {
-            allowed,
-            forward: self.forward_rule(),
-            generators,
-            label: label.clone(),
-        })
+        Ok(generators)
+    }
+}
+
+/// What resolving a sketch needs of a topology, computed once.
+struct Fabric<'t> {
+    topology: &'t Topology,
+    index: TopologyIndex,
+    /// Each rank's GPU index within its node.
+    local: Vec<usize>,
+    /// The most GPUs of one node.
+    max_local: usize,
+}
+
+impl<'t> Fabric<'t> {
+    fn new(topology: &'t Topology) -> Fabric<'t> {
+        let node_size = |r: usize| {
+            (topology.node_of.iter())
+                .filter(|&&k| k == topology.node_of[r])
+                .count()
+        };
+        Fabric {
+            topology,
+            index: topology.index(),
+            local: local_indices(topology),
+            max_local: (0..topology.ranks).map(node_size).max().unwrap_or(0),
+        }
     }
 }
 
@@ -609,7 +577,7 @@ fn check_automorphism(
     topology: &Topology,
     p: &[usize],
     allowed: &[bool],
-    link_index: &HashMap<(usize, usize), usize>,
+    index: &TopologyIndex,
 ) -> std::result::Result<(), String> {
     let n = topology.ranks;
     for a in 0..n {
@@ -624,7 +592,7 @@ fn check_automorphism(
         }
     }
     for (i, l) in topology.links.iter().enumerate() {
-        let Some(&j) = link_index.get(&(p[l.src], p[l.dst])) else {
+        let Some(&j) = index.link_of.get(&(p[l.src], p[l.dst])) else {
             return Err(format!(
                 "link {}->{} becomes {}->{}, which does not exist",
                 l.src, l.dst, p[l.src], p[l.dst]
@@ -665,6 +633,81 @@ fn check_automorphism(
         }
     }
     Ok(())
+}
+
+/// The `forward` field: `"any"` or `"entry"`.
+fn parse_forward(value: &Value) -> std::result::Result<Forward, String> {
+    match value.as_str() {
+        Some("any") => Ok(Forward::Any),
+        Some("entry") => Ok(Forward::Entry),
+        _ => Err(format!("expected \"any\" or \"entry\", got {value}")),
+    }
+}
+
+/// The `chunks` field: one chunk count or a list, each in 1..=MAX_CHUNKS.
+fn parse_chunks(value: &Value) -> std::result::Result<Vec<usize>, String> {
+    let list = match value {
+        Value::Array(_) => uints(value),
+        _ => uint(value).map(|c| vec![c]),
+    }?;
+    if list.is_empty() || list.contains(&0) {
+        return Err("expected one or more chunk counts >= 1".into());
+    }
+    if let Some(c) = list.iter().find(|&&c| c > MAX_CHUNKS) {
+        return Err(format!("{c} is not between 1 and {MAX_CHUNKS}"));
+    }
+    Ok(list)
+}
+
+/// The `steps` field: one step count or `[min, max]`, within 1..=MAX_STEPS.
+fn parse_steps(value: &Value) -> std::result::Result<(usize, Option<usize>), String> {
+    if let Value::Array(_) = value {
+        return match uints(value)?.as_slice() {
+            [lo, hi] if lo <= hi && *lo >= 1 && *hi <= MAX_STEPS => Ok((*lo, Some(*hi))),
+            _ => Err(format!(
+                "expected [min, max] with 1 <= min <= max <= {MAX_STEPS}"
+            )),
+        };
+    }
+    let s = uint(value)?;
+    if s == 0 || s > MAX_STEPS {
+        return Err(format!("{s} is not between 1 and {MAX_STEPS}"));
+    }
+    Ok((s, Some(s)))
+}
+
+/// The `sizes` field: a non-empty list of sizes.
+fn parse_sizes(value: &Value) -> std::result::Result<Vec<f64>, String> {
+    let Value::Array(items) = value else {
+        return Err("expected a list of sizes".into());
+    };
+    let sizes = items
+        .iter()
+        .map(parse_size)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if sizes.is_empty() {
+        return Err("expected at least one size".into());
+    }
+    Ok(sizes)
+}
+
+/// The `time_limit` or (`below_one`) `gap` field: a positive finite number, below 1 for
+/// the gap.
+fn parse_limit(value: &Value, below_one: bool) -> std::result::Result<f64, String> {
+    let v = number(value)?;
+    if !(v.is_finite() && v > 0.0) || (below_one && v >= 1.0) {
+        return Err(format!("{v} is out of range"));
+    }
+    Ok(v)
+}
+
+/// The `work_limit` field: branch-and-bound nodes in 1..=MAX_WORK_LIMIT.
+fn parse_work_limit(value: &Value) -> std::result::Result<u64, String> {
+    let v = uint(value)? as u64;
+    if v == 0 || v > MAX_WORK_LIMIT {
+        return Err(format!("{v} is not between 1 and {MAX_WORK_LIMIT}"));
+    }
+    Ok(v)
 }
 
 fn uint(v: &Value) -> std::result::Result<usize, String> {

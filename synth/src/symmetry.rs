@@ -3,7 +3,7 @@
 //! sketch's symmetries, the SMT search from the topology's automorphisms.
 
 use crate::collective::Collective;
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -29,14 +29,15 @@ impl Group {
     /// itself), restricted to the elements that also map `coll` to itself (its stabilizer,
     /// itself a group). Chunks map by (sources, destinations, piece).
     pub fn new(topology: &Topology, coll: &Collective, generators: &[Vec<usize>]) -> Result<Group> {
-        Group::new_before(topology, coll, generators, None)
+        Group::new_before(topology, &topology.index(), coll, generators, None)
     }
 
-    /// [`Group::new`], failing with [`crate::engine::TimeLimitReached`] once `deadline`
-    /// passes (checked per element: a group of thousands of elements on a large collective
-    /// takes seconds).
+    /// [`Group::new`] with the topology's `index`, failing with
+    /// [`crate::engine::TimeLimitReached`] once `deadline` passes (checked per element: a
+    /// group of thousands of elements on a large collective takes seconds).
     pub fn new_before(
         topology: &Topology,
+        index: &TopologyIndex,
         coll: &Collective,
         generators: &[Vec<usize>],
         deadline: Option<Instant>,
@@ -46,57 +47,8 @@ impl Group {
                 crate::engine::check_deadline(d, || "building a symmetry group".into())
             })
         };
-        let n = topology.ranks;
-        let identity: Vec<usize> = (0..n).collect();
-        let mut elements = vec![identity.clone()];
-        let mut seen: HashSet<Vec<usize>> = HashSet::from([identity]);
-        let mut i = 0;
-        while i < elements.len() {
-            if i.is_multiple_of(64) {
-                expired()?;
-            }
-            for g in generators {
-                let next: Vec<usize> = elements[i].iter().map(|&r| g[r]).collect();
-                if seen.insert(next.clone()) {
-                    elements.push(next);
-                    if elements.len() > MAX_GROUP {
-                        bail!(
-                            "the sketch's symmetries generate more than {MAX_GROUP} permutations"
-                        );
-                    }
-                }
-            }
-            i += 1;
-        }
-        let link_index: HashMap<(usize, usize), usize> = topology
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.src, l.dst), i))
-            .collect();
-        let sorted = |v: Vec<usize>| {
-            let mut v = v;
-            v.sort_unstable();
-            v
-        };
-        let switch_key = |srcs: Vec<usize>, dsts: Vec<usize>| (sorted(srcs), sorted(dsts));
-        let switch_index: HashMap<_, usize> = topology
-            .switches
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (switch_key(s.srcs.clone(), s.dsts.clone()), i))
-            .collect();
-        let c = coll.chunks_per_rank.max(1);
-        let chunk_key = |pre: Vec<usize>, post: Vec<usize>, address: usize| {
-            (sorted(pre), sorted(post), address % c)
-        };
-        let mut chunk_index: HashMap<_, usize> = HashMap::new();
-        let mut unique = true;
-        for (i, ch) in coll.chunks.iter().enumerate() {
-            unique &= chunk_index
-                .insert(chunk_key(ch.pre.clone(), ch.post.to_vec(), ch.address), i)
-                .is_none();
-        }
+        let elements = closure(topology.ranks, generators, &expired)?;
+        let lookup = Lookup::new(topology, coll);
         let mut group = Group {
             ranks: Vec::new(),
             links: Vec::new(),
@@ -105,42 +57,21 @@ impl Group {
         };
         for p in elements {
             expired()?;
-            let map = |v: &[usize]| v.iter().map(|&r| p[r]).collect::<Vec<_>>();
-            let links: Option<Vec<usize>> = topology
-                .links
-                .iter()
-                .map(|l| link_index.get(&(p[l.src], p[l.dst])).copied())
+            let links: Option<Vec<usize>> = (topology.links.iter())
+                .map(|l| index.link_of.get(&(p[l.src], p[l.dst])).copied())
                 .collect();
-            let switches: Option<Vec<usize>> = topology
-                .switches
-                .iter()
-                .map(|s| {
-                    switch_index
-                        .get(&switch_key(map(&s.srcs), map(&s.dsts)))
-                        .copied()
-                })
-                .collect();
-            let chunks: Option<Vec<usize>> = if unique {
-                coll.chunks
-                    .iter()
-                    .map(|ch| {
-                        chunk_index
-                            .get(&chunk_key(map(&ch.pre), map(&ch.post), ch.address))
-                            .copied()
-                    })
-                    .collect()
-            } else {
-                None
-            };
-            let is_identity = p.iter().enumerate().all(|(i, &r)| i == r);
-            match (links, switches, chunks) {
+            match (
+                links,
+                lookup.switches(topology, &p),
+                lookup.chunks(coll, &p),
+            ) {
                 (Some(l), Some(s), Some(ch)) => {
                     group.ranks.push(p);
                     group.links.push(l);
                     group.switches.push(s);
                     group.chunks.push(ch);
                 }
-                _ if is_identity => {
+                _ if p.iter().enumerate().all(|(i, &r)| i == r) => {
                     group.ranks.push(p);
                     group.links.push((0..topology.links.len()).collect());
                     group.switches.push((0..topology.switches.len()).collect());
@@ -187,5 +118,102 @@ impl Group {
             .map(|g| self.switches[g][switch])
             .min()
             .expect("identity")
+    }
+}
+
+/// Every rank permutation `generators` generate on `n` ranks, the identity first; fails
+/// past [`MAX_GROUP`] elements or when `expired` does.
+fn closure(
+    n: usize,
+    generators: &[Vec<usize>],
+    expired: &impl Fn() -> Result<()>,
+) -> Result<Vec<Vec<usize>>> {
+    let identity: Vec<usize> = (0..n).collect();
+    let mut elements = vec![identity.clone()];
+    let mut seen: HashSet<Vec<usize>> = HashSet::from([identity]);
+    let mut i = 0;
+    while i < elements.len() {
+        if i.is_multiple_of(64) {
+            expired()?;
+        }
+        for g in generators {
+            let next: Vec<usize> = elements[i].iter().map(|&r| g[r]).collect();
+            if seen.insert(next.clone()) {
+                elements.push(next);
+                if elements.len() > MAX_GROUP {
+                    bail!("the sketch's symmetries generate more than {MAX_GROUP} permutations");
+                }
+            }
+        }
+        i += 1;
+    }
+    Ok(elements)
+}
+
+/// `v` sorted.
+fn sorted(mut v: Vec<usize>) -> Vec<usize> {
+    v.sort_unstable();
+    v
+}
+
+/// Switch constraints by their (sorted sources, sorted destinations), chunks by their
+/// (sorted sources, sorted destinations, piece): where a rank permutation sends each.
+struct Lookup {
+    switch_index: HashMap<(Vec<usize>, Vec<usize>), usize>,
+    chunk_index: HashMap<(Vec<usize>, Vec<usize>, usize), usize>,
+    /// Pieces per chunk.
+    pieces: usize,
+    /// Whether no two chunks share a key (else chunks do not map).
+    unique: bool,
+}
+
+impl Lookup {
+    fn new(topology: &Topology, coll: &Collective) -> Lookup {
+        let switch_index = (topology.switches.iter().enumerate())
+            .map(|(i, s)| ((sorted(s.srcs.clone()), sorted(s.dsts.clone())), i))
+            .collect();
+        let pieces = coll.chunks_per_rank.max(1);
+        let mut chunk_index = HashMap::new();
+        let mut unique = true;
+        for (i, ch) in coll.chunks.iter().enumerate() {
+            let key = (
+                sorted(ch.pre.clone()),
+                sorted(ch.post.to_vec()),
+                ch.address % pieces,
+            );
+            unique &= chunk_index.insert(key, i).is_none();
+        }
+        Lookup {
+            switch_index,
+            chunk_index,
+            pieces,
+            unique,
+        }
+    }
+
+    /// Where rank permutation `p` sends each switch constraint, if it maps them all.
+    fn switches(&self, topology: &Topology, p: &[usize]) -> Option<Vec<usize>> {
+        let map = |v: &[usize]| sorted(v.iter().map(|&r| p[r]).collect());
+        (topology.switches.iter())
+            .map(|s| {
+                self.switch_index
+                    .get(&(map(&s.srcs), map(&s.dsts)))
+                    .copied()
+            })
+            .collect()
+    }
+
+    /// Where rank permutation `p` sends each chunk, if it maps them all.
+    fn chunks(&self, coll: &Collective, p: &[usize]) -> Option<Vec<usize>> {
+        if !self.unique {
+            return None;
+        }
+        let map = |v: &[usize]| sorted(v.iter().map(|&r| p[r]).collect());
+        (coll.chunks.iter())
+            .map(|ch| {
+                let key = (map(&ch.pre), map(&ch.post), ch.address % self.pieces);
+                self.chunk_index.get(&key).copied()
+            })
+            .collect()
     }
 }

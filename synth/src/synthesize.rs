@@ -19,7 +19,6 @@ use crate::trees::TreeEngine;
 use anyhow::{bail, Context, Result};
 use num_rational::Ratio;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 pub use crate::engine::Search;
@@ -664,7 +663,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     // composed with itself: rounds do not see how a schedule pipelines, so
                     // a dominated pair can simulate faster (dgx-a100x2: the trees pair 321.4
                     // GB/s at 1 GB, the rail-ring pair that dominates it 290.9).
-                    let mut kept = frontier_with_twins(all);
+                    let mut kept = crate::frontier::frontier_with_twins(all);
                     for c in alike {
                         if !kept.iter().any(|k| k.same_schedule_as(&c)) {
                             kept.push(c);
@@ -745,7 +744,7 @@ fn compose(
     topology: &Topology,
     deadline: Instant,
 ) -> Result<Algorithm> {
-    let c = num_integer_lcm(rs.chunks(), ag.chunks());
+    let c = num_integer::lcm(rs.chunks(), ag.chunks());
     // A channel hint survives only where neither half is re-split and both agree.
     let piece_channels = if rs.chunks() == c && ag.chunks() == c {
         rs.piece_channels.max(ag.piece_channels)
@@ -801,7 +800,7 @@ fn past_the_channels(x: &Algorithm, y: &Algorithm) -> bool {
     if x.message_chunks.is_some() || y.message_chunks.is_some() {
         return false;
     }
-    busiest_link(x, y) > crate::lower::MAX_LINK_TRANSFERS
+    crate::load::busiest_link_transfers(&[x, y]) > crate::lower::MAX_LINK_TRANSFERS
 }
 
 /// Whether halves `x` and `y` pair badly as an allreduce because of a half timed for serial
@@ -817,66 +816,5 @@ fn unfit_serial_pair(x: &Algorithm, y: &Algorithm) -> bool {
     }
     x.serial_links != y.serial_links
         || x.chunks() != y.chunks()
-        || busiest_link(x, y) > crate::lower::MAX_LINK_TRANSFERS / 2
-}
-
-/// The most transfers one link carries in the allreduce of halves `x` and `y`, refined to a
-/// common piece count.
-fn busiest_link(x: &Algorithm, y: &Algorithm) -> usize {
-    let c = num_integer_lcm(x.chunks(), y.chunks());
-    let mut per_link: HashMap<(usize, usize), usize> = HashMap::new();
-    for half in [x, y] {
-        let split = c / half.chunks();
-        for s in half.steps.iter().flat_map(|s| &s.sends) {
-            *per_link.entry((s.src, s.dst)).or_insert(0) += split;
-        }
-    }
-    per_link.into_values().max().unwrap_or(0)
-}
-
-fn num_integer_lcm(a: usize, b: usize) -> usize {
-    let gcd = |mut a: usize, mut b: usize| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a
-    };
-    a / gcd(a, b) * b
-}
-
-/// [`pareto_filter`], keeping beside each kept algorithm its twins: those with the same
-/// steps, rounds and chunks lowered in other step groups (a composed reduce-scatter in
-/// stages or in one group), which only a simulation tells apart.
-fn frontier_with_twins(mut all: Vec<Algorithm>) -> Vec<Algorithm> {
-    all.sort_by_key(|a| (a.num_steps(), a.rounds_per_chunk(), a.chunks()));
-    let mut kept: Vec<Algorithm> = Vec::new();
-    let mut best: Option<Ratio<u64>> = None;
-    for a in all {
-        let key = |x: &Algorithm| (x.num_steps(), x.rounds_per_chunk(), x.chunks());
-        let twin = kept
-            .last()
-            .is_some_and(|k| key(k) == key(&a) && k.steps == a.steps)
-            && !kept
-                .iter()
-                .any(|k| key(k) == key(&a) && k.step_groups == a.step_groups);
-        if twin || best.is_none_or(|b| a.rounds_per_chunk() < b) {
-            best = Some(a.rounds_per_chunk());
-            kept.push(a);
-        }
-    }
-    kept
-}
-
-/// Keeps the algorithms not dominated in (steps, rounds per chunk), by increasing steps.
-pub fn pareto_filter(mut all: Vec<Algorithm>) -> Vec<Algorithm> {
-    all.sort_by_key(|a| (a.num_steps(), a.rounds_per_chunk(), a.chunks()));
-    let mut kept: Vec<Algorithm> = Vec::new();
-    let mut best: Option<Ratio<u64>> = None;
-    for a in all {
-        if best.is_none_or(|b| a.rounds_per_chunk() < b) {
-            best = Some(a.rounds_per_chunk());
-            kept.push(a);
-        }
-    }
-    kept
+        || crate::load::busiest_link_transfers(&[x, y]) > crate::lower::MAX_LINK_TRANSFERS / 2
 }

@@ -10,15 +10,8 @@
 //! are cut alike.
 
 use super::collective::Collective;
+use num_integer::gcd;
 use runtime::ir::{Buffer, Dep, Gpu, Slot, Step, Threadblock};
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
 
 /// Maps slot `k` of one copy to its slot in copy `i`.
 struct SlotMap {

@@ -12,6 +12,7 @@
 
 use crate::topology::Topology;
 use anyhow::{bail, Result};
+use num_integer::Integer;
 use num_rational::Ratio;
 use std::collections::{BTreeMap, HashSet};
 
@@ -45,14 +46,6 @@ fn exact(gbps: f64) -> Result<Ratio<i128>> {
     }
 }
 
-fn gcd(a: i128, b: i128) -> i128 {
-    if b == 0 {
-        a.abs()
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 impl FlowNetwork {
     /// Builds the network of `topology` with its real bandwidths.
     pub fn new(topology: &Topology) -> Result<FlowNetwork> {
@@ -65,7 +58,7 @@ impl FlowNetwork {
             .collect::<Result<_>>()?;
         let mut denominator = 1i128;
         for r in &all {
-            denominator = denominator / gcd(denominator, *r.denom()) * r.denom();
+            denominator = denominator.lcm(r.denom());
             if denominator > MAX_DENOMINATOR {
                 bail!(
                     "the bandwidths of `{}` have no common denominator below 2^40",

@@ -8,33 +8,8 @@
 use super::schedule::{Fabric, Schedule};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
+use crate::load::StepRounds;
 use crate::origin::Family;
-
-/// Rounds a step needs: its busiest link or switch constraint's load over its capacity.
-fn rounds_needed(
-    fabric: &Fabric,
-    sends: &[(u32, u32)],
-    link_load: &mut [u32],
-    switch_load: &mut [u32],
-) -> u32 {
-    let mut rounds = 1u32;
-    for &(_, l) in sends {
-        let l = l as usize;
-        link_load[l] += 1;
-        rounds = rounds.max(link_load[l].div_ceil(fabric.link_cap[l].max(1)));
-        for &j in &fabric.governing[l] {
-            switch_load[j] += 1;
-            rounds = rounds.max(switch_load[j].div_ceil(fabric.switch_cap[j].max(1)));
-        }
-    }
-    for &(_, l) in sends {
-        link_load[l as usize] = 0;
-        for &j in &fabric.governing[l as usize] {
-            switch_load[j] = 0;
-        }
-    }
-    rounds
-}
 
 /// The algorithm of `family` on the topology named `topology` with the given steps of (chunk index, link) sends, each step
 /// taking the rounds its busiest link or switch constraint needs.
@@ -45,12 +20,11 @@ pub fn algorithm<'s>(
     family: Family,
     topology: &str,
 ) -> Algorithm {
-    let mut link_load = vec![0u32; fabric.src.len()];
-    let mut switch_load = vec![0u32; fabric.switch_cap.len()];
+    let mut counters = StepRounds::over(fabric.governing, fabric.link_cap, fabric.switch_cap);
     let steps: Vec<Step> = steps
         .into_iter()
         .map(|sends| Step {
-            rounds: rounds_needed(fabric, sends, &mut link_load, &mut switch_load),
+            rounds: counters.rounds(sends.iter().map(|&(_, l)| l as usize)),
             reduce: false,
             sends: sends
                 .iter()

@@ -208,38 +208,66 @@ impl GreedyEngine {
             }
             complete &= !runs.stopped;
             let Some(schedule) = runs.best else { continue };
-            let family = |levelled| Family::Greedy {
-                model: match model {
-                    Model::Hops => GreedyModel::Hops,
-                    Model::Delays => GreedyModel::Delays,
-                },
-                levelled,
+            let layouts = Layouts {
+                fabric,
+                coll: &coll,
+                alpha: &alpha,
+                timed,
+                topology: &topology.name,
             };
-            let topo = topology.name.as_str();
-            let listed = layout::listed(&schedule);
-            let levelled = layout::levelled(fabric, &schedule);
-            let layouts = [
-                (
-                    layout::algorithm(fabric, &coll, listed.clone(), family(false), topo),
-                    timed.then(|| latency::latency_us(fabric, &alpha, listed)),
-                ),
-                (
-                    layout::algorithm(fabric, &coll, &levelled, family(true), topo),
-                    timed.then(|| latency::latency_us(fabric, &alpha, &levelled)),
-                ),
-            ];
-            for (algorithm, latency_us) in layouts {
-                candidates.push(Candidate {
-                    model: *model,
-                    latency_us,
-                    algorithm,
-                });
-            }
+            candidates.extend(layouts.candidates(*model, &schedule));
         }
         Ok(Solved {
             candidates,
             complete,
         })
+    }
+}
+
+/// What turning a greedy schedule into candidates needs.
+struct Layouts<'l, 'a> {
+    fabric: &'l Fabric<'a>,
+    coll: &'l Collective,
+    /// Each link's latency (µs).
+    alpha: &'l [f64],
+    /// Whether the links' delays differ (then each candidate gets its latency).
+    timed: bool,
+    /// The topology's name.
+    topology: &'l str,
+}
+
+impl Layouts<'_, '_> {
+    /// The schedule of `model` as it ran and levelled.
+    fn candidates(&self, model: Model, schedule: &Schedule) -> Vec<Candidate> {
+        let fabric = self.fabric;
+        let listed = layout::listed(schedule);
+        let levelled = layout::levelled(fabric, schedule);
+        let family = |levelled| Family::Greedy {
+            model: match model {
+                Model::Hops => GreedyModel::Hops,
+                Model::Delays => GreedyModel::Delays,
+            },
+            levelled,
+        };
+        let topology = self.topology;
+        let layouts = [
+            (
+                layout::algorithm(fabric, self.coll, listed.clone(), family(false), topology),
+                (self.timed).then(|| latency::latency_us(fabric, self.alpha, listed)),
+            ),
+            (
+                layout::algorithm(fabric, self.coll, &levelled, family(true), topology),
+                (self.timed).then(|| latency::latency_us(fabric, self.alpha, &levelled)),
+            ),
+        ];
+        layouts
+            .into_iter()
+            .map(|(algorithm, latency_us)| Candidate {
+                model,
+                latency_us,
+                algorithm,
+            })
+            .collect()
     }
 }
 
@@ -276,6 +304,72 @@ fn fabric<'a>(
     }
 }
 
+/// The chunk counts to try, the most steps and the most rounds (if bounded) of `search`.
+fn plan(
+    problem: &Problem,
+    search: Search,
+    limits: &Limits,
+) -> Result<(Vec<usize>, usize, Option<usize>)> {
+    Ok(match search {
+        Search::Instance {
+            steps,
+            rounds,
+            chunks,
+        } => (vec![chunks], steps, Some(rounds)),
+        Search::LeastSteps { chunks, rounds } => (vec![chunks], MAX_GREEDY_STEPS, rounds),
+        Search::Pareto => {
+            let demand = (problem.make)(1)?
+                .chunks
+                .iter()
+                .map(|c| c.post.len())
+                .sum::<usize>()
+                .max(1);
+            let most = (PARETO_DEMAND / demand).clamp(1, limits.max_chunks.max(1));
+            ((1..=most).collect(), MAX_GREEDY_STEPS, None)
+        }
+    })
+}
+
+/// The candidates `search` answers with, of the hop model's (`hops`) and the delay
+/// model's (`timed`).
+fn select(hops: Vec<Candidate>, timed: Vec<Candidate>, search: Search) -> Vec<Candidate> {
+    // The hop model's frontier, by increasing steps (its latency proxy).
+    let mut kept = pareto_candidates(hops);
+    match search {
+        Search::Pareto => kept = add_timed(kept, timed),
+        // One algorithm: the fewest steps within the rounds asked for.
+        Search::Instance { .. } => {
+            kept.extend(pareto_candidates(timed));
+            kept.sort_by_key(|c| {
+                (
+                    c.algorithm.num_steps(),
+                    c.algorithm.rounds_per_chunk(),
+                    c.model == Model::Delays,
+                )
+            });
+            kept.truncate(1);
+        }
+        // The fewest steps, and the delay model's lowest latency where it is lower.
+        Search::LeastSteps { .. } => {
+            kept.truncate(1);
+            let fastest = timed.into_iter().min_by(|a, b| {
+                let t = |c: &Candidate| c.latency_us.unwrap_or(f64::INFINITY);
+                t(a).total_cmp(&t(b))
+            });
+            if let Some(c) = fastest {
+                let t = c.latency_us.unwrap_or(f64::INFINITY);
+                if kept
+                    .iter()
+                    .all(|k| t < k.latency_us.unwrap_or(f64::INFINITY))
+                {
+                    kept.push(c);
+                }
+            }
+        }
+    }
+    kept
+}
+
 /// Keeps the delay model's candidates that no kept candidate matches or beats in both
 /// rounds per chunk and latency (nor makes the same sends), and puts them after `kept`.
 fn add_timed(mut kept: Vec<Candidate>, timed: Vec<Candidate>) -> Vec<Candidate> {
@@ -294,16 +388,10 @@ fn add_timed(mut kept: Vec<Candidate>, timed: Vec<Candidate>) -> Vec<Candidate> 
             .then(key(a).0.cmp(&key(b).0))
             .then(a.algorithm.num_steps().cmp(&b.algorithm.num_steps()))
     });
-    for c in timed {
-        let (r, t) = key(&c);
-        let beaten = kept.iter().any(|k| {
-            let (kr, kt) = key(k);
-            (kr <= r && kt <= t) || k.algorithm.steps == c.algorithm.steps
-        });
-        if !beaten {
-            kept.push(c);
-        }
-    }
+    crate::frontier::extend_undominated(&mut kept, timed, |k, c| {
+        let ((kr, kt), (r, t)) = (key(k), key(c));
+        (kr <= r && kt <= t) || k.algorithm.steps == c.algorithm.steps
+    });
     kept
 }
 
@@ -318,24 +406,7 @@ impl Engine for GreedyEngine {
 
     fn search(&self, problem: &Problem, search: Search, limits: &Limits) -> Result<Found> {
         let deadline = limits.deadline.min(problem.deadline);
-        let (tries, max_steps, rounds): (Vec<usize>, usize, Option<usize>) = match search {
-            Search::Instance {
-                steps,
-                rounds,
-                chunks,
-            } => (vec![chunks], steps, Some(rounds)),
-            Search::LeastSteps { chunks, rounds } => (vec![chunks], MAX_GREEDY_STEPS, rounds),
-            Search::Pareto => {
-                let demand = (problem.make)(1)?
-                    .chunks
-                    .iter()
-                    .map(|c| c.post.len())
-                    .sum::<usize>()
-                    .max(1);
-                let most = (PARETO_DEMAND / demand).clamp(1, limits.max_chunks.max(1));
-                ((1..=most).collect(), MAX_GREEDY_STEPS, None)
-            }
-        };
+        let (tries, max_steps, rounds) = plan(problem, search, limits)?;
         let mut all = Vec::new();
         let mut complete = true;
         for chunks in tries {
@@ -352,40 +423,7 @@ impl Engine for GreedyEngine {
             .filter(|c| rounds.is_none_or(|r| c.algorithm.rounds() as usize <= r))
             .filter(|c| c.algorithm.num_steps() <= max_steps)
             .partition(|c| c.model == Model::Hops);
-        // The hop model's frontier, by increasing steps (its latency proxy).
-        let mut kept = pareto_candidates(hops);
-        match search {
-            Search::Pareto => kept = add_timed(kept, timed),
-            // One algorithm: the fewest steps within the rounds asked for.
-            Search::Instance { .. } => {
-                kept.extend(pareto_candidates(timed));
-                kept.sort_by_key(|c| {
-                    (
-                        c.algorithm.num_steps(),
-                        c.algorithm.rounds_per_chunk(),
-                        c.model == Model::Delays,
-                    )
-                });
-                kept.truncate(1);
-            }
-            // The fewest steps, and the delay model's lowest latency where it is lower.
-            Search::LeastSteps { .. } => {
-                kept.truncate(1);
-                let fastest = timed.into_iter().min_by(|a, b| {
-                    let t = |c: &Candidate| c.latency_us.unwrap_or(f64::INFINITY);
-                    t(a).total_cmp(&t(b))
-                });
-                if let Some(c) = fastest {
-                    let t = c.latency_us.unwrap_or(f64::INFINITY);
-                    if kept
-                        .iter()
-                        .all(|k| t < k.latency_us.unwrap_or(f64::INFINITY))
-                    {
-                        kept.push(c);
-                    }
-                }
-            }
-        }
+        let kept = select(hops, timed, search);
         let algorithms: Vec<Algorithm> = kept.into_iter().map(|c| c.algorithm).collect();
         // A greedy run proves nothing: an empty answer to an instance is not UNSAT.
         if algorithms.is_empty() {
@@ -400,26 +438,10 @@ impl Engine for GreedyEngine {
     }
 }
 
-/// [`crate::synthesize::pareto_filter`] over candidates: the frontier over (steps, rounds
-/// per chunk), by increasing steps.
-fn pareto_candidates(mut all: Vec<Candidate>) -> Vec<Candidate> {
-    all.sort_by_key(|c| {
-        (
-            c.algorithm.num_steps(),
-            c.algorithm.rounds_per_chunk(),
-            c.algorithm.chunks(),
-        )
-    });
-    let mut kept: Vec<Candidate> = Vec::new();
-    for c in all {
-        if kept
-            .last()
-            .is_none_or(|k| c.algorithm.rounds_per_chunk() < k.algorithm.rounds_per_chunk())
-        {
-            kept.push(c);
-        }
-    }
-    kept
+/// The candidates whose algorithms are not dominated in (steps, rounds per chunk), by
+/// increasing steps ([`crate::frontier::pareto_filter_by`]).
+fn pareto_candidates(all: Vec<Candidate>) -> Vec<Candidate> {
+    crate::frontier::pareto_filter_by(all, |c| &c.algorithm)
 }
 
 #[cfg(test)]

@@ -92,54 +92,38 @@ fn priority_of(key: u64) -> u16 {
 /// most `max_steps` times the largest delay epochs.
 pub fn run(
     fabric: &Fabric,
-    mut demand: Demand,
+    demand: Demand,
     coll: &Collective,
     salt: Option<u64>,
     max_steps: usize,
     deadline: Instant,
 ) -> Result<Schedule, Stop> {
     let links = fabric.src.len();
-    let tie = |c: u32, l: usize| -> u16 {
-        salt.map_or(0, |s| {
-            (mix(s ^ mix(((c as u64) << 32) | l as u64)) >> 48) as u16
-        })
-    };
-    let mut heaps: Vec<BinaryHeap<u64>> = vec![BinaryHeap::new(); links];
-    let hop = |l: usize, epoch: usize| Hop {
-        u: fabric.src[l],
-        v: fabric.dst[l],
-        delay: fabric.delay[l],
-        epoch: epoch as u32,
-    };
-    // Chunk c on rank u, from `epoch` on: a candidate of every link out of u that helps.
-    let offer = |heaps: &mut Vec<BinaryHeap<u64>>, demand: &Demand, c: u32, u: usize, epoch| {
-        for &l in &fabric.out_links[u] {
-            if let Some(p) = demand.priority(c as usize, hop(l, epoch), &fabric.dist) {
-                heaps[l].push(key(p, tie(c, l), c));
-            }
-        }
+    let fifo = fabric.fifo;
+    // Arrivals by the epoch from which they can be forwarded, modulo the ring's length.
+    let ring = fabric.delay.iter().copied().max().unwrap_or(1) as usize + 1;
+    let mut run = Run {
+        fabric,
+        demand,
+        salt,
+        heaps: vec![BinaryHeap::new(); links],
+        link_left: vec![0u32; links],
+        switch_left: fabric.switch_cap.to_vec(),
+        touched_switches: Vec::new(),
+        pending: vec![Vec::new(); ring],
+        in_flight: 0,
+        makespan: 0,
+        recent: vec![NO_SEND; links * fifo],
+        recent_at: vec![0; if fifo > 0 { links } else { 0 }],
     };
     for (c, chunk) in coll.chunks.iter().enumerate() {
         for &u in &chunk.pre {
-            offer(&mut heaps, &demand, c as u32, u, 0);
+            run.offer(c as u32, u, 0);
         }
     }
     let mut steps: Vec<Vec<(u32, u32)>> = Vec::new();
     let mut busy = 0usize;
-    let mut makespan = 0usize;
-    let mut link_left = vec![0u32; links];
-    let mut switch_left = fabric.switch_cap.to_vec();
-    let mut touched_switches: Vec<usize> = Vec::new();
-    // Arrivals by the epoch from which they can be forwarded, modulo the ring's length.
-    let ring = fabric.delay.iter().copied().max().unwrap_or(1) as usize + 1;
-    let mut pending: Vec<Vec<(u32, usize)>> = vec![Vec::new(); ring];
-    let mut in_flight = 0usize;
-    // The epochs of each link's last `fifo` sends (a ring per link; NONE: no send).
-    const NONE: u32 = u32::MAX;
-    let fifo = fabric.fifo;
-    let mut recent: Vec<u32> = vec![NONE; links * fifo];
-    let mut recent_at: Vec<u32> = vec![0; if fifo > 0 { links } else { 0 }];
-    while demand.unsatisfied > 0 {
+    while run.demand.unsatisfied > 0 {
         if busy >= max_steps {
             return Err(Stop::StepCap);
         }
@@ -147,79 +131,172 @@ pub fn run(
             return Err(Stop::Deadline);
         }
         let t = steps.len();
-        // The links with candidates, by their best candidate (then link id, for determinism).
-        let mut order: BinaryHeap<(u64, std::cmp::Reverse<usize>)> = BinaryHeap::new();
-        for l in 0..links {
-            link_left[l] = fabric.link_cap[l];
-            if fifo > 0 {
-                let d = fabric.delay[l] as usize;
-                let flying = recent[l * fifo..(l + 1) * fifo]
-                    .iter()
-                    .filter(|&&e| e != NONE && e as usize + d > t)
-                    .count();
-                link_left[l] = link_left[l].min((fifo - flying) as u32);
-            }
-            if link_left[l] == 0 {
-                continue;
-            }
-            if let Some(&top) = heaps[l].peek() {
-                order.push((top, std::cmp::Reverse(l)));
+        let sends = run.epoch(t);
+        if sends.is_empty() && run.in_flight == 0 {
+            return Err(Stop::Stalled);
+        }
+        busy += usize::from(!sends.is_empty());
+        run.end_epoch(t);
+        steps.push(sends);
+    }
+    Ok(Schedule {
+        steps,
+        makespan: run.makespan,
+    })
+}
+
+/// No send, in a link's ring of recent send epochs.
+const NO_SEND: u32 = u32::MAX;
+
+/// One greedy run under way (see [`run`]).
+struct Run<'f, 'a> {
+    fabric: &'f Fabric<'a>,
+    demand: Demand,
+    salt: Option<u64>,
+    /// Each link's candidates.
+    heaps: Vec<BinaryHeap<u64>>,
+    /// Sends each link may still make this epoch.
+    link_left: Vec<u32>,
+    /// Sends each switch constraint may still carry this epoch.
+    switch_left: Vec<u32>,
+    /// The switch constraints used this epoch.
+    touched_switches: Vec<usize>,
+    /// Arrivals by the epoch from which they can be forwarded, modulo the ring's length.
+    pending: Vec<Vec<(u32, usize)>>,
+    in_flight: usize,
+    makespan: usize,
+    /// The epochs of each link's last `fifo` sends (a ring per link; [`NO_SEND`]: none).
+    recent: Vec<u32>,
+    recent_at: Vec<u32>,
+}
+
+impl Run<'_, '_> {
+    /// The seeded tie-break of chunk `c` on link `l`.
+    fn tie(&self, c: u32, l: usize) -> u16 {
+        self.salt.map_or(0, |s| {
+            (mix(s ^ mix(((c as u64) << 32) | l as u64)) >> 48) as u16
+        })
+    }
+
+    /// Link `l` used in `epoch`.
+    fn hop(&self, l: usize, epoch: usize) -> Hop {
+        let fabric = self.fabric;
+        Hop {
+            u: fabric.src[l],
+            v: fabric.dst[l],
+            delay: fabric.delay[l],
+            epoch: epoch as u32,
+        }
+    }
+
+    /// Chunk c on rank u, from `epoch` on: a candidate of every link out of u that helps.
+    fn offer(&mut self, c: u32, u: usize, epoch: usize) {
+        for &l in &self.fabric.out_links[u] {
+            let hop = self.hop(l, epoch);
+            if let Some(p) = self.demand.priority(c as usize, hop, &self.fabric.dist) {
+                let k = key(p, self.tie(c, l), c);
+                self.heaps[l].push(k);
             }
         }
+    }
+
+    /// The sends of epoch `t`, chosen globally by priority.
+    fn epoch(&mut self, t: usize) -> Vec<(u32, u32)> {
+        let mut order = self.open_links(t);
         let mut sends: Vec<(u32, u32)> = Vec::new();
         while let Some((_, std::cmp::Reverse(l))) = order.pop() {
-            if fabric.governing[l].iter().any(|&j| switch_left[j] == 0) {
+            if (self.fabric.governing[l].iter()).any(|&j| self.switch_left[j] == 0) {
                 // Every send of this link needs the exhausted constraint: the link waits for
                 // the next epoch, its candidates unexamined (they only lose priority).
                 continue;
             }
-            let Some(top) = heaps[l].pop() else { continue };
+            let Some(top) = self.heaps[l].pop() else {
+                continue;
+            };
             let c = top as u32;
-            let v = fabric.dst[l];
-            match demand.priority(c as usize, hop(l, t), &fabric.dist) {
+            let hop = self.hop(l, t);
+            match self.demand.priority(c as usize, hop, &self.fabric.dist) {
                 None => {}
-                Some(p) if p < priority_of(top) => heaps[l].push(key(p, tie(c, l), c)),
+                Some(p) if p < priority_of(top) => {
+                    let k = key(p, self.tie(c, l), c);
+                    self.heaps[l].push(k);
+                }
                 Some(_) => {
-                    for &j in &fabric.governing[l] {
-                        if switch_left[j] == fabric.switch_cap[j] {
-                            touched_switches.push(j);
-                        }
-                        switch_left[j] -= 1;
-                    }
-                    link_left[l] -= 1;
-                    if fifo > 0 {
-                        recent[l * fifo + recent_at[l] as usize] = t as u32;
-                        recent_at[l] = (recent_at[l] + 1) % fifo as u32;
-                    }
-                    let at = t + fabric.delay[l] as usize;
-                    demand.arrive(c as usize, v, at as u32, &fabric.dist);
+                    self.send(c, l, t);
                     sends.push((c, l as u32));
-                    makespan = makespan.max(at);
-                    pending[at % ring].push((c, v));
-                    in_flight += 1;
                 }
             }
-            if link_left[l] > 0 {
-                if let Some(&next) = heaps[l].peek() {
+            if self.link_left[l] > 0 {
+                if let Some(&next) = self.heaps[l].peek() {
                     order.push((next, std::cmp::Reverse(l)));
                 }
             }
         }
-        if sends.is_empty() && in_flight == 0 {
-            return Err(Stop::Stalled);
-        }
-        busy += usize::from(!sends.is_empty());
-        for j in touched_switches.drain(..) {
-            switch_left[j] = fabric.switch_cap[j];
-        }
-        // Chunks that can be forwarded from the next epoch on.
-        let mut arrivals = std::mem::take(&mut pending[(t + 1) % ring]);
-        in_flight -= arrivals.len();
-        for (c, v) in arrivals.drain(..) {
-            offer(&mut heaps, &demand, c, v, t + 1);
-        }
-        pending[(t + 1) % ring] = arrivals;
-        steps.push(sends);
+        sends
     }
-    Ok(Schedule { steps, makespan })
+
+    /// The links with room and candidates in epoch `t`, by their best candidate (then link
+    /// id, for determinism); sets each link's room (its capacity, less the messages a FIFO
+    /// still holds in flight).
+    fn open_links(&mut self, t: usize) -> BinaryHeap<(u64, std::cmp::Reverse<usize>)> {
+        let (fabric, fifo) = (self.fabric, self.fabric.fifo);
+        let mut order = BinaryHeap::new();
+        for l in 0..fabric.src.len() {
+            self.link_left[l] = fabric.link_cap[l];
+            if fifo > 0 {
+                let d = fabric.delay[l] as usize;
+                let flying = self.recent[l * fifo..(l + 1) * fifo]
+                    .iter()
+                    .filter(|&&e| e != NO_SEND && e as usize + d > t)
+                    .count();
+                self.link_left[l] = self.link_left[l].min((fifo - flying) as u32);
+            }
+            if self.link_left[l] == 0 {
+                continue;
+            }
+            if let Some(&top) = self.heaps[l].peek() {
+                order.push((top, std::cmp::Reverse(l)));
+            }
+        }
+        order
+    }
+
+    /// Sends chunk `c` over link `l` in epoch `t`: takes the capacity, records the arrival.
+    fn send(&mut self, c: u32, l: usize, t: usize) {
+        let fabric = self.fabric;
+        for &j in &fabric.governing[l] {
+            if self.switch_left[j] == fabric.switch_cap[j] {
+                self.touched_switches.push(j);
+            }
+            self.switch_left[j] -= 1;
+        }
+        self.link_left[l] -= 1;
+        let fifo = fabric.fifo;
+        if fifo > 0 {
+            self.recent[l * fifo + self.recent_at[l] as usize] = t as u32;
+            self.recent_at[l] = (self.recent_at[l] + 1) % fifo as u32;
+        }
+        let v = fabric.dst[l];
+        let at = t + fabric.delay[l] as usize;
+        self.demand.arrive(c as usize, v, at as u32, &fabric.dist);
+        self.makespan = self.makespan.max(at);
+        let ring = self.pending.len();
+        self.pending[at % ring].push((c, v));
+        self.in_flight += 1;
+    }
+
+    /// Ends epoch `t`: restores the switch constraints and offers the chunks that can be
+    /// forwarded from the next epoch on.
+    fn end_epoch(&mut self, t: usize) {
+        for j in self.touched_switches.drain(..) {
+            self.switch_left[j] = self.fabric.switch_cap[j];
+        }
+        let ring = self.pending.len();
+        let mut arrivals = std::mem::take(&mut self.pending[(t + 1) % ring]);
+        self.in_flight -= arrivals.len();
+        for (c, v) in arrivals.drain(..) {
+            self.offer(c, v, t + 1);
+        }
+        self.pending[(t + 1) % ring] = arrivals;
+    }
 }

@@ -12,12 +12,13 @@ pub mod model;
 use crate::algorithm::Algorithm;
 use crate::check::{check, check_memory};
 use crate::engine::{Cut, TimeLimitReached};
+use crate::load::Loads;
 use crate::progress::Progress;
 use crate::sketch::Sketch;
 use crate::smt::search::MakeCollective;
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
-use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 pub use model::{Encoding, SolveLimits, Solved, Stop};
@@ -88,42 +89,45 @@ pub struct MilpFound {
 
 /// Predicted time in µs of `algorithm` on `topology` at nccl-tests size `size` bytes: the sum
 /// over steps of the slowest link or switch constraint, a link costing
-/// `alpha + bytes·load/bandwidth` and a switch constraint `bytes·load/bandwidth`.
+/// `alpha + bytes·load/bandwidth` and a switch constraint `bytes·load/bandwidth`
+/// ([`Predictor::us`], for one algorithm).
 pub fn predict_us(algorithm: &Algorithm, topology: &Topology, size: f64) -> f64 {
-    let coll = &algorithm.collective;
-    let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
-    let link_index: HashMap<(usize, usize), usize> = topology
-        .links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ((l.src, l.dst), i))
-        .collect();
-    let mut total = 0.0;
-    for step in &algorithm.steps {
-        let mut link_load = vec![0usize; topology.links.len()];
-        let mut switch_load = vec![0usize; topology.switches.len()];
-        for x in &step.sends {
-            if let Some(&l) = link_index.get(&(x.src, x.dst)) {
-                link_load[l] += 1;
-            }
-            for (k, sw) in topology.switches.iter().enumerate() {
-                if sw.covers(x.src, x.dst) {
-                    switch_load[k] += 1;
-                }
-            }
+    Predictor::new(topology).us(algorithm, size)
+}
+
+/// Predicts times on one topology, its index built once (see [`predict_us`]).
+pub struct Predictor<'a> {
+    topology: &'a Topology,
+    index: TopologyIndex,
+}
+
+impl<'a> Predictor<'a> {
+    /// A predictor for `topology`.
+    pub fn new(topology: &'a Topology) -> Predictor<'a> {
+        Predictor {
+            topology,
+            index: topology.index(),
         }
-        let links = link_load
-            .iter()
-            .zip(&topology.links)
-            .filter(|(&n, _)| n > 0)
-            .map(|(&n, l)| l.alpha + bytes * n as f64 / (l.bandwidth * 1e3));
-        let switches = switch_load
-            .iter()
-            .zip(&topology.switches)
-            .map(|(&n, s)| bytes * n as f64 / (s.bandwidth * 1e3));
-        total += links.chain(switches).fold(0.0, f64::max);
     }
-    total
+
+    /// [`predict_us`] of `algorithm` at `size` bytes.
+    pub fn us(&self, algorithm: &Algorithm, size: f64) -> f64 {
+        let coll = &algorithm.collective;
+        let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
+        let mut total = 0.0;
+        for step in &algorithm.steps {
+            let loads = Loads::of(&self.index, self.topology.switches.len(), &step.sends);
+            let links = (loads.links.iter())
+                .zip(&self.topology.links)
+                .filter(|(&n, _)| n > 0)
+                .map(|(&n, l)| l.alpha + bytes * n as f64 / (l.bandwidth * 1e3));
+            let switches = (loads.switches.iter())
+                .zip(&self.topology.switches)
+                .map(|(&n, s)| bytes * n as f64 / (s.bandwidth * 1e3));
+            total += links.chain(switches).fold(0.0, f64::max);
+        }
+        total
+    }
 }
 
 /// Keeps the algorithms not dominated in predicted time over `sizes` (ties: fewer steps),
@@ -133,6 +137,7 @@ pub fn pareto_by_time(
     topology: &Topology,
     sizes: &[f64],
 ) -> (Vec<Algorithm>, Vec<Vec<f64>>) {
+    let predictor = Predictor::new(topology);
     let mut scored: Vec<(Algorithm, Vec<f64>)> = Vec::new();
     for a in all {
         if scored
@@ -141,30 +146,10 @@ pub fn pareto_by_time(
         {
             continue;
         }
-        let t = sizes.iter().map(|&s| predict_us(&a, topology, s)).collect();
+        let t = sizes.iter().map(|&s| predictor.us(&a, s)).collect();
         scored.push((a, t));
     }
-    let dominated = |i: usize| {
-        let (a, ta) = &scored[i];
-        scored.iter().enumerate().any(|(j, (b, tb))| {
-            let le = tb.iter().zip(ta).all(|(x, y)| *x <= y * (1.0 + 1e-9));
-            let lt = tb.iter().zip(ta).any(|(x, y)| *x < y * (1.0 - 1e-9));
-            j != i && le && (lt || (b.num_steps(), b.chunks(), j) < (a.num_steps(), a.chunks(), i))
-        })
-    };
-    let keep: Vec<bool> = (0..scored.len()).map(|i| !dominated(i)).collect();
-    let mut kept: Vec<(Algorithm, Vec<f64>)> = scored
-        .into_iter()
-        .zip(keep)
-        .filter(|(_, k)| *k)
-        .map(|(x, _)| x)
-        .collect();
-    kept.sort_by(|a, b| {
-        a.1.first()
-            .partial_cmp(&b.1.first())
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    kept.into_iter().unzip()
+    crate::frontier::pareto_by_time(scored).into_iter().unzip()
 }
 
 /// Solves the (non-combining) collective built by `make` on `topology` under `sketch`, one
@@ -193,138 +178,211 @@ pub fn search(
         );
     }
     let hops = routing.check_collective(topology, &base)?;
-    let mut found = Vec::new();
-    let mut attempts = Vec::new();
-    let mut complete = true;
     let mut sizes = sketch.sizes.clone();
     sizes.sort_by(f64::total_cmp);
-    let mut cuts = Vec::new();
-    // The deadline stopped the search: an error when nothing was found, else a cut.
-    let stopped = |phase: String, found: &[Algorithm], cuts: &mut Vec<Cut>| -> Result<()> {
-        if found.is_empty() {
-            return Err(TimeLimitReached { phase }.into());
-        }
-        cuts.push(Cut {
-            limit: "time",
-            what: format!("the time limit was reached while {phase}"),
-        });
-        Ok(())
+    let mut run = MilpSearch {
+        topology,
+        predictor: Predictor::new(topology),
+        sketch,
+        routing: &routing,
+        base: &base,
+        deadline,
+        progress,
+        extra_memory,
+        found: Vec::new(),
+        attempts: Vec::new(),
+        complete: true,
+        cuts: Vec::new(),
     };
-    'chunks: for &c in &sketch.chunks {
+    for &c in &sketch.chunks {
         let coll = make(c)?;
         let (lo, hi) = sketch.steps;
         let steps = (hops + c - 1).max(lo).min(hi.unwrap_or(usize::MAX));
         if steps < hops {
             continue;
         }
-        let encoding = match Encoding::new(topology, &coll, &routing, steps, deadline) {
-            Ok(Some(e)) => e,
-            Ok(None) => continue,
-            Err(e) => match crate::engine::time_limit_phase(&e) {
-                Some(phase) => {
-                    complete = false;
-                    stopped(phase.to_string(), &found, &mut cuts)?;
-                    break 'chunks;
-                }
-                None => return Err(e),
-            },
-        };
-        let encoding = encoding.with_extra_memory(extra_memory);
-        for &size in sizes.iter().rev() {
-            // Skip a model that cannot beat what is known: the best time so far at this size
-            // is already within the gap of a lower bound.
-            let best = found
-                .iter()
-                .map(|a| predict_us(a, topology, size))
-                .fold(f64::INFINITY, f64::min);
-            if best <= (1.0 + sketch.gap) * time_lower_bound(topology, &routing, &base, size) {
-                continue;
-            }
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .as_secs_f64();
-            if left <= 0.05 {
-                complete = false;
-                stopped(
-                    format!("solving the MILP models (next: chunks={c} steps={steps} at {size:e} bytes)"),
-                    &found,
-                    &mut cuts,
-                )?;
-                break 'chunks;
-            }
-            progress.message(&format!(
-                "MILP chunks={c} steps={steps} size={size:e} ({} binaries, symmetry {})",
-                encoding.variables(),
-                encoding.symmetry_order()
-            ));
-            let started = Instant::now();
-            // Warm start: the best algorithm so far at this size, refined to C pieces.
-            let start = found
-                .iter()
-                .filter(|a: &&Algorithm| c % a.chunks() == 0 && a.num_steps() <= steps)
-                .min_by(|a, b| {
-                    predict_us(a, topology, size).total_cmp(&predict_us(b, topology, size))
-                })
-                .map(|a| a.refined(c));
-            let limits = SolveLimits {
-                seconds: sketch.time_limit.min(left),
-                gap: sketch.gap,
-                nodes: sketch.work_limit,
-                deadline,
-            };
-            let solved = match encoding.solve(size, &limits, start.as_ref()) {
-                Ok(s) => s,
-                Err(e) => match crate::engine::time_limit_phase(&e) {
-                    Some(phase) => {
-                        complete = false;
-                        stopped(phase.to_string(), &found, &mut cuts)?;
-                        break 'chunks;
-                    }
-                    None => return Err(e),
-                },
-            };
-            let attempt = Attempt {
-                chunks: c,
-                steps,
-                size,
-                variables: encoding.variables(),
-                symmetry: encoding.symmetry_order(),
-                objective: solved.objective,
-                proven: solved.proven,
-                stopped: solved.stopped,
-                seconds: started.elapsed().as_secs_f64(),
-            };
-            complete &= solved.proven;
-            if let Some(algorithm) = solved.algorithm {
-                let memory = extra_memory.map_or(Ok(()), |m| check_memory(&algorithm, m));
-                if let Err(e) = check(&algorithm, topology).and(memory) {
-                    bail!(
-                        "internal error: the MILP algorithm {} fails the checker: {e}",
-                        algorithm.name
-                    );
-                }
-                progress.best(&format!(
-                    "({}, {}, {}) {:.1} us at {size:e} B",
-                    algorithm.num_steps(),
-                    algorithm.rounds(),
-                    algorithm.chunks(),
-                    predict_us(&algorithm, topology, size)
-                ));
-                found.push(algorithm);
-            }
-            cuts.extend(attempt.cut());
-            attempts.push(attempt);
+        if run.chunk_count(&coll, c, steps, &sizes)?.is_break() {
+            break;
         }
     }
-    let (algorithms, predicted_us) = pareto_by_time(found, topology, &sizes);
+    let (algorithms, predicted_us) = pareto_by_time(run.found, topology, &sizes);
     Ok(MilpFound {
         algorithms,
         predicted_us,
         sizes,
-        complete,
-        attempts,
-        cuts,
+        complete: run.complete,
+        attempts: run.attempts,
+        cuts: run.cuts,
     })
+}
+
+/// One [`search`] under way: what it searches with and what it has found.
+struct MilpSearch<'s> {
+    topology: &'s Topology,
+    predictor: Predictor<'s>,
+    sketch: &'s Sketch,
+    routing: &'s crate::sketch::Routing,
+    /// The collective at one piece per chunk.
+    base: &'s crate::collective::Collective,
+    deadline: Instant,
+    progress: &'s Progress,
+    extra_memory: Option<usize>,
+    /// Checked algorithms so far.
+    found: Vec<Algorithm>,
+    attempts: Vec<Attempt>,
+    complete: bool,
+    cuts: Vec<Cut>,
+}
+
+impl MilpSearch<'_> {
+    /// The deadline stopped the search during `phase`: an error when nothing was found,
+    /// else a cut (the search then breaks off).
+    fn stopped(&mut self, phase: String) -> Result<()> {
+        self.complete = false;
+        if self.found.is_empty() {
+            return Err(TimeLimitReached { phase }.into());
+        }
+        self.cuts.push(Cut {
+            limit: "time",
+            what: format!("the time limit was reached while {phase}"),
+        });
+        Ok(())
+    }
+
+    /// `result`, or the break of [`MilpSearch::stopped`] if the deadline stopped it.
+    fn or_stopped<T>(&mut self, result: Result<T>) -> Result<ControlFlow<(), T>> {
+        match result {
+            Ok(x) => Ok(ControlFlow::Continue(x)),
+            Err(e) => match crate::engine::time_limit_phase(&e) {
+                Some(phase) => {
+                    self.stopped(phase.to_string())?;
+                    Ok(ControlFlow::Break(()))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Solves the model of `coll` (C = `c` pieces) in `steps` steps at every size, largest
+    /// first; breaks when the deadline stopped the search.
+    fn chunk_count(
+        &mut self,
+        coll: &crate::collective::Collective,
+        c: usize,
+        steps: usize,
+        sizes: &[f64],
+    ) -> Result<ControlFlow<()>> {
+        let built = Encoding::new(self.topology, coll, self.routing, steps, self.deadline);
+        let encoding = match self.or_stopped(built)? {
+            ControlFlow::Continue(Some(e)) => e.with_extra_memory(self.extra_memory),
+            ControlFlow::Continue(None) => return Ok(ControlFlow::Continue(())),
+            ControlFlow::Break(()) => return Ok(ControlFlow::Break(())),
+        };
+        for &size in sizes.iter().rev() {
+            if self.known_good_enough(size) {
+                continue;
+            }
+            let left = self
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64();
+            if left <= 0.05 {
+                self.stopped(format!(
+                    "solving the MILP models (next: chunks={c} steps={steps} at {size:e} bytes)"
+                ))?;
+                return Ok(ControlFlow::Break(()));
+            }
+            if self.solve_at(&encoding, c, steps, size, left)?.is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Whether a model at `size` cannot beat what is known: the best time so far at this
+    /// size is already within the gap of a lower bound.
+    fn known_good_enough(&self, size: f64) -> bool {
+        let best = (self.found.iter())
+            .map(|a| self.predictor.us(a, size))
+            .fold(f64::INFINITY, f64::min);
+        best <= (1.0 + self.sketch.gap)
+            * time_lower_bound(self.topology, self.routing, self.base, size)
+    }
+
+    /// Warm start: the best algorithm so far at `size`, refined to `c` pieces.
+    fn warm_start(&self, c: usize, steps: usize, size: f64) -> Option<Algorithm> {
+        (self.found.iter())
+            .filter(|a: &&Algorithm| c.is_multiple_of(a.chunks()) && a.num_steps() <= steps)
+            .min_by(|a, b| (self.predictor.us(a, size)).total_cmp(&self.predictor.us(b, size)))
+            .map(|a| a.refined(c))
+    }
+
+    /// Solves `encoding` (C = `c` pieces, `steps` steps) at `size` within `left` seconds and
+    /// keeps its algorithm, checked; breaks when the deadline stopped the search.
+    fn solve_at(
+        &mut self,
+        encoding: &Encoding,
+        c: usize,
+        steps: usize,
+        size: f64,
+        left: f64,
+    ) -> Result<ControlFlow<()>> {
+        self.progress.message(&format!(
+            "MILP chunks={c} steps={steps} size={size:e} ({} binaries, symmetry {})",
+            encoding.variables(),
+            encoding.symmetry_order()
+        ));
+        let started = Instant::now();
+        let start = self.warm_start(c, steps, size);
+        let limits = SolveLimits {
+            seconds: self.sketch.time_limit.min(left),
+            gap: self.sketch.gap,
+            nodes: self.sketch.work_limit,
+            deadline: self.deadline,
+        };
+        let solved = match self.or_stopped(encoding.solve(size, &limits, start.as_ref()))? {
+            ControlFlow::Continue(s) => s,
+            ControlFlow::Break(()) => return Ok(ControlFlow::Break(())),
+        };
+        let attempt = Attempt {
+            chunks: c,
+            steps,
+            size,
+            variables: encoding.variables(),
+            symmetry: encoding.symmetry_order(),
+            objective: solved.objective,
+            proven: solved.proven,
+            stopped: solved.stopped,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        self.complete &= solved.proven;
+        if let Some(algorithm) = solved.algorithm {
+            self.keep(algorithm, size)?;
+        }
+        self.cuts.extend(attempt.cut());
+        self.attempts.push(attempt);
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Checks `algorithm` (and its memory) and keeps it.
+    fn keep(&mut self, algorithm: Algorithm, size: f64) -> Result<()> {
+        let memory = (self.extra_memory).map_or(Ok(()), |m| check_memory(&algorithm, m));
+        if let Err(e) = check(&algorithm, self.topology).and(memory) {
+            bail!(
+                "internal error: the MILP algorithm {} fails the checker: {e}",
+                algorithm.name
+            );
+        }
+        self.progress.best(&format!(
+            "({}, {}, {}) {:.1} us at {size:e} B",
+            algorithm.num_steps(),
+            algorithm.rounds(),
+            algorithm.chunks(),
+            self.predictor.us(&algorithm, size)
+        ));
+        self.found.push(algorithm);
+        Ok(())
+    }
 }
 
 /// A lower bound in µs on any algorithm at `size` under the sketch: the largest, over

@@ -17,8 +17,10 @@ use crate::collective::Collective;
 use crate::engine::check_deadline;
 use crate::sketch::Routing;
 use crate::symmetry::Group;
-use crate::topology::Topology;
-use good_lp::{constraint, highs, variable, Expression, ProblemVariables, SolverModel, Variable};
+use crate::topology::{Topology, TopologyIndex};
+use good_lp::{
+    constraint, highs, variable, Constraint, Expression, ProblemVariables, SolverModel, Variable,
+};
 use highs::{HighsModelStatus, HighsSolutionStatus};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -42,6 +44,10 @@ pub struct Encoding<'a> {
     uses: Vec<(Key, Key)>,
     /// Representative keys, in variable order.
     reps: Vec<(usize, usize, usize)>,
+    /// The column of each representative key (its position in `reps`).
+    columns: HashMap<Key, usize>,
+    /// The topology's index (links by endpoints).
+    index: TopologyIndex,
     /// Extra memory M: per rank, received chunks ≤ postcondition chunks + M.
     extra_memory: Option<usize>,
 }
@@ -108,7 +114,8 @@ impl<'a> Encoding<'a> {
                 coll.chunks_per_rank
             )
         };
-        let group = Group::new_before(topology, coll, &routing.generators, Some(deadline))
+        let index = topology.index();
+        let group = Group::new_before(topology, &index, coll, &routing.generators, Some(deadline))
             .map_err(|e| match crate::engine::time_limit_phase(&e) {
                 Some(_) => crate::engine::TimeLimitReached { phase: phase() }.into(),
                 None => e,
@@ -150,6 +157,7 @@ impl<'a> Encoding<'a> {
                 }
             }
         }
+        let columns = reps.iter().enumerate().map(|(i, &k)| (k, i)).collect();
         Ok(Some(Encoding {
             topology,
             coll,
@@ -157,6 +165,8 @@ impl<'a> Encoding<'a> {
             steps,
             uses,
             reps,
+            columns,
+            index,
             extra_memory: None,
         }))
     }
@@ -188,238 +198,26 @@ impl<'a> Encoding<'a> {
         limits: &SolveLimits,
         start: Option<&Algorithm>,
     ) -> anyhow::Result<Solved> {
-        let phase = || {
-            format!(
-                "building the MILP constraints for C={} pieces and {} steps",
-                self.coll.chunks_per_rank, self.steps
-            )
-        };
         let deadline = limits.deadline;
-        check_deadline(deadline, phase)?;
-        // Checks the deadline every 4096 calls (the loops below run millions of times on
-        // large models).
-        let ticks = std::cell::Cell::new(0u32);
-        let tick = || {
-            ticks.set(ticks.get().wrapping_add(1));
-            if ticks.get().is_multiple_of(4096) {
-                check_deadline(deadline, phase)
-            } else {
-                Ok(())
-            }
-        };
-        let topo = self.topology;
-        let coll = self.coll;
-        let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
+        check_deadline(deadline, || self.constraints_phase())?;
         let initial = start.and_then(|a| self.start_values(a));
-        let mut vars = ProblemVariables::new();
-        // Columns are numbered in the order variables are added: x in `reps` order, then d.
-        let x: HashMap<(usize, usize, usize), Variable> = self
-            .reps
-            .iter()
-            .map(|&k| (k, vars.add(variable().binary())))
-            .collect();
-        let x_column: HashMap<(usize, usize, usize), usize> =
-            self.reps.iter().enumerate().map(|(i, &k)| (k, i)).collect();
-        let d: Vec<Variable> = (0..self.steps)
-            .map(|_| vars.add(variable().min(0.0)))
-            .collect();
-        let d_column = |s: usize| self.reps.len() + s;
-        let var = |key: &(usize, usize, usize)| x[key];
-        // Per (chunk, rank): incoming variables by step; per (link, step): load. Maps whose
-        // order makes constraints are ordered, so the same input gives the same model.
-        let mut incoming: HashMap<(usize, usize), Vec<(usize, Variable)>> = HashMap::new();
-        let mut load: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
-        for &((c, l, s), key) in &self.uses {
-            tick()?;
-            let v = var(&key);
-            incoming
-                .entry((c, topo.links[l].dst))
-                .or_default()
-                .push((s, v));
-            *load.entry((l, s)).or_insert_with(|| Expression::from(0.0)) += v;
-        }
-        let mut constraints = Vec::new();
-        // Receive exactly once where needed, at most once elsewhere (orbit representatives).
-        for (c, chunk) in coll.chunks.iter().enumerate() {
-            tick()?;
-            for r in 0..topo.ranks {
-                if chunk.pre.contains(&r) || self.group.chunk_rank_rep(c, r) != (c, r) {
-                    continue;
-                }
-                let total: Expression = incoming
-                    .get(&(c, r))
-                    .map_or(Expression::from(0.0), |v| v.iter().map(|&(_, x)| x).sum());
-                if chunk.post.contains(&r) {
-                    constraints.push(constraint!(total == 1.0));
-                } else if incoming.contains_key(&(c, r)) {
-                    constraints.push(constraint!(total <= 1.0));
-                }
-            }
-        }
-        // Extra memory: chunks received by a rank ≤ its postcondition's chunks + M.
-        if let Some(extra) = self.extra_memory {
-            for r in 0..topo.ranks {
-                let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
-                let total: Expression = (0..coll.chunks.len())
-                    .filter_map(|c| incoming.get(&(c, r)))
-                    .flat_map(|list| list.iter().map(|&(_, x)| x))
-                    .sum();
-                constraints.push(constraint!(total <= limit as f64));
-            }
-        }
-        check_deadline(deadline, phase)?;
-        // Send only what is held; latency and busy time per link.
-        let mut busy: BTreeMap<(usize, usize), Variable> = BTreeMap::new();
-        for &((c, l, s), key) in &self.uses {
-            tick()?;
-            if key != (c, l, s) {
-                continue;
-            }
-            let link = &topo.links[l];
-            let v = var(&key);
-            if !coll.chunks[c].pre.contains(&link.src) {
-                let held: Expression = incoming
-                    .get(&(c, link.src))
-                    .map_or(Expression::from(0.0), |list| {
-                        list.iter().filter(|&&(t, _)| t < s).map(|&(_, x)| x).sum()
-                    });
-                constraints.push(constraint!(v <= held));
-            }
-            let lr = self.group.link_rep(l);
-            let w = *busy
-                .entry((lr, s))
-                .or_insert_with(|| vars.add(variable().min(0.0)));
-            constraints.push(constraint!(d[s] >= link.alpha * v + w));
-        }
-        for (&(lr, s), &w) in &busy {
-            tick()?;
-            let beta = bytes / (topo.links[lr].bandwidth * 1e3);
-            let expr = load
-                .get(&(lr, s))
-                .cloned()
-                .unwrap_or_else(|| Expression::from(0.0));
-            constraints.push(constraint!(w == beta * expr));
-        }
-        check_deadline(deadline, phase)?;
-        for (k, sw) in topo.switches.iter().enumerate() {
-            if self.group.switch_rep(k) != k {
-                continue;
-            }
-            check_deadline(deadline, phase)?;
-            let beta = bytes / (sw.bandwidth * 1e3);
-            for (s, &ds) in d.iter().enumerate() {
-                let mut total = Expression::from(0.0);
-                let mut any = false;
-                for (l, link) in topo.links.iter().enumerate() {
-                    if sw.covers(link.src, link.dst) {
-                        if let Some(e) = load.get(&(l, s)) {
-                            total += e.clone();
-                            any = true;
-                        }
-                    }
-                }
-                if any {
-                    constraints.push(constraint!(ds >= beta * total));
-                }
-            }
-        }
-        // A step lasts at least a rank's incoming (outgoing) bytes over the sum of its links'
-        // bandwidths (the slowest link is never faster than their average): this gives the
-        // LP relaxation the per-rank cut bound.
-        let mut into: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
-        let mut out_of: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
-        for (&(l, s), e) in &load {
-            tick()?;
-            let link = &topo.links[l];
-            *into
-                .entry((link.dst, s))
-                .or_insert_with(|| Expression::from(0.0)) += e.clone();
-            *out_of
-                .entry((link.src, s))
-                .or_insert_with(|| Expression::from(0.0)) += e.clone();
-        }
-        let rank_rep = |r: usize| {
-            (0..self.group.order())
-                .map(|g| self.group.ranks[g][r])
-                .min()
-                .unwrap_or(r)
-        };
-        for (incoming, sums) in [(true, &into), (false, &out_of)] {
-            for (&(r, s), e) in sums {
-                tick()?;
-                if rank_rep(r) != r {
-                    continue;
-                }
-                let bw: f64 = topo
-                    .links
-                    .iter()
-                    .filter(|l| if incoming { l.dst == r } else { l.src == r })
-                    .map(|l| l.bandwidth)
-                    .sum();
-                constraints.push(constraint!(d[s] >= bytes / (bw * 1e3) * e.clone()));
-            }
-        }
-        // Pieces of one original chunk are interchangeable: order them by how early their
-        // sources send them (one original chunk per orbit of the symmetry group).
-        check_deadline(deadline, phase)?;
-        let mut first_sends: HashMap<usize, Vec<(usize, Key)>> = HashMap::new();
-        for &((c, l, s), key) in &self.uses {
-            tick()?;
-            if coll.chunks[c].pre.contains(&topo.links[l].src) {
-                first_sends.entry(c).or_default().push((s, key));
-            }
-        }
-        for pieces in self.piece_groups() {
-            check_deadline(deadline, phase)?;
-            let score = |c: usize| -> Expression {
-                let mut e = Expression::from(0.0);
-                for &(s, key) in first_sends.get(&c).into_iter().flatten() {
-                    e += ((self.steps - s) as f64) * var(&key);
-                }
-                e
-            };
-            for w in pieces.windows(2) {
-                constraints.push(constraint!(score(w[0]) >= score(w[1])));
-            }
-        }
-        let objective: Expression = d.iter().copied().sum();
-        let columns = vars.len();
-        let mut model = vars.minimise(objective).using(highs);
-        for c in constraints {
-            model.add_constraint(c);
-        }
-        check_deadline(deadline, phase)?;
-        // good_lp builds the HiGHS model (columns in variable order); it is solved here so
-        // that a node limit can be told from a time limit.
-        let mut model = model
-            .try_into_inner()
-            .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
-        let option = |model: &mut highs::Model, name: &str, value: OptionValue| {
-            let result = match value {
-                OptionValue::Float(v) => model.try_set_option(name, v),
-                OptionValue::Int(v) => model.try_set_option(name, v),
-            };
-            result.map_err(|e| anyhow::anyhow!("HiGHS option {name}: {e:?}"))
-        };
-        option(
-            &mut model,
-            "time_limit",
-            OptionValue::Float(limits.seconds.max(0.01)),
-        )?;
-        option(&mut model, "mip_rel_gap", OptionValue::Float(limits.gap))?;
-        // One thread and a fixed seed: with a work limit the answer is a function of the
-        // model alone.
-        option(&mut model, "threads", OptionValue::Int(1))?;
-        option(&mut model, "random_seed", OptionValue::Int(0))?;
-        option(&mut model, "mip_heuristic_effort", OptionValue::Float(0.3))?;
-        if let Some(nodes) = limits.nodes {
-            let nodes = nodes.clamp(1, i32::MAX as u64) as i32;
-            option(&mut model, "mip_max_nodes", OptionValue::Int(nodes))?;
-        }
+        let mut builder = ModelBuilder::new(self, size, deadline);
+        builder.count_uses()?;
+        builder.receive_once()?;
+        builder.extra_memory();
+        builder.check_deadline()?;
+        builder.send_held_and_busy()?;
+        builder.check_deadline()?;
+        builder.switch_time()?;
+        builder.rank_cuts()?;
+        builder.check_deadline()?;
+        builder.piece_order()?;
+        let (mut model, columns) = builder.into_highs()?;
+        set_options(&mut model, limits)?;
         if let Some(on) = initial {
             let mut values = vec![0.0; columns];
             for k in &on {
-                values[x_column[k]] = 1.0;
+                values[self.x_column(k)] = 1.0;
             }
             // A start HiGHS rejects only costs the warm start.
             let _ = model.try_set_solution(Some(&values), None, None, None);
@@ -427,6 +225,24 @@ impl<'a> Encoding<'a> {
         let solved = model
             .try_solve()
             .map_err(|e| anyhow::anyhow!("HiGHS failed: {e:?}"))?;
+        self.read_solution(&solved)
+    }
+
+    /// The phase a deadline stops while the constraints of a solve are built.
+    fn constraints_phase(&self) -> String {
+        format!(
+            "building the MILP constraints for C={} pieces and {} steps",
+            self.coll.chunks_per_rank, self.steps
+        )
+    }
+
+    /// The column of representative key `key`: the x variables come first, in `reps` order.
+    fn x_column(&self, key: &Key) -> usize {
+        self.columns[key]
+    }
+
+    /// The answer HiGHS gave: the algorithm its solution sends, if it has one.
+    fn read_solution(&self, solved: &highs::SolvedModel) -> anyhow::Result<Solved> {
         let stopped = match solved.status() {
             HighsModelStatus::ReachedSolutionLimit | HighsModelStatus::ReachedIterationLimit => {
                 Some(Stop::Work)
@@ -455,26 +271,335 @@ impl<'a> Encoding<'a> {
         }
         let solution = solved.get_solution();
         let values = solution.columns();
-        let objective: f64 = (0..self.steps).map(|s| values[d_column(s)]).sum();
+        // The d variables follow the x variables.
+        let objective: f64 = (0..self.steps).map(|s| values[self.reps.len() + s]).sum();
         let mut sends: Vec<Vec<Send>> = vec![Vec::new(); self.steps];
         for &((c, l, s), key) in &self.uses {
-            if values[x_column[&key]] > 0.5 {
-                let link = &topo.links[l];
+            if values[self.x_column(&key)] > 0.5 {
+                let link = &self.topology.links[l];
                 sends[s].push(Send {
-                    chunk: coll.chunks[c].address,
+                    chunk: self.coll.chunks[c].address,
                     src: link.src,
                     dst: link.dst,
                 });
             }
         }
-        prune_useless(coll, &mut sends);
-        let algorithm = build_algorithm(topo, coll, sends)?;
+        prune_useless(self.coll, &mut sends);
+        let algorithm = build_algorithm(self.topology, &self.index, self.coll, sends)?;
         Ok(Solved {
             algorithm: Some(algorithm),
             objective: Some(objective),
             proven: stopped.is_none(),
             stopped,
         })
+    }
+}
+
+/// Sets the HiGHS options of one solve: its limits, one thread and a fixed seed (with a
+/// work limit the answer is then a function of the model alone).
+fn set_options(model: &mut highs::Model, limits: &SolveLimits) -> anyhow::Result<()> {
+    let option = |model: &mut highs::Model, name: &str, value: OptionValue| {
+        let result = match value {
+            OptionValue::Float(v) => model.try_set_option(name, v),
+            OptionValue::Int(v) => model.try_set_option(name, v),
+        };
+        result.map_err(|e| anyhow::anyhow!("HiGHS option {name}: {e:?}"))
+    };
+    option(
+        model,
+        "time_limit",
+        OptionValue::Float(limits.seconds.max(0.01)),
+    )?;
+    option(model, "mip_rel_gap", OptionValue::Float(limits.gap))?;
+    option(model, "threads", OptionValue::Int(1))?;
+    option(model, "random_seed", OptionValue::Int(0))?;
+    option(model, "mip_heuristic_effort", OptionValue::Float(0.3))?;
+    if let Some(nodes) = limits.nodes {
+        let nodes = nodes.clamp(1, i32::MAX as u64) as i32;
+        option(model, "mip_max_nodes", OptionValue::Int(nodes))?;
+    }
+    Ok(())
+}
+
+/// The model of one solve under construction: its variables (columns in the order they are
+/// added: x in `reps` order, then d, then the busy times) and its constraints, in the order
+/// HiGHS gets them (ordered maps, so the same input gives the same model).
+struct ModelBuilder<'e, 'a> {
+    enc: &'e Encoding<'a>,
+    /// Bytes of one piece at the target size.
+    bytes: f64,
+    deadline: Instant,
+    /// Calls of [`ModelBuilder::tick`] so far.
+    ticks: u32,
+    vars: ProblemVariables,
+    /// The x variable of each representative key.
+    x: HashMap<Key, Variable>,
+    /// The duration of each step.
+    d: Vec<Variable>,
+    /// Per (chunk, rank): incoming variables by step.
+    incoming: HashMap<(usize, usize), Vec<(usize, Variable)>>,
+    /// Per (link, step): its load.
+    load: BTreeMap<(usize, usize), Expression>,
+    constraints: Vec<Constraint>,
+}
+
+impl<'e, 'a> ModelBuilder<'e, 'a> {
+    /// The variables of `enc` at nccl-tests size `size`, no constraint yet.
+    fn new(enc: &'e Encoding<'a>, size: f64, deadline: Instant) -> Self {
+        let coll = enc.coll;
+        let bytes = size / (coll.kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank) as f64;
+        let mut vars = ProblemVariables::new();
+        let x = enc
+            .reps
+            .iter()
+            .map(|&k| (k, vars.add(variable().binary())))
+            .collect();
+        let d = (0..enc.steps)
+            .map(|_| vars.add(variable().min(0.0)))
+            .collect();
+        ModelBuilder {
+            enc,
+            bytes,
+            deadline,
+            ticks: 0,
+            vars,
+            x,
+            d,
+            incoming: HashMap::new(),
+            load: BTreeMap::new(),
+            constraints: Vec::new(),
+        }
+    }
+
+    /// Fails once the deadline has passed.
+    fn check_deadline(&self) -> anyhow::Result<()> {
+        check_deadline(self.deadline, || self.enc.constraints_phase())
+    }
+
+    /// [`ModelBuilder::check_deadline`] every 4096 calls (the loops building the model run
+    /// millions of times on large models).
+    fn tick(&mut self) -> anyhow::Result<()> {
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(4096) {
+            self.check_deadline()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Fills the incoming variables per (chunk, rank) and the load per (link, step).
+    fn count_uses(&mut self) -> anyhow::Result<()> {
+        for &((c, l, s), key) in &self.enc.uses {
+            self.tick()?;
+            let v = self.x[&key];
+            self.incoming
+                .entry((c, self.enc.topology.links[l].dst))
+                .or_default()
+                .push((s, v));
+            *self
+                .load
+                .entry((l, s))
+                .or_insert_with(|| Expression::from(0.0)) += v;
+        }
+        Ok(())
+    }
+
+    /// Receive exactly once where needed, at most once elsewhere (orbit representatives).
+    fn receive_once(&mut self) -> anyhow::Result<()> {
+        let enc = self.enc;
+        for (c, chunk) in enc.coll.chunks.iter().enumerate() {
+            self.tick()?;
+            for r in 0..enc.topology.ranks {
+                if chunk.pre.contains(&r) || enc.group.chunk_rank_rep(c, r) != (c, r) {
+                    continue;
+                }
+                let total: Expression = self
+                    .incoming
+                    .get(&(c, r))
+                    .map_or(Expression::from(0.0), |v| v.iter().map(|&(_, x)| x).sum());
+                if chunk.post.contains(&r) {
+                    self.constraints.push(constraint!(total == 1.0));
+                } else if self.incoming.contains_key(&(c, r)) {
+                    self.constraints.push(constraint!(total <= 1.0));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Extra memory: chunks received by a rank ≤ its postcondition's chunks + M.
+    fn extra_memory(&mut self) {
+        let Some(extra) = self.enc.extra_memory else {
+            return;
+        };
+        let coll = self.enc.coll;
+        for r in 0..self.enc.topology.ranks {
+            let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
+            let total: Expression = (0..coll.chunks.len())
+                .filter_map(|c| self.incoming.get(&(c, r)))
+                .flat_map(|list| list.iter().map(|&(_, x)| x))
+                .sum();
+            self.constraints.push(constraint!(total <= limit as f64));
+        }
+    }
+
+    /// Send only what is held; latency and busy time per link.
+    fn send_held_and_busy(&mut self) -> anyhow::Result<()> {
+        let (enc, topo) = (self.enc, self.enc.topology);
+        let mut busy: BTreeMap<(usize, usize), Variable> = BTreeMap::new();
+        for &((c, l, s), key) in &enc.uses {
+            self.tick()?;
+            if key != (c, l, s) {
+                continue;
+            }
+            let link = &topo.links[l];
+            let v = self.x[&key];
+            if !enc.coll.chunks[c].pre.contains(&link.src) {
+                let held: Expression = self
+                    .incoming
+                    .get(&(c, link.src))
+                    .map_or(Expression::from(0.0), |list| {
+                        list.iter().filter(|&&(t, _)| t < s).map(|&(_, x)| x).sum()
+                    });
+                self.constraints.push(constraint!(v <= held));
+            }
+            let lr = enc.group.link_rep(l);
+            let vars = &mut self.vars;
+            let w = *busy
+                .entry((lr, s))
+                .or_insert_with(|| vars.add(variable().min(0.0)));
+            self.constraints
+                .push(constraint!(self.d[s] >= link.alpha * v + w));
+        }
+        for (&(lr, s), &w) in &busy {
+            self.tick()?;
+            let beta = self.bytes / (topo.links[lr].bandwidth * 1e3);
+            let expr = self
+                .load
+                .get(&(lr, s))
+                .cloned()
+                .unwrap_or_else(|| Expression::from(0.0));
+            self.constraints.push(constraint!(w == beta * expr));
+        }
+        Ok(())
+    }
+
+    /// A step lasts at least each switch constraint's load over its bandwidth.
+    fn switch_time(&mut self) -> anyhow::Result<()> {
+        let (enc, topo) = (self.enc, self.enc.topology);
+        for (k, sw) in topo.switches.iter().enumerate() {
+            if enc.group.switch_rep(k) != k {
+                continue;
+            }
+            self.check_deadline()?;
+            let beta = self.bytes / (sw.bandwidth * 1e3);
+            for (s, &ds) in self.d.iter().enumerate() {
+                let mut total = Expression::from(0.0);
+                let mut any = false;
+                for (l, link) in topo.links.iter().enumerate() {
+                    if sw.covers(link.src, link.dst) {
+                        if let Some(e) = self.load.get(&(l, s)) {
+                            total += e.clone();
+                            any = true;
+                        }
+                    }
+                }
+                if any {
+                    self.constraints.push(constraint!(ds >= beta * total));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A step lasts at least a rank's incoming (outgoing) bytes over the sum of its links'
+    /// bandwidths (the slowest link is never faster than their average): this gives the
+    /// LP relaxation the per-rank cut bound.
+    fn rank_cuts(&mut self) -> anyhow::Result<()> {
+        let (enc, topo) = (self.enc, self.enc.topology);
+        let mut into: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
+        let mut out_of: BTreeMap<(usize, usize), Expression> = BTreeMap::new();
+        let load = std::mem::take(&mut self.load);
+        for (&(l, s), e) in &load {
+            self.tick()?;
+            let link = &topo.links[l];
+            *into
+                .entry((link.dst, s))
+                .or_insert_with(|| Expression::from(0.0)) += e.clone();
+            *out_of
+                .entry((link.src, s))
+                .or_insert_with(|| Expression::from(0.0)) += e.clone();
+        }
+        self.load = load;
+        let rank_rep = |r: usize| {
+            (0..enc.group.order())
+                .map(|g| enc.group.ranks[g][r])
+                .min()
+                .unwrap_or(r)
+        };
+        for (incoming, sums) in [(true, &into), (false, &out_of)] {
+            for (&(r, s), e) in sums {
+                self.tick()?;
+                if rank_rep(r) != r {
+                    continue;
+                }
+                let bw: f64 = topo
+                    .links
+                    .iter()
+                    .filter(|l| if incoming { l.dst == r } else { l.src == r })
+                    .map(|l| l.bandwidth)
+                    .sum();
+                let (ds, bytes) = (self.d[s], self.bytes);
+                self.constraints
+                    .push(constraint!(ds >= bytes / (bw * 1e3) * e.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pieces of one original chunk are interchangeable: order them by how early their
+    /// sources send them (one original chunk per orbit of the symmetry group).
+    fn piece_order(&mut self) -> anyhow::Result<()> {
+        let enc = self.enc;
+        let mut first_sends: HashMap<usize, Vec<(usize, Key)>> = HashMap::new();
+        for &((c, l, s), key) in &enc.uses {
+            self.tick()?;
+            if enc.coll.chunks[c].pre.contains(&enc.topology.links[l].src) {
+                first_sends.entry(c).or_default().push((s, key));
+            }
+        }
+        for pieces in enc.piece_groups() {
+            self.check_deadline()?;
+            let score = |c: usize| -> Expression {
+                let mut e = Expression::from(0.0);
+                for &(s, key) in first_sends.get(&c).into_iter().flatten() {
+                    e += ((enc.steps - s) as f64) * self.x[&key];
+                }
+                e
+            };
+            for w in pieces.windows(2) {
+                let (first, second) = (score(w[0]), score(w[1]));
+                self.constraints.push(constraint!(first >= second));
+            }
+        }
+        Ok(())
+    }
+
+    /// The HiGHS model minimising the sum of the step durations, and its column count.
+    fn into_highs(self) -> anyhow::Result<(highs::Model, usize)> {
+        let objective: Expression = self.d.iter().copied().sum();
+        let columns = self.vars.len();
+        let mut model = self.vars.minimise(objective).using(highs);
+        for c in self.constraints {
+            model.add_constraint(c);
+        }
+        check_deadline(self.deadline, || self.enc.constraints_phase())?;
+        // good_lp builds the HiGHS model (columns in variable order); it is solved by the
+        // caller so that a node limit can be told from a time limit.
+        let model = model
+            .try_into_inner()
+            .map_err(|e| anyhow::anyhow!("HiGHS could not build the model: {e}"))?;
+        Ok((model, columns))
     }
 }
 
@@ -522,18 +647,11 @@ impl Encoding<'_> {
             .iter()
             .map(|&((c, l, s), key)| ((self.coll.chunks[c].address, l, s), key))
             .collect();
-        let link_index: HashMap<(usize, usize), usize> = self
-            .topology
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.src, l.dst), i))
-            .collect();
         let mut on = std::collections::HashSet::new();
         let mut count = 0;
         for (s, step) in start.steps.iter().enumerate() {
             for x in &step.sends {
-                let l = *link_index.get(&(x.src, x.dst))?;
+                let l = *self.index.link_of.get(&(x.src, x.dst))?;
                 on.insert(*index.get(&(x.chunk, l, s))?);
                 count += 1;
             }
@@ -595,41 +713,16 @@ fn prune_useless(coll: &Collective, sends: &mut [Vec<Send>]) {
 /// Steps with their integer rounds under the topology's capacities; empty steps dropped.
 pub fn build_algorithm(
     topology: &Topology,
+    index: &TopologyIndex,
     coll: &Collective,
     sends: Vec<Vec<Send>>,
 ) -> anyhow::Result<Algorithm> {
     let caps = topology.capacities()?;
-    let link_index: HashMap<(usize, usize), usize> = topology
-        .links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ((l.src, l.dst), i))
-        .collect();
     let mut steps = Vec::new();
     for mut list in sends.into_iter().filter(|s| !s.is_empty()) {
         list.sort();
-        let mut link_load = vec![0u32; topology.links.len()];
-        let mut switch_load = vec![0u32; topology.switches.len()];
-        for x in &list {
-            link_load[link_index[&(x.src, x.dst)]] += 1;
-            for (k, sw) in topology.switches.iter().enumerate() {
-                if sw.covers(x.src, x.dst) {
-                    switch_load[k] += 1;
-                }
-            }
-        }
-        let need = |load: &[u32], cap: &[u32]| {
-            load.iter()
-                .zip(cap)
-                .map(|(&l, &c)| l.div_ceil(c.max(1)))
-                .max()
-                .unwrap_or(0)
-        };
-        let rounds = need(&link_load, &caps.links)
-            .max(need(&switch_load, &caps.switches))
-            .max(1);
         steps.push(Step {
-            rounds,
+            rounds: crate::load::rounds_needed(index, &caps, &list),
             reduce: false,
             sends: list,
         });

@@ -14,9 +14,9 @@
 use super::queue::IndexedHeap;
 use super::share::Sharing;
 use super::{wire_overhead, SimOptions, MAX_EVENTS};
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
-use runtime::ir::{Op, Program};
+use runtime::ir::{Gpu, Op, Program, Threadblock};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -113,169 +113,39 @@ impl<'a> Layout<'a> {
     /// Lays `p` out on `topo` (errors, one line, for a send without a link, a bad peer or a
     /// bad dependency).
     pub fn new(p: &'a Program, topo: &Topology, opts: &SimOptions) -> Result<Layout<'a>> {
-        let link_of: HashMap<(usize, usize), usize> = topo
-            .links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((l.src, l.dst), i))
-            .collect();
+        let index = topo.index();
         let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
         caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
-        let governing = topo.governing_constraints(&topo.out_link_ids());
         let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
         caps.extend(std::iter::repeat_n(opts.local_bandwidth * 1e3, p.ngpus));
-
-        let mut resources: Vec<Vec<usize>> = Vec::new();
-        let mut class_of: HashMap<Vec<usize>, usize> = HashMap::new();
-        let mut class = |list: Vec<usize>, resources: &mut Vec<Vec<usize>>| -> usize {
-            *class_of.entry(list.clone()).or_insert_with(|| {
-                resources.push(list);
-                resources.len() - 1
-            })
+        let mut classes = Classes {
+            topo,
+            index: &index,
+            resources: Vec::new(),
+            class_of: HashMap::new(),
+            conn_of: HashMap::new(),
+            conns: Vec::new(),
         };
         let local_class: Vec<usize> = local_resource
             .iter()
-            .map(|&r| class(vec![r], &mut resources))
+            .map(|&r| classes.class(vec![r]))
             .collect();
-        let mut conn_of: HashMap<(usize, usize, usize), usize> = HashMap::new();
-        let mut conns: Vec<Conn> = Vec::new();
-        let mut conn = |s: usize,
-                        r: usize,
-                        ch: usize,
-                        conns: &mut Vec<Conn>,
-                        resources: &mut Vec<Vec<usize>>|
-         -> Result<usize> {
-            if let Some(&c) = conn_of.get(&(s, r, ch)) {
-                return Ok(c);
-            }
-            let Some(&l) = link_of.get(&(s, r)) else {
-                bail!(
-                    "rank {s} sends to rank {r} but topology '{}' has no link {s}->{r}",
-                    topo.name
-                );
-            };
-            let mut list = vec![l];
-            list.extend(governing[l].iter().map(|k| topo.links.len() + k));
-            conns.push(Conn {
-                arrived: 0,
-                taken: 0,
-                started: 0,
-                alpha: topo.links[l].alpha.max(0.0),
-                link: l,
-                class: class(list, resources),
-            });
-            conn_of.insert((s, r, ch), conns.len() - 1);
-            Ok(conns.len() - 1)
-        };
         let steps: usize = p.step_count();
         if steps >= NONE as usize {
             bail!("program '{}' has too many steps to simulate", p.name);
         }
-        let mut tbs = Vec::new();
-        let mut infos: Vec<StepInfo> = Vec::with_capacity(steps + 1);
-        let mut deps: Vec<(u32, u32)> = Vec::new();
-        let mut first_tb = Vec::with_capacity(p.gpus.len());
-        for g in &p.gpus {
-            first_tb.push(tbs.len());
-            tbs.extend(g.threadblocks.iter().map(|_| Tb {
-                rank: 0,
-                id: 0,
-                first: 0,
-                len: 0,
-                send_conn: NONE,
-                recv_conn: NONE,
-                done: 0,
-                taken: 0,
-                busy: false,
-            }));
-        }
-        for g in &p.gpus {
-            for (id, tb) in g.threadblocks.iter().enumerate() {
-                let sends = tb.steps.iter().any(|s| s.op.sends());
-                let recvs = tb.steps.iter().any(|s| s.op.receives());
-                let mut peer = |which: Option<usize>, is_send: bool| -> Result<u32> {
-                    let Some(q) = which else { return Ok(NONE) };
-                    if q >= p.ngpus || q == g.rank {
-                        bail!("rank {} tb {id}: bad peer {q}", g.rank);
-                    }
-                    let (s, r) = if is_send { (g.rank, q) } else { (q, g.rank) };
-                    conn(s, r, tb.channel, &mut conns, &mut resources).map(|c| c as u32)
-                };
-                let send_conn = if sends { peer(tb.send, true)? } else { NONE };
-                let recv_conn = if recvs { peer(tb.recv, false)? } else { NONE };
-                let t = first_tb[g.rank] + id;
-                tbs[t] = Tb {
-                    rank: g.rank as u32,
-                    id: id as u32,
-                    first: infos.len() as u32,
-                    len: tb.steps.len() as u32,
-                    send_conn,
-                    recv_conn,
-                    done: 0,
-                    taken: 0,
-                    busy: false,
-                };
-                for (si, s) in tb.steps.iter().enumerate() {
-                    if s.op.sends() && send_conn == NONE {
-                        bail!(
-                            "rank {} tb {id} step {si}: {} without a send peer",
-                            g.rank,
-                            s.op
-                        );
-                    }
-                    if s.op.receives() && recv_conn == NONE {
-                        bail!(
-                            "rank {} tb {id} step {si}: {} without a receive peer",
-                            g.rank,
-                            s.op
-                        );
-                    }
-                    let dep_start = deps.len() as u32;
-                    for d in &s.deps {
-                        let ok = g
-                            .threadblocks
-                            .get(d.tb)
-                            .is_some_and(|t| d.step < t.steps.len());
-                        if !ok || d.tb == id {
-                            bail!(
-                                "rank {} tb {id} step {si}: bad dependency on tb {} step {}",
-                                g.rank,
-                                d.tb,
-                                d.step
-                            );
-                        }
-                        deps.push(((first_tb[g.rank] + d.tb) as u32, d.step as u32));
-                    }
-                    infos.push(StepInfo {
-                        deps: dep_start,
-                        count: u32::try_from(s.count).unwrap_or(u32::MAX),
-                        op: s.op,
-                    });
-                }
-            }
-        }
-        infos.push(StepInfo {
-            deps: deps.len() as u32,
-            count: 0,
-            op: Op::Nop,
-        });
-        let mut conn_ends = vec![(NONE, NONE); conns.len()];
-        for (t, tb) in tbs.iter().enumerate() {
-            if tb.send_conn != NONE {
-                conn_ends[tb.send_conn as usize].0 = t as u32;
-            }
-            if tb.recv_conn != NONE {
-                conn_ends[tb.recv_conn as usize].1 = t as u32;
-            }
-        }
-        let mut users = vec![Vec::new(); caps.len()];
-        for (c, list) in resources.iter().enumerate() {
-            for &j in list {
-                if users[j].last() != Some(&c) {
-                    users[j].push(c);
-                }
-            }
-        }
+        let mut laid = Steps {
+            tbs: Vec::new(),
+            infos: Vec::with_capacity(steps + 1),
+            deps: Vec::new(),
+            first_tb: Vec::with_capacity(p.gpus.len()),
+        };
+        laid.lay_out(p, &mut classes)?;
+        let Classes {
+            conns, resources, ..
+        } = classes;
+        let conn_ends = connection_ends(&laid.tbs, conns.len());
+        let users = users_of(&resources, caps.len());
         let solo = resources
             .iter()
             .enumerate()
@@ -288,9 +158,9 @@ impl<'a> Layout<'a> {
         Ok(Layout {
             p,
             solo,
-            tbs,
-            steps: infos,
-            deps,
+            tbs: laid.tbs,
+            steps: laid.infos,
+            deps: laid.deps,
             conns,
             conn_ends,
             resources,
@@ -307,6 +177,202 @@ impl<'a> Layout<'a> {
     fn deps_of(&self, i: usize) -> &[(u32, u32)] {
         &self.deps[self.steps[i].deps as usize..self.steps[i + 1].deps as usize]
     }
+}
+
+/// The classes of flows (by the resources they cross) and the connections, as a layout
+/// resolves them.
+struct Classes<'t> {
+    topo: &'t Topology,
+    index: &'t TopologyIndex,
+    /// Resources of each class.
+    resources: Vec<Vec<usize>>,
+    class_of: HashMap<Vec<usize>, usize>,
+    /// The connection of each (sender, receiver, channel).
+    conn_of: HashMap<(usize, usize, usize), usize>,
+    conns: Vec<Conn>,
+}
+
+impl Classes<'_> {
+    /// The class of flows crossing `list` (resource ids), added if new.
+    fn class(&mut self, list: Vec<usize>) -> usize {
+        let resources = &mut self.resources;
+        *self.class_of.entry(list.clone()).or_insert_with(|| {
+            resources.push(list);
+            resources.len() - 1
+        })
+    }
+
+    /// The connection from rank `s` to rank `r` on channel `ch`, added if new (its class:
+    /// its link and the switch constraints governing it).
+    fn conn(&mut self, s: usize, r: usize, ch: usize) -> Result<usize> {
+        if let Some(&c) = self.conn_of.get(&(s, r, ch)) {
+            return Ok(c);
+        }
+        let topo = self.topo;
+        let Some(&l) = self.index.link_of.get(&(s, r)) else {
+            bail!(
+                "rank {s} sends to rank {r} but topology '{}' has no link {s}->{r}",
+                topo.name
+            );
+        };
+        let mut list = vec![l];
+        list.extend(self.index.governing[l].iter().map(|k| topo.links.len() + k));
+        let class = self.class(list);
+        self.conns.push(Conn {
+            arrived: 0,
+            taken: 0,
+            started: 0,
+            alpha: topo.links[l].alpha.max(0.0),
+            link: l,
+            class,
+        });
+        self.conn_of.insert((s, r, ch), self.conns.len() - 1);
+        Ok(self.conns.len() - 1)
+    }
+}
+
+/// The threadblocks and steps of a layout under construction.
+struct Steps {
+    tbs: Vec<Tb>,
+    infos: Vec<StepInfo>,
+    deps: Vec<(u32, u32)>,
+    /// Index of each rank's first threadblock.
+    first_tb: Vec<usize>,
+}
+
+impl Steps {
+    /// Lays out every threadblock of `p` and its steps, then the sentinel step.
+    fn lay_out(&mut self, p: &Program, classes: &mut Classes) -> Result<()> {
+        for g in &p.gpus {
+            self.first_tb.push(self.tbs.len());
+            self.tbs.extend(g.threadblocks.iter().map(|_| Tb {
+                rank: 0,
+                id: 0,
+                first: 0,
+                len: 0,
+                send_conn: NONE,
+                recv_conn: NONE,
+                done: 0,
+                taken: 0,
+                busy: false,
+            }));
+        }
+        for g in &p.gpus {
+            for (id, tb) in g.threadblocks.iter().enumerate() {
+                self.threadblock(p, g, id, tb, classes)?;
+            }
+        }
+        self.infos.push(StepInfo {
+            deps: self.deps.len() as u32,
+            count: 0,
+            op: Op::Nop,
+        });
+        Ok(())
+    }
+
+    /// Lays out threadblock `id` of rank `g`: its connections, then its steps.
+    fn threadblock(
+        &mut self,
+        p: &Program,
+        g: &Gpu,
+        id: usize,
+        tb: &Threadblock,
+        classes: &mut Classes,
+    ) -> Result<()> {
+        let sends = tb.steps.iter().any(|s| s.op.sends());
+        let recvs = tb.steps.iter().any(|s| s.op.receives());
+        let mut peer = |which: Option<usize>, is_send: bool| -> Result<u32> {
+            let Some(q) = which else { return Ok(NONE) };
+            if q >= p.ngpus || q == g.rank {
+                bail!("rank {} tb {id}: bad peer {q}", g.rank);
+            }
+            let (s, r) = if is_send { (g.rank, q) } else { (q, g.rank) };
+            classes.conn(s, r, tb.channel).map(|c| c as u32)
+        };
+        let send_conn = if sends { peer(tb.send, true)? } else { NONE };
+        let recv_conn = if recvs { peer(tb.recv, false)? } else { NONE };
+        let t = self.first_tb[g.rank] + id;
+        self.tbs[t] = Tb {
+            rank: g.rank as u32,
+            id: id as u32,
+            first: self.infos.len() as u32,
+            len: tb.steps.len() as u32,
+            send_conn,
+            recv_conn,
+            done: 0,
+            taken: 0,
+            busy: false,
+        };
+        for (si, s) in tb.steps.iter().enumerate() {
+            if s.op.sends() && send_conn == NONE {
+                bail!(
+                    "rank {} tb {id} step {si}: {} without a send peer",
+                    g.rank,
+                    s.op
+                );
+            }
+            if s.op.receives() && recv_conn == NONE {
+                bail!(
+                    "rank {} tb {id} step {si}: {} without a receive peer",
+                    g.rank,
+                    s.op
+                );
+            }
+            self.step(g, id, si, s)?;
+        }
+        Ok(())
+    }
+
+    /// Lays out step `si` of threadblock `id` of rank `g`, with its dependencies.
+    fn step(&mut self, g: &Gpu, id: usize, si: usize, s: &runtime::ir::Step) -> Result<()> {
+        let dep_start = self.deps.len() as u32;
+        for d in &s.deps {
+            let ok = (g.threadblocks.get(d.tb)).is_some_and(|t| d.step < t.steps.len());
+            if !ok || d.tb == id {
+                bail!(
+                    "rank {} tb {id} step {si}: bad dependency on tb {} step {}",
+                    g.rank,
+                    d.tb,
+                    d.step
+                );
+            }
+            self.deps
+                .push(((self.first_tb[g.rank] + d.tb) as u32, d.step as u32));
+        }
+        self.infos.push(StepInfo {
+            deps: dep_start,
+            count: u32::try_from(s.count).unwrap_or(u32::MAX),
+            op: s.op,
+        });
+        Ok(())
+    }
+}
+
+/// The sending and receiving threadblock of each of `conns` connections.
+fn connection_ends(tbs: &[Tb], conns: usize) -> Vec<(u32, u32)> {
+    let mut conn_ends = vec![(NONE, NONE); conns];
+    for (t, tb) in tbs.iter().enumerate() {
+        if tb.send_conn != NONE {
+            conn_ends[tb.send_conn as usize].0 = t as u32;
+        }
+        if tb.recv_conn != NONE {
+            conn_ends[tb.recv_conn as usize].1 = t as u32;
+        }
+    }
+    conn_ends
+}
+
+/// The classes using each of `count` resources, given each class's `resources`.
+fn users_of(resources: &[Vec<usize>], count: usize) -> Vec<Vec<usize>> {
+    let mut users = vec![Vec::new(); count];
+    for (c, list) in resources.iter().enumerate() {
+        for &j in list {
+            if users[j].last() != Some(&c) {
+                users[j].push(c);
+            }
+        }
+    }
+    users
 }
 
 /// A time or a byte count ordered totally (they are never NaN).
@@ -597,7 +663,6 @@ impl<'a, 'p> Sim<'a, 'p> {
     /// Recomputes the rates of the classes connected, through shared resources, to a class
     /// whose flows changed, and schedules their next ends.
     fn update_rates(&mut self) {
-        let layout = self.layout;
         let mut group: Vec<usize> = Vec::new();
         let mut rates = Vec::new();
         while let Some(start) = self.dirty.pop() {
@@ -607,80 +672,98 @@ impl<'a, 'p> Sim<'a, 'p> {
             // The connected group: classes with flows, and changed ones (a class that lost
             // its last flow frees bandwidth for its neighbours).
             self.classes[start].dirty = false;
-            if let Some((cap, uses)) = layout.solo[start] {
-                // Progressive filling on one resource gives each flow cap / (flows × uses).
-                let now = self.now;
-                let class = &mut self.classes[start];
-                class.advance_to(now);
-                match class.flows.peek() {
-                    Some(top) => {
-                        class.rate = cap / (class.flows.len() as f64 * uses);
-                        let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
-                        self.ends.set(start, end);
-                    }
-                    None => {
-                        class.rate = 0.0;
-                        self.ends.remove(start);
-                    }
-                }
+            if let Some((cap, uses)) = self.layout.solo[start] {
+                self.update_solo(start, cap, uses);
                 continue;
             }
-            group.clear();
-            group.push(start);
-            self.classes[start].grouped = true;
-            let mut i = 0;
-            while i < group.len() {
-                let c = group[i];
-                i += 1;
-                for &j in &layout.resources[c] {
-                    // Each resource's users are looked at once per group (a switch has
-                    // many).
-                    if self.reached[j] {
-                        continue;
-                    }
-                    self.reached[j] = true;
-                    self.reached_list.push(j);
-                    for &other in &layout.users[j] {
-                        let o = &mut self.classes[other];
-                        if !o.grouped && (o.dirty || !o.flows.is_empty()) {
-                            o.grouped = true;
-                            o.dirty = false;
-                            group.push(other);
-                        }
-                    }
-                }
-            }
-            for &c in &group {
-                self.classes[c].grouped = false;
-            }
-            for j in self.reached_list.drain(..) {
-                self.reached[j] = false;
-            }
-            let now = self.now;
-            let members: Vec<(&[usize], f64)> = group
-                .iter()
-                .filter(|&&c| !self.classes[c].flows.is_empty())
-                .map(|&c| {
-                    (
-                        layout.resources[c].as_slice(),
-                        self.classes[c].flows.len() as f64,
-                    )
-                })
-                .collect();
-            self.sharing.rates(&layout.caps, &members, &mut rates);
-            let mut rate = rates.iter();
-            for &c in &group {
-                let class = &mut self.classes[c];
-                class.advance_to(now);
-                let Some(top) = class.flows.peek() else {
-                    class.rate = 0.0;
-                    self.ends.remove(c);
-                    continue;
-                };
-                class.rate = *rate.next().expect("one rate per class with flows");
+            self.connected_group(start, &mut group);
+            self.share_in_group(&group, &mut rates);
+        }
+    }
+
+    /// The rate of class `c`, alone on one resource of capacity `cap` that it lists `uses`
+    /// times: progressive filling gives each flow cap / (flows × uses).
+    fn update_solo(&mut self, c: usize, cap: f64, uses: f64) {
+        let now = self.now;
+        let class = &mut self.classes[c];
+        class.advance_to(now);
+        match class.flows.peek() {
+            Some(top) => {
+                class.rate = cap / (class.flows.len() as f64 * uses);
                 let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
                 self.ends.set(c, end);
             }
+            None => {
+                class.rate = 0.0;
+                self.ends.remove(c);
+            }
+        }
+    }
+
+    /// Fills `group` with the classes connected to `start` through shared resources that
+    /// have flows or changed.
+    fn connected_group(&mut self, start: usize, group: &mut Vec<usize>) {
+        let layout = self.layout;
+        group.clear();
+        group.push(start);
+        self.classes[start].grouped = true;
+        let mut i = 0;
+        while i < group.len() {
+            let c = group[i];
+            i += 1;
+            for &j in &layout.resources[c] {
+                // Each resource's users are looked at once per group (a switch has many).
+                if self.reached[j] {
+                    continue;
+                }
+                self.reached[j] = true;
+                self.reached_list.push(j);
+                for &other in &layout.users[j] {
+                    let o = &mut self.classes[other];
+                    if !o.grouped && (o.dirty || !o.flows.is_empty()) {
+                        o.grouped = true;
+                        o.dirty = false;
+                        group.push(other);
+                    }
+                }
+            }
+        }
+        for &c in group.iter() {
+            self.classes[c].grouped = false;
+        }
+        for j in self.reached_list.drain(..) {
+            self.reached[j] = false;
+        }
+    }
+
+    /// Shares the resources of `group` max-min fairly among its classes' flows and
+    /// reschedules each class's next end (`rates`: a reused buffer).
+    fn share_in_group(&mut self, group: &[usize], rates: &mut Vec<f64>) {
+        let layout = self.layout;
+        let now = self.now;
+        let members: Vec<(&[usize], f64)> = group
+            .iter()
+            .filter(|&&c| !self.classes[c].flows.is_empty())
+            .map(|&c| {
+                (
+                    layout.resources[c].as_slice(),
+                    self.classes[c].flows.len() as f64,
+                )
+            })
+            .collect();
+        self.sharing.rates(&layout.caps, &members, rates);
+        let mut rate = rates.iter();
+        for &c in group {
+            let class = &mut self.classes[c];
+            class.advance_to(now);
+            let Some(top) = class.flows.peek() else {
+                class.rate = 0.0;
+                self.ends.remove(c);
+                continue;
+            };
+            class.rate = *rate.next().expect("one rate per class with flows");
+            let end = now + (top.0.end.0 - class.served).max(0.0) / class.rate;
+            self.ends.set(c, end);
         }
     }
 

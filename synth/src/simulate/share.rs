@@ -80,7 +80,16 @@ impl Sharing {
     /// Flows of one group always get equal rates, so this equals [`max_min_rates`] on the
     /// flows listed one by one.
     pub fn rates(&mut self, caps: &[f64], groups: &[(&[usize], f64)], rates: &mut Vec<f64>) {
-        // Work on the resources some group uses only, renumbered densely.
+        self.densify(caps, groups);
+        self.index_crossings(groups);
+        rates.clear();
+        rates.resize(groups.len(), f64::INFINITY);
+        self.fill(groups, rates);
+    }
+
+    /// Renumbers the resources some group uses densely: their capacities into `cap`, each
+    /// group's path into `paths`.
+    fn densify(&mut self, caps: &[f64], groups: &[(&[usize], f64)]) {
         self.cap.clear();
         self.paths.resize_with(groups.len(), Vec::new);
         for ((path, _), dense_path) in groups.iter().zip(&mut self.paths) {
@@ -97,13 +106,14 @@ impl Sharing {
         for j in self.used.drain(..) {
             self.dense[j] = usize::MAX;
         }
+    }
+
+    /// Who crosses what, the unfrozen weight of each resource, and its first fill level.
+    fn index_crossings(&mut self, groups: &[(&[usize], f64)]) {
         let paths = &self.paths[..groups.len()];
         let resources = self.cap.len();
-        rates.clear();
-        rates.resize(groups.len(), f64::INFINITY);
         self.frozen.clear();
         self.frozen.extend(paths.iter().map(|f| f.is_empty()));
-        // Who crosses what, and the unfrozen weight of each resource.
         self.weight.clear();
         self.weight.resize(resources, 0.0);
         self.open.clear();
@@ -137,6 +147,12 @@ impl Sharing {
                 self.levels.set(j, self.cap[j] / self.weight[j]);
             }
         }
+    }
+
+    /// Progressive filling: the first resource to fill freezes its unfrozen groups at the
+    /// level (their `rates`) and moves the levels of the resources they cross.
+    fn fill(&mut self, groups: &[(&[usize], f64)], rates: &mut [f64]) {
+        let paths = &self.paths[..groups.len()];
         let mut level = 0.0f64;
         while let Some((j, fill)) = self.levels.peek() {
             self.levels.remove(j);

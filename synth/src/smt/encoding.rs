@@ -25,7 +25,7 @@ use super::symmetry::ordered_classes;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Collective;
 use crate::symmetry::Group;
-use crate::topology::{Capacities, Topology};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use z3::ast::Bool;
@@ -49,8 +49,8 @@ pub struct Instance<'a> {
     pub topology: &'a Topology,
     /// Its integer capacities.
     pub capacities: &'a Capacities,
-    /// Hop distances (`None` = unreachable).
-    pub distances: &'a [Vec<Option<usize>>],
+    /// Its index (links by endpoints, switch constraints per link, hop distances).
+    pub index: &'a TopologyIndex,
     /// The collective (must be non-combining).
     pub collective: &'a Collective,
     /// Steps S.
@@ -177,288 +177,28 @@ impl Encoding {
     /// Asserts the formula of `inst` into `solver`; `None` once `stop` says so (checked after
     /// every chunk and every step, so the deadline also bounds building huge formulas).
     fn build(inst: &Instance, solver: &Solver, stop: &dyn Fn() -> bool) -> Option<Encoding> {
-        let topo = inst.topology;
-        let coll = inst.collective;
-        let (n, steps) = (topo.ranks, inst.steps);
-        let ff = Bool::from_bool(false);
-        let tt = Bool::from_bool(true);
-
-        // Symmetric schedules share one variable per orbit; constraints are stated for
-        // representatives only (a member's would be the same constraint).
-        let group = inst.symmetry;
-        let chunk_rank_rep = |c, r| group.map_or((c, r), |g| g.chunk_rank_rep(c, r));
-        let chunk_link_rep = |c, l| group.map_or((c, l), |g| g.chunk_link_rep(c, l));
-
-        // at[c][r][s] ⇔ chunk c is on rank r after step s.
-        let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
-        for (c, chunk) in coll.chunks.iter().enumerate() {
-            if stop() {
-                return None;
-            }
-            let mut per_rank: Vec<Vec<Bool>> = Vec::with_capacity(n);
-            for r in 0..n {
-                let (rc, rr) = chunk_rank_rep(c, r);
-                if (rc, rr) != (c, r) {
-                    let shared = if rc == c { &per_rank[rr] } else { &at[rc][rr] };
-                    per_rank.push(shared.clone());
-                    continue;
-                }
-                let first = nearest(inst.distances, &chunk.pre, r);
-                let row: Vec<Bool> = (0..=steps)
-                    .map(|s| {
-                        if chunk.pre.contains(&r) {
-                            tt.clone()
-                        } else if first.is_none_or(|d| s < d) || s == 0 {
-                            ff.clone()
-                        } else {
-                            Bool::new_const(format!("at_{c}_{r}_{s}"))
-                        }
-                    })
-                    .collect();
-                for s in 1..=steps {
-                    solver.assert(row[s - 1].implies(&row[s]));
-                }
-                if chunk.post.contains(&r) {
-                    solver.assert(&row[steps]);
-                }
-                per_rank.push(row);
-            }
-            at.push(per_rank);
-        }
-
-        // Sends, with the sound reachability pruning.
-        let mut sends: Vec<(usize, usize, usize, Bool)> = Vec::new();
-        // var_of[i]: the send whose variable send i shares (i itself for a representative).
-        let mut var_of: Vec<usize> = Vec::new();
-        let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
-        let mut incoming: BTreeMap<(usize, usize, usize), Vec<usize>> = BTreeMap::new();
-        for (c, chunk) in coll.chunks.iter().enumerate() {
-            if stop() {
-                return None;
-            }
-            let needers: Vec<usize> = chunk
-                .post
-                .iter()
-                .copied()
-                .filter(|r| !chunk.pre.contains(r))
-                .collect();
-            for (l, link) in topo.links.iter().enumerate() {
-                let (u, v) = (link.src, link.dst);
-                if chunk.pre.contains(&v) {
-                    continue;
-                }
-                let (rc, rl) = chunk_link_rep(c, l);
-                for s in 1..=steps {
-                    let sender_can = nearest(inst.distances, &chunk.pre, u).is_some_and(|d| d < s);
-                    let useful = needers
-                        .iter()
-                        .any(|&w| inst.distances[v][w].is_some_and(|d| d <= steps - s));
-                    if sender_can && useful {
-                        let shared = send_index.get(&(rc, rl, s)).copied();
-                        var_of.push(shared.unwrap_or(sends.len()));
-                        let x = match shared {
-                            Some(i) => sends[i].3.clone(),
-                            None => Bool::new_const(format!("x_{c}_{u}_{v}_{s}")),
-                        };
-                        send_index.insert((c, l, s), sends.len());
-                        incoming.entry((c, v, s)).or_default().push(sends.len());
-                        sends.push((c, l, s, x));
-                    }
-                }
-            }
-        }
-        let representatives = sends.iter().enumerate().filter(|&(i, _)| var_of[i] == i);
-        for (_, &(c, l, s, ref x)) in representatives {
-            let link = &topo.links[l];
-            solver.assert(x.implies(&at[c][link.src][s - 1]));
-            solver.assert(x.implies(&at[c][link.dst][s]));
-            solver.assert(x.implies(at[c][link.dst][s - 1].not()));
-        }
-        // Arrival needs exactly one sender in that step.
-        for (c, chunk) in coll.chunks.iter().enumerate() {
-            if stop() {
-                return None;
-            }
-            for v in (0..n).filter(|v| !chunk.pre.contains(v)) {
-                if chunk_rank_rep(c, v) != (c, v) {
-                    continue;
-                }
-                for s in 1..=steps {
-                    let arrives = Bool::and(&[&at[c][v][s], &at[c][v][s - 1].not()]);
-                    match incoming.get(&(c, v, s)) {
-                        None => solver.assert(arrives.not()),
-                        Some(ids) => {
-                            let xs: Vec<&Bool> = ids.iter().map(|&i| &sends[i].3).collect();
-                            solver.assert(arrives.implies(Bool::or(&xs)));
-                            if xs.len() > 1 {
-                                let literals = distinct_literals(solver, &sends, &var_of, ids);
-                                let weighted: Vec<(&Bool, i32)> =
-                                    literals.iter().map(|x| (x, 1)).collect();
-                                solver.assert(Bool::pb_le(&weighted, 1));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-
-        // Rounds per step, order-encoded: extra[s][k] ⇔ r_s ≥ k + 2 (none when fixed).
-        let slack = inst.rounds - steps;
-        let extra: Vec<Vec<Bool>> = (0..steps)
-            .map(|s| {
-                let step_slack = inst
-                    .round_caps
-                    .get(s)
-                    .map_or(slack, |&cap| slack.min(cap.saturating_sub(1)));
-                (0..step_slack)
-                    .map(|k| Bool::new_const(format!("extra_{s}_{k}")))
-                    .collect()
-            })
-            .collect();
-        for row in &extra {
-            for k in 1..row.len() {
-                solver.assert(row[k].implies(&row[k - 1]));
-            }
-        }
-        if slack > 0 {
-            let all: Vec<(&Bool, i32)> = extra.iter().flatten().map(|b| (b, 1)).collect();
-            solver.assert(Bool::pb_le(&all, slack as i32));
-        }
-        let max_cap = inst
-            .capacities
-            .links
-            .iter()
-            .chain(&inst.capacities.switches)
-            .copied()
-            .max()
-            .unwrap_or(1) as usize;
-        // unit_copies[s][k][j]: the j-th capacity unit of step s's extra round k.
-        let unit_copies: Vec<Vec<Vec<Bool>>> = extra
-            .iter()
-            .enumerate()
-            .map(|(s, row)| {
-                row.iter()
-                    .enumerate()
-                    .map(|(k, e)| {
-                        (0..max_cap)
-                            .map(|j| {
-                                let z = Bool::new_const(format!("unit_{s}_{k}_{j}"));
-                                solver.assert(z.implies(e));
-                                z
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
-            .collect();
-
-        // Bandwidth: per step, per link and per switch constraint.
-        let mut groups: Vec<(u32, Vec<usize>)> = inst
-            .capacities
-            .links
-            .iter()
-            .map(|&cap| (cap, Vec::new()))
-            .collect();
-        let switch_base = groups.len();
-        groups.extend(
-            inst.capacities
-                .switches
-                .iter()
-                .map(|&cap| (cap, Vec::new())),
-        );
-        let mut link_switches: Vec<Vec<usize>> = vec![Vec::new(); topo.links.len()];
-        for (k, sw) in topo.switches.iter().enumerate() {
-            for (l, link) in topo.links.iter().enumerate() {
-                if sw.covers(link.src, link.dst) {
-                    link_switches[l].push(switch_base + k);
-                }
-            }
-        }
-        for s in 1..=steps {
-            if stop() {
-                return None;
-            }
-            // Send indices per link and switch constraint.
-            let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); groups.len()];
-            for (i, &(_, l, st, _)) in sends.iter().enumerate() {
-                if st != s {
-                    continue;
-                }
-                per_group[l].push(i);
-                for &g in &link_switches[l] {
-                    per_group[g].push(i);
-                }
-            }
-            for (g, ids) in per_group.iter().enumerate() {
-                let cap = groups[g].0 as usize;
-                // A constraint whose link or switch is not its orbit's representative is the
-                // same constraint as the representative's.
-                let represents = group.is_none_or(|grp| match g.checked_sub(switch_base) {
-                    None => grp.link_rep(g) == g,
-                    Some(k) => grp.switch_rep(k) == k,
-                });
-                if ids.len() <= cap || !represents {
-                    continue;
-                }
-                let xs = distinct_literals(solver, &sends, &var_of, ids);
-                // Σ sends ≤ cap·r_s = cap + cap·Σ_k extra[s][k], with unit weights only: each
-                // extra round contributes `cap` unit literals z ⇒ extra (sound: Σ z ≤
-                // cap·Σ extra; complete: z = extra), so Σ sends + Σ ¬z ≤ cap + |z|.
-                let mut terms: Vec<(&Bool, i32)> = xs.iter().map(|x| (x, 1)).collect();
-                let units: Vec<&Bool> = unit_copies[s - 1]
-                    .iter()
-                    .flat_map(|row| &row[..cap.min(row.len())])
-                    .collect();
-                let negated: Vec<Bool> = units.iter().map(|z| z.not()).collect();
-                terms.extend(negated.iter().map(|z| (z, 1)));
-                solver.assert(Bool::pb_le(&terms, (cap + units.len()) as i32));
-            }
-        }
-
-        // Memory: per rank, chunks held but not started with ≤ |post(r)| + M. Holdings only
-        // grow (`at` is monotone in s), so the state after the last step bounds every step.
+        let builder = Builder { inst, solver, stop };
+        let at = builder.holdings()?;
+        let sends = builder.send_vars()?;
+        builder.sends_move_chunks(&sends, &at);
+        builder.arrive_once(&sends, &at)?;
+        let (extra, unit_copies) = builder.round_vars();
+        builder.bandwidth(&sends, &unit_copies)?;
         if let Some(extra) = inst.extra_memory {
-            for r in 0..n {
-                let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
-                let received: Vec<&Bool> = at
-                    .iter()
-                    .zip(&coll.chunks)
-                    .filter(|(_, chunk)| !chunk.pre.contains(&r))
-                    .map(|(rows, _)| &rows[r][steps])
-                    .collect();
-                if received.len() <= limit {
-                    continue;
-                }
-                // Symmetric rows share variables: repeats are counted through fresh literals
-                // implied by the shared one (see `distinct_literals`).
-                let mut seen: BTreeMap<(usize, usize), ()> = BTreeMap::new();
-                let literals: Vec<Bool> = (0..coll.chunks.len())
-                    .filter(|&c| !coll.chunks[c].pre.contains(&r))
-                    .zip(received)
-                    .map(|(c, held)| {
-                        if seen.insert(chunk_rank_rep(c, r), ()).is_none() {
-                            held.clone()
-                        } else {
-                            let copy = Bool::fresh_const("held");
-                            solver.assert(held.implies(&copy));
-                            copy
-                        }
-                    })
-                    .collect();
-                let terms: Vec<(&Bool, i32)> = literals.iter().map(|x| (x, 1)).collect();
-                solver.assert(Bool::pb_le(&terms, limit as i32));
-            }
+            builder.memory(&at, extra);
         }
-
         // Symmetry: interchangeable pieces (same pre and post) arrive in order at one rank.
-        for (members, pivot) in ordered_classes(coll, group) {
+        for (members, pivot) in ordered_classes(inst.collective, inst.symmetry) {
             for pair in members.windows(2) {
                 for (later, earlier) in at[pair[1]][pivot].iter().zip(&at[pair[0]][pivot]).skip(1) {
                     solver.assert(later.implies(earlier));
                 }
             }
         }
-        Some(Encoding { sends, extra })
+        Some(Encoding {
+            sends: sends.sends,
+            extra,
+        })
     }
 
     fn decode(&self, inst: &Instance, model: &z3::Model) -> Algorithm {
@@ -490,7 +230,7 @@ impl Encoding {
         // Rounds are derived from the sends themselves (the least each step needs), not read
         // from the round variables, which z3 may eliminate during preprocessing.
         for step in &mut steps {
-            step.rounds = rounds_needed(inst, &step.sends);
+            step.rounds = crate::load::rounds_needed(inst.index, inst.capacities, &step.sends);
         }
         for step in &mut steps {
             step.sends.sort();
@@ -502,6 +242,322 @@ impl Encoding {
             coll.clone(),
             steps,
         )
+    }
+}
+
+/// The send variables of one encoding.
+struct Sends {
+    /// (chunk index, link index, step 1..=S) → variable.
+    sends: Vec<(usize, usize, usize, Bool)>,
+    /// `var_of[i]`: the send whose variable send i shares (i itself for a representative).
+    var_of: Vec<usize>,
+    /// The sends into each (chunk, rank, step).
+    incoming: BTreeMap<(usize, usize, usize), Vec<usize>>,
+}
+
+/// Asserts the parts of one formula (see [`Encoding::build`]). Symmetric schedules share
+/// one variable per orbit; constraints are stated for representatives only (a member's
+/// would be the same constraint).
+struct Builder<'b, 'i> {
+    inst: &'b Instance<'i>,
+    solver: &'b Solver,
+    stop: &'b dyn Fn() -> bool,
+}
+
+impl Builder<'_, '_> {
+    fn chunk_rank_rep(&self, c: usize, r: usize) -> (usize, usize) {
+        self.inst
+            .symmetry
+            .map_or((c, r), |g| g.chunk_rank_rep(c, r))
+    }
+
+    fn chunk_link_rep(&self, c: usize, l: usize) -> (usize, usize) {
+        self.inst
+            .symmetry
+            .map_or((c, l), |g| g.chunk_link_rep(c, l))
+    }
+
+    /// `at[c][r][s]` ⇔ chunk c is on rank r after step s: true where it starts, false
+    /// before it can arrive, monotone, true at the end where needed.
+    fn holdings(&self) -> Option<Vec<Vec<Vec<Bool>>>> {
+        let (inst, solver) = (self.inst, self.solver);
+        let coll = inst.collective;
+        let (n, steps) = (inst.topology.ranks, inst.steps);
+        let ff = Bool::from_bool(false);
+        let tt = Bool::from_bool(true);
+        let mut at: Vec<Vec<Vec<Bool>>> = Vec::with_capacity(coll.chunks.len());
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            if (self.stop)() {
+                return None;
+            }
+            let mut per_rank: Vec<Vec<Bool>> = Vec::with_capacity(n);
+            for r in 0..n {
+                let (rc, rr) = self.chunk_rank_rep(c, r);
+                if (rc, rr) != (c, r) {
+                    let shared = if rc == c { &per_rank[rr] } else { &at[rc][rr] };
+                    per_rank.push(shared.clone());
+                    continue;
+                }
+                let first = nearest(&inst.index.distances, &chunk.pre, r);
+                let row: Vec<Bool> = (0..=steps)
+                    .map(|s| {
+                        if chunk.pre.contains(&r) {
+                            tt.clone()
+                        } else if first.is_none_or(|d| s < d) || s == 0 {
+                            ff.clone()
+                        } else {
+                            Bool::new_const(format!("at_{c}_{r}_{s}"))
+                        }
+                    })
+                    .collect();
+                for s in 1..=steps {
+                    solver.assert(row[s - 1].implies(&row[s]));
+                }
+                if chunk.post.contains(&r) {
+                    solver.assert(&row[steps]);
+                }
+                per_rank.push(row);
+            }
+            at.push(per_rank);
+        }
+        Some(at)
+    }
+
+    /// The send variables, with the sound reachability pruning: a chunk crosses a link in
+    /// step s only if its sender can hold it by then and a rank needing it is still close
+    /// enough.
+    fn send_vars(&self) -> Option<Sends> {
+        let inst = self.inst;
+        let steps = inst.steps;
+        let distances = &inst.index.distances;
+        let mut out = Sends {
+            sends: Vec::new(),
+            var_of: Vec::new(),
+            incoming: BTreeMap::new(),
+        };
+        let mut send_index: BTreeMap<(usize, usize, usize), usize> = BTreeMap::new();
+        for (c, chunk) in inst.collective.chunks.iter().enumerate() {
+            if (self.stop)() {
+                return None;
+            }
+            let needers: Vec<usize> = (chunk.post.iter().copied())
+                .filter(|r| !chunk.pre.contains(r))
+                .collect();
+            for (l, link) in inst.topology.links.iter().enumerate() {
+                let (u, v) = (link.src, link.dst);
+                if chunk.pre.contains(&v) {
+                    continue;
+                }
+                let (rc, rl) = self.chunk_link_rep(c, l);
+                for s in 1..=steps {
+                    let sender_can = nearest(distances, &chunk.pre, u).is_some_and(|d| d < s);
+                    let useful = needers
+                        .iter()
+                        .any(|&w| distances[v][w].is_some_and(|d| d <= steps - s));
+                    if sender_can && useful {
+                        let shared = send_index.get(&(rc, rl, s)).copied();
+                        out.var_of.push(shared.unwrap_or(out.sends.len()));
+                        let x = match shared {
+                            Some(i) => out.sends[i].3.clone(),
+                            None => Bool::new_const(format!("x_{c}_{u}_{v}_{s}")),
+                        };
+                        send_index.insert((c, l, s), out.sends.len());
+                        out.incoming
+                            .entry((c, v, s))
+                            .or_default()
+                            .push(out.sends.len());
+                        out.sends.push((c, l, s, x));
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// A send needs the chunk at its sender before the step and brings it to its receiver,
+    /// which did not hold it yet.
+    fn sends_move_chunks(&self, sends: &Sends, at: &[Vec<Vec<Bool>>]) {
+        let representatives =
+            (sends.sends.iter().enumerate()).filter(|&(i, _)| sends.var_of[i] == i);
+        for (_, &(c, l, s, ref x)) in representatives {
+            let link = &self.inst.topology.links[l];
+            self.solver.assert(x.implies(&at[c][link.src][s - 1]));
+            self.solver.assert(x.implies(&at[c][link.dst][s]));
+            self.solver.assert(x.implies(at[c][link.dst][s - 1].not()));
+        }
+    }
+
+    /// Arrival needs exactly one sender in that step.
+    fn arrive_once(&self, sends: &Sends, at: &[Vec<Vec<Bool>>]) -> Option<()> {
+        let (inst, solver) = (self.inst, self.solver);
+        for (c, chunk) in inst.collective.chunks.iter().enumerate() {
+            if (self.stop)() {
+                return None;
+            }
+            for v in (0..inst.topology.ranks).filter(|v| !chunk.pre.contains(v)) {
+                if self.chunk_rank_rep(c, v) != (c, v) {
+                    continue;
+                }
+                for s in 1..=inst.steps {
+                    let arrives = Bool::and(&[&at[c][v][s], &at[c][v][s - 1].not()]);
+                    let Some(ids) = sends.incoming.get(&(c, v, s)) else {
+                        solver.assert(arrives.not());
+                        continue;
+                    };
+                    let xs: Vec<&Bool> = ids.iter().map(|&i| &sends.sends[i].3).collect();
+                    solver.assert(arrives.implies(Bool::or(&xs)));
+                    if xs.len() > 1 {
+                        let literals = distinct_literals(solver, &sends.sends, &sends.var_of, ids);
+                        let weighted: Vec<(&Bool, i32)> = literals.iter().map(|x| (x, 1)).collect();
+                        solver.assert(Bool::pb_le(&weighted, 1));
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Rounds per step, order-encoded: `extra[s][k]` ⇔ r_s ≥ k + 2 (none when fixed); and
+    /// `unit_copies[s][k][j]`, the j-th capacity unit of step s's extra round k.
+    fn round_vars(&self) -> (Vec<Vec<Bool>>, Vec<Vec<Vec<Bool>>>) {
+        let (inst, solver) = (self.inst, self.solver);
+        let slack = inst.rounds - inst.steps;
+        let extra: Vec<Vec<Bool>> = (0..inst.steps)
+            .map(|s| {
+                let step_slack = inst
+                    .round_caps
+                    .get(s)
+                    .map_or(slack, |&cap| slack.min(cap.saturating_sub(1)));
+                (0..step_slack)
+                    .map(|k| Bool::new_const(format!("extra_{s}_{k}")))
+                    .collect()
+            })
+            .collect();
+        for row in &extra {
+            for k in 1..row.len() {
+                solver.assert(row[k].implies(&row[k - 1]));
+            }
+        }
+        if slack > 0 {
+            let all: Vec<(&Bool, i32)> = extra.iter().flatten().map(|b| (b, 1)).collect();
+            solver.assert(Bool::pb_le(&all, slack as i32));
+        }
+        let caps = inst.capacities;
+        let max_cap = (caps.links.iter().chain(&caps.switches))
+            .copied()
+            .max()
+            .unwrap_or(1) as usize;
+        let unit_copies = (extra.iter().enumerate())
+            .map(|(s, row)| {
+                (row.iter().enumerate())
+                    .map(|(k, e)| {
+                        (0..max_cap)
+                            .map(|j| {
+                                let z = Bool::new_const(format!("unit_{s}_{k}_{j}"));
+                                solver.assert(z.implies(e));
+                                z
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        (extra, unit_copies)
+    }
+
+    /// Bandwidth: per step, each link and switch constraint carries at most its capacity
+    /// times the step's rounds.
+    fn bandwidth(&self, sends: &Sends, unit_copies: &[Vec<Vec<Bool>>]) -> Option<()> {
+        let inst = self.inst;
+        // Capacity groups: the links, then the switch constraints.
+        let mut caps: Vec<u32> = inst.capacities.links.clone();
+        let switch_base = caps.len();
+        caps.extend(&inst.capacities.switches);
+        let link_groups: Vec<Vec<usize>> = (inst.index.governing.iter())
+            .map(|g| g.iter().map(|&k| switch_base + k).collect())
+            .collect();
+        for s in 1..=inst.steps {
+            if (self.stop)() {
+                return None;
+            }
+            // Send indices per link and switch constraint.
+            let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); caps.len()];
+            for (i, &(_, l, st, _)) in sends.sends.iter().enumerate() {
+                if st != s {
+                    continue;
+                }
+                per_group[l].push(i);
+                for &g in &link_groups[l] {
+                    per_group[g].push(i);
+                }
+            }
+            for (g, ids) in per_group.iter().enumerate() {
+                let cap = caps[g] as usize;
+                // A constraint whose link or switch is not its orbit's representative is the
+                // same constraint as the representative's.
+                let represents = inst
+                    .symmetry
+                    .is_none_or(|grp| match g.checked_sub(switch_base) {
+                        None => grp.link_rep(g) == g,
+                        Some(k) => grp.switch_rep(k) == k,
+                    });
+                if ids.len() <= cap || !represents {
+                    continue;
+                }
+                self.at_most_capacity(sends, ids, cap, &unit_copies[s - 1]);
+            }
+        }
+        Some(())
+    }
+
+    /// Σ sends `ids` ≤ cap·r_s = cap + cap·Σ_k extra[s][k], with unit weights only: each
+    /// extra round contributes `cap` unit literals z ⇒ extra (`units`; sound: Σ z ≤
+    /// cap·Σ extra; complete: z = extra), so Σ sends + Σ ¬z ≤ cap + |z|.
+    fn at_most_capacity(&self, sends: &Sends, ids: &[usize], cap: usize, units: &[Vec<Bool>]) {
+        let xs = distinct_literals(self.solver, &sends.sends, &sends.var_of, ids);
+        let mut terms: Vec<(&Bool, i32)> = xs.iter().map(|x| (x, 1)).collect();
+        let units: Vec<&Bool> = units
+            .iter()
+            .flat_map(|row| &row[..cap.min(row.len())])
+            .collect();
+        let negated: Vec<Bool> = units.iter().map(|z| z.not()).collect();
+        terms.extend(negated.iter().map(|z| (z, 1)));
+        self.solver
+            .assert(Bool::pb_le(&terms, (cap + units.len()) as i32));
+    }
+
+    /// Memory: per rank, chunks held but not started with ≤ |post(r)| + `extra`. Holdings
+    /// only grow (`at` is monotone in s), so the state after the last step bounds every step.
+    fn memory(&self, at: &[Vec<Vec<Bool>>], extra: usize) {
+        let (coll, steps, solver) = (self.inst.collective, self.inst.steps, self.solver);
+        for r in 0..self.inst.topology.ranks {
+            let limit = coll.chunks.iter().filter(|c| c.post.contains(&r)).count() + extra;
+            let received: Vec<&Bool> = (at.iter().zip(&coll.chunks))
+                .filter(|(_, chunk)| !chunk.pre.contains(&r))
+                .map(|(rows, _)| &rows[r][steps])
+                .collect();
+            if received.len() <= limit {
+                continue;
+            }
+            // Symmetric rows share variables: repeats are counted through fresh literals
+            // implied by the shared one (see `distinct_literals`).
+            let mut seen: BTreeMap<(usize, usize), ()> = BTreeMap::new();
+            let literals: Vec<Bool> = (0..coll.chunks.len())
+                .filter(|&c| !coll.chunks[c].pre.contains(&r))
+                .zip(received)
+                .map(|(c, held)| {
+                    if seen.insert(self.chunk_rank_rep(c, r), ()).is_none() {
+                        held.clone()
+                    } else {
+                        let copy = Bool::fresh_const("held");
+                        solver.assert(held.implies(&copy));
+                        copy
+                    }
+                })
+                .collect();
+            let terms: Vec<(&Bool, i32)> = literals.iter().map(|x| (x, 1)).collect();
+            solver.assert(Bool::pb_le(&terms, limit as i32));
+        }
     }
 }
 
@@ -534,25 +590,6 @@ fn distinct_literals(
         .collect()
 }
 
-/// The least rounds a step with these sends needs: the largest load / capacity over links
-/// and switch constraints, at least 1.
-fn rounds_needed(inst: &Instance, sends: &[Send]) -> u32 {
-    let topo = inst.topology;
-    let mut needed = 1u32;
-    for (l, link) in topo.links.iter().enumerate() {
-        let load = sends
-            .iter()
-            .filter(|x| x.src == link.src && x.dst == link.dst)
-            .count() as u32;
-        needed = needed.max(load.div_ceil(inst.capacities.links[l]));
-    }
-    for (k, sw) in topo.switches.iter().enumerate() {
-        let load = sends.iter().filter(|x| sw.covers(x.src, x.dst)).count() as u32;
-        needed = needed.max(load.div_ceil(inst.capacities.switches[k]));
-    }
-    needed
-}
-
 /// Hop distance from the nearest of `sources` to `r`.
 fn nearest(distances: &[Vec<Option<usize>>], sources: &[usize], r: usize) -> Option<usize> {
     sources.iter().filter_map(|&p| distances[p][r]).min()
@@ -571,7 +608,7 @@ mod tests {
         let instance = Instance {
             topology: &topology,
             capacities: &topology.capacities().unwrap(),
-            distances: &topology.distances(),
+            index: &topology.index(),
             collective: &collective,
             steps: 2,
             rounds: 2,
@@ -589,7 +626,13 @@ mod tests {
     fn a_symmetric_restriction_can_be_unsat_when_the_instance_is_not() {
         let topology = crate::topology::load("ring:4").unwrap();
         let collective = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
-        let ladder = symmetry_ladder(&topology, &collective, &topology.automorphisms(64), None);
+        let ladder = symmetry_ladder(
+            &topology,
+            &topology.index(),
+            &collective,
+            &topology.automorphisms(64),
+            None,
+        );
         // A reflection fixing rank r would have r receive the opposite chunk from both sides.
         assert!(matches!(ring4_allgather(Some(&ladder[0])), Outcome::Unsat));
         // The rotations admit the schedule, and so does the full instance.

@@ -10,7 +10,7 @@ use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLAC
 use crate::check::{check, check_memory};
 use crate::progress::Progress;
 use crate::symmetry::Group;
-use crate::topology::{Capacities, Topology};
+use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use num_rational::Ratio;
 use rayon::prelude::*;
@@ -26,7 +26,7 @@ pub use crate::engine::{Found, Limits, MakeCollective};
 pub struct Searcher<'a> {
     topology: &'a Topology,
     capacities: Capacities,
-    distances: Vec<Vec<Option<usize>>>,
+    index: TopologyIndex,
     automorphisms: Vec<Vec<usize>>,
     make: &'a MakeCollective<'a>,
     progress: &'a Progress,
@@ -50,7 +50,7 @@ impl<'a> Searcher<'a> {
         Ok(Searcher {
             topology,
             capacities: topology.capacities()?,
-            distances: topology.distances(),
+            index: topology.index(),
             automorphisms: topology.automorphisms(MAX_SYMMETRIES),
             make,
             progress,
@@ -92,7 +92,7 @@ impl<'a> Searcher<'a> {
         let full = Instance {
             topology: self.topology,
             capacities: &self.capacities,
-            distances: &self.distances,
+            index: &self.index,
             collective: &collective,
             steps,
             rounds,
@@ -102,6 +102,7 @@ impl<'a> Searcher<'a> {
         };
         let ladder = symmetry_ladder(
             self.topology,
+            &self.index,
             &collective,
             &self.automorphisms,
             Some(deadline),

@@ -9,7 +9,7 @@
 
 use crate::collective::Collective;
 use crate::symmetry::Group;
-use crate::topology::Topology;
+use crate::topology::{Topology, TopologyIndex};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -22,13 +22,14 @@ use std::time::Instant;
 /// symmetry applies. Groups not built by `deadline` are left out.
 pub fn symmetry_ladder(
     topology: &Topology,
+    index: &TopologyIndex,
     collective: &Collective,
     automorphisms: &[Vec<usize>],
     deadline: Option<Instant>,
 ) -> Vec<Group> {
     let mut ladder = Vec::with_capacity(2);
     // A group too large to close is left out; its elements still give cyclic subgroups.
-    let whole = Group::new_before(topology, collective, automorphisms, deadline)
+    let whole = Group::new_before(topology, index, collective, automorphisms, deadline)
         .ok()
         .filter(|g| g.order() > 1);
     let elements = whole.as_ref().map_or(automorphisms, |g| &g.ranks[..]);
@@ -38,7 +39,14 @@ pub fn symmetry_ladder(
         .filter_map(|p| {
             Some((
                 p,
-                Group::new_before(topology, collective, std::slice::from_ref(p), deadline).ok()?,
+                Group::new_before(
+                    topology,
+                    index,
+                    collective,
+                    std::slice::from_ref(p),
+                    deadline,
+                )
+                .ok()?,
             ))
         })
         .max_by_key(|(p, cycle)| (!fixes_a_rank(p), cycle.order()))
@@ -110,7 +118,7 @@ mod tests {
     #[test]
     fn the_ladder_of_a_ring_ends_with_its_rotations() {
         let (topo, coll) = setup("ring:6", Kind::AllGather, 0, 1);
-        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64), None);
+        let ladder = symmetry_ladder(&topo, &topo.index(), &coll, &topo.automorphisms(64), None);
         assert_eq!(ladder.len(), 2);
         assert_eq!(ladder[0].order(), 12, "dihedral group of the hexagon");
         assert_eq!(ladder[1].order(), 6, "the rotations");
@@ -122,7 +130,7 @@ mod tests {
     #[test]
     fn a_rooted_collective_keeps_only_the_symmetries_fixing_its_root() {
         let (topo, coll) = setup("ring:4", Kind::Broadcast, 1, 1);
-        let ladder = symmetry_ladder(&topo, &coll, &topo.automorphisms(64), None);
+        let ladder = symmetry_ladder(&topo, &topo.index(), &coll, &topo.automorphisms(64), None);
         assert_eq!(ladder.len(), 1);
         assert_eq!(
             ladder[0].order(),

@@ -291,7 +291,7 @@ impl Engine for TreeEngine {
         problem.progress.found(&result.algorithm);
         // Of the two tree schedules, those not dominated in (steps, rounds per chunk), then
         // the structured schedules that fit the problem.
-        let mut algorithms = crate::synthesize::pareto_filter(
+        let mut algorithms = crate::frontier::pareto_filter(
             [result.algorithm]
                 .into_iter()
                 .chain(result.listed)

@@ -216,43 +216,22 @@ pub(crate) fn plain_step(
 
 /// The rounds a step needs: its busiest link or switch constraint's load over its capacity.
 pub(crate) fn rounds_needed(
-    topology: &Topology,
+    _topology: &Topology,
     index: &TopologyIndex,
     caps: &crate::topology::Capacities,
     sends: &[Send],
 ) -> u32 {
-    let (load, cap) = busiest(topology, index, caps, sends);
-    load.div_ceil(cap).max(1) as u32
+    crate::load::rounds_needed(index, caps, sends)
 }
 
 /// The busiest link or switch constraint of `sends` as (load, capacity), the largest
 /// load / capacity ((0, 1) for no sends). Over a whole schedule it is what a pipelined
 /// run's bottleneck carries.
 pub(crate) fn busiest(
-    topology: &Topology,
+    _topology: &Topology,
     index: &TopologyIndex,
     caps: &crate::topology::Capacities,
     sends: &[Send],
 ) -> (u64, u64) {
-    let mut link_load = vec![0u64; topology.links.len()];
-    let mut switch_load = vec![0u64; topology.switches.len()];
-    for s in sends {
-        let l = index.link_of[&(s.src, s.dst)];
-        link_load[l] += 1;
-        for &j in &index.governing[l] {
-            switch_load[j] += 1;
-        }
-    }
-    let links = link_load.iter().zip(&caps.links);
-    let switches = switch_load.iter().zip(&caps.switches);
-    links
-        .chain(switches)
-        .map(|(&load, &cap)| (load, cap.max(1) as u64))
-        .fold((0, 1), |(l, c), (load, cap)| {
-            if load * c > l * cap {
-                (load, cap)
-            } else {
-                (l, c)
-            }
-        })
+    crate::load::busiest(index, caps, sends)
 }

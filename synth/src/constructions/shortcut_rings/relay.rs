@@ -148,14 +148,12 @@ pub(super) fn relayed_drops(waves: usize, s: usize) -> Vec<u8> {
 /// Per-root rate (GB/s) of `algorithm` on its busiest link: pieces per root times the
 /// capacity unit over the busiest link's pieces per capacity unit.
 pub(super) fn rate_gbps(algorithm: &Algorithm, index: &TopologyIndex, caps: &Capacities) -> f64 {
-    let mut load = vec![0u32; caps.links.len()];
-    for send in algorithm.steps.iter().flat_map(|s| &s.sends) {
-        load[index.link_of[&(send.src, send.dst)]] += 1;
-    }
+    let sends = algorithm.steps.iter().flat_map(|s| &s.sends);
+    let load = crate::load::Loads::of(index, caps.switches.len(), sends).links;
     let busiest = load
         .iter()
         .zip(&caps.links)
-        .map(|(&l, &c)| f64::from(l) / f64::from(c))
+        .map(|(&l, &c)| l as f64 / f64::from(c))
         .fold(0.0, f64::max);
     algorithm.chunks() as f64 * caps.unit_gbps / busiest
 }

@@ -571,19 +571,7 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
     let ag_base = Collective::new(Kind::AllGather, n, 0, 1)?;
     let rs = Plan::new(req.topology, &rs_base, method, sketch)?;
     let ag = Plan::new(req.topology, &ag_base, method, sketch)?;
-    let deadline = req.limits.deadline;
-    let (rs_bounds, ag_bounds) = (
-        rs.bounds(req.progress, deadline)?,
-        ag.bounds(req.progress, deadline)?,
-    );
-    let bounds = BoundsReport {
-        steps: rs_bounds.steps + ag_bounds.steps,
-        rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
-    };
-    req.progress.bound(&format!(
-        "{} steps, R/C >= {}",
-        bounds.steps, bounds.rounds_per_chunk
-    ));
+    let bounds = two_phase_bounds(&rs, &ag, req)?;
     let mut cuts = Vec::new();
     let mut notes = Vec::new();
     let (algorithms, complete) = match req.search {
@@ -603,8 +591,10 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                 chunks,
                 rounds: None,
             };
-            let (_, a) = rs.run(half, &req.limits, req.progress, req.topology)?;
-            let (_, b) = ag.run(half, &req.limits, req.progress, req.topology)?;
+            let (a, b) = (
+                rs.run(half, &req.limits, req.progress, req.topology)?.1,
+                ag.run(half, &req.limits, req.progress, req.topology)?.1,
+            );
             cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             notes.extend(a.notes.iter().chain(&b.notes).cloned());
             let composed: Vec<Algorithm> = a
@@ -620,57 +610,21 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             (composed, a.complete && b.complete)
         }
         Search::Pareto => {
-            let (_, a) = rs.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
-            let (_, b) = ag.run(Search::Pareto, &req.limits, req.progress, req.topology)?;
+            let (a, b) = (
+                rs.run(Search::Pareto, &req.limits, req.progress, req.topology)?
+                    .1,
+                ag.run(Search::Pareto, &req.limits, req.progress, req.topology)?
+                    .1,
+            );
             cuts.extend(a.cuts.iter().chain(&b.cuts).cloned());
             notes.extend(a.notes.iter().chain(&b.notes).cloned());
-            let mut all = Vec::new();
-            // Halves of one structure (trees with trees, rails with rails, ...).
-            let mut alike = Vec::new();
-            for x in &a.algorithms {
-                for y in &b.algorithms {
-                    let same = x.origin.family.pairs_with(&y.origin.family);
-                    // A half in messages of several chunks has pieces finer than its
-                    // messages: composed with another structure, that one would be refined
-                    // to as many pieces for nothing (dgx-a100x8: 21 s more composing and
-                    // checking), so it pairs with its own structure only.
-                    if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
-                        continue;
-                    }
-                    // The torus bucket's halves go in messages of whole blocks, numbered
-                    // for them (at 32x32 they put 2046 transfers on a link otherwise).
-                    let buckets = same && x.origin.family == Family::Bucket;
-                    if !buckets && (past_the_channels(x, y) || unfit_serial_pair(x, y)) {
-                        continue;
-                    }
-                    let mut composed = compose(x, y, req.topology, req.limits.deadline)?;
-                    if buckets {
-                        composed = crate::constructions::bucket::in_messages(&composed)?;
-                    }
-                    if same {
-                        alike.push(composed.clone());
-                    }
-                    all.push(composed);
-                }
-            }
+            let (all, alike) = compose_pairs(&a.algorithms, &b.algorithms, req)?;
             let kept = match method {
                 Method::Milp => {
                     let sizes = sketch.map_or_else(|| Sketch::default().sizes, |s| s.sizes.clone());
                     milp::pareto_by_time(all, req.topology, &sizes).0
                 }
-                _ => {
-                    // Besides the frontier in (steps, rounds per chunk), every structure
-                    // composed with itself: rounds do not see how a schedule pipelines, so
-                    // a dominated pair can simulate faster (dgx-a100x2: the trees pair 321.4
-                    // GB/s at 1 GB, the rail-ring pair that dominates it 290.9).
-                    let mut kept = crate::frontier::frontier_with_twins(all);
-                    for c in alike {
-                        if !kept.iter().any(|k| k.same_schedule_as(&c)) {
-                            kept.push(c);
-                        }
-                    }
-                    kept
-                }
+                _ => frontier_and_structures(all, alike),
             };
             (kept, a.complete && b.complete)
         }
@@ -684,6 +638,81 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         notes,
         cuts,
     })
+}
+
+/// The allreduce's lower bounds: the reduce-scatter's and the allgather's added.
+fn two_phase_bounds(rs: &Plan, ag: &Plan, req: &Request) -> Result<BoundsReport> {
+    let deadline = req.limits.deadline;
+    let (rs_bounds, ag_bounds) = (
+        rs.bounds(req.progress, deadline)?,
+        ag.bounds(req.progress, deadline)?,
+    );
+    let bounds = BoundsReport {
+        steps: rs_bounds.steps + ag_bounds.steps,
+        rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
+    };
+    req.progress.bound(&format!(
+        "{} steps, R/C >= {}",
+        bounds.steps, bounds.rounds_per_chunk
+    ));
+    Ok(bounds)
+}
+
+/// Every reduce-scatter half of `rs` composed with every allgather half of `ag` that it can
+/// pair with, and, of those, the pairs of halves of one structure (trees with trees, rails
+/// with rails, ...), which the construction that made them may lay out anew
+/// ([`crate::constructions::allreduce_pair`]).
+fn compose_pairs(
+    rs: &[Algorithm],
+    ag: &[Algorithm],
+    req: &Request,
+) -> Result<(Vec<Algorithm>, Vec<Algorithm>)> {
+    let mut all = Vec::new();
+    let mut alike = Vec::new();
+    for x in rs {
+        for y in ag {
+            let same = x.origin.family.pairs_with(&y.origin.family);
+            // A half in messages of several chunks has pieces finer than its messages:
+            // composed with another structure, that one would be refined to as many pieces
+            // for nothing (dgx-a100x8: 21 s more composing and checking), so it pairs with
+            // its own structure only.
+            if !same && (x.message_chunks.is_some() || y.message_chunks.is_some()) {
+                continue;
+            }
+            // A construction that lays out its own pairs (the torus bucket: messages of whole
+            // blocks, where 32x32 would put 2046 transfers on a link) fits them to the
+            // runtimes itself.
+            let layout = same
+                .then(|| crate::constructions::allreduce_pair(&x.origin.family))
+                .flatten();
+            if layout.is_none() && (past_the_channels(x, y) || unfit_serial_pair(x, y)) {
+                continue;
+            }
+            let mut composed = compose(x, y, req.topology, req.limits.deadline)?;
+            if let Some(layout) = layout {
+                composed = layout(&composed)?;
+            }
+            if same {
+                alike.push(composed.clone());
+            }
+            all.push(composed);
+        }
+    }
+    Ok((all, alike))
+}
+
+/// Besides the frontier of `all` in (steps, rounds per chunk), every structure composed
+/// with itself (`alike`): rounds do not see how a schedule pipelines, so a dominated pair
+/// can simulate faster (dgx-a100x2: the trees pair 321.4 GB/s at 1 GB, the rail-ring pair
+/// that dominates it 290.9).
+fn frontier_and_structures(all: Vec<Algorithm>, alike: Vec<Algorithm>) -> Vec<Algorithm> {
+    let mut kept = crate::frontier::frontier_with_twins(all);
+    for c in alike {
+        if !kept.iter().any(|k| k.same_schedule_as(&c)) {
+            kept.push(c);
+        }
+    }
+    kept
 }
 
 /// Allreduce with exactly S steps and at most R rounds at C chunks: tries every split of

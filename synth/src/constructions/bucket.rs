@@ -74,6 +74,14 @@ impl Construction for Bucket {
             None => Ok(Vec::new()),
         }
     }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(family, Family::Bucket)
+    }
+
+    fn allreduce_pair(&self) -> Option<super::PairLayout> {
+        Some(in_messages)
+    }
 }
 
 /// The bucket allgather of a k×k torus (see the module docs), four pieces per rank.

@@ -16,6 +16,7 @@ pub mod shortcut_rings;
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;
 use crate::engine::Limits;
+use crate::origin::Family;
 use crate::progress::Progress;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::Result;
@@ -49,6 +50,24 @@ pub trait Construction: Sync {
     fn fits(&self, cx: &Context) -> bool;
     /// Its candidates on a problem it fits (none where it finds nothing within its bounds).
     fn build(&self, cx: &Context) -> Result<Vec<Algorithm>>;
+    /// Whether it makes algorithms of `family`.
+    fn makes(&self, family: &Family) -> bool;
+    /// How it lays out an allreduce composed of its own reduce-scatter and allgather
+    /// (renumbered, in messages, ...); `None` keeps the composition as it is.
+    fn allreduce_pair(&self) -> Option<PairLayout> {
+        None
+    }
+}
+
+/// A construction's layout of an allreduce composed of two of its halves.
+pub type PairLayout = fn(&Algorithm) -> Result<Algorithm>;
+
+/// The layout the construction that makes `family` gives an allreduce of two such halves.
+pub fn allreduce_pair(family: &Family) -> Option<PairLayout> {
+    REGISTRY
+        .iter()
+        .find(|c| c.makes(family))
+        .and_then(|c| c.allreduce_pair())
 }
 
 /// Every construction, in the order their candidates are listed.
@@ -86,7 +105,6 @@ pub fn candidates(cx: &Context) -> (Vec<Algorithm>, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::origin::Family;
     use crate::topology::load;
     use std::time::{Duration, Instant};
 
@@ -116,6 +134,14 @@ mod tests {
             crate::check::check(a, &topology).unwrap();
         }
         found.into_iter().map(|a| a.origin.family).collect()
+    }
+
+    #[test]
+    fn only_the_bucket_lays_out_its_allreduce_pairs() {
+        assert!(allreduce_pair(&Family::Bucket).is_some());
+        for family in [Family::Rings, Family::Trees, Family::RailShortcutRings] {
+            assert!(allreduce_pair(&family).is_none(), "{family:?}");
+        }
     }
 
     #[test]

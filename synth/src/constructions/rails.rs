@@ -77,6 +77,10 @@ impl Construction for RailRings {
         );
         Ok(algorithms)
     }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(family, Family::Rails { .. })
+    }
 }
 
 /// Pieces per rank the rail ring tries without `--max-chunks`: its tail is the relay of

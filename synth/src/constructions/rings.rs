@@ -7,6 +7,7 @@ use super::{Construction, Context};
 use crate::algorithm::Algorithm;
 use crate::baseline::ring_orders;
 use crate::collective::Kind;
+use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex, Translations};
 use crate::trees::packing::{Packing, RootTrees, Tree};
 use anyhow::Result;
@@ -30,6 +31,10 @@ impl Construction for NcclRings {
         let max_rings = cx.limits.max_chunks.max(1);
         let found = ring_algorithm(cx.topology, cx.index, cx.kind, cx.root, max_rings)?;
         Ok(found.into_iter().collect())
+    }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(family, Family::Rings)
     }
 }
 

@@ -83,6 +83,10 @@ impl Construction for ShallowTrees {
         own.piece_channels = Some(chunks);
         Ok(vec![one, own])
     }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(family, Family::Shallow { .. })
+    }
 }
 
 /// Largest fabric tried (ranks).

@@ -209,6 +209,10 @@ impl Construction for ShortcutRings {
             limits.deadline,
         )
     }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(family, Family::ShortcutRings { .. })
+    }
 }
 
 /// Across identical nodes of such fabrics, the same rings on every node, the other nodes'
@@ -236,6 +240,13 @@ impl Construction for RailShortcutRings {
             cx.limits,
             (cx.optimum_gbps, cx.for_dual),
             slices,
+        )
+    }
+
+    fn makes(&self, family: &Family) -> bool {
+        matches!(
+            family,
+            Family::RailShortcutRings | Family::RailShortcutRelay { .. }
         )
     }
 }

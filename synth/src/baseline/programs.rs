@@ -18,6 +18,7 @@ pub(super) fn o(k: usize) -> Slot {
 
 /// A program under construction (shared with the point-to-point baselines, [`super::p2p`]).
 pub(super) struct Build {
+    /// The program so far.
     pub(super) p: Program,
 }
 

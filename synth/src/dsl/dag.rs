@@ -17,28 +17,36 @@ use std::collections::HashMap;
 /// A slot reference inside one rank: buffer and first index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct PSlot {
+    /// The buffer.
     pub buf: PBuf,
+    /// The first slot.
     pub index: usize,
 }
 
 /// One instruction of the DAG.
 #[derive(Debug, Clone)]
 pub(crate) struct Instr {
+    /// The rank it runs on.
     pub rank: usize,
+    /// Its IR operation.
     pub op: Op,
     /// Local source (for `s`/`r`: see `remote`).
     pub src: PSlot,
     /// Local destination.
     pub dst: PSlot,
+    /// The number of slots it moves.
     pub count: usize,
     /// Peer this instruction sends to.
     pub send: Option<usize>,
     /// Peer this instruction receives from.
     pub recv: Option<usize>,
-    /// Threadblock pin on the sending side / receiving side, and channel pin.
+    /// Threadblock pin on the sending side.
     pub sendtb: Option<usize>,
+    /// Threadblock pin on the receiving side.
     pub recvtb: Option<usize>,
+    /// Channel pin.
     pub ch: Option<usize>,
+    /// Where its operation was written.
     pub loc: Loc,
     /// Producers on the same rank this instruction must wait for.
     pub preds: Vec<usize>,
@@ -237,6 +245,7 @@ fn add_dependencies(instrs: &mut [Instr]) {
 
 /// The instruction DAG of a traced program.
 pub(crate) struct Dag {
+    /// The instructions, fused ones not `alive`.
     pub instrs: Vec<Instr>,
     /// Per rank, scratch slots of [`TEMP`] used to receive before a separate reduce.
     pub temp: Vec<usize>,

@@ -127,9 +127,12 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
     })
 }
 
+/// Linked rank pairs, each once (links go both ways).
+type RankPairs = Vec<(usize, usize)>;
+
 /// The ranks and the linked pairs (each once) of an `r` x `c` torus with wrap-around links
 /// in both dimensions.
-fn torus_pairs(r: usize, c: usize) -> Result<(usize, Vec<(usize, usize)>)> {
+fn torus_pairs(r: usize, c: usize) -> Result<(usize, RankPairs)> {
     let n = r.saturating_mul(c);
     if r == 0 || c == 0 || n < 2 {
         bail!("torus-2d needs at least 2 ranks, got {r}x{c}");
@@ -156,7 +159,7 @@ fn family_pairs(
     name: &str,
     n: usize,
     bandwidth: f64,
-) -> Result<(Vec<(usize, usize)>, Vec<SwitchConstraint>)> {
+) -> Result<(RankPairs, Vec<SwitchConstraint>)> {
     if n < 2 {
         bail!("{name} needs at least 2 ranks, got {n}");
     }
@@ -165,7 +168,7 @@ fn family_pairs(
         _ => n.saturating_mul(2),
     };
     super::check_size(n, links)?;
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let mut pairs: RankPairs = Vec::new();
     let mut switches = Vec::new();
     match name {
         "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),

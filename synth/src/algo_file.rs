@@ -275,6 +275,34 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
     if c == 0 || c > MAX_FILE_CHUNKS {
         bail!("{path}: instance.chunks: {c} is not in 1..={MAX_FILE_CHUNKS}");
     }
+    let (collective, reduce) = msccl_collective(path, &root, c)?;
+    let n = collective.ranks;
+    let mut steps = Vec::new();
+    for (s, v) in root.array("steps")?.iter().enumerate() {
+        steps.push(msccl_step(path, &format!("steps[{s}]"), v, n, reduce)?);
+    }
+    let topology = match root.map.get("topology") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(msccl_topology(path, v, n)?),
+    };
+    let topo_name = topology
+        .as_ref()
+        .map_or_else(|| "unknown".to_string(), |t| t.name.clone());
+    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
+    let name = format!(
+        "{}-{}-s{}-r{rounds}-c{c}",
+        collective.kind,
+        sanitize(&topo_name),
+        steps.len()
+    );
+    let algorithm = Algorithm::plain(name, topo_name, collective, steps);
+    Ok((algorithm, topology))
+}
+
+/// Reads the `collective` of msccl-tools JSON with `c` pieces per chunk: the named
+/// collective it matches (else a custom one), and whether its steps reduce (reduce-scatter
+/// and reduce, the only combining layouts read).
+fn msccl_collective(path: &str, root: &Obj, c: usize) -> Result<(Collective, bool)> {
     let coll = Obj::new(
         path,
         "collective".into(),
@@ -294,6 +322,28 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
     {
         bail!("{path}: collective.triggers: triggered (subproblem) collectives are not supported");
     }
+    let pieces = msccl_pieces(path, &coll, n, c)?;
+    let name = coll.string("name").unwrap_or("collective");
+    let collective = match_named(n, c, &pieces).unwrap_or(Collective {
+        kind: Kind::Custom,
+        ranks: n,
+        root: 0,
+        chunks_per_rank: c,
+        chunks: pieces,
+    });
+    let reduce = match collective.dual() {
+        Ok(None) => false,
+        Ok(Some(_)) if matches!(collective.kind, Kind::ReduceScatter | Kind::Reduce) => true,
+        _ => bail!(
+            "{path}: collective: `{name}` reduces chunks in a layout synth does not know (only reduce-scatter and reduce are read)"
+        ),
+    };
+    Ok((collective, reduce))
+}
+
+/// The pieces of `collective.chunks` on `n` ranks: each file chunk split into `c` pieces
+/// at consecutive addresses.
+fn msccl_pieces(path: &str, coll: &Obj, n: usize, c: usize) -> Result<Vec<Chunk>> {
     let file_chunks = coll.array("chunks")?;
     if file_chunks.len().saturating_mul(c) > MAX_FILE_PIECES {
         bail!("{path}: collective.chunks: more than {MAX_FILE_PIECES} chunks at {c} pieces each");
@@ -322,72 +372,45 @@ fn from_msccl(path: &str, value: &Value) -> Result<(Algorithm, Option<Topology>)
     if pieces.is_empty() {
         bail!("{path}: collective.chunks: no chunks");
     }
-    let name = coll.string("name").unwrap_or("collective");
-    let collective = match_named(n, c, &pieces).unwrap_or(Collective {
-        kind: Kind::Custom,
-        ranks: n,
-        root: 0,
-        chunks_per_rank: c,
-        chunks: pieces,
-    });
-    let reduce = match collective.dual() {
-        Ok(None) => false,
-        Ok(Some(_)) if matches!(collective.kind, Kind::ReduceScatter | Kind::Reduce) => true,
-        _ => bail!(
-            "{path}: collective: `{name}` reduces chunks in a layout synth does not know (only reduce-scatter and reduce are read)"
-        ),
-    };
-    let mut steps = Vec::new();
-    for (s, v) in root.array("steps")?.iter().enumerate() {
-        let at = format!("steps[{s}]");
-        let step = Obj::new(path, at.clone(), v, "step")?;
-        let rounds = step.usize("rounds")?;
-        let rounds = u32::try_from(rounds)
-            .ok()
-            .filter(|&r| r >= 1)
-            .ok_or_else(|| {
-                anyhow!("{path}: {at}.rounds: {rounds} is not a positive round count")
-            })?;
-        let mut sends = Vec::new();
-        for (i, send) in step.array("sends")?.iter().enumerate() {
-            let here = format!("{at}.sends[{i}]");
-            let triple = send
-                .as_array()
-                .filter(|t| t.len() == 3)
-                .ok_or_else(|| anyhow!("{path}: {here}: expected [addr, src, dst]"))?;
-            let chunk = number(path, &format!("{here}[0]"), &triple[0])?;
-            let src = number(path, &format!("{here}[1]"), &triple[1])?;
-            let dst = number(path, &format!("{here}[2]"), &triple[2])?;
-            for (what, r) in [("src", src), ("dst", dst)] {
-                if r >= n {
-                    bail!("{path}: {here}: {what} rank {r} out of range (ranks = {n})");
-                }
-            }
-            sends.push(Send { chunk, src, dst });
-        }
-        sends.sort();
-        steps.push(Step {
-            rounds,
-            reduce,
-            sends,
-        });
+    Ok(pieces)
+}
+
+/// Reads the step at `at` (`{rounds, sends: [[addr, src, dst], ...]}`) on `n` ranks; its
+/// sends come out sorted.
+fn msccl_step(path: &str, at: &str, v: &Value, n: usize, reduce: bool) -> Result<Step> {
+    let step = Obj::new(path, at.to_string(), v, "step")?;
+    let rounds = step.usize("rounds")?;
+    let rounds = u32::try_from(rounds)
+        .ok()
+        .filter(|&r| r >= 1)
+        .ok_or_else(|| anyhow!("{path}: {at}.rounds: {rounds} is not a positive round count"))?;
+    let mut sends = Vec::new();
+    for (i, send) in step.array("sends")?.iter().enumerate() {
+        sends.push(msccl_send(path, &format!("{at}.sends[{i}]"), send, n)?);
     }
-    let topology = match root.map.get("topology") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(msccl_topology(path, v, n)?),
-    };
-    let topo_name = topology
-        .as_ref()
-        .map_or_else(|| "unknown".to_string(), |t| t.name.clone());
-    let rounds: u32 = steps.iter().map(|s| s.rounds).sum();
-    let name = format!(
-        "{}-{}-s{}-r{rounds}-c{c}",
-        collective.kind,
-        sanitize(&topo_name),
-        steps.len()
-    );
-    let algorithm = Algorithm::plain(name, topo_name, collective, steps);
-    Ok((algorithm, topology))
+    sends.sort();
+    Ok(Step {
+        rounds,
+        reduce,
+        sends,
+    })
+}
+
+/// Reads the send `[addr, src, dst]` at `here`, its ranks below `n`.
+fn msccl_send(path: &str, here: &str, send: &Value, n: usize) -> Result<Send> {
+    let triple = send
+        .as_array()
+        .filter(|t| t.len() == 3)
+        .ok_or_else(|| anyhow!("{path}: {here}: expected [addr, src, dst]"))?;
+    let chunk = number(path, &format!("{here}[0]"), &triple[0])?;
+    let src = number(path, &format!("{here}[1]"), &triple[1])?;
+    let dst = number(path, &format!("{here}[2]"), &triple[2])?;
+    for (what, r) in [("src", src), ("dst", dst)] {
+        if r >= n {
+            bail!("{path}: {here}: {what} rank {r} out of range (ranks = {n})");
+        }
+    }
+    Ok(Send { chunk, src, dst })
 }
 
 /// The named collective (in synth's chunk order) whose pieces are exactly `pieces`.

@@ -2,7 +2,7 @@
 //! chunk from a multicast flow LP with source conservation plus per-rank cut bounds
 //! (DESIGN §3, §6).
 
-use crate::collective::Collective;
+use crate::collective::{Chunk, Collective};
 use crate::topology::{Capacities, Topology};
 use anyhow::{bail, Result};
 use good_lp::{
@@ -315,6 +315,31 @@ fn lp_variables(coll: &Collective, topology: &Topology, steps: usize) -> usize {
     demands * topology.links.len() * steps
 }
 
+/// The (link, step) pairs, steps from 1 to `steps`, that a piece of `chunk` can usefully
+/// cross: into a rank outside pre, from a rank a source reaches in fewer steps, towards a
+/// rank of `needers` reachable in the steps left.
+fn useful_arcs(
+    topology: &Topology,
+    dist: &[Vec<Option<usize>>],
+    steps: usize,
+    chunk: &Chunk,
+    needers: &[usize],
+) -> Vec<(usize, usize)> {
+    let nlinks = topology.links.len();
+    let nearest = |sources: &[usize], r: usize| sources.iter().filter_map(|&p| dist[p][r]).min();
+    (1..=steps)
+        .flat_map(|s| (0..nlinks).map(move |l| (l, s)))
+        .filter(|&(l, s)| {
+            let link = &topology.links[l];
+            !chunk.pre.contains(&link.dst)
+                && nearest(&chunk.pre, link.src).is_some_and(|d| d < s)
+                && needers
+                    .iter()
+                    .any(|&w| dist[link.dst][w].is_some_and(|d| d <= steps - s))
+        })
+        .collect()
+}
+
 /// Slack for the LP solver's floating-point optimum when it becomes an integer bound.
 pub const LP_SLACK: f64 = 1e-6;
 
@@ -343,9 +368,6 @@ impl StepLp {
     ) -> Result<Option<StepLp>> {
         let caps = topology.capacities()?;
         let dist = topology.distances();
-        let nlinks = topology.links.len();
-        let nearest =
-            |sources: &[usize], r: usize| sources.iter().filter_map(|&p| dist[p][r]).min();
         if lp_variables(coll, topology, steps) > MAX_LP_VARIABLES {
             return Ok(None);
         }
@@ -353,69 +375,101 @@ impl StepLp {
         let rho: Vec<Variable> = (0..steps)
             .map(|_| vars.add(variable().min(min_rho)))
             .collect();
-        let mut constraints = Vec::new();
+        let mut lp = StepLp {
+            vars,
+            rho,
+            constraints: Vec::new(),
+        };
         // load[s][l]: Σ over chunks of the chunk's use of link l in step s+1.
+        let nlinks = topology.links.len();
         let mut load: Vec<Vec<Expression>> = vec![vec![Expression::from(0.0); nlinks]; steps];
         for chunk in &coll.chunks {
-            let needers: Vec<usize> = chunk
-                .post
-                .iter()
-                .copied()
-                .filter(|r| !chunk.pre.contains(r))
-                .collect();
-            // The (link, step) pairs a piece of this chunk can usefully cross.
-            let arcs: Vec<(usize, usize)> = (1..=steps)
-                .flat_map(|s| (0..nlinks).map(move |l| (l, s)))
-                .filter(|&(l, s)| {
-                    let link = &topology.links[l];
-                    !chunk.pre.contains(&link.dst)
-                        && nearest(&chunk.pre, link.src).is_some_and(|d| d < s)
-                        && needers
-                            .iter()
-                            .any(|&w| dist[link.dst][w].is_some_and(|d| d <= steps - s))
-                })
-                .collect();
-            let uses: Vec<Variable> = arcs
-                .iter()
-                .map(|_| vars.add(variable().min(0.0).max(1.0)))
-                .collect();
-            for (&(l, s), u) in arcs.iter().zip(&uses) {
-                load[s - 1][l] += *u;
+            lp.add_chunk(topology, &dist, steps, chunk, &mut load);
+        }
+        lp.add_capacities(topology, &caps, &load);
+        Ok(Some(lp))
+    }
+
+    /// Adds one chunk: its use (0 to 1) of every (link, step) it can usefully cross, added
+    /// to `load`, and a unit flow to every rank that needs it within that use.
+    fn add_chunk(
+        &mut self,
+        topology: &Topology,
+        dist: &[Vec<Option<usize>>],
+        steps: usize,
+        chunk: &Chunk,
+        load: &mut [Vec<Expression>],
+    ) {
+        let needers: Vec<usize> = chunk
+            .post
+            .iter()
+            .copied()
+            .filter(|r| !chunk.pre.contains(r))
+            .collect();
+        let arcs = useful_arcs(topology, dist, steps, chunk, &needers);
+        let uses: Vec<Variable> = arcs
+            .iter()
+            .map(|_| self.vars.add(variable().min(0.0).max(1.0)))
+            .collect();
+        for (&(l, s), u) in arcs.iter().zip(&uses) {
+            load[s - 1][l] += *u;
+        }
+        for &d in &needers {
+            self.add_demand(topology, steps, chunk, &arcs, &uses, d);
+        }
+    }
+
+    /// Adds a unit flow of `chunk` to rank `d` by step S over `arcs` (each at most the
+    /// chunk's use `uses` of it): conservation at (v, s) for every rank v outside pre, with
+    /// waiting arcs (v, s) → (v, s+1).
+    fn add_demand(
+        &mut self,
+        topology: &Topology,
+        steps: usize,
+        chunk: &Chunk,
+        arcs: &[(usize, usize)],
+        uses: &[Variable],
+        d: usize,
+    ) {
+        let flow: Vec<Variable> = arcs
+            .iter()
+            .map(|_| self.vars.add(variable().min(0.0)))
+            .collect();
+        for (f, u) in flow.iter().zip(uses) {
+            self.constraints.push(constraint!(*f <= *u));
+        }
+        let mut net: Vec<Vec<Expression>> =
+            vec![vec![Expression::from(0.0); steps + 1]; topology.ranks];
+        for (&(l, t), f) in arcs.iter().zip(&flow) {
+            let link = &topology.links[l];
+            net[link.dst][t] += *f;
+            net[link.src][t - 1] -= *f;
+        }
+        for (v, row) in net.iter_mut().enumerate() {
+            if chunk.pre.contains(&v) {
+                continue;
             }
-            for &d in &needers {
-                let flow: Vec<Variable> =
-                    arcs.iter().map(|_| vars.add(variable().min(0.0))).collect();
-                for (f, u) in flow.iter().zip(&uses) {
-                    constraints.push(constraint!(*f <= *u));
-                }
-                // Conservation at (v, s) for every rank v outside pre, with waiting arcs
-                // (v, s) → (v, s+1); the demand is one unit at (d, S).
-                let mut net: Vec<Vec<Expression>> =
-                    vec![vec![Expression::from(0.0); steps + 1]; topology.ranks];
-                for (&(l, t), f) in arcs.iter().zip(&flow) {
-                    let link = &topology.links[l];
-                    net[link.dst][t] += *f;
-                    net[link.src][t - 1] -= *f;
-                }
-                for (v, row) in net.iter_mut().enumerate() {
-                    if chunk.pre.contains(&v) {
-                        continue;
-                    }
-                    for s in 0..steps {
-                        let wait = vars.add(variable().min(0.0));
-                        row[s] -= wait;
-                        row[s + 1] += wait;
-                    }
-                    for (s, balance) in row.iter().enumerate() {
-                        let demand = if v == d && s == steps { 1.0 } else { 0.0 };
-                        constraints.push(constraint!(balance.clone() == demand));
-                    }
-                }
+            for s in 0..steps {
+                let wait = self.vars.add(variable().min(0.0));
+                row[s] -= wait;
+                row[s + 1] += wait;
+            }
+            for (s, balance) in row.iter().enumerate() {
+                let demand = if v == d && s == steps { 1.0 } else { 0.0 };
+                self.constraints
+                    .push(constraint!(balance.clone() == demand));
             }
         }
+    }
+
+    /// Adds the capacities: in step s, each link's and each switch constraint's `load` is at
+    /// most its capacity × rho_s.
+    fn add_capacities(&mut self, topology: &Topology, caps: &Capacities, load: &[Vec<Expression>]) {
         for (s, per_link) in load.iter().enumerate() {
+            let rho = self.rho[s];
             for (l, usage) in per_link.iter().enumerate() {
-                constraints.push(constraint!(usage.clone() <= caps.links[l] as f64 * rho[s]));
+                self.constraints
+                    .push(constraint!(usage.clone() <= caps.links[l] as f64 * rho));
             }
             for (k, sw) in topology.switches.iter().enumerate() {
                 let mut total = Expression::from(0.0);
@@ -424,14 +478,10 @@ impl StepLp {
                         total += per_link[l].clone();
                     }
                 }
-                constraints.push(constraint!(total <= caps.switches[k] as f64 * rho[s]));
+                self.constraints
+                    .push(constraint!(total <= caps.switches[k] as f64 * rho));
             }
         }
-        Ok(Some(StepLp {
-            vars,
-            rho,
-            constraints,
-        }))
     }
 
     /// The least value of `objective`, with Σ rho ≤ `total` when given; infinity when

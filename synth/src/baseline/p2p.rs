@@ -232,17 +232,7 @@ pub fn p2p_program(coll: Collective, topology: &Topology, root: usize) -> Result
     if root >= n {
         bail!("root {root} is not a rank (ngpus {n})");
     }
-    let blocks = blocks(coll, n, root)?;
-    let pairs: Vec<(usize, usize)> = blocks.iter().map(|b| (b.0, b.1)).collect();
-    let routes: Vec<Route> = route(topology, &pairs, REROUTE_PASSES)?
-        .into_iter()
-        .zip(&blocks)
-        .map(|(links, b)| Route {
-            from: b.2,
-            to: b.3,
-            links,
-        })
-        .collect();
+    let routes = routes(coll, topology, root)?;
     let (in_chunks, out_chunks) = match coll {
         Collective::Gather => (1, n),
         Collective::Scatter => (n, 1),
@@ -257,10 +247,42 @@ pub fn p2p_program(coll: Collective, topology: &Topology, root: usize) -> Result
         in_chunks,
         out_chunks,
     );
+    let (slots, scratch) = hop_slots(topology, &routes);
+    add_transfers(&mut b, topology, &routes, &slots);
+    let local: Vec<(usize, Slot, Slot)> = match coll {
+        Collective::Gather => vec![(root, i(0), o(root))],
+        Collective::Scatter => vec![(root, i(root), o(0))],
+        _ => (0..n).map(|r| (r, i(r), o(r))).collect(),
+    };
+    for (rank, from, to) in local {
+        let t = b.tb(rank, None, None, 0);
+        b.step(rank, t, Op::Copy, from, to, vec![]);
+    }
+    for (g, &s) in b.p.gpus.iter_mut().zip(&scratch) {
+        g.scratch_chunks = s;
+    }
+    Ok(b.finish())
+}
 
-    // Where each block lies after each hop: its source slot, scratch on relays, its
-    // destination slot.
-    let mut scratch = vec![0usize; n];
+/// Every block `coll` moves between ranks, with the links it crosses (see [`route`]).
+fn routes(coll: Collective, topology: &Topology, root: usize) -> Result<Vec<Route>> {
+    let blocks = blocks(coll, topology.ranks, root)?;
+    let pairs: Vec<(usize, usize)> = blocks.iter().map(|b| (b.0, b.1)).collect();
+    Ok(route(topology, &pairs, REROUTE_PASSES)?
+        .into_iter()
+        .zip(&blocks)
+        .map(|(links, b)| Route {
+            from: b.2,
+            to: b.3,
+            links,
+        })
+        .collect())
+}
+
+/// Where each block lies after each hop: its source slot, scratch on relays, its
+/// destination slot; and the scratch chunks each rank needs for that.
+fn hop_slots(topology: &Topology, routes: &[Route]) -> (Vec<Vec<Slot>>, Vec<usize>) {
+    let mut scratch = vec![0usize; topology.ranks];
     let slots: Vec<Vec<Slot>> = routes
         .iter()
         .map(|r| {
@@ -278,6 +300,14 @@ pub fn p2p_program(coll: Collective, topology: &Topology, root: usize) -> Result
                 .collect()
         })
         .collect();
+    (slots, scratch)
+}
+
+/// Adds the sends and receives of every hop of every route, a block's slots after each hop
+/// being `slots`: per link and hop (channel) one receiving threadblock and one sending
+/// threadblock, the blocks in routing order; receives first (their threadblocks get the low
+/// ids), and a relayed send waits for the receive that brought its block.
+fn add_transfers(b: &mut Build, topology: &Topology, routes: &[Route], slots: &[Vec<Slot>]) {
     // The blocks each link carries at each hop (their channel), in routing order.
     let mut streams: BTreeMap<(usize, usize), Vec<usize>> = BTreeMap::new();
     for (r, route) in routes.iter().enumerate() {
@@ -285,8 +315,7 @@ pub fn p2p_program(coll: Collective, topology: &Topology, root: usize) -> Result
             streams.entry((l, h)).or_default().push(r);
         }
     }
-    // Receives first (their threadblocks get the low ids), remembering where each block
-    // arrived: `arrival[route][h]` is the receive of its hop h.
+    // `arrival[route][h]` is the receive of its hop h.
     let mut arrival: Vec<Vec<Dep>> = routes
         .iter()
         .map(|r| vec![Dep { tb: 0, step: 0 }; r.links.len()])
@@ -311,19 +340,6 @@ pub fn p2p_program(coll: Collective, topology: &Topology, root: usize) -> Result
             b.step(src, t, Op::Send, slots[r][h], slots[r][h + 1], deps);
         }
     }
-    let local: Vec<(usize, Slot, Slot)> = match coll {
-        Collective::Gather => vec![(root, i(0), o(root))],
-        Collective::Scatter => vec![(root, i(root), o(0))],
-        _ => (0..n).map(|r| (r, i(r), o(r))).collect(),
-    };
-    for (rank, from, to) in local {
-        let t = b.tb(rank, None, None, 0);
-        b.step(rank, t, Op::Copy, from, to, vec![]);
-    }
-    for (g, &s) in b.p.gpus.iter_mut().zip(&scratch) {
-        g.scratch_chunks = s;
-    }
-    Ok(b.finish())
 }
 
 #[cfg(test)]

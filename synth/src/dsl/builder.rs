@@ -60,21 +60,29 @@ pub(crate) type Value = Vec<Contribution>;
 /// A physical buffer of one rank after aliasing: input, output, or scratch buffer number k.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum PBuf {
+    /// The input buffer.
     Input,
+    /// The output buffer.
     Output,
+    /// Scratch buffer number k (named by the program, or [`TEMP`](super::dag::TEMP)).
     Scratch(usize),
 }
 
 /// A run of `size` slots of one rank's physical buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct PRef {
+    /// The rank.
     pub rank: usize,
+    /// The buffer.
     pub buf: PBuf,
+    /// The first slot.
     pub index: usize,
+    /// The number of slots.
     pub size: usize,
 }
 
 impl PRef {
+    /// Every (rank, buffer, slot) of the run.
     pub fn slots(&self) -> impl Iterator<Item = (usize, PBuf, usize)> + '_ {
         (self.index..self.index + self.size).map(move |i| (self.rank, self.buf, i))
     }
@@ -96,18 +104,26 @@ pub struct Pins {
 pub(crate) struct Operation {
     /// True for `reduce` (`dst ← dst ⊕ src`), false for `copy` (`dst ← src`).
     pub reduce: bool,
+    /// What is read.
     pub src: PRef,
+    /// What is written.
     pub dst: PRef,
+    /// Its pins.
     pub pins: Pins,
+    /// Where it was written.
     pub loc: Loc,
 }
 
 /// The state of a program being traced.
 #[derive(Debug)]
 pub(crate) struct Tracer {
+    /// The program's name.
     pub name: String,
+    /// Its collective.
     pub collective: Collective,
+    /// The links it may use.
     pub topology: Connectivity,
+    /// Its compile options.
     pub options: Options,
     /// Where `MSCCLProgram` (or `Program::new`) was written.
     pub loc: Loc,
@@ -116,10 +132,13 @@ pub(crate) struct Tracer {
     /// Per rank, the scratch buffers in order of first use and their sizes.
     pub scratch: Vec<Vec<(usize, usize)>>,
     state: HashMap<(usize, PBuf, usize), Value>,
+    /// The operations so far, in program order.
     pub ops: Vec<Operation>,
 }
 
 impl Tracer {
+    /// An empty program; an error when the collective and the topology differ in ranks or
+    /// `instances` is 0.
     pub fn new(
         name: &str,
         topology: Connectivity,
@@ -265,6 +284,7 @@ impl Tracer {
             .collect()
     }
 
+    /// The name of buffer `b` in messages (`input`, `output`, a scratch buffer's name).
     pub fn buf_name(&self, b: PBuf) -> &str {
         match b {
             PBuf::Input => "input",
@@ -431,6 +451,7 @@ fn describe(v: &[Contribution]) -> String {
     format!("[{}{more}]", parts.join(" "))
 }
 
+/// The physical buffer of an IR buffer (scratch: buffer 0).
 pub(crate) fn pbuf(b: ir::Buffer) -> PBuf {
     match b {
         ir::Buffer::Input => PBuf::Input,
@@ -529,6 +550,7 @@ impl Program {
         self.inner.borrow().options.instances
     }
 
+    /// Runs `f` on the program's tracer.
     pub(crate) fn with_tracer<T>(&self, f: impl FnOnce(&mut Tracer) -> T) -> T {
         f(&mut self.inner.borrow_mut())
     }

@@ -17,28 +17,36 @@ use std::collections::HashMap;
 /// A slot reference inside one rank: buffer and first index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct PSlot {
+    /// The buffer.
     pub buf: PBuf,
+    /// The first slot.
     pub index: usize,
 }
 
 /// One instruction of the DAG.
 #[derive(Debug, Clone)]
 pub(crate) struct Instr {
+    /// The rank it runs on.
     pub rank: usize,
+    /// Its IR operation.
     pub op: Op,
     /// Local source (for `s`/`r`: see `remote`).
     pub src: PSlot,
     /// Local destination.
     pub dst: PSlot,
+    /// The number of slots it moves.
     pub count: usize,
     /// Peer this instruction sends to.
     pub send: Option<usize>,
     /// Peer this instruction receives from.
     pub recv: Option<usize>,
-    /// Threadblock pin on the sending side / receiving side, and channel pin.
+    /// Threadblock pin on the sending side.
     pub sendtb: Option<usize>,
+    /// Threadblock pin on the receiving side.
     pub recvtb: Option<usize>,
+    /// Channel pin.
     pub ch: Option<usize>,
+    /// Where its operation was written.
     pub loc: Loc,
     /// Producers on the same rank this instruction must wait for.
     pub preds: Vec<usize>,
@@ -122,8 +130,122 @@ fn pslot(r: &super::builder::PRef) -> PSlot {
     }
 }
 
+/// The one instruction of operation number `order`, a copy or reduce inside one rank.
+fn local_instr(order: usize, o: &Operation) -> Instr {
+    let (s, d) = (o.src, o.dst);
+    let Pins { sendtb, recvtb, .. } = o.pins;
+    let op = if o.reduce { Op::Reduce } else { Op::Copy };
+    let mut i = Instr::new(s.rank, op, pslot(&s), pslot(&d), s.size, o);
+    i.sendtb = sendtb.or(recvtb);
+    i.order = order;
+    i
+}
+
+/// Pushes the instructions of operation number `order` across ranks: a send and its
+/// receive and, for a reduce without `fused`, a local reduce of a receive into a slot of
+/// [`TEMP`] (counted in `temp`).
+fn push_transfer(
+    instrs: &mut Vec<Instr>,
+    temp: &mut [usize],
+    order: usize,
+    o: &Operation,
+    fused: bool,
+) {
+    let (s, d) = (o.src, o.dst);
+    let Pins { sendtb, recvtb, .. } = o.pins;
+    let mut send = Instr::new(s.rank, Op::Send, pslot(&s), pslot(&d), s.size, o);
+    send.send = Some(d.rank);
+    send.sendtb = sendtb;
+    send.order = order;
+    let split = o.reduce && !fused;
+    let landing = if split {
+        temp[d.rank] += s.size;
+        PSlot {
+            buf: PBuf::Scratch(TEMP),
+            index: temp[d.rank] - s.size,
+        }
+    } else {
+        pslot(&d)
+    };
+    send.dst = landing;
+    let op = if o.reduce && fused {
+        Op::RecvReduceCopy
+    } else {
+        Op::Recv
+    };
+    let src = if o.reduce { pslot(&d) } else { pslot(&s) };
+    let mut recv = Instr::new(d.rank, op, src, landing, s.size, o);
+    recv.recv = Some(s.rank);
+    recv.recvtb = recvtb;
+    recv.order = order;
+    let k = instrs.len();
+    send.next = Some(k + 1);
+    recv.prev = Some(k);
+    instrs.push(send);
+    instrs.push(recv);
+    if split {
+        let mut reduce = Instr::new(d.rank, Op::Reduce, landing, pslot(&d), s.size, o);
+        reduce.sendtb = recvtb;
+        reduce.order = order;
+        instrs.push(reduce);
+    }
+}
+
+/// The last writer of one (rank, slot) and the readers since.
+#[derive(Default)]
+struct SlotUse {
+    writer: Option<usize>,
+    readers: Vec<usize>,
+}
+
+/// Read/write dependencies per (rank, slot), in program order: fills every instruction's
+/// `preds`, `succs`, `readers` and `overwritten`.
+fn add_dependencies(instrs: &mut [Instr]) {
+    let mut uses: HashMap<(usize, PSlot), SlotUse> = HashMap::new();
+    for k in 0..instrs.len() {
+        let rank = instrs[k].rank;
+        let (reads, writes) = instrs[k].accesses();
+        let mut preds = Vec::new();
+        for s in &reads {
+            let u = uses.entry((rank, *s)).or_default();
+            if let Some(w) = u.writer {
+                preds.push(w);
+                if w != k && !instrs[w].readers.contains(&k) {
+                    instrs[w].readers.push(k);
+                }
+            }
+        }
+        for s in &writes {
+            let u = uses.entry((rank, *s)).or_default();
+            if let Some(w) = u.writer {
+                preds.push(w);
+                if w != k {
+                    instrs[w].overwritten += 1;
+                }
+            }
+            preds.extend(u.readers.iter().copied());
+        }
+        for s in &reads {
+            uses.entry((rank, *s)).or_default().readers.push(k);
+        }
+        for s in &writes {
+            let u = uses.entry((rank, *s)).or_default();
+            u.writer = Some(k);
+            u.readers.clear();
+        }
+        preds.sort_unstable();
+        preds.dedup();
+        preds.retain(|&p| p != k);
+        for &p in &preds {
+            instrs[p].succs.push(k);
+        }
+        instrs[k].preds = preds;
+    }
+}
+
 /// The instruction DAG of a traced program.
 pub(crate) struct Dag {
+    /// The instructions, fused ones not `alive`.
     pub instrs: Vec<Instr>,
     /// Per rank, scratch slots of [`TEMP`] used to receive before a separate reduce.
     pub temp: Vec<usize>,
@@ -140,99 +262,13 @@ impl Dag {
         let mut instrs: Vec<Instr> = Vec::new();
         let mut temp = vec![0usize; t.collective.ranks];
         for (order, o) in t.ops.iter().enumerate() {
-            let (s, d) = (o.src, o.dst);
-            let Pins { sendtb, recvtb, .. } = o.pins;
-            if s.rank == d.rank {
-                let op = if o.reduce { Op::Reduce } else { Op::Copy };
-                let mut i = Instr::new(s.rank, op, pslot(&s), pslot(&d), s.size, o);
-                i.sendtb = sendtb.or(recvtb);
-                i.order = order;
-                instrs.push(i);
-                continue;
-            }
-            let mut send = Instr::new(s.rank, Op::Send, pslot(&s), pslot(&d), s.size, o);
-            send.send = Some(d.rank);
-            send.sendtb = sendtb;
-            send.order = order;
-            let split = o.reduce && !fused;
-            let landing = if split {
-                temp[d.rank] += s.size;
-                PSlot {
-                    buf: PBuf::Scratch(TEMP),
-                    index: temp[d.rank] - s.size,
-                }
+            if o.src.rank == o.dst.rank {
+                instrs.push(local_instr(order, o));
             } else {
-                pslot(&d)
-            };
-            send.dst = landing;
-            let op = if o.reduce && fused {
-                Op::RecvReduceCopy
-            } else {
-                Op::Recv
-            };
-            let src = if o.reduce { pslot(&d) } else { pslot(&s) };
-            let mut recv = Instr::new(d.rank, op, src, landing, s.size, o);
-            recv.recv = Some(s.rank);
-            recv.recvtb = recvtb;
-            recv.order = order;
-            let k = instrs.len();
-            send.next = Some(k + 1);
-            recv.prev = Some(k);
-            instrs.push(send);
-            instrs.push(recv);
-            if split {
-                let mut reduce = Instr::new(d.rank, Op::Reduce, landing, pslot(&d), s.size, o);
-                reduce.sendtb = recvtb;
-                reduce.order = order;
-                instrs.push(reduce);
+                push_transfer(&mut instrs, &mut temp, order, o, fused);
             }
         }
-        // Read/write dependencies per (rank, slot).
-        #[derive(Default)]
-        struct Use {
-            writer: Option<usize>,
-            readers: Vec<usize>,
-        }
-        let mut uses: HashMap<(usize, PSlot), Use> = HashMap::new();
-        for k in 0..instrs.len() {
-            let rank = instrs[k].rank;
-            let (reads, writes) = instrs[k].accesses();
-            let mut preds = Vec::new();
-            for s in &reads {
-                let u = uses.entry((rank, *s)).or_default();
-                if let Some(w) = u.writer {
-                    preds.push(w);
-                    if w != k && !instrs[w].readers.contains(&k) {
-                        instrs[w].readers.push(k);
-                    }
-                }
-            }
-            for s in &writes {
-                let u = uses.entry((rank, *s)).or_default();
-                if let Some(w) = u.writer {
-                    preds.push(w);
-                    if w != k {
-                        instrs[w].overwritten += 1;
-                    }
-                }
-                preds.extend(u.readers.iter().copied());
-            }
-            for s in &reads {
-                uses.entry((rank, *s)).or_default().readers.push(k);
-            }
-            for s in &writes {
-                let u = uses.entry((rank, *s)).or_default();
-                u.writer = Some(k);
-                u.readers.clear();
-            }
-            preds.sort_unstable();
-            preds.dedup();
-            preds.retain(|&p| p != k);
-            for &p in &preds {
-                instrs[p].succs.push(k);
-            }
-            instrs[k].preds = preds;
-        }
+        add_dependencies(&mut instrs);
         Dag { instrs, temp }
     }
 

@@ -7,8 +7,8 @@
 use crate::algorithm::Algorithm;
 use crate::lower::{lower, LowerOptions};
 use anyhow::{bail, Context, Result};
-use runtime::ir::{self, Buffer, Op, Program, StepRef};
-use std::collections::HashMap;
+use runtime::ir::{self, Buffer, Op, Program, StepRef, Threadblock};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -46,104 +46,154 @@ fn topology(spec: &str, ranks: usize) -> (String, &'static str) {
 
 /// The program's operations as DSL lines, in an executable order.
 fn operations(p: &Program) -> Result<Vec<String>> {
-    let partner: HashMap<StepRef, StepRef> = p.transfer_pairs().into_iter().collect();
-    let receiving: std::collections::HashSet<StepRef> = partner.values().copied().collect();
-    let mut pc: Vec<Vec<usize>> = p
-        .gpus
-        .iter()
-        .map(|g| vec![0; g.threadblocks.len()])
-        .collect();
+    let mut lister = Lister::new(p);
     let total = p.step_count();
-    let mut lines = Vec::with_capacity(total);
-    let mut done = 0;
-    let ready = |pc: &Vec<Vec<usize>>, at: StepRef| -> bool {
-        pc[at.rank][at.tb] == at.step
-            && p.step(at)
-                .is_some_and(|s| s.deps.iter().all(|d| pc[at.rank][d.tb] > d.step))
-    };
-    while done < total {
-        let before = done;
+    while lister.done < total {
+        let before = lister.done;
         for g in &p.gpus {
             for (tb, block) in g.threadblocks.iter().enumerate() {
-                let at = StepRef {
-                    rank: g.rank,
-                    tb,
-                    step: pc[g.rank][tb],
-                };
-                let Some(s) = block.steps.get(at.step) else {
-                    continue;
-                };
-                if receiving.contains(&at) || !ready(&pc, at) {
-                    continue;
-                }
-                let pin = format!("sendtb={tb}, ch={}", block.channel);
-                let here = |b: Buffer, off: usize| {
-                    format!("chunk({}, {}, {off}, size={})", g.rank, buffer(b), s.count)
-                };
-                match s.op {
-                    Op::Copy => lines.push(format!(
-                        "{}.copy({}, {}, {}, {pin})",
-                        here(s.src.buffer, s.src.offset),
-                        g.rank,
-                        buffer(s.dst.buffer),
-                        s.dst.offset
-                    )),
-                    Op::Reduce => lines.push(format!(
-                        "{}.reduce({}, {pin})",
-                        here(s.dst.buffer, s.dst.offset),
-                        here(s.src.buffer, s.src.offset)
-                    )),
-                    Op::Send => {
-                        let r = partner
-                            .get(&at)
-                            .copied()
-                            .context("a send without a receive")?;
-                        if !ready(&pc, r) {
-                            continue;
-                        }
-                        let rs = p.step(r).context("a receive step")?;
-                        let pins = format!("sendtb={tb}, recvtb={}, ch={}", r.tb, block.channel);
-                        let from = here(s.src.buffer, s.src.offset);
-                        match rs.op {
-                            Op::Recv => lines.push(format!(
-                                "{from}.copy({}, {}, {}, {pins})",
-                                r.rank,
-                                buffer(rs.dst.buffer),
-                                rs.dst.offset
-                            )),
-                            Op::RecvReduceCopy => {
-                                let acc = format!(
-                                    "chunk({}, {}, {}, size={})",
-                                    r.rank,
-                                    buffer(rs.dst.buffer),
-                                    rs.dst.offset,
-                                    rs.count
-                                );
-                                if rs.src != rs.dst {
-                                    lines.push(format!(
-                                        "chunk({}, {}, {}, size={}).copy({}, {}, {}, sendtb={}, ch={})",
-                                        r.rank, buffer(rs.src.buffer), rs.src.offset, rs.count, r.rank,
-                                        buffer(rs.dst.buffer), rs.dst.offset, r.tb, block.channel
-                                    ));
-                                }
-                                lines.push(format!("{acc}.reduce({from}, {pins})"));
-                            }
-                            other => bail!("cannot write {other} as a DSL operation"),
-                        }
-                        pc[r.rank][r.tb] += 1;
-                        done += 1;
-                    }
-                    other => bail!("cannot write {other} as a DSL operation"),
-                }
-                pc[g.rank][tb] += 1;
-                done += 1;
+                lister.list_next(g.rank, tb, block)?;
             }
         }
-        if done == before {
+        if lister.done == before {
             bail!("the lowered program cannot be listed as a sequence of chunk operations");
         }
     }
-    Ok(lines)
+    Ok(lister.lines)
+}
+
+/// The DSL expression of `count` chunks at `offset` of buffer `b` on `rank`.
+fn chunk_expr(rank: usize, b: Buffer, offset: usize, count: usize) -> String {
+    format!("chunk({rank}, {}, {offset}, size={count})", buffer(b))
+}
+
+/// Lists a program's steps as DSL lines by running its threadblocks: a step is listed once
+/// its dependencies are, a send together with its receive.
+struct Lister<'p> {
+    /// The program.
+    p: &'p Program,
+    /// The receive of each send.
+    partner: HashMap<StepRef, StepRef>,
+    /// Every receive (listed with its send, never on its own).
+    receiving: HashSet<StepRef>,
+    /// The next step of each threadblock, per rank.
+    pc: Vec<Vec<usize>>,
+    /// The lines so far.
+    lines: Vec<String>,
+    /// The steps listed so far.
+    done: usize,
+}
+
+impl<'p> Lister<'p> {
+    /// Starts at the first step of every threadblock of `p`.
+    fn new(p: &'p Program) -> Lister<'p> {
+        let partner: HashMap<StepRef, StepRef> = p.transfer_pairs().into_iter().collect();
+        let receiving: HashSet<StepRef> = partner.values().copied().collect();
+        let pc = p
+            .gpus
+            .iter()
+            .map(|g| vec![0; g.threadblocks.len()])
+            .collect();
+        Lister {
+            p,
+            partner,
+            receiving,
+            pc,
+            lines: Vec::with_capacity(p.step_count()),
+            done: 0,
+        }
+    }
+
+    /// Whether step `at` is its threadblock's next and its dependencies are listed.
+    fn ready(&self, at: StepRef) -> bool {
+        self.pc[at.rank][at.tb] == at.step
+            && self
+                .p
+                .step(at)
+                .is_some_and(|s| s.deps.iter().all(|d| self.pc[at.rank][d.tb] > d.step))
+    }
+
+    /// Lists the next step of threadblock `tb` of `rank` (with its receive, for a send) if
+    /// it is ready; a step the DSL cannot write is an error.
+    fn list_next(&mut self, rank: usize, tb: usize, block: &Threadblock) -> Result<()> {
+        let at = StepRef {
+            rank,
+            tb,
+            step: self.pc[rank][tb],
+        };
+        let Some(s) = block.steps.get(at.step) else {
+            return Ok(());
+        };
+        if self.receiving.contains(&at) || !self.ready(at) {
+            return Ok(());
+        }
+        let pin = format!("sendtb={tb}, ch={}", block.channel);
+        let here = |b: Buffer, off: usize| chunk_expr(rank, b, off, s.count);
+        match s.op {
+            Op::Copy => self.lines.push(format!(
+                "{}.copy({}, {}, {}, {pin})",
+                here(s.src.buffer, s.src.offset),
+                rank,
+                buffer(s.dst.buffer),
+                s.dst.offset
+            )),
+            Op::Reduce => self.lines.push(format!(
+                "{}.reduce({}, {pin})",
+                here(s.dst.buffer, s.dst.offset),
+                here(s.src.buffer, s.src.offset)
+            )),
+            Op::Send => {
+                let r = self
+                    .partner
+                    .get(&at)
+                    .copied()
+                    .context("a send without a receive")?;
+                if !self.ready(r) {
+                    return Ok(());
+                }
+                let from = here(s.src.buffer, s.src.offset);
+                self.list_transfer(&from, tb, r, block.channel)?;
+            }
+            other => bail!("cannot write {other} as a DSL operation"),
+        }
+        self.pc[rank][tb] += 1;
+        self.done += 1;
+        Ok(())
+    }
+
+    /// Lists a send of the chunk `from` by threadblock `tb` on `channel` together with its
+    /// receive `r`: a copy, or (for a receive-reduce-copy) a reduce into the destination,
+    /// after a local copy of the receive's source when it is not the destination.
+    fn list_transfer(&mut self, from: &str, tb: usize, r: StepRef, channel: usize) -> Result<()> {
+        let rs = self.p.step(r).context("a receive step")?;
+        let pins = format!("sendtb={tb}, recvtb={}, ch={channel}", r.tb);
+        match rs.op {
+            Op::Recv => self.lines.push(format!(
+                "{from}.copy({}, {}, {}, {pins})",
+                r.rank,
+                buffer(rs.dst.buffer),
+                rs.dst.offset
+            )),
+            Op::RecvReduceCopy => {
+                let acc = chunk_expr(r.rank, rs.dst.buffer, rs.dst.offset, rs.count);
+                if rs.src != rs.dst {
+                    let source = chunk_expr(r.rank, rs.src.buffer, rs.src.offset, rs.count);
+                    self.lines.push(format!(
+                        "{source}.copy({}, {}, {}, sendtb={}, ch={channel})",
+                        r.rank,
+                        buffer(rs.dst.buffer),
+                        rs.dst.offset,
+                        r.tb
+                    ));
+                }
+                self.lines.push(format!("{acc}.reduce({from}, {pins})"));
+            }
+            other => bail!("cannot write {other} as a DSL operation"),
+        }
+        self.pc[r.rank][r.tb] += 1;
+        self.done += 1;
+        Ok(())
+    }
 }
 
 /// An algorithm as the text of an MSCCLang program for the topology `spec`.

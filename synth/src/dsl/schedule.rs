@@ -43,53 +43,9 @@ fn order(
     channel_of: &HashMap<usize, usize>,
     program_order: bool,
 ) -> DslResult<Vec<usize>> {
-    let n = dag.instrs.len();
-    let alive = |k: usize| dag.instrs[k].alive;
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
-    let mut indeg = vec![0usize; n];
-    for k in (0..n).filter(|&k| alive(k)) {
-        let i = &dag.instrs[k];
-        for &p in i.preds.iter().chain(i.prev.iter()) {
-            succ[p].push(k);
-            indeg[k] += 1;
-        }
-    }
-    // Depth and reach over a topological order (program order breaks ties).
-    let mut topo = Vec::with_capacity(n);
-    let mut deg = indeg.clone();
-    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = (0..n)
-        .filter(|&k| alive(k) && deg[k] == 0)
-        .map(|k| Reverse((dag.instrs[k].order, k)))
-        .collect();
-    while let Some(Reverse((_, k))) = ready.pop() {
-        topo.push(k);
-        for &w in &succ[k] {
-            deg[w] -= 1;
-            if deg[w] == 0 {
-                ready.push(Reverse((dag.instrs[w].order, w)));
-            }
-        }
-    }
-    let live = (0..n).filter(|&k| alive(k)).count();
-    if topo.len() != live {
-        let stuck = (0..n).find(|&k| alive(k) && deg[k] > 0).unwrap_or(0);
-        return Err(DslError::new(
-            &dag.instrs[stuck].loc,
-            "dependency cycle: this operation waits (through others on the same ranks) for itself",
-        ));
-    }
-    let mut depth = vec![0usize; n];
-    for &k in &topo {
-        for &w in &succ[k] {
-            depth[w] = depth[w].max(depth[k] + 1);
-        }
-    }
-    let mut reach = vec![0usize; n];
-    for &k in topo.iter().rev() {
-        for &w in &succ[k] {
-            reach[k] = reach[k].max(reach[w] + 1);
-        }
-    }
+    let graph = InstrGraph::new(dag);
+    let topo = graph.topological(dag)?;
+    let (depth, reach) = graph.depth_and_reach(&topo);
     // With `program_order` the order operations were written in decides instead.
     let key = |k: usize| {
         let (d, r) = if program_order {
@@ -99,60 +55,160 @@ fn order(
         };
         Reverse((d, Reverse(r), dag.instrs[k].order, k))
     };
-    let conn = |k: usize| {
-        let i = &dag.instrs[k];
-        (i.recv.unwrap_or(usize::MAX), i.rank, channel_of[&k])
-    };
-    let mut queues: HashMap<(usize, usize, usize), VecDeque<usize>> = HashMap::new();
-    let front = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
-        queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
-    };
-    let mut deg = indeg;
-    let mut ready: BinaryHeap<_> = (0..n)
-        .filter(|&k| alive(k) && deg[k] == 0)
-        .map(key)
-        .collect();
-    let mut out = Vec::with_capacity(live);
-    while let Some(Reverse((_, _, _, k))) = ready.pop() {
-        out.push(k);
-        let i = &dag.instrs[k];
-        if i.prev.is_some() {
-            let q = queues
-                .get_mut(&conn(k))
-                .expect("a receive is queued by its send");
-            q.pop_front();
-            if let Some(&f) = q.front() {
-                if deg[f] == 0 {
-                    ready.push(key(f));
+    graph.list_schedule(dag, channel_of, topo.len(), key)
+}
+
+/// The priority of a ready instruction in [`order`]'s list schedule (greatest first):
+/// least depth, then longest reach, then program order, then index.
+type Priority = Reverse<(usize, Reverse<usize>, usize, usize)>;
+
+/// The instruction graph of the live instructions of a [`Dag`]: same-rank dependencies plus
+/// send → receive.
+struct InstrGraph {
+    /// The successors of each instruction.
+    succ: Vec<Vec<usize>>,
+    /// The number of predecessors of each instruction.
+    indeg: Vec<usize>,
+}
+
+impl InstrGraph {
+    /// The graph of `dag`'s live instructions.
+    fn new(dag: &Dag) -> InstrGraph {
+        let n = dag.instrs.len();
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut indeg = vec![0usize; n];
+        for k in (0..n).filter(|&k| dag.instrs[k].alive) {
+            let i = &dag.instrs[k];
+            for &p in i.preds.iter().chain(i.prev.iter()) {
+                succ[p].push(k);
+                indeg[k] += 1;
+            }
+        }
+        InstrGraph { succ, indeg }
+    }
+
+    /// A topological order of the live instructions (program order breaks ties); a cycle is
+    /// an error at one of its operations.
+    fn topological(&self, dag: &Dag) -> DslResult<Vec<usize>> {
+        let n = dag.instrs.len();
+        let alive = |k: usize| dag.instrs[k].alive;
+        let mut topo = Vec::with_capacity(n);
+        let mut deg = self.indeg.clone();
+        let mut ready: BinaryHeap<Reverse<(usize, usize)>> = (0..n)
+            .filter(|&k| alive(k) && deg[k] == 0)
+            .map(|k| Reverse((dag.instrs[k].order, k)))
+            .collect();
+        while let Some(Reverse((_, k))) = ready.pop() {
+            topo.push(k);
+            for &w in &self.succ[k] {
+                deg[w] -= 1;
+                if deg[w] == 0 {
+                    ready.push(Reverse((dag.instrs[w].order, w)));
                 }
             }
         }
-        if let Some(r) = i.next {
-            queues.entry(conn(r)).or_default().push_back(r);
+        let live = (0..n).filter(|&k| alive(k)).count();
+        if topo.len() != live {
+            let stuck = (0..n).find(|&k| alive(k) && deg[k] > 0).unwrap_or(0);
+            return Err(DslError::new(
+                &dag.instrs[stuck].loc,
+                "dependency cycle: this operation waits (through others on the same ranks) for itself",
+            ));
         }
-        for &w in &succ[k] {
-            deg[w] -= 1;
-            if deg[w] == 0 && (dag.instrs[w].prev.is_none() || front(&queues, w)) {
-                ready.push(key(w));
+        Ok(topo)
+    }
+
+    /// Per instruction, the longest path from a source to it (depth) and from it to a sink
+    /// (reach), over the topological order `topo`.
+    fn depth_and_reach(&self, topo: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let n = self.succ.len();
+        let mut depth = vec![0usize; n];
+        for &k in topo {
+            for &w in &self.succ[k] {
+                depth[w] = depth[w].max(depth[k] + 1);
             }
         }
+        let mut reach = vec![0usize; n];
+        for &k in topo.iter().rev() {
+            for &w in &self.succ[k] {
+                reach[k] = reach[k].max(reach[w] + 1);
+            }
+        }
+        (depth, reach)
     }
-    if out.len() != live {
-        let stuck = (0..n)
-            .find(|&k| alive(k) && dag.instrs[k].prev.is_some() && !out.contains(&k))
-            .unwrap_or(0);
-        let i = &dag.instrs[stuck];
-        return Err(DslError::new(
-            &i.loc,
-            format!(
-                "the transfers from rank {} to rank {} on channel {} cannot be received in the order they are sent; give some of them another ch",
-                i.recv.unwrap_or(0),
-                i.rank,
-                channel_of[&stuck]
-            ),
-        ));
+
+    /// Lists the `live` instructions, the ready one of greatest `key` first, a receive
+    /// being ready only when it heads its connection's queue of sent messages; an error
+    /// when some receive can never head it.
+    fn list_schedule(
+        &self,
+        dag: &Dag,
+        channel_of: &HashMap<usize, usize>,
+        live: usize,
+        key: impl Fn(usize) -> Priority,
+    ) -> DslResult<Vec<usize>> {
+        let n = dag.instrs.len();
+        let conn = |k: usize| {
+            let i = &dag.instrs[k];
+            (i.recv.unwrap_or(usize::MAX), i.rank, channel_of[&k])
+        };
+        let mut queues: HashMap<(usize, usize, usize), VecDeque<usize>> = HashMap::new();
+        let front = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
+            queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
+        };
+        let mut deg = self.indeg.clone();
+        let mut ready: BinaryHeap<_> = (0..n)
+            .filter(|&k| dag.instrs[k].alive && deg[k] == 0)
+            .map(&key)
+            .collect();
+        let mut out = Vec::with_capacity(live);
+        while let Some(Reverse((_, _, _, k))) = ready.pop() {
+            out.push(k);
+            let i = &dag.instrs[k];
+            if i.prev.is_some() {
+                let q = queues
+                    .get_mut(&conn(k))
+                    .expect("a receive is queued by its send");
+                q.pop_front();
+                if let Some(&f) = q.front() {
+                    if deg[f] == 0 {
+                        ready.push(key(f));
+                    }
+                }
+            }
+            if let Some(r) = i.next {
+                queues.entry(conn(r)).or_default().push_back(r);
+            }
+            for &w in &self.succ[k] {
+                deg[w] -= 1;
+                if deg[w] == 0 && (dag.instrs[w].prev.is_none() || front(&queues, w)) {
+                    ready.push(key(w));
+                }
+            }
+        }
+        if out.len() != live {
+            return Err(misordered_receive(dag, channel_of, &out));
+        }
+        Ok(out)
     }
-    Ok(out)
+}
+
+/// The error for a list schedule that stopped at `out`: a receive left out, whose
+/// connection's messages cannot be received in the order they are sent.
+fn misordered_receive(dag: &Dag, channel_of: &HashMap<usize, usize>, out: &[usize]) -> DslError {
+    let stuck = (0..dag.instrs.len())
+        .find(|&k| dag.instrs[k].alive && dag.instrs[k].prev.is_some() && !out.contains(&k))
+        .unwrap_or(0);
+    let i = &dag.instrs[stuck];
+    DslError::new(
+        &i.loc,
+        format!(
+            "the transfers from rank {} to rank {} on channel {} cannot be received in the order they are sent; give some of them another ch",
+            i.recv.unwrap_or(0),
+            i.rank,
+            channel_of[&stuck]
+        ),
+    )
 }
 
 /// The threadblocks of one (rank, channel) under the automatic policy: each has at most one
@@ -482,12 +538,39 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
             PBuf::Scratch(k) => Slot::new(ir::Buffer::Scratch, layout[rank][&k] + s.index),
         }
     };
-    let n = t.collective.ranks;
-    // Threadblock numbering per rank, in first-use order; steps in the global order.
+    let (mut tbs, place) = threadblocks(dag, &list, &a, t.collective.ranks, &slot);
+    add_dependencies(dag, &list, &place, &mut tbs);
+    if t.options.dependence_nop {
+        let position: HashMap<(usize, usize, usize), usize> = list
+            .iter()
+            .enumerate()
+            .map(|(k, &m)| {
+                let p = place[&m];
+                ((dag.instrs[m].rank, p.tb, p.step), k)
+            })
+            .collect();
+        for (rank, g) in tbs.iter_mut().enumerate() {
+            hoist_reduce_chain_deps(g, |tb, step| position[&(rank, tb, step)]);
+        }
+    }
+    check_transfer_order(dag, &place, &tbs)?;
+    Ok(gpus(t, tbs, &scratch_total))
+}
+
+/// The threadblocks of each of the `n` ranks, numbered per rank in first-use order, with
+/// their steps in the global order `list` (no dependencies yet), and where each
+/// instruction landed.
+fn threadblocks(
+    dag: &Dag,
+    list: &[usize],
+    a: &Assignment,
+    n: usize,
+    slot: &dyn Fn(usize, PSlot) -> Slot,
+) -> (Vec<Vec<Threadblock>>, HashMap<usize, Place>) {
     let mut numbering: Vec<BTreeMap<TbKey, usize>> = vec![BTreeMap::new(); n];
     let mut tbs: Vec<Vec<Threadblock>> = vec![Vec::new(); n];
     let mut place: HashMap<usize, Place> = HashMap::new();
-    for &m in &list {
+    for &m in list {
         let i = &dag.instrs[m];
         let key = a.tb_of[&m];
         let next = numbering[i.rank].len();
@@ -510,10 +593,19 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
                 step: block.steps.len(),
             },
         );
-        block.steps.push(step(i, dag, &slot));
+        block.steps.push(step(i, dag, slot));
     }
-    // Dependencies: the latest producer per other threadblock.
-    for &m in &list {
+    (tbs, place)
+}
+
+/// Sets each step's dependencies: the latest producer per other threadblock.
+fn add_dependencies(
+    dag: &Dag,
+    list: &[usize],
+    place: &HashMap<usize, Place>,
+    tbs: &mut [Vec<Threadblock>],
+) {
+    for &m in list {
         let i = &dag.instrs[m];
         let here = place[&m];
         let mut latest: BTreeMap<usize, usize> = BTreeMap::new();
@@ -529,28 +621,18 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
             .map(|(tb, step)| Dep { tb, step })
             .collect();
     }
-    if t.options.dependence_nop {
-        let position: HashMap<(usize, usize, usize), usize> = list
-            .iter()
-            .enumerate()
-            .map(|(k, &m)| {
-                let p = place[&m];
-                ((dag.instrs[m].rank, p.tb, p.step), k)
-            })
-            .collect();
-        for (rank, g) in tbs.iter_mut().enumerate() {
-            hoist_reduce_chain_deps(g, |tb, step| position[&(rank, tb, step)]);
-        }
-    }
-    check_transfer_order(dag, &place, &tbs)?;
+}
+
+/// The GPUs of the program: each rank's threadblocks, with the collective's input and
+/// output sizes where its steps use those buffers (else 0) and its scratch size.
+fn gpus(t: &Tracer, tbs: Vec<Vec<Threadblock>>, scratch_total: &[usize]) -> Vec<Gpu> {
     let uses = |g: &[Threadblock], b: ir::Buffer| {
         g.iter().flat_map(|tb| &tb.steps).any(|s| {
             (s.op.reads_src() && s.src.buffer == b)
                 || ((s.op.writes_dst() || s.op == Op::RecvReduceSend) && s.dst.buffer == b)
         })
     };
-    Ok(tbs
-        .into_iter()
+    tbs.into_iter()
         .enumerate()
         .map(|(rank, threadblocks)| Gpu {
             rank,
@@ -567,7 +649,7 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
             scratch_chunks: scratch_total[rank],
             threadblocks,
         })
-        .collect())
+        .collect()
 }
 
 /// `dependence_nop` (mscclang.md §4.5): in a chain of local reduces that the runtime fuses

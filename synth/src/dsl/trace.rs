@@ -185,10 +185,59 @@ fn index(v: i64, what: &str, loc: &Loc) -> DslResult<usize> {
 /// Replays a traced program through the builder; the first bad operation is the error.
 pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
     let loc = Loc::new(&t.file, t.line);
-    let bad = |m: String| DslError::new(&loc, m);
-    let c = &t.collective;
-    let ranks = index(c.ranks, "num_ranks", &loc)?;
-    let collective = if let Some(name) = c.kind.strip_prefix("custom:") {
+    let collective = collective(&t.collective, &loc)?;
+    let topology = connectivity(&t.topology, &loc)?;
+    let options = options(t, o, &loc)?;
+    let spec = topology.spec.clone();
+    let program = Program::at(&t.name, topology, collective, options, loc)?;
+    let mut checks = Vec::new();
+    let mut wants_xml = false;
+    for e in &t.events {
+        match e {
+            Event::Copy {
+                src,
+                dst,
+                sendtb,
+                recvtb,
+                ch,
+                file,
+                line,
+            } => {
+                let pins = pins(*sendtb, *recvtb, *ch);
+                replay_copy(&program, src, dst, pins, Loc::new(file, *line))?;
+            }
+            Event::Reduce {
+                dst,
+                src,
+                sendtb,
+                recvtb,
+                ch,
+                file,
+                line,
+            } => {
+                let pins = pins(*sendtb, *recvtb, *ch);
+                replay_reduce(&program, dst, src, pins, Loc::new(file, *line))?;
+            }
+            Event::Xml { .. } => wants_xml = true,
+            Event::Check { file, line, ok } => {
+                checks.push(check_result(&program, &Loc::new(file, *line), *ok));
+            }
+        }
+    }
+    Ok(Replayed {
+        program,
+        checks,
+        wants_xml,
+        spec,
+    })
+}
+
+/// The traced collective: a named one, or a custom one with the conditions its
+/// `init_buffers()` recorded and a `check()` that held.
+fn collective(c: &TraceCollective, loc: &Loc) -> DslResult<Collective> {
+    let bad = |m: String| DslError::new(loc, m);
+    let ranks = index(c.ranks, "num_ranks", loc)?;
+    if let Some(name) = c.kind.strip_prefix("custom:") {
         let conditions = c.custom.clone().ok_or_else(|| {
             bad(format!(
                 "custom collective {name}: the trace has no conditions (its init_buffers())"
@@ -201,32 +250,42 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
         }
         Collective::custom(
             ranks,
-            index(c.chunk_factor, "chunk_factor", &loc)?,
+            index(c.chunk_factor, "chunk_factor", loc)?,
             c.inplace,
             conditions,
         )
-        .map_err(|e| bad(format!("custom collective {name}: {e}")))?
+        .map_err(|e| bad(format!("custom collective {name}: {e}")))
     } else {
         let kind = Kind::parse(&c.kind).map_err(|e| bad(e.to_string()))?;
         Collective::new(
             kind,
             ranks,
-            index(c.chunk_factor, "chunk_factor", &loc)?,
+            index(c.chunk_factor, "chunk_factor", loc)?,
             c.inplace,
-            index(c.root, "root", &loc)?,
+            index(c.root, "root", loc)?,
         )
-        .map_err(|e| bad(e.to_string()))?
-    };
-    let topology = match (&t.topology.links, &t.topology.spec) {
-        (Some(links), spec) => Connectivity {
-            name: t.topology.name.clone(),
-            ranks: t.topology.ranks,
+        .map_err(|e| bad(e.to_string()))
+    }
+}
+
+/// The traced topology: its explicit links, else the links of its synth spec.
+fn connectivity(t: &TraceTopology, loc: &Loc) -> DslResult<Connectivity> {
+    let bad = |m: String| DslError::new(loc, m);
+    match (&t.links, &t.spec) {
+        (Some(links), spec) => Ok(Connectivity {
+            name: t.name.clone(),
+            ranks: t.ranks,
             links: links.iter().copied().collect::<BTreeSet<_>>(),
             spec: spec.clone(),
-        },
-        (None, Some(spec)) => Connectivity::load(spec).map_err(|e| bad(format!("{e:#}")))?,
-        (None, None) => return Err(bad("the topology has neither links nor a synth name".into())),
-    };
+        }),
+        (None, Some(spec)) => Connectivity::load(spec).map_err(|e| bad(format!("{e:#}"))),
+        (None, None) => Err(bad("the topology has neither links nor a synth name".into())),
+    }
+}
+
+/// The program's compile options, with the command line's overrides applied.
+fn options(t: &TraceProgram, o: &Overrides, loc: &Loc) -> DslResult<Options> {
+    let bad = |m: String| DslError::new(loc, m);
     let protocol = match o.protocol {
         Some(p) => p,
         None => Protocol::from_name(&t.protocol).ok_or_else(|| {
@@ -252,9 +311,9 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
     };
     let instances = match o.instances {
         Some(i) => i,
-        None => index(t.instances, "instances", &loc)?,
+        None => index(t.instances, "instances", loc)?,
     };
-    let options = Options {
+    Ok(Options {
         instances,
         protocol,
         policy,
@@ -263,77 +322,58 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
         dependence_nop: t.dependence_nop,
         program_order,
         flavor: o.flavor.unwrap_or(Flavor::Nccl),
-    };
-    let spec = topology.spec.clone();
-    let program = Program::at(&t.name, topology, collective, options, loc)?;
-    let mut checks = Vec::new();
-    let mut wants_xml = false;
-    for e in &t.events {
-        match e {
-            Event::Copy {
-                src,
-                dst,
-                sendtb,
-                recvtb,
-                ch,
-                file,
-                line,
-            } => {
-                let at = Loc::new(file, *line);
-                let s = reference(src, &at)?;
-                let d = (
-                    index(dst.0, "rank", &at)?,
-                    Buffer::from_name(&dst.1),
-                    index(dst.2, "index", &at)?,
-                );
-                let pins = pins(*sendtb, *recvtb, *ch);
-                program.with_tracer(|tr| {
-                    tr.copy((s.0, &s.1, s.2, s.3), d.0, &d.1, d.2, pins, at.clone())
-                })?;
-            }
-            Event::Reduce {
-                dst,
-                src,
-                sendtb,
-                recvtb,
-                ch,
-                file,
-                line,
-            } => {
-                let at = Loc::new(file, *line);
-                let d = reference(dst, &at)?;
-                let s = reference(src, &at)?;
-                let pins = pins(*sendtb, *recvtb, *ch);
-                program.with_tracer(|tr| {
-                    tr.reduce(
-                        (d.0, &d.1, d.2, d.3),
-                        (s.0, &s.1, s.2, s.3),
-                        pins,
-                        at.clone(),
-                    )
-                })?;
-            }
-            Event::Xml { .. } => wants_xml = true,
-            Event::Check { file, line, ok } => {
-                let at = Loc::new(file, *line);
-                checks.push(match ok {
-                    // A custom collective's check() ran in the front end.
-                    Some(true) => Ok(()),
-                    Some(false) => Err(DslError::new(
-                        &at,
-                        "Check failed: the custom collective's check() returned False",
-                    )),
-                    None => program.with_tracer(|tr| tr.check(&at)),
-                });
-            }
-        }
-    }
-    Ok(Replayed {
-        program,
-        checks,
-        wants_xml,
-        spec,
     })
+}
+
+/// Replays a traced `src.copy(dst...)` at `at`.
+fn replay_copy(
+    program: &Program,
+    src: &TraceRef,
+    dst: &(i64, String, i64),
+    pins: Pins,
+    at: Loc,
+) -> DslResult<()> {
+    let s = reference(src, &at)?;
+    let d = (
+        index(dst.0, "rank", &at)?,
+        Buffer::from_name(&dst.1),
+        index(dst.2, "index", &at)?,
+    );
+    program.with_tracer(|tr| tr.copy((s.0, &s.1, s.2, s.3), d.0, &d.1, d.2, pins, at.clone()))
+}
+
+/// Replays a traced `dst.reduce(src)` at `at`.
+fn replay_reduce(
+    program: &Program,
+    dst: &TraceRef,
+    src: &TraceRef,
+    pins: Pins,
+    at: Loc,
+) -> DslResult<()> {
+    let d = reference(dst, &at)?;
+    let s = reference(src, &at)?;
+    program.with_tracer(|tr| {
+        tr.reduce(
+            (d.0, &d.1, d.2, d.3),
+            (s.0, &s.1, s.2, s.3),
+            pins,
+            at.clone(),
+        )
+    })
+}
+
+/// The result of a traced `Check()` at `at`: for a custom collective what its own `check()`
+/// returned (`ok`), else the builder's check of the buffers so far.
+fn check_result(program: &Program, at: &Loc, ok: Option<bool>) -> DslResult<()> {
+    match ok {
+        // A custom collective's check() ran in the front end.
+        Some(true) => Ok(()),
+        Some(false) => Err(DslError::new(
+            at,
+            "Check failed: the custom collective's check() returned False",
+        )),
+        None => program.with_tracer(|tr| tr.check(at)),
+    }
 }
 
 fn pins(sendtb: i64, recvtb: i64, ch: i64) -> Pins {

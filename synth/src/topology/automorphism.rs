@@ -326,76 +326,14 @@ impl Topology {
         for l in &self.links {
             link[l.src * n + l.dst] = Some((key(l.bandwidth), key(l.alpha)));
         }
-        let switch_sets: Vec<(Vec<usize>, Vec<usize>, i64)> = self
-            .switches
-            .iter()
-            .map(|s| {
-                let mut a = s.srcs.clone();
-                let mut b = s.dsts.clone();
-                a.sort_unstable();
-                a.dedup();
-                b.sort_unstable();
-                b.dedup();
-                (a, b, key(s.bandwidth))
-            })
-            .collect();
-        // Signature: sorted out-links, sorted in-links, sorted switch memberships.
-        type Sig = (
-            Vec<(i64, i64)>,
-            Vec<(i64, i64)>,
-            Vec<(i64, bool, bool, usize, usize)>,
-        );
-        let mut sig: Vec<Sig> = vec![Default::default(); n];
-        for l in &self.links {
-            let k = (key(l.bandwidth), key(l.alpha));
-            sig[l.src].0.push(k);
-            sig[l.dst].1.push(k);
-        }
-        for (a, b, bw) in &switch_sets {
-            for (r, s) in sig.iter_mut().enumerate() {
-                let (is_s, is_d) = (a.binary_search(&r).is_ok(), b.binary_search(&r).is_ok());
-                if is_s || is_d {
-                    s.2.push((*bw, is_s, is_d, a.len(), b.len()));
-                }
-            }
-        }
-        for s in &mut sig {
-            s.0.sort_unstable();
-            s.1.sort_unstable();
-            s.2.sort_unstable();
-        }
-        // Identity first: candidates start with the rank itself.
-        let candidates: Vec<Vec<usize>> = (0..n)
-            .map(|v| {
-                std::iter::once(v)
-                    .chain((0..n).filter(|&w| w != v && sig[w] == sig[v]))
-                    .collect()
-            })
-            .collect();
-        // Breadth-first placement order over the undirected link graph.
+        let switch_sets = self.switch_sets();
+        let candidates = self.image_candidates(&switch_sets);
         let mut adj = vec![Vec::new(); n];
         for l in &self.links {
             adj[l.src].push(l.dst);
             adj[l.dst].push(l.src);
         }
-        let mut order = Vec::with_capacity(n);
-        let mut seen = vec![false; n];
-        for start in 0..n {
-            if seen[start] {
-                continue;
-            }
-            seen[start] = true;
-            let mut q = VecDeque::from([start]);
-            while let Some(u) = q.pop_front() {
-                order.push(u);
-                for &v in &adj[u] {
-                    if !seen[v] {
-                        seen[v] = true;
-                        q.push_back(v);
-                    }
-                }
-            }
-        }
+        let order = breadth_first_order(&adj);
         let pair = pair_ids(n, &switch_sets);
         let mut position = vec![0; n];
         for (i, &r) in order.iter().enumerate() {
@@ -431,6 +369,89 @@ impl Topology {
             gave_up: false,
         }
     }
+
+    /// Every switch constraint as (sorted srcs, sorted dsts, bandwidth key), without repeats
+    /// inside a list.
+    fn switch_sets(&self) -> Vec<SwitchSet> {
+        self.switches
+            .iter()
+            .map(|s| {
+                let mut a = s.srcs.clone();
+                let mut b = s.dsts.clone();
+                a.sort_unstable();
+                a.dedup();
+                b.sort_unstable();
+                b.dedup();
+                (a, b, key(s.bandwidth))
+            })
+            .collect()
+    }
+
+    /// The candidate images of every rank: the ranks of the same signature (sorted out-links,
+    /// sorted in-links, sorted memberships of `switch_sets`), the rank itself first.
+    fn image_candidates(&self, switch_sets: &[SwitchSet]) -> Vec<Vec<usize>> {
+        let n = self.ranks;
+        type Sig = (
+            Vec<(i64, i64)>,
+            Vec<(i64, i64)>,
+            Vec<(i64, bool, bool, usize, usize)>,
+        );
+        let mut sig: Vec<Sig> = vec![Default::default(); n];
+        for l in &self.links {
+            let k = (key(l.bandwidth), key(l.alpha));
+            sig[l.src].0.push(k);
+            sig[l.dst].1.push(k);
+        }
+        for (a, b, bw) in switch_sets {
+            for (r, s) in sig.iter_mut().enumerate() {
+                let (is_s, is_d) = (a.binary_search(&r).is_ok(), b.binary_search(&r).is_ok());
+                if is_s || is_d {
+                    s.2.push((*bw, is_s, is_d, a.len(), b.len()));
+                }
+            }
+        }
+        for s in &mut sig {
+            s.0.sort_unstable();
+            s.1.sort_unstable();
+            s.2.sort_unstable();
+        }
+        // Identity first: candidates start with the rank itself.
+        (0..n)
+            .map(|v| {
+                std::iter::once(v)
+                    .chain((0..n).filter(|&w| w != v && sig[w] == sig[v]))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// A switch constraint as (sorted srcs, sorted dsts, bandwidth key).
+type SwitchSet = (Vec<usize>, Vec<usize>, i64);
+
+/// The ranks in breadth-first order over the undirected link graph `adj` (neighbours in
+/// their order in `adj`), component after component from the lowest unseen rank.
+fn breadth_first_order(adj: &[Vec<usize>]) -> Vec<usize> {
+    let n = adj.len();
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    for start in 0..n {
+        if seen[start] {
+            continue;
+        }
+        seen[start] = true;
+        let mut q = VecDeque::from([start]);
+        while let Some(u) = q.pop_front() {
+            order.push(u);
+            for &v in &adj[u] {
+                if !seen[v] {
+                    seen[v] = true;
+                    q.push_back(v);
+                }
+            }
+        }
+    }
+    order
 }
 
 /// Work (member pairs over all switch constraints) above which `pair_ids` is skipped.

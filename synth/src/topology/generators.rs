@@ -89,80 +89,18 @@ pub fn default_size(name: &str) -> Option<GenSize> {
 /// Builds generator `name` at `size` with every link of `bandwidth` GB/s and `alpha` µs.
 /// The topology is named `name:size`. Errors name the reason (unknown family, bad size).
 pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result<Topology> {
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
-    let mut switches = Vec::new();
-    let n = match (name, size) {
+    let (n, pairs, switches) = match (name, size) {
         ("torus-2d", GenSize::Grid(r, c)) => {
-            let n = r.saturating_mul(c);
-            if r == 0 || c == 0 || n < 2 {
-                bail!("torus-2d needs at least 2 ranks, got {r}x{c}");
-            }
-            super::check_size(n, n.saturating_mul(4))?;
-            for i in 0..r {
-                for j in 0..c {
-                    let me = i * c + j;
-                    if c > 1 {
-                        pairs.push((me, i * c + (j + 1) % c));
-                    }
-                    if r > 1 {
-                        pairs.push((me, ((i + 1) % r) * c + j));
-                    }
-                }
-            }
-            r * c
+            let (n, pairs) = torus_pairs(r, c)?;
+            (n, pairs, Vec::new())
         }
         ("torus-2d", GenSize::Ranks(_)) => bail!("torus-2d takes a size ROWSxCOLS, e.g. 4x4"),
         (_, GenSize::Grid(..)) if is_generator(name) => {
             bail!("{name} takes a number of ranks, not a grid size")
         }
         (_, GenSize::Ranks(n)) => {
-            if n < 2 {
-                bail!("{name} needs at least 2 ranks, got {n}");
-            }
-            let links = match name {
-                "fully-connected" | "hub-and-spoke" | "shared-hub" => n.saturating_mul(n - 1),
-                _ => n.saturating_mul(2),
-            };
-            super::check_size(n, links)?;
-            match name {
-                "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),
-                "line" => pairs.extend((0..n - 1).map(|i| (i, i + 1))),
-                "fully-connected" | "hub-and-spoke" | "shared-hub" => {
-                    for i in 0..n {
-                        pairs.extend((i + 1..n).map(|j| (i, j)));
-                    }
-                    if name == "shared-hub" {
-                        switches.push(SwitchConstraint {
-                            name: "hub".into(),
-                            srcs: (0..n).collect(),
-                            dsts: (0..n).collect(),
-                            bandwidth,
-                        });
-                    }
-                    if name == "hub-and-spoke" {
-                        // SCCL's HubAndSpoke(n): per rank one out-group (everything it sends)
-                        // and one in-group (everything it receives) of one link's bandwidth.
-                        for r in 0..n {
-                            let others: Vec<usize> = (0..n).filter(|&o| o != r).collect();
-                            switches.push(SwitchConstraint {
-                                name: format!("node-{r}-out"),
-                                srcs: vec![r],
-                                dsts: others.clone(),
-                                bandwidth,
-                            });
-                            switches.push(SwitchConstraint {
-                                name: format!("node-{r}-in"),
-                                srcs: others,
-                                dsts: vec![r],
-                                bandwidth,
-                            });
-                        }
-                    }
-                }
-                "star" => pairs.extend((1..n).map(|i| (0, i))),
-                _ => bail!("unknown generator '{name}'"),
-            }
-            n
+            let (pairs, switches) = family_pairs(name, n, bandwidth)?;
+            (n, pairs, switches)
         }
         _ => bail!("unknown generator '{name}'"),
     };
@@ -187,6 +125,96 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
         links,
         switches,
     })
+}
+
+/// Linked rank pairs, each once (links go both ways).
+type RankPairs = Vec<(usize, usize)>;
+
+/// The ranks and the linked pairs (each once) of an `r` x `c` torus with wrap-around links
+/// in both dimensions.
+fn torus_pairs(r: usize, c: usize) -> Result<(usize, RankPairs)> {
+    let n = r.saturating_mul(c);
+    if r == 0 || c == 0 || n < 2 {
+        bail!("torus-2d needs at least 2 ranks, got {r}x{c}");
+    }
+    super::check_size(n, n.saturating_mul(4))?;
+    let mut pairs = Vec::new();
+    for i in 0..r {
+        for j in 0..c {
+            let me = i * c + j;
+            if c > 1 {
+                pairs.push((me, i * c + (j + 1) % c));
+            }
+            if r > 1 {
+                pairs.push((me, ((i + 1) % r) * c + j));
+            }
+        }
+    }
+    Ok((r * c, pairs))
+}
+
+/// The linked pairs (each once) and the switch constraints of the family `name` sized by a
+/// rank count `n`; an error for fewer than 2 ranks, too large a fabric or an unknown family.
+fn family_pairs(
+    name: &str,
+    n: usize,
+    bandwidth: f64,
+) -> Result<(RankPairs, Vec<SwitchConstraint>)> {
+    if n < 2 {
+        bail!("{name} needs at least 2 ranks, got {n}");
+    }
+    let links = match name {
+        "fully-connected" | "hub-and-spoke" | "shared-hub" => n.saturating_mul(n - 1),
+        _ => n.saturating_mul(2),
+    };
+    super::check_size(n, links)?;
+    let mut pairs: RankPairs = Vec::new();
+    let mut switches = Vec::new();
+    match name {
+        "ring" => pairs.extend((0..n).map(|i| (i, (i + 1) % n))),
+        "line" => pairs.extend((0..n - 1).map(|i| (i, i + 1))),
+        "fully-connected" | "hub-and-spoke" | "shared-hub" => {
+            for i in 0..n {
+                pairs.extend((i + 1..n).map(|j| (i, j)));
+            }
+            if name == "shared-hub" {
+                switches.push(SwitchConstraint {
+                    name: "hub".into(),
+                    srcs: (0..n).collect(),
+                    dsts: (0..n).collect(),
+                    bandwidth,
+                });
+            }
+            if name == "hub-and-spoke" {
+                switches = hub_and_spoke_constraints(n, bandwidth);
+            }
+        }
+        "star" => pairs.extend((1..n).map(|i| (0, i))),
+        _ => bail!("unknown generator '{name}'"),
+    }
+    Ok((pairs, switches))
+}
+
+/// SCCL's HubAndSpoke(n): per rank one out-group (everything it sends) and one in-group
+/// (everything it receives) of one link's `bandwidth`.
+fn hub_and_spoke_constraints(n: usize, bandwidth: f64) -> Vec<SwitchConstraint> {
+    let mut switches = Vec::new();
+    for r in 0..n {
+        let others: Vec<usize> = (0..n).filter(|&o| o != r).collect();
+        switches.push(SwitchConstraint {
+            name: format!("node-{r}-out"),
+            srcs: vec![r],
+            dsts: others.clone(),
+            bandwidth,
+        });
+        switches.push(SwitchConstraint {
+            name: format!("node-{r}-in"),
+            srcs: others,
+            dsts: vec![r],
+            bandwidth,
+        });
+    }
+    switches
 }
 
 #[cfg(test)]

@@ -54,7 +54,9 @@ pub fn check_size(ranks: usize, links: usize) -> Result<()> {
 
 /// A loaded topology with the NIC facts of its file (used when it becomes a node).
 pub(crate) struct Loaded {
+    /// The topology.
     pub topology: Topology,
+    /// The file's `[nic]` facts, if it has them.
     pub nic: Option<NicFacts>,
 }
 

@@ -69,6 +69,49 @@ pub fn compose(
     network: Network,
     name: &str,
 ) -> Result<Topology> {
+    check_composition(node, nodes, nic, network)?;
+    let (serves, nic_bw) = nic_service(node, nic)?;
+    let g = node.ranks;
+    let mut topo = node_copies(node, nodes, name);
+    for a in 0..g * nodes {
+        for b in 0..g * nodes {
+            if a / g != b / g && network.connects(a, b, g) {
+                topo.links.push(Link {
+                    src: a,
+                    dst: b,
+                    bandwidth: nic_bw,
+                    alpha: nic.alpha,
+                });
+            }
+        }
+    }
+    for k in 0..nodes {
+        for (j, local) in serves.iter().enumerate() {
+            let mine: Vec<usize> = local.iter().map(|i| k * g + i).collect();
+            add_nic_constraints(&mut topo, (k, j), mine, g, network, nic_bw);
+        }
+    }
+    Ok(topo)
+}
+
+impl Network {
+    /// Whether the network joins ranks `a` and `b` (of different nodes of `g` GPUs each).
+    fn connects(self, a: usize, b: usize, g: usize) -> bool {
+        match self {
+            Network::FatTree => true,
+            Network::Rail => a % g == b % g,
+        }
+    }
+}
+
+/// Checks a composition before anything is built: at least one node of at least one rank,
+/// ranks and links within the limits, a positive NIC bandwidth and a non-negative alpha.
+fn check_composition(
+    node: &Topology,
+    nodes: usize,
+    nic: &NicFacts,
+    network: Network,
+) -> Result<()> {
     let g = node.ranks;
     if nodes < 1 {
         bail!("nodes must be at least 1");
@@ -91,8 +134,14 @@ pub fn compose(
     if !(nic.alpha.is_finite() && nic.alpha >= 0.0) {
         bail!("NIC alpha must be non-negative, got {}", nic.alpha);
     }
-    // NIC j of a node serves local GPUs `serves[j]`; `per_gpu_bw` is what one GPU can push.
-    let (serves, nic_bw): (Vec<Vec<usize>>, f64) = match nic.placement {
+    Ok(())
+}
+
+/// The local GPUs each NIC of `node` serves (NIC j serves `serves[j]`) and the bandwidth
+/// one NIC link gives one GPU.
+fn nic_service(node: &Topology, nic: &NicFacts) -> Result<(Vec<Vec<usize>>, f64)> {
+    let g = node.ranks;
+    Ok(match nic.placement {
         NicPlacement::PerGpu(k) => {
             if k == 0 {
                 bail!("nics_per_gpu must be at least 1");
@@ -114,7 +163,13 @@ pub fn compose(
                 nic.bandwidth,
             )
         }
-    };
+    })
+}
+
+/// `nodes` copies of `node` side by side, named `name`: ranks, node numbers, links and
+/// switch constraints (`n<k>-` before each name) renumbered, nothing between the copies.
+fn node_copies(node: &Topology, nodes: usize, name: &str) -> Topology {
+    let g = node.ranks;
     let node_count = node.nodes().max(1);
     let mut topo = Topology {
         name: name.to_string(),
@@ -140,47 +195,40 @@ pub fn compose(
                 bandwidth: s.bandwidth,
             }));
     }
-    let connected = |a: usize, b: usize| match network {
-        Network::FatTree => true,
-        Network::Rail => a % g == b % g,
-    };
-    for a in 0..g * nodes {
-        for b in 0..g * nodes {
-            if a / g != b / g && connected(a, b) {
-                topo.links.push(Link {
-                    src: a,
-                    dst: b,
-                    bandwidth: nic_bw,
-                    alpha: nic.alpha,
-                });
-            }
-        }
+    topo
+}
+
+/// Adds the "out" and "in" constraints of NIC j of node k (`(k, j)`), which serves the
+/// ranks `mine`: their sends to and receives from the ranks of other nodes the network
+/// joins them to (none: no constraint).
+fn add_nic_constraints(
+    topo: &mut Topology,
+    (k, j): (usize, usize),
+    mine: Vec<usize>,
+    g: usize,
+    network: Network,
+    nic_bw: f64,
+) {
+    let ranks = topo.ranks;
+    let peers = |r: usize| (0..ranks).filter(move |&b| b / g != k && network.connects(r, b, g));
+    let mut remote: Vec<usize> = mine.iter().flat_map(|&r| peers(r)).collect();
+    remote.sort_unstable();
+    remote.dedup();
+    if remote.is_empty() {
+        return;
     }
-    for k in 0..nodes {
-        for (j, local) in serves.iter().enumerate() {
-            let mine: Vec<usize> = local.iter().map(|i| k * g + i).collect();
-            let peers = |r: usize| (0..g * nodes).filter(move |&b| b / g != k && connected(r, b));
-            let mut remote: Vec<usize> = mine.iter().flat_map(|&r| peers(r)).collect();
-            remote.sort_unstable();
-            remote.dedup();
-            if remote.is_empty() {
-                continue;
-            }
-            topo.switches.push(SwitchConstraint {
-                name: format!("n{k}-nic{j}-out"),
-                srcs: mine.clone(),
-                dsts: remote.clone(),
-                bandwidth: nic_bw,
-            });
-            topo.switches.push(SwitchConstraint {
-                name: format!("n{k}-nic{j}-in"),
-                srcs: remote,
-                dsts: mine,
-                bandwidth: nic_bw,
-            });
-        }
-    }
-    Ok(topo)
+    topo.switches.push(SwitchConstraint {
+        name: format!("n{k}-nic{j}-out"),
+        srcs: mine.clone(),
+        dsts: remote.clone(),
+        bandwidth: nic_bw,
+    });
+    topo.switches.push(SwitchConstraint {
+        name: format!("n{k}-nic{j}-in"),
+        srcs: remote,
+        dsts: mine,
+        bandwidth: nic_bw,
+    });
 }
 
 #[cfg(test)]

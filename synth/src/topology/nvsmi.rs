@@ -87,7 +87,49 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
     }
     let lines: Vec<String> = text.lines().map(strip_ansi).collect();
     let h = header_line(&lines).ok_or_else(|| anyhow!("no header row starting with GPU0"))?;
-    let header: Vec<&str> = lines[h].split_whitespace().collect();
+    let n = gpu_count(&lines[h], h)?;
+    let counts = nvlink_counts(&lines, h, n)?;
+    check_symmetric(&counts)?;
+    let bw = opts.link_bandwidth;
+    let switched = counts
+        .iter()
+        .any(|r| r.iter().sum::<u32>() > MAX_DIRECT_NVLINKS);
+    let mut links = Vec::new();
+    for (i, row) in counts.iter().enumerate() {
+        for (j, &k) in row.iter().enumerate() {
+            if k > 0 {
+                links.push(Link {
+                    src: i,
+                    dst: j,
+                    bandwidth: bw * k as f64,
+                    alpha: opts.alpha,
+                });
+            }
+        }
+    }
+    if links.is_empty() {
+        bail!("no NVLinks between the {n} GPUs (PCIe-only machines are not modelled)");
+    }
+    let switches = if switched {
+        nvswitch_constraints(&counts, bw)
+    } else {
+        Vec::new()
+    };
+    let topo = Topology {
+        name: name.to_string(),
+        ranks: n,
+        node_of: vec![0; n],
+        links,
+        switches,
+    };
+    topo.validate()?;
+    Ok(topo)
+}
+
+/// The number of GPUs of the header row `header` (line index `h`): its leading `GPU#`
+/// columns, which must be `GPU0`, `GPU1`, ... in order.
+fn gpu_count(header: &str, h: usize) -> Result<usize> {
+    let header: Vec<&str> = header.split_whitespace().collect();
     let n = header.iter().take_while(|t| gpu_index(t).is_some()).count();
     super::check_size(n, 0).map_err(|e| anyhow!("line {}: header: {e}", h + 1))?;
     for (i, t) in header.iter().take(n).enumerate() {
@@ -99,6 +141,12 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
             );
         }
     }
+    Ok(n)
+}
+
+/// The NVLink counts between the `n` GPUs, one row per GPU, from the rows after the header
+/// (line index `h`) up to the legend; every GPU must have exactly one row.
+fn nvlink_counts(lines: &[String], h: usize, n: usize) -> Result<Vec<Vec<u32>>> {
     let mut counts: Vec<Option<Vec<u32>>> = vec![None; n];
     for (no, line) in lines.iter().enumerate().skip(h + 1) {
         let tokens: Vec<&str> = line.split_whitespace().collect();
@@ -124,24 +172,7 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
         }
         let mut row = Vec::with_capacity(n);
         for (j, cell) in tokens[1..=n].iter().enumerate() {
-            let k = if let Some(num) = cell.strip_prefix("NV") {
-                num.parse::<u32>().map_err(|_| {
-                    anyhow!("line {}: {first} column GPU{j}: bad cell '{cell}'", no + 1)
-                })?
-            } else if cell.chars().all(|c| c.is_ascii_alphabetic()) {
-                0
-            } else {
-                bail!(
-                    "line {}: {first} column GPU{j}: unknown cell '{cell}'",
-                    no + 1
-                );
-            };
-            if k > MAX_CELL_NVLINKS {
-                bail!(
-                    "line {}: {first} column GPU{j}: cell '{cell}' has more NVLinks than any GPU (at most {MAX_CELL_NVLINKS})",
-                    no + 1
-                );
-            }
+            let k = nvlink_cell(no, first, j, cell)?;
             if i == j && k != 0 {
                 bail!("line {}: {first} has NVLinks to itself", no + 1);
             }
@@ -149,11 +180,38 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
         }
         counts[i] = Some(row);
     }
-    let counts: Vec<Vec<u32>> = counts
+    counts
         .into_iter()
         .enumerate()
         .map(|(i, r)| r.ok_or_else(|| anyhow!("no row for GPU{i}")))
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// The NVLink count of `cell` in column `GPU{j}` of row `first` (line index `no`): `NV#`
+/// gives `#`, a word (`X`, `SYS`, `PIX`, ...) gives 0.
+fn nvlink_cell(no: usize, first: &str, j: usize, cell: &str) -> Result<u32> {
+    let k = if let Some(num) = cell.strip_prefix("NV") {
+        num.parse::<u32>()
+            .map_err(|_| anyhow!("line {}: {first} column GPU{j}: bad cell '{cell}'", no + 1))?
+    } else if cell.chars().all(|c| c.is_ascii_alphabetic()) {
+        0
+    } else {
+        bail!(
+            "line {}: {first} column GPU{j}: unknown cell '{cell}'",
+            no + 1
+        );
+    };
+    if k > MAX_CELL_NVLINKS {
+        bail!(
+            "line {}: {first} column GPU{j}: cell '{cell}' has more NVLinks than any GPU (at most {MAX_CELL_NVLINKS})",
+            no + 1
+        );
+    }
+    Ok(k)
+}
+
+/// Checks that GPU i has as many NVLinks to GPU j as j to i.
+fn check_symmetric(counts: &[Vec<u32>]) -> Result<()> {
     for (i, row) in counts.iter().enumerate() {
         for (j, &k) in row.iter().enumerate() {
             if k != counts[j][i] {
@@ -164,57 +222,33 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
             }
         }
     }
-    let bw = opts.link_bandwidth;
-    let switched = counts
-        .iter()
-        .any(|r| r.iter().sum::<u32>() > MAX_DIRECT_NVLINKS);
-    let mut links = Vec::new();
+    Ok(())
+}
+
+/// The NVSwitch constraints of GPUs whose NVLinks go through a switch: per GPU with peers,
+/// an "out" and an "in" constraint of its port bandwidth (its largest count x `bw`).
+fn nvswitch_constraints(counts: &[Vec<u32>], bw: f64) -> Vec<SwitchConstraint> {
     let mut switches = Vec::new();
-    for (i, row) in counts.iter().enumerate() {
-        for (j, &k) in row.iter().enumerate() {
-            if k > 0 {
-                links.push(Link {
-                    src: i,
-                    dst: j,
-                    bandwidth: bw * k as f64,
-                    alpha: opts.alpha,
-                });
-            }
+    for (g, row) in counts.iter().enumerate() {
+        let port = bw * *row.iter().max().unwrap_or(&0) as f64;
+        let peers: Vec<usize> = (0..counts.len()).filter(|&h| row[h] > 0).collect();
+        if peers.is_empty() {
+            continue;
         }
+        switches.push(SwitchConstraint {
+            name: format!("nvswitch-out-{g}"),
+            srcs: vec![g],
+            dsts: peers.clone(),
+            bandwidth: port,
+        });
+        switches.push(SwitchConstraint {
+            name: format!("nvswitch-in-{g}"),
+            srcs: peers,
+            dsts: vec![g],
+            bandwidth: port,
+        });
     }
-    if links.is_empty() {
-        bail!("no NVLinks between the {n} GPUs (PCIe-only machines are not modelled)");
-    }
-    if switched {
-        for (g, row) in counts.iter().enumerate() {
-            let port = bw * *row.iter().max().unwrap_or(&0) as f64;
-            let peers: Vec<usize> = (0..n).filter(|&h| row[h] > 0).collect();
-            if peers.is_empty() {
-                continue;
-            }
-            switches.push(SwitchConstraint {
-                name: format!("nvswitch-out-{g}"),
-                srcs: vec![g],
-                dsts: peers.clone(),
-                bandwidth: port,
-            });
-            switches.push(SwitchConstraint {
-                name: format!("nvswitch-in-{g}"),
-                srcs: peers,
-                dsts: vec![g],
-                bandwidth: port,
-            });
-        }
-    }
-    let topo = Topology {
-        name: name.to_string(),
-        ranks: n,
-        node_of: vec![0; n],
-        links,
-        switches,
-    };
-    topo.validate()?;
-    Ok(topo)
+    switches
 }
 
 #[cfg(test)]

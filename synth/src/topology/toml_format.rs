@@ -299,6 +299,185 @@ impl Builder<'_, '_> {
         self.from.push(field.to_string());
         Ok(())
     }
+
+    /// Adds the links of the multiplicity `matrix`: entry k at (i, j) is one link i -> j of
+    /// k x the default bandwidth.
+    fn add_matrix(&mut self, m: &Spanned<Vec<Spanned<Vec<u32>>>>, d: LinkDefaults) -> Result<()> {
+        let rows = m.get_ref();
+        let ranks = self.ranks;
+        if rows.len() != ranks {
+            return Err(self.src.err(
+                sp(m),
+                "matrix",
+                format!("has {} rows but ranks = {ranks}", rows.len()),
+            ));
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let field = format!("matrix[{i}]");
+            if row.get_ref().len() != ranks {
+                return Err(self.src.err(
+                    sp(row),
+                    &field,
+                    format!("has {} entries but ranks = {ranks}", row.get_ref().len()),
+                ));
+            }
+            for (j, &k) in row.get_ref().iter().enumerate() {
+                if k == 0 {
+                    continue;
+                }
+                if i == j {
+                    return Err(self.src.err(
+                        sp(row),
+                        &field,
+                        format!("self link {i} -> {i} (diagonal must be 0)"),
+                    ));
+                }
+                let l = Link {
+                    src: i,
+                    dst: j,
+                    bandwidth: d.bandwidth * k as f64,
+                    alpha: d.alpha,
+                };
+                self.add(l, sp(row), &field)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds an NVSwitch: a link between every pair of its members and, per member, an "out"
+    /// and an "in" constraint of the port bandwidth. `alpha` is the file's default latency.
+    fn add_nvswitch(&mut self, nv: &Spanned<NvSwitchToml>, alpha: f64) -> Result<()> {
+        let nv_ref = nv.get_ref();
+        let port = positive(self.src, &nv_ref.bandwidth, "nvswitch.bandwidth")?;
+        let nv_alpha = match &nv_ref.alpha {
+            Some(a) => non_negative(self.src, a, "nvswitch.alpha")?,
+            None => alpha,
+        };
+        let members: Vec<usize> = match &nv_ref.ranks {
+            Some(rs) => {
+                let mut v = Vec::new();
+                for &r in rs.get_ref() {
+                    let s = Spanned::new(rs.span(), r);
+                    v.push(self.check_rank(&s, "nvswitch.ranks")?);
+                }
+                v
+            }
+            None => (0..self.ranks).collect(),
+        };
+        for &g in &members {
+            for &h in &members {
+                if g != h {
+                    let l = Link {
+                        src: g,
+                        dst: h,
+                        bandwidth: port,
+                        alpha: nv_alpha,
+                    };
+                    self.add(l, sp(nv), "nvswitch")?;
+                }
+            }
+        }
+        for &g in &members {
+            let others: Vec<usize> = members.iter().copied().filter(|&h| h != g).collect();
+            self.switches.push(SwitchConstraint {
+                name: format!("nvswitch-out-{g}"),
+                srcs: vec![g],
+                dsts: others.clone(),
+                bandwidth: port,
+            });
+            self.switches.push(SwitchConstraint {
+                name: format!("nvswitch-in-{g}"),
+                srcs: others,
+                dsts: vec![g],
+                bandwidth: port,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds the `[[link]]` entry number `i` (and its reverse unless `bidirectional = false`).
+    fn add_link_entry(
+        &mut self,
+        i: usize,
+        entry: &Spanned<LinkToml>,
+        d: LinkDefaults,
+    ) -> Result<()> {
+        let l = entry.get_ref();
+        let field = format!("link[{i}]");
+        let s = self.check_rank(&l.src, &format!("{field}.src"))?;
+        let t = self.check_rank(&l.dst, &format!("{field}.dst"))?;
+        if s == t {
+            return Err(self.src.err(
+                sp(&l.dst),
+                &format!("{field}.dst"),
+                format!("self link {s} -> {t}"),
+            ));
+        }
+        let bandwidth = match &l.bandwidth {
+            Some(x) => positive(self.src, x, &format!("{field}.bandwidth"))?,
+            None => d.bandwidth,
+        };
+        let alpha = match &l.alpha {
+            Some(x) => non_negative(self.src, x, &format!("{field}.alpha"))?,
+            None => d.alpha,
+        };
+        let forward = Link {
+            src: s,
+            dst: t,
+            bandwidth,
+            alpha,
+        };
+        self.add(forward, sp(&l.src), &field)?;
+        if l.bidirectional.unwrap_or(true) {
+            let backward = Link {
+                src: t,
+                dst: s,
+                bandwidth,
+                alpha,
+            };
+            self.add(backward, sp(&l.src), &field)?;
+        }
+        Ok(())
+    }
+
+    /// Adds the `[[switch]]` entry number `i`, which must cover at least one link added so
+    /// far.
+    fn add_switch_entry(&mut self, i: usize, entry: &Spanned<SwitchToml>) -> Result<()> {
+        let sw = entry.get_ref();
+        let field = format!("switch[{i}]");
+        let srcs = self.rank_set(&sw.srcs, &format!("{field}.srcs"))?;
+        let dsts = self.rank_set(&sw.dsts, &format!("{field}.dsts"))?;
+        let bandwidth = positive(self.src, &sw.bandwidth, &format!("{field}.bandwidth"))?;
+        let c = SwitchConstraint {
+            name: sw.name.clone().unwrap_or_else(|| format!("switch-{i}")),
+            srcs,
+            dsts,
+            bandwidth,
+        };
+        if !self.links.iter().any(|l| c.covers(l.src, l.dst)) {
+            return Err(self.src.err(
+                sp(entry),
+                &field,
+                "covers no link (no link from srcs to dsts)",
+            ));
+        }
+        self.switches.push(c);
+        Ok(())
+    }
+
+    /// A non-empty list of ranks, each checked, sorted and without repeats.
+    fn rank_set(&self, list: &Spanned<Vec<usize>>, field: &str) -> Result<Vec<usize>> {
+        if list.get_ref().is_empty() {
+            return Err(self.src.err(sp(list), field, "is empty"));
+        }
+        let mut v = Vec::new();
+        for &r in list.get_ref() {
+            v.push(self.check_rank(&Spanned::new(list.span(), r), field)?);
+        }
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
 }
 
 /// Checks the ranks and the links the matrix and the NVSwitch will add (to `base` links)
@@ -344,99 +523,27 @@ fn non_negative(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
     Ok(x)
 }
 
+/// The link bandwidth and latency a file sets at the top level, used wherever a part gives
+/// none.
+#[derive(Clone, Copy)]
+struct LinkDefaults {
+    /// GB/s of one link.
+    bandwidth: f64,
+    /// Latency of one link in µs.
+    alpha: f64,
+}
+
+/// The fabric a generator or a multi-node composition starts from, with which of the two
+/// built it (for error messages).
+type BaseFabric = (Topology, &'static str);
+
 /// Parses a topology TOML. `size` overrides the generator size (`ring:12`); `depth` bounds
 /// multi-node nesting.
 pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result<Loaded> {
     let file: TopologyFile = toml::from_str(src.text).map_err(|e| src.toml_err(&e))?;
-    let bw = match &file.bandwidth {
-        Some(b) => positive(src, b, "bandwidth")?,
-        None => DEFAULT_BANDWIDTH,
-    };
-    let alpha = match &file.alpha {
-        Some(a) => non_negative(src, a, "alpha")?,
-        None => DEFAULT_ALPHA,
-    };
-
-    // The starting fabric: a generator or a multi-node composition.
-    let mut base: Option<(Topology, &'static str)> = None;
-    if let (Some(_), Some(m)) = (&file.generator, &file.multinode) {
-        return Err(src.err(sp(m), "multinode", "cannot be combined with generator"));
-    }
-    if let Some(g) = &file.generator {
-        let name = g.get_ref().as_str();
-        if !generators::is_generator(name) {
-            let known: Vec<&str> = generators::GENERATORS.iter().map(|g| g.0).collect();
-            return Err(src.err(
-                sp(g),
-                "generator",
-                format!("unknown generator '{name}' (known: {})", known.join(", ")),
-            ));
-        }
-        let (gsize, span) = match (size, &file.size) {
-            (Some(s), _) => (s, None),
-            (None, Some(s)) => {
-                let parsed = match s.get_ref() {
-                    toml::Value::Integer(n) if *n >= 0 => Ok(GenSize::Ranks(*n as usize)),
-                    toml::Value::String(t) => parse_size(t),
-                    other => Err(anyhow!(
-                        "expected a rank count or \"ROWSxCOLS\", got {other}"
-                    )),
-                };
-                (parsed.map_err(|e| src.err(sp(s), "size", e))?, sp(s))
-            }
-            (None, None) => (
-                generators::default_size(name).expect("known generator"),
-                sp(g),
-            ),
-        };
-        let t = generators::generate(name, gsize, bw, alpha)
-            .map_err(|e| src.err(span.clone(), "size", e))?;
-        base = Some((t, "generator"));
-    } else if let Some(s) = size {
-        return Err(src.err(
-            None,
-            "size",
-            format!("'{}' is not a generator and takes no size '{s}'", src.stem),
-        ));
-    } else if let Some(s) = &file.size {
-        return Err(src.err(sp(s), "size", "size needs a generator"));
-    }
-    if let Some(m) = &file.multinode {
-        base = Some((
-            compose(src, m.get_ref(), file.name.as_deref(), depth)?,
-            "multinode",
-        ));
-    }
-
-    // The rank count, checked for agreement between everything that implies one.
-    let matrix_rows = file.matrix.as_ref().map(|m| m.get_ref().len());
-    let ranks = match (&base, &file.ranks, matrix_rows) {
-        (Some((t, what)), Some(r), _) if t.ranks != *r.get_ref() => {
-            return Err(src.err(
-                sp(r),
-                "ranks",
-                format!(
-                    "ranks = {} but the {what} has {} ranks",
-                    r.get_ref(),
-                    t.ranks
-                ),
-            ))
-        }
-        (Some((t, _)), _, _) => t.ranks,
-        (None, Some(r), _) => *r.get_ref(),
-        (None, None, Some(m)) => m,
-        (None, None, None) => {
-            return Err(src.err(
-                None,
-                "ranks",
-                "missing: give ranks, a matrix, a generator or [multinode]",
-            ))
-        }
-    };
-    if ranks == 0 {
-        let span = file.ranks.as_ref().and_then(sp);
-        return Err(src.err(span, "ranks", "must be at least 1"));
-    }
+    let defaults = link_defaults(src, &file)?;
+    let base = base_fabric(src, &file, size, depth, defaults)?;
+    let ranks = rank_count(src, &file, base.as_ref())?;
     check_size(
         src,
         &file,
@@ -464,193 +571,21 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
             name = t.name;
         }
     }
-
     if let Some(m) = &file.matrix {
-        let rows = m.get_ref();
-        if rows.len() != ranks {
-            return Err(src.err(
-                sp(m),
-                "matrix",
-                format!("has {} rows but ranks = {ranks}", rows.len()),
-            ));
-        }
-        for (i, row) in rows.iter().enumerate() {
-            let field = format!("matrix[{i}]");
-            if row.get_ref().len() != ranks {
-                return Err(src.err(
-                    sp(row),
-                    &field,
-                    format!("has {} entries but ranks = {ranks}", row.get_ref().len()),
-                ));
-            }
-            for (j, &k) in row.get_ref().iter().enumerate() {
-                if k == 0 {
-                    continue;
-                }
-                if i == j {
-                    return Err(src.err(
-                        sp(row),
-                        &field,
-                        format!("self link {i} -> {i} (diagonal must be 0)"),
-                    ));
-                }
-                let l = Link {
-                    src: i,
-                    dst: j,
-                    bandwidth: bw * k as f64,
-                    alpha,
-                };
-                b.add(l, sp(row), &field)?;
-            }
-        }
+        b.add_matrix(m, defaults)?;
     }
-
     if let Some(nv) = &file.nvswitch {
-        let nv_ref = nv.get_ref();
-        let port = positive(src, &nv_ref.bandwidth, "nvswitch.bandwidth")?;
-        let nv_alpha = match &nv_ref.alpha {
-            Some(a) => non_negative(src, a, "nvswitch.alpha")?,
-            None => alpha,
-        };
-        let members: Vec<usize> = match &nv_ref.ranks {
-            Some(rs) => {
-                let mut v = Vec::new();
-                for &r in rs.get_ref() {
-                    let s = Spanned::new(rs.span(), r);
-                    v.push(b.check_rank(&s, "nvswitch.ranks")?);
-                }
-                v
-            }
-            None => (0..ranks).collect(),
-        };
-        for &g in &members {
-            for &h in &members {
-                if g != h {
-                    let l = Link {
-                        src: g,
-                        dst: h,
-                        bandwidth: port,
-                        alpha: nv_alpha,
-                    };
-                    b.add(l, sp(nv), "nvswitch")?;
-                }
-            }
-        }
-        for &g in &members {
-            let others: Vec<usize> = members.iter().copied().filter(|&h| h != g).collect();
-            b.switches.push(SwitchConstraint {
-                name: format!("nvswitch-out-{g}"),
-                srcs: vec![g],
-                dsts: others.clone(),
-                bandwidth: port,
-            });
-            b.switches.push(SwitchConstraint {
-                name: format!("nvswitch-in-{g}"),
-                srcs: others,
-                dsts: vec![g],
-                bandwidth: port,
-            });
-        }
+        b.add_nvswitch(nv, defaults.alpha)?;
     }
-
     for (i, entry) in file.link.iter().enumerate() {
-        let l = entry.get_ref();
-        let field = format!("link[{i}]");
-        let s = b.check_rank(&l.src, &format!("{field}.src"))?;
-        let d = b.check_rank(&l.dst, &format!("{field}.dst"))?;
-        if s == d {
-            return Err(src.err(
-                sp(&l.dst),
-                &format!("{field}.dst"),
-                format!("self link {s} -> {d}"),
-            ));
-        }
-        let lbw = match &l.bandwidth {
-            Some(x) => positive(src, x, &format!("{field}.bandwidth"))?,
-            None => bw,
-        };
-        let la = match &l.alpha {
-            Some(x) => non_negative(src, x, &format!("{field}.alpha"))?,
-            None => alpha,
-        };
-        b.add(
-            Link {
-                src: s,
-                dst: d,
-                bandwidth: lbw,
-                alpha: la,
-            },
-            sp(&l.src),
-            &field,
-        )?;
-        if l.bidirectional.unwrap_or(true) {
-            b.add(
-                Link {
-                    src: d,
-                    dst: s,
-                    bandwidth: lbw,
-                    alpha: la,
-                },
-                sp(&l.src),
-                &field,
-            )?;
-        }
+        b.add_link_entry(i, entry, defaults)?;
     }
-
     for (i, entry) in file.switch.iter().enumerate() {
-        let sw = entry.get_ref();
-        let field = format!("switch[{i}]");
-        let mut lists = Vec::new();
-        for (what, list) in [("srcs", &sw.srcs), ("dsts", &sw.dsts)] {
-            let f = format!("{field}.{what}");
-            if list.get_ref().is_empty() {
-                return Err(src.err(sp(list), &f, "is empty"));
-            }
-            let mut v = Vec::new();
-            for &r in list.get_ref() {
-                v.push(b.check_rank(&Spanned::new(list.span(), r), &f)?);
-            }
-            v.sort_unstable();
-            v.dedup();
-            lists.push(v);
-        }
-        let sbw = positive(src, &sw.bandwidth, &format!("{field}.bandwidth"))?;
-        let dsts = lists.pop().expect("two lists");
-        let srcs = lists.pop().expect("two lists");
-        let c = SwitchConstraint {
-            name: sw.name.clone().unwrap_or_else(|| format!("switch-{i}")),
-            srcs,
-            dsts,
-            bandwidth: sbw,
-        };
-        if !b.links.iter().any(|l| c.covers(l.src, l.dst)) {
-            return Err(src.err(
-                sp(entry),
-                &field,
-                "covers no link (no link from srcs to dsts)",
-            ));
-        }
-        b.switches.push(c);
+        b.add_switch_entry(i, entry)?;
     }
-
     if let Some(n) = &file.node_of {
-        if n.get_ref().len() != ranks {
-            return Err(src.err(
-                sp(n),
-                "node_of",
-                format!("has {} entries but ranks = {ranks}", n.get_ref().len()),
-            ));
-        }
-        if let Some(k) = n.get_ref().iter().find(|&&k| k >= ranks) {
-            return Err(src.err(
-                sp(n),
-                "node_of",
-                format!("node {k} is not below ranks = {ranks}"),
-            ));
-        }
-        node_of = n.get_ref().clone();
+        node_of = checked_node_of(src, n, ranks)?;
     }
-
     let nic = match &file.nic {
         Some(n) => Some(nic_facts(src, n.get_ref())?),
         None => None,
@@ -667,6 +602,147 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         .validate()
         .map_err(|e| anyhow!("{}: {e}", src.label))?;
     Ok(Loaded { topology, nic })
+}
+
+/// The top-level `bandwidth` and `alpha`, checked, or their defaults.
+fn link_defaults(src: &Source, file: &TopologyFile) -> Result<LinkDefaults> {
+    let bandwidth = match &file.bandwidth {
+        Some(b) => positive(src, b, "bandwidth")?,
+        None => DEFAULT_BANDWIDTH,
+    };
+    let alpha = match &file.alpha {
+        Some(a) => non_negative(src, a, "alpha")?,
+        None => DEFAULT_ALPHA,
+    };
+    Ok(LinkDefaults { bandwidth, alpha })
+}
+
+/// The starting fabric: a generator's or a multi-node composition's (never both), or none.
+/// A `size` (from the spec or the file) without a generator is an error.
+fn base_fabric(
+    src: &Source,
+    file: &TopologyFile,
+    size: Option<GenSize>,
+    depth: usize,
+    defaults: LinkDefaults,
+) -> Result<Option<BaseFabric>> {
+    let mut base: Option<BaseFabric> = None;
+    if let (Some(_), Some(m)) = (&file.generator, &file.multinode) {
+        return Err(src.err(sp(m), "multinode", "cannot be combined with generator"));
+    }
+    if let Some(g) = &file.generator {
+        base = Some((generated(src, file, g, size, defaults)?, "generator"));
+    } else if let Some(s) = size {
+        return Err(src.err(
+            None,
+            "size",
+            format!("'{}' is not a generator and takes no size '{s}'", src.stem),
+        ));
+    } else if let Some(s) = &file.size {
+        return Err(src.err(sp(s), "size", "size needs a generator"));
+    }
+    if let Some(m) = &file.multinode {
+        base = Some((
+            compose(src, m.get_ref(), file.name.as_deref(), depth)?,
+            "multinode",
+        ));
+    }
+    Ok(base)
+}
+
+/// The fabric of the file's generator `g` at `size` (else the file's `size`, else the
+/// generator's default size).
+fn generated(
+    src: &Source,
+    file: &TopologyFile,
+    g: &Spanned<String>,
+    size: Option<GenSize>,
+    defaults: LinkDefaults,
+) -> Result<Topology> {
+    let name = g.get_ref().as_str();
+    if !generators::is_generator(name) {
+        let known: Vec<&str> = generators::GENERATORS.iter().map(|g| g.0).collect();
+        return Err(src.err(
+            sp(g),
+            "generator",
+            format!("unknown generator '{name}' (known: {})", known.join(", ")),
+        ));
+    }
+    let (gsize, span) = match (size, &file.size) {
+        (Some(s), _) => (s, None),
+        (None, Some(s)) => (file_size(src, s)?, sp(s)),
+        (None, None) => (
+            generators::default_size(name).expect("known generator"),
+            sp(g),
+        ),
+    };
+    generators::generate(name, gsize, defaults.bandwidth, defaults.alpha)
+        .map_err(|e| src.err(span, "size", e))
+}
+
+/// The file's `size`: a rank count or `"ROWSxCOLS"`.
+fn file_size(src: &Source, s: &Spanned<toml::Value>) -> Result<GenSize> {
+    let parsed = match s.get_ref() {
+        toml::Value::Integer(n) if *n >= 0 => Ok(GenSize::Ranks(*n as usize)),
+        toml::Value::String(t) => parse_size(t),
+        other => Err(anyhow!(
+            "expected a rank count or \"ROWSxCOLS\", got {other}"
+        )),
+    };
+    parsed.map_err(|e| src.err(sp(s), "size", e))
+}
+
+/// The rank count, checked for agreement between everything that implies one (the base
+/// fabric, `ranks`, the matrix) and to be at least 1.
+fn rank_count(src: &Source, file: &TopologyFile, base: Option<&BaseFabric>) -> Result<usize> {
+    let matrix_rows = file.matrix.as_ref().map(|m| m.get_ref().len());
+    let ranks = match (base, &file.ranks, matrix_rows) {
+        (Some((t, what)), Some(r), _) if t.ranks != *r.get_ref() => {
+            return Err(src.err(
+                sp(r),
+                "ranks",
+                format!(
+                    "ranks = {} but the {what} has {} ranks",
+                    r.get_ref(),
+                    t.ranks
+                ),
+            ))
+        }
+        (Some((t, _)), _, _) => t.ranks,
+        (None, Some(r), _) => *r.get_ref(),
+        (None, None, Some(m)) => m,
+        (None, None, None) => {
+            return Err(src.err(
+                None,
+                "ranks",
+                "missing: give ranks, a matrix, a generator or [multinode]",
+            ))
+        }
+    };
+    if ranks == 0 {
+        let span = file.ranks.as_ref().and_then(sp);
+        return Err(src.err(span, "ranks", "must be at least 1"));
+    }
+    Ok(ranks)
+}
+
+/// The file's `node_of`, checked to give one node below `ranks` for every rank.
+fn checked_node_of(src: &Source, n: &Spanned<Vec<usize>>, ranks: usize) -> Result<Vec<usize>> {
+    if n.get_ref().len() != ranks {
+        return Err(src.err(
+            sp(n),
+            "node_of",
+            format!("has {} entries but ranks = {ranks}", n.get_ref().len()),
+        ));
+    }
+    if let Some(k) = n.get_ref().iter().find(|&&k| k >= ranks) {
+        return Err(src.err(
+            sp(n),
+            "node_of",
+            format!("node {k} is not below ranks = {ranks}"),
+        ));
+    }
+    Ok(n.get_ref().clone())
 }
 
 fn placement(

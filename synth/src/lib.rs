@@ -19,6 +19,7 @@ pub mod lower;
 pub mod milp;
 pub mod pair_set;
 pub mod progress;
+pub mod request_limits;
 pub mod simulate;
 pub mod sketch;
 pub mod smt;

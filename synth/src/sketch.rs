@@ -57,7 +57,7 @@
 //! itself, sketches that make the collective impossible) come from [`Sketch::routing`] and
 //! [`Routing::check_collective`].
 
-use crate::cli::limits::{MAX_CHUNKS, MAX_STEPS};
+use crate::request_limits::{MAX_CHUNKS, MAX_STEPS};
 use crate::collective::Collective;
 use crate::topology::Topology;
 use anyhow::{bail, Result};

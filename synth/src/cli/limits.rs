@@ -9,7 +9,7 @@ pub use crate::request_limits::{
 };
 
 /// Most channels an algorithm is replicated over (`--instances`; the runtimes' MAXCHANNELS).
-pub const MAX_INSTANCES: usize = runtime::xml::Limits::PORTABLE.max_channels;
+pub const MAX_INSTANCES: usize = runtime::limits::Limits::PORTABLE.max_channels;
 /// Longest time limit in seconds (`--time-limit`): one year.
 pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// Most timed or warm-up iterations (`--iters`, `--warmup`) and bench runs (`--repeat`).

@@ -9,7 +9,9 @@ use runtime::xml::{WriteError, WriteProblem};
 #[derive(Debug, thiserror::Error)]
 pub enum LowerError {
     /// The program needs more channels than the runtimes have.
-    #[error("{name} cannot be expressed: it needs {needed} channels (the runtimes allow {allowed})")]
+    #[error(
+        "{name} cannot be expressed: it needs {needed} channels (the runtimes allow {allowed})"
+    )]
     TooManyChannels {
         /// The algorithm's name.
         name: String,

@@ -27,9 +27,9 @@
 use super::schedule::finish;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
-use crate::lower::MAX_MESSAGE_CHUNKS;
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
+use runtime::limits::MAX_COUNT as MAX_MESSAGE_CHUNKS;
 
 /// Pieces per rank: one per direction of the torus.
 pub const PIECES: usize = 4;

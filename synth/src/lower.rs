@@ -300,8 +300,8 @@ fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
     if let Some(bad) = counts.iter().find(|&&c| c == 0 || c > limits::MAX_COUNT) {
         bail!(
             "algorithm {}: message_chunks holds {bad}, outside 1..={} (the runtimes' cnt)",
-            limits::MAX_COUNT,
-            algorithm.name
+            algorithm.name,
+            limits::MAX_COUNT
         );
     }
     Ok(counts)

@@ -1199,8 +1199,8 @@ impl Hazards {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::{Send, Step as AlgoStep};
     use crate::collective::Collective;
+    use runtime::xml::WriteProblem;
 
     /// A broadcast down line:3 (0 → 1 → 2), one step per hop.
     fn chain(step_groups: Option<Vec<usize>>) -> Algorithm {
@@ -1438,6 +1438,52 @@ mod tests {
         assert_eq!(rc.scratch, 8);
         // Block 1: the next free slot, in landing order.
         assert_eq!(rc.scratch_for(100, 1).offset, 8);
+    }
+
+    #[test]
+    fn a_program_past_a_runtime_limit_is_a_typed_error() {
+        // A broadcast straight from the root to 69 ranks: 69 sending threadblocks on the
+        // root and one for its local copy, past RCCL's 64 (the executor takes 1024).
+        let ranks = 70;
+        let sends = (1..ranks)
+            .map(|dst| Send {
+                chunk: 0,
+                src: 0,
+                dst,
+            })
+            .collect();
+        let a = Algorithm::plain(
+            "broadcast-star",
+            "star",
+            Collective::new(Kind::Broadcast, ranks, 0, 1).unwrap(),
+            vec![AlgoStep {
+                rounds: 1,
+                reduce: false,
+                sends,
+            }],
+        );
+        lower_verified(&a, &LowerOptions::default()).unwrap();
+        let options = LowerOptions {
+            flavor: Flavor::Rccl,
+            ..LowerOptions::default()
+        };
+        let e = lower_verified(&a, &options).unwrap_err();
+        let lowering = e.downcast_ref::<LowerError>().expect("a LowerError");
+        assert!(
+            matches!(
+                lowering.write_problem(),
+                Some(WriteProblem::TooManyThreadblocks {
+                    rank: 0,
+                    count: 70,
+                    limit: 64
+                })
+            ),
+            "{e:#}"
+        );
+        assert_eq!(
+            format!("{e:#}"),
+            "broadcast-star cannot be expressed for the Rccl runtime: cannot write Rccl XML: rank 0 has 70 threadblocks (limit 64)"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Limits on the command line's numeric options (README "Limits"), as clap value parsers: a
-//! value outside its limit is rejected in one line before anything is loaded or solved.
+//! value outside its limit is rejected in one line before anything is loaded or solved. The
+//! sizes of a request (steps, rounds, chunks) are [`crate::request_limits`]'s, shared with
+//! the sketch file.
 
 use crate::collective::Kind;
 use anyhow::{bail, Result};

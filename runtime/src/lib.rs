@@ -8,6 +8,7 @@ pub mod builders;
 pub mod cpu;
 pub mod cuda;
 pub mod ir;
+pub mod limits;
 pub mod semantics;
 pub mod verify;
 pub mod xml;

@@ -18,6 +18,8 @@ use crate::topology::{self, Link, SwitchConstraint, Topology};
 use anyhow::{anyhow, bail, Result};
 use serde_json::{Map, Value};
 
+mod collective_json;
+
 /// GB/s of one unit of bandwidth in an msccl-tools topology (one NVLink2).
 pub const MSCCL_LINK_GBPS: f64 = 25.0;
 /// Latency (µs) given to the links of an msccl-tools topology.

@@ -24,6 +24,7 @@ pub mod milp;
 pub mod origin;
 pub mod pair_set;
 pub mod progress;
+pub mod request_limits;
 pub mod select;
 pub mod simulate;
 pub mod sketch;

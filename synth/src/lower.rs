@@ -9,12 +9,17 @@
 //! Dependencies: from per-slot read/write sets in algorithm order (read-after-write,
 //! write-after-read, write-after-write), keeping the latest step per producer threadblock.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Algorithm, Send, Step as AlgoStep};
 use crate::collective::Kind;
 use anyhow::{bail, Context, Result};
 use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use runtime::limits::{self, Limits};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+mod error;
+pub use error::LowerError;
 
 /// How to lower.
 #[derive(Debug, Clone)]
@@ -42,14 +47,7 @@ pub struct LowerOptions {
 }
 
 /// Channels a program may use (MSCCL's MAXCHANNELS).
-pub const MAX_CHANNELS: usize = 32;
-
-/// Transfers one link can carry in a program: a threadblock per channel on its connection,
-/// at most 64 steps each.
-pub const MAX_LINK_TRANSFERS: usize = MAX_CHANNELS * 64;
-
-/// The words of [`lower`]'s error for a program past [`MAX_CHANNELS`].
-const CHANNELS_EXCEEDED: &str = "channels (the runtimes allow";
+const MAX_CHANNELS: usize = Limits::PORTABLE.max_channels;
 
 impl Default for LowerOptions {
     fn default() -> Self {
@@ -131,6 +129,23 @@ struct Layout {
 }
 
 impl Layout {
+    /// The layout of `coll` in place or out of place.
+    fn of(coll: &crate::collective::Collective, inplace: bool) -> Layout {
+        let kind = coll.kind;
+        Layout {
+            kind,
+            ranks: coll.ranks,
+            c: coll.chunks_per_rank,
+            inplace,
+            // A custom collective's buffers have one chunk per address (address a at chunk a).
+            total: if kind == Kind::Custom {
+                coll.addresses()
+            } else {
+                kind.units_per_buffer(coll.ranks) * coll.chunks_per_rank
+            },
+        }
+    }
+
     /// The canonical buffer of in-place programs (the one msccl-tools addresses).
     fn aliased(&self) -> Buffer {
         match self.kind {
@@ -270,9 +285,6 @@ fn step_groups_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
     }
 }
 
-/// The most chunks one message carries (MSCCL's `cnt` is below 72).
-pub const MAX_MESSAGE_CHUNKS: usize = 71;
-
 /// The most chunks per message in every step of `algorithm` ([`Algorithm::message_chunks`];
 /// all 1 when unset), or why its list does not fit its steps or the runtimes.
 fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
@@ -285,10 +297,11 @@ fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
             algorithm.steps.len()
         );
     }
-    if let Some(bad) = counts.iter().find(|&&c| c == 0 || c > MAX_MESSAGE_CHUNKS) {
+    if let Some(bad) = counts.iter().find(|&&c| c == 0 || c > limits::MAX_COUNT) {
         bail!(
-            "algorithm {}: message_chunks holds {bad}, outside 1..={MAX_MESSAGE_CHUNKS} (the runtimes' cnt)",
-            algorithm.name
+            "algorithm {}: message_chunks holds {bad}, outside 1..={} (the runtimes' cnt)",
+            algorithm.name,
+            limits::MAX_COUNT
         );
     }
     Ok(counts)
@@ -300,7 +313,7 @@ fn message_chunks_of(algorithm: &Algorithm) -> Result<Vec<usize>> {
 /// base channel (`channel` of the address). Each run lists indices into `sends` in
 /// increasing address order.
 fn messages(
-    sends: &[crate::algorithm::Send],
+    sends: &[Send],
     span: usize,
     count: usize,
     channel: impl Fn(usize) -> usize,
@@ -387,8 +400,6 @@ fn lower_grouped(
     options: &LowerOptions,
     groups: &[usize],
 ) -> Result<Program> {
-    let kind = algorithm.collective.kind;
-    let collective = kind.to_ir().unwrap_or(runtime::ir::Collective::Custom);
     if options.instances == 0 {
         bail!("--instances must be at least 1");
     }
@@ -399,83 +410,169 @@ fn lower_grouped(
         Cow::Borrowed(algorithm)
     };
     let counts = message_chunks_of(&algorithm)?;
-    // Scratch in blocks that hold every message's run of addresses: the largest count where
-    // it is a multiple of every other (1 without messages of several chunks, or where no
-    // such block exists: slots in landing order).
+    let mut lowering = Lowering::new(&algorithm, options, groups, scratch_block(&counts));
+    for (step_index, step) in algorithm.steps.iter().enumerate() {
+        lowering.lower_step(step_index, step, counts[step_index])?;
+    }
+    lowering.finish(options)
+}
+
+/// Scratch in blocks that hold every message's run of addresses: the largest count where it
+/// is a multiple of every other (1 without messages of several chunks, or where no such
+/// block exists: slots in landing order).
+fn scratch_block(counts: &[usize]) -> usize {
     let largest = counts.iter().copied().max().unwrap_or(1);
-    let block = if counts.iter().all(|&c| largest % c == 0) {
+    if counts.iter().all(|&c| largest % c == 0) {
         largest
     } else {
         1
-    };
-    let coll = &algorithm.collective;
-    let n = coll.ranks;
-    let layout = Layout {
-        kind,
-        ranks: n,
-        c: coll.chunks_per_rank,
-        inplace: options.inplace,
-        // A custom collective's buffers have one chunk per address (address a at chunk a).
-        total: if kind == Kind::Custom {
-            coll.addresses()
-        } else {
-            kind.units_per_buffer(n) * coll.chunks_per_rank
-        },
-    };
-    let fused = options.flavor != Flavor::Rccl;
-    let spread = options
-        .piece_channels
-        .max(algorithm.piece_channels.unwrap_or(1))
-        .clamp(1, (MAX_CHANNELS / instances).max(1));
-    let per_group = spread * instances;
-    let groups = squeeze(groups, MAX_CHANNELS / per_group);
-    let base_channels = per_group * groups.iter().max().map_or(1, |g| g + 1);
-    let pieces = coll.chunks_per_rank;
-    let span = message_span(kind, n, pieces);
-    let base_channel = |address: usize, step: usize| {
-        ((address % pieces) / instances % spread) * instances
-            + address % instances
-            + groups[step] * per_group
-    };
-    // Transfers so far per (sender, receiver, base channel), to move overflow to new channels.
-    let mut carried: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
-    let mut channel_of = |u: usize, v: usize, address: usize, step: usize| {
-        let base = base_channel(address, step);
-        let count = carried.entry((u, v, base)).or_insert(0);
-        let extra = count.checked_div(options.max_transfers).unwrap_or(0);
-        *count += 1;
-        base + extra * base_channels
-    };
-    let mut channels_used = 0usize;
+    }
+}
 
-    let mut code: Vec<RankCode> = (0..n).map(|_| RankCode::default()).collect();
-    // Where each (rank, address) value currently lives.
-    let mut location: FxHashMap<(usize, usize), Slot> = FxHashMap::default();
-    let by_address = coll.by_address();
-    let posts = Posts::new(coll, &by_address);
-    for (&address, members) in &by_address {
-        let post = &coll.chunks[members[0]].post;
-        for &m in members {
-            for &r in &coll.chunks[m].pre {
-                let input = layout.input(address);
-                location.insert((r, address), input);
-                let output = layout.output(address);
-                let combining = members.len() > 1;
-                if !combining && post.contains(&r) && input != output {
-                    code[r].ops.push((
-                        TbKey::Local { part: 0 },
-                        Step::new(Op::Copy, input, output, 1),
-                    ));
+/// The channel of every transfer: a base channel per (address, step) from the instances,
+/// the piece channels and the step groups, moved on by the base channels' count each time a
+/// connection has carried another `max_transfers` transfers on it.
+struct Channels {
+    instances: usize,
+    /// Piece channels per instance.
+    spread: usize,
+    /// Pieces per rank.
+    pieces: usize,
+    /// Channels of one step group.
+    per_group: usize,
+    /// The step group of every step, squeezed onto the channels.
+    groups: Vec<usize>,
+    /// Channels of every step group together.
+    base: usize,
+    /// Most transfers per connection before the next channels (0: no limit).
+    max_transfers: usize,
+    /// Transfers so far per (sender, receiver, base channel).
+    carried: FxHashMap<(usize, usize, usize), usize>,
+    /// One past the highest channel handed out.
+    used: usize,
+}
+
+impl Channels {
+    /// The channels of `algorithm` (already refined into its instances) lowered with
+    /// `options`, step `s` in group `groups[s]`.
+    fn new(algorithm: &Algorithm, options: &LowerOptions, groups: &[usize]) -> Channels {
+        let instances = options.instances;
+        let spread = options
+            .piece_channels
+            .max(algorithm.piece_channels.unwrap_or(1))
+            .clamp(1, (MAX_CHANNELS / instances).max(1));
+        let per_group = spread * instances;
+        let groups = squeeze(groups, MAX_CHANNELS / per_group);
+        let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
+        Channels {
+            instances,
+            spread,
+            pieces: algorithm.collective.chunks_per_rank,
+            per_group,
+            groups,
+            base,
+            max_transfers: options.max_transfers,
+            carried: FxHashMap::default(),
+            used: 0,
+        }
+    }
+
+    /// The base channel of `address` in step `step`.
+    fn base_of(&self, address: usize, step: usize) -> usize {
+        let instances = self.instances;
+        ((address % self.pieces) / instances % self.spread) * instances
+            + address % instances
+            + self.groups[step] * self.per_group
+    }
+
+    /// The channel of the next transfer of `address` from `u` to `v` in step `step`.
+    fn next(&mut self, u: usize, v: usize, address: usize, step: usize) -> usize {
+        let base = self.base_of(address, step);
+        let count = self.carried.entry((u, v, base)).or_insert(0);
+        let extra = count.checked_div(self.max_transfers).unwrap_or(0);
+        *count += 1;
+        let channel = base + extra * self.base;
+        self.used = self.used.max(channel + 1);
+        channel
+    }
+}
+
+/// The state of one lowering: every rank's code so far and where each value lives.
+struct Lowering<'a> {
+    algorithm: &'a Algorithm,
+    layout: Layout,
+    channels: Channels,
+    posts: Posts,
+    code: Vec<RankCode>,
+    /// Where each (rank, address) value currently lives.
+    location: FxHashMap<(usize, usize), Slot>,
+    /// Scratch block ([`RankCode::scratch_for`]).
+    block: usize,
+    /// Whether reductions use fused instructions.
+    fused: bool,
+    /// Addresses one message may run over ([`message_span`]).
+    span: usize,
+}
+
+impl<'a> Lowering<'a> {
+    /// A lowering of `algorithm` with its inputs in place (staged to scratch where an
+    /// in-place output would overwrite them).
+    fn new(
+        algorithm: &'a Algorithm,
+        options: &LowerOptions,
+        groups: &[usize],
+        block: usize,
+    ) -> Lowering<'a> {
+        let coll = &algorithm.collective;
+        let by_address = coll.by_address();
+        let mut lowering = Lowering {
+            algorithm,
+            layout: Layout::of(coll, options.inplace),
+            channels: Channels::new(algorithm, options, groups),
+            posts: Posts::new(coll, &by_address),
+            code: (0..coll.ranks).map(|_| RankCode::default()).collect(),
+            location: FxHashMap::default(),
+            block,
+            fused: options.flavor != Flavor::Rccl,
+            span: message_span(coll.kind, coll.ranks, coll.chunks_per_rank),
+        };
+        lowering.place_inputs(&by_address);
+        if options.inplace {
+            stage_overwritten_inputs(
+                coll,
+                &lowering.layout,
+                &mut lowering.code,
+                &mut lowering.location,
+            );
+        }
+        lowering
+    }
+
+    /// Every rank's own data at its input slot, copied to its output slot where it must end
+    /// there too (non-combining addresses only).
+    fn place_inputs(&mut self, by_address: &BTreeMap<usize, Vec<usize>>) {
+        let coll = &self.algorithm.collective;
+        for (&address, members) in by_address {
+            let post = &coll.chunks[members[0]].post;
+            for &m in members {
+                for &r in &coll.chunks[m].pre {
+                    let input = self.layout.input(address);
+                    self.location.insert((r, address), input);
+                    let output = self.layout.output(address);
+                    let combining = members.len() > 1;
+                    if !combining && post.contains(&r) && input != output {
+                        self.code[r].ops.push((
+                            TbKey::Local { part: 0 },
+                            Step::new(Op::Copy, input, output, 1),
+                        ));
+                    }
                 }
             }
         }
     }
 
-    if options.inplace {
-        stage_overwritten_inputs(coll, &layout, &mut code, &mut location);
-    }
-
-    for (step_index, step) in algorithm.steps.iter().enumerate() {
+    /// Lowers step `step_index` in messages of at most `count` chunks.
+    fn lower_step(&mut self, step_index: usize, step: &AlgoStep, count: usize) -> Result<()> {
         let mut sends = step.sends.clone();
         // Grouped by link; within a link the algorithm's order is kept (engines put the
         // sends that feed the longest paths first).
@@ -484,114 +581,184 @@ fn lower_grouped(
         let sources: Vec<Slot> = sends
             .iter()
             .map(|s| {
-                location.get(&(s.src, s.chunk)).copied().with_context(|| {
-                    format!(
-                        "internal error: rank {} sends chunk {} it does not hold",
-                        s.src, s.chunk
-                    )
-                })
+                self.location
+                    .get(&(s.src, s.chunk))
+                    .copied()
+                    .with_context(|| {
+                        format!(
+                            "internal error: rank {} sends chunk {} it does not hold",
+                            s.src, s.chunk
+                        )
+                    })
             })
             .collect::<Result<_>>()?;
-        let runs = messages(&sends, span, counts[step_index], |a| {
-            base_channel(a, step_index)
+        let runs = messages(&sends, self.span, count, |a| {
+            self.channels.base_of(a, step_index)
         });
         for run in runs {
-            let (u, v) = (sends[run[0]].src, sends[run[0]].dst);
-            // Where each send of the run lands (the value held before, if it reduces into
-            // it); accumulators and scratch are allocated first, then the temporaries of
-            // unfused reductions, so that each lies in consecutive slots.
-            let mut landings = Vec::with_capacity(run.len());
-            for &i in &run {
-                let a = sends[i].chunk;
-                let post = posts.contains(a, v);
-                landings.push(if step.reduce {
-                    let current = location.get(&(v, a)).copied();
-                    let acc = accumulator(&layout, &mut code[v], current, a, post, block);
-                    (current, acc)
-                } else if post {
-                    (None, layout.output(a))
-                } else {
-                    let held = location.get(&(v, a)).copied();
-                    (None, held.unwrap_or_else(|| code[v].scratch_for(a, block)))
-                });
-            }
-            let temporaries: Vec<Option<Slot>> = landings
-                .iter()
-                .map(|(current, _)| (!fused && current.is_some()).then(|| code[v].scratch_slot()))
-                .collect();
-            let mut received: Vec<Vec<Step>> = Vec::with_capacity(run.len());
-            let mut sent: Vec<Vec<Step>> = Vec::with_capacity(run.len());
-            for ((&i, &(current, landing)), tmp) in run.iter().zip(&landings).zip(temporaries) {
-                let src = sources[i];
-                received.push(match (current, tmp) {
-                    (Some(cur), None) => vec![Step::new(Op::RecvReduceCopy, cur, landing, 1)],
-                    (Some(cur), Some(tmp)) => {
-                        let mut ops = vec![Step::new(Op::Recv, src, tmp, 1)];
-                        if cur != landing {
-                            ops.push(Step::new(Op::Copy, cur, landing, 1));
-                        }
-                        ops.push(Step::new(Op::Reduce, tmp, landing, 1));
-                        ops
-                    }
-                    (None, _) => vec![Step::new(Op::Recv, src, landing, 1)],
-                });
-                sent.push(vec![Step::new(Op::Send, src, landing, 1)]);
-            }
-            // One message where both ends merge, else one per send.
-            let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
-                (Some(r), Some(s)) => vec![(r, s)],
-                _ => received.into_iter().zip(sent).collect(),
-            };
-            for (recv_ops, send_ops) in messages {
-                let channel = channel_of(u, v, sends[run[0]].chunk, step_index);
-                channels_used = channels_used.max(channel + 1);
-                let recv_key = TbKey::Recv { peer: u, channel };
-                code[v]
-                    .ops
-                    .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
-                let send_key = TbKey::Send { peer: v, channel };
-                if algorithm.serial_links && channel >= base_channels {
-                    let before = TbKey::Send {
-                        peer: v,
-                        channel: channel - base_channels,
-                    };
-                    code[u].after.entry(send_key).or_insert(before);
-                }
-                code[u]
-                    .ops
-                    .extend(send_ops.into_iter().map(|s| (send_key, s)));
-            }
-            for (&i, &(_, landing)) in run.iter().zip(&landings) {
-                location.insert((v, sends[i].chunk), landing);
-            }
+            self.lower_run(step_index, step.reduce, &sends, &sources, &run);
+        }
+        Ok(())
+    }
+
+    /// Lowers one run of sends over a link (indices into `sends`, read from `sources`):
+    /// one message where both ends merge, else one per send.
+    fn lower_run(
+        &mut self,
+        step_index: usize,
+        reduce: bool,
+        sends: &[Send],
+        sources: &[Slot],
+        run: &[usize],
+    ) {
+        let (u, v) = (sends[run[0]].src, sends[run[0]].dst);
+        let landings = self.landings(reduce, sends, run, v);
+        let temporaries: Vec<Option<Slot>> = landings
+            .iter()
+            .map(|(current, _)| {
+                (!self.fused && current.is_some()).then(|| self.code[v].scratch_slot())
+            })
+            .collect();
+        let mut received: Vec<Vec<Step>> = Vec::with_capacity(run.len());
+        let mut sent: Vec<Vec<Step>> = Vec::with_capacity(run.len());
+        for ((&i, &(current, landing)), tmp) in run.iter().zip(&landings).zip(temporaries) {
+            let (recv_ops, send_ops) = transfer_steps(sources[i], current, landing, tmp);
+            received.push(recv_ops);
+            sent.push(send_ops);
+        }
+        let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
+            (Some(r), Some(s)) => vec![(r, s)],
+            _ => received.into_iter().zip(sent).collect(),
+        };
+        for (recv_ops, send_ops) in messages {
+            self.emit(u, v, sends[run[0]].chunk, step_index, recv_ops, send_ops);
+        }
+        for (&i, &(_, landing)) in run.iter().zip(&landings) {
+            self.location.insert((v, sends[i].chunk), landing);
         }
     }
-    if channels_used > MAX_CHANNELS {
-        bail!(
-            "{} cannot be expressed: it needs {channels_used} {CHANNELS_EXCEEDED} {MAX_CHANNELS})",
-            algorithm.name
-        );
+
+    /// Where each send of `run` lands on `v` (the value held before, if it reduces into
+    /// it): accumulators and scratch are allocated before the temporaries of unfused
+    /// reductions, so that each lies in consecutive slots.
+    fn landings(
+        &mut self,
+        reduce: bool,
+        sends: &[Send],
+        run: &[usize],
+        v: usize,
+    ) -> Vec<(Option<Slot>, Slot)> {
+        let mut landings = Vec::with_capacity(run.len());
+        for &i in run {
+            let a = sends[i].chunk;
+            let post = self.posts.contains(a, v);
+            landings.push(if reduce {
+                let current = self.location.get(&(v, a)).copied();
+                let rc = &mut self.code[v];
+                let acc = accumulator(&self.layout, rc, current, a, post, self.block);
+                (current, acc)
+            } else if post {
+                (None, self.layout.output(a))
+            } else {
+                let held = self.location.get(&(v, a)).copied();
+                (
+                    None,
+                    held.unwrap_or_else(|| self.code[v].scratch_for(a, self.block)),
+                )
+            });
+        }
+        landings
     }
-    let (input_extent, output_extent) = layout.extents();
-    let gpus = code
-        .into_iter()
-        .enumerate()
-        .map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent))
-        .collect();
-    Ok(Program {
-        name: algorithm.name.clone(),
-        collective,
-        root: coll.root,
-        protocol: options.protocol,
-        ngpus: n,
-        nchunksperloop: layout.total,
-        inplace: options.inplace,
-        outofplace: !options.inplace,
-        min_bytes: options.min_bytes,
-        max_bytes: options.max_bytes,
-        gpus,
-        custom: (kind == Kind::Custom).then(|| custom_conditions(coll, layout.total)),
-    })
+
+    /// Appends one message from `u` to `v` (of `address`'s base channel in step
+    /// `step_index`) to both ranks' code, on the channel its connection has reached.
+    fn emit(
+        &mut self,
+        u: usize,
+        v: usize,
+        address: usize,
+        step_index: usize,
+        recv_ops: Vec<Step>,
+        send_ops: Vec<Step>,
+    ) {
+        let channel = self.channels.next(u, v, address, step_index);
+        let recv_key = TbKey::Recv { peer: u, channel };
+        self.code[v]
+            .ops
+            .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
+        let send_key = TbKey::Send { peer: v, channel };
+        if self.algorithm.serial_links && channel >= self.channels.base {
+            let before = TbKey::Send {
+                peer: v,
+                channel: channel - self.channels.base,
+            };
+            self.code[u].after.entry(send_key).or_insert(before);
+        }
+        self.code[u]
+            .ops
+            .extend(send_ops.into_iter().map(|s| (send_key, s)));
+    }
+
+    /// The program, or [`LowerError::TooManyChannels`] where it needs more channels than
+    /// the runtimes have.
+    fn finish(self, options: &LowerOptions) -> Result<Program> {
+        let algorithm = self.algorithm;
+        if self.channels.used > MAX_CHANNELS {
+            return Err(LowerError::TooManyChannels {
+                name: algorithm.name.clone(),
+                needed: self.channels.used,
+                allowed: MAX_CHANNELS,
+            }
+            .into());
+        }
+        let (layout, coll) = (&self.layout, &algorithm.collective);
+        let (input_extent, output_extent) = layout.extents();
+        let gpus = self
+            .code
+            .into_iter()
+            .enumerate()
+            .map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent))
+            .collect();
+        let kind = coll.kind;
+        Ok(Program {
+            name: algorithm.name.clone(),
+            collective: kind.to_ir().unwrap_or(runtime::ir::Collective::Custom),
+            root: coll.root,
+            protocol: options.protocol,
+            ngpus: coll.ranks,
+            nchunksperloop: layout.total,
+            inplace: options.inplace,
+            outofplace: !options.inplace,
+            min_bytes: options.min_bytes,
+            max_bytes: options.max_bytes,
+            gpus,
+            custom: (kind == Kind::Custom).then(|| custom_conditions(coll, layout.total)),
+        })
+    }
+}
+
+/// The steps that move one value from `src` to `landing`: (the receiver's, the sender's).
+/// A value that reduces into `current` is received fused, or without fusion into the
+/// temporary `tmp` and then reduced.
+fn transfer_steps(
+    src: Slot,
+    current: Option<Slot>,
+    landing: Slot,
+    tmp: Option<Slot>,
+) -> (Vec<Step>, Vec<Step>) {
+    let received = match (current, tmp) {
+        (Some(cur), None) => vec![Step::new(Op::RecvReduceCopy, cur, landing, 1)],
+        (Some(cur), Some(tmp)) => {
+            let mut ops = vec![Step::new(Op::Recv, src, tmp, 1)];
+            if cur != landing {
+                ops.push(Step::new(Op::Copy, cur, landing, 1));
+            }
+            ops.push(Step::new(Op::Reduce, tmp, landing, 1));
+            ops
+        }
+        (None, _) => vec![Step::new(Op::Recv, src, landing, 1)],
+    };
+    (received, vec![Step::new(Op::Send, src, landing, 1)])
 }
 
 /// A custom collective's conditions in the IR: address `a` is input and output chunk `a`;
@@ -656,7 +823,8 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 
 /// [`lower_to_xml`] without the XML text: the program found fits the flavour
 /// ([`runtime::xml::writable`]) and verifies; [`runtime::xml::write_to`] then streams it to
-/// a file (a 1024-rank program's XML is hundreds of megabytes).
+/// a file (a 1024-rank program's XML is hundreds of megabytes). A program the runtimes
+/// cannot express fails with a [`LowerError`].
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let groups = step_groups_of(algorithm)?;
     let mut most = groups.iter().max().map_or(1, |g| g + 1);
@@ -686,13 +854,7 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
                 };
                 narrowed = Some((a, o));
             }
-            Err(e) if e.to_string().contains("cannot be expressed") => return Err(e),
-            Err(e) => {
-                return Err(e.context(format!(
-                    "{} cannot be expressed for the {:?} runtime",
-                    algorithm.name, options.flavor
-                )))
-            }
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -704,17 +866,73 @@ fn lower_verified_grouped(
     algorithm: &Algorithm,
     options: &LowerOptions,
     groups: &[usize],
-) -> Result<Result<Program>> {
+) -> Result<Result<Program, LowerError>> {
     let spread = options
         .piece_channels
         .max(algorithm.piece_channels.unwrap_or(1));
     let per_group = spread * options.instances.max(1);
     let groups = squeeze(groups, MAX_CHANNELS / per_group.max(1));
-    // The busiest connection's transfers (link and step group): splits that need more than
-    // MAX_CHANNELS are not tried.
+    let busiest = busiest_connection(algorithm, options, &groups)?;
+    let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
+    let per_channel = busiest.div_ceil(spread);
+    // Splits that need more than MAX_CHANNELS are not tried.
+    let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
+        if l == 0 {
+            per_channel <= STEPS
+        } else {
+            per_channel.div_ceil(l) * base <= MAX_CHANNELS
+        }
+    });
+    let mut last: Option<LowerError> = None;
+    for limit in limits {
+        let attempt = LowerOptions {
+            max_transfers: limit,
+            ..options.clone()
+        };
+        let program = match lower_grouped(algorithm, &attempt, &groups) {
+            Ok(p) => p,
+            Err(e) => match e.downcast::<LowerError>() {
+                // More channels than the runtimes have: try the next split or fewer groups.
+                Ok(e @ LowerError::TooManyChannels { .. }) => {
+                    last = Some(e);
+                    continue;
+                }
+                Ok(e) => return Err(e.into()),
+                Err(e) => return Err(e),
+            },
+        };
+        match fitted(algorithm, options, program)? {
+            Ok(program) => return Ok(Ok(program)),
+            // Too many steps in a threadblock: split connections further.
+            Err(e) if e.is_too_many_steps() => last = Some(e),
+            // Past another limit of the runtime (threadblocks, dependency ids).
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Err(last.unwrap_or_else(|| {
+        LowerError::BusiestLinkOverflows {
+            name: algorithm.name.clone(),
+            busiest,
+            channels: MAX_CHANNELS,
+            steps: STEPS,
+        }
+    })))
+}
+
+/// Steps per threadblock the lowering plans for: the executor's and RCCL's limit (the
+/// legacy runtime allows more).
+const STEPS: usize = Limits::PORTABLE.max_steps;
+
+/// The transfers of the busiest connection (link and step group) of `algorithm` with step
+/// `s` in group `groups[s]`, counting a message of several chunks once.
+fn busiest_connection(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+) -> Result<usize> {
     let mut per_link: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
     let counts = message_chunks_of(algorithm)?;
-    for ((step, group), &count) in algorithm.steps.iter().zip(&groups).zip(&counts) {
+    for ((step, group), &count) in algorithm.steps.iter().zip(groups).zip(&counts) {
         if count == 1 {
             for s in &step.sends {
                 *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
@@ -731,53 +949,29 @@ fn lower_verified_grouped(
             *per_link.entry((s.src, s.dst, *group)).or_insert(0) += 1;
         }
     }
-    let busiest = per_link.values().copied().max().unwrap_or(0);
-    let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
-    let per_channel = busiest.div_ceil(spread);
-    let limits = TRANSFER_LIMITS.into_iter().filter(|&l| {
-        if l == 0 {
-            per_channel <= 64
-        } else {
-            per_channel.div_ceil(l) * base <= MAX_CHANNELS
-        }
-    });
-    let mut last: Option<anyhow::Error> = None;
-    for limit in limits {
-        let attempt = LowerOptions {
-            max_transfers: limit,
-            ..options.clone()
-        };
-        let mut program = match lower_grouped(algorithm, &attempt, &groups) {
-            Ok(p) => p,
-            // More channels than the runtimes have: try the next split or fewer groups.
-            Err(e) if e.to_string().contains(CHANNELS_EXCEEDED) => {
-                last = Some(e);
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if options.inplace {
-            program.name.push_str("-inplace");
-        }
-        match runtime::xml::writable(&program, options.flavor) {
-            Ok(()) => {
-                runtime::verify::verify(&program).with_context(|| {
-                    format!("internal error: lowered {} does not verify", program.name)
-                })?;
-                return Ok(Ok(program));
-            }
-            // Too many steps in a threadblock: split connections further.
-            Err(e) if e.to_string().contains("steps including nops") => last = Some(e.into()),
-            // Past another limit of the runtime (threadblocks, dependency ids).
-            Err(e) => return Ok(Err(e.into())),
-        }
+    Ok(per_link.values().copied().max().unwrap_or(0))
+}
+
+/// The lowered `program` of `algorithm`, named for its buffer mode, if it fits the
+/// flavour's format (then it must verify: the outer error is an internal one).
+fn fitted(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    mut program: Program,
+) -> Result<Result<Program, LowerError>> {
+    if options.inplace {
+        program.name.push_str("-inplace");
     }
-    Ok(Err(last.unwrap_or_else(|| {
-        anyhow::anyhow!(
-            "{} cannot be expressed: its busiest link carries {busiest} transfers, more than {MAX_CHANNELS} channels of 64-step threadblocks hold",
-            algorithm.name
-        )
-    })))
+    if let Err(source) = runtime::xml::writable(&program, options.flavor) {
+        return Ok(Err(LowerError::Unwritable {
+            name: algorithm.name.clone(),
+            flavor: options.flavor,
+            source,
+        }));
+    }
+    runtime::verify::verify(&program)
+        .with_context(|| format!("internal error: lowered {} does not verify", program.name))?;
+    Ok(Ok(program))
 }
 
 /// In place, send and receive buffers alias, so a rank's outgoing data can sit in the slot
@@ -835,56 +1029,17 @@ fn accumulator(
 }
 
 /// Local copies per local threadblock (the runtimes' step limit).
-const LOCAL_STEPS: usize = 64;
+const LOCAL_STEPS: usize = Limits::PORTABLE.max_steps;
 
 /// Assigns threadblock ids, computes dependencies and extents for one rank.
 fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: usize) -> Gpu {
-    // Local copies beyond one threadblock's step limit (an in-place alltoall past 64 ranks
-    // stages one copy per peer) go to further local threadblocks.
-    let mut locals = 0;
-    for (key, _) in rc.ops.iter_mut() {
-        if let TbKey::Local { part } = key {
-            *part = locals / LOCAL_STEPS;
-            locals += 1;
-        }
-    }
+    number_local_parts(&mut rc.ops);
     let mut keys: Vec<TbKey> = rc.ops.iter().map(|(k, _)| *k).collect();
     keys.sort();
     keys.dedup();
     let tb_of: FxHashMap<TbKey, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
-    let mut threadblocks: Vec<Threadblock> = keys
-        .iter()
-        .map(|k| match *k {
-            TbKey::Local { .. } => Threadblock {
-                send: None,
-                recv: None,
-                channel: 0,
-                steps: vec![],
-            },
-            TbKey::Send { peer, channel } => Threadblock {
-                send: Some(peer),
-                recv: None,
-                channel,
-                steps: vec![],
-            },
-            TbKey::Recv { peer, channel } => Threadblock {
-                send: None,
-                recv: Some(peer),
-                channel,
-                steps: vec![],
-            },
-        })
-        .collect();
-    // Steps per threadblock, to allocate each list once.
-    let mut sizes = vec![0usize; keys.len()];
-    for (key, _) in &rc.ops {
-        sizes[tb_of[key]] += 1;
-    }
-    for (tb, n) in threadblocks.iter_mut().zip(sizes) {
-        tb.steps.reserve_exact(n);
-    }
-    let mut last_writer: FxHashMap<Slot, Dep> = FxHashMap::default();
-    let mut readers: FxHashMap<Slot, Vec<Dep>> = FxHashMap::default();
+    let mut threadblocks = empty_threadblocks(&keys, &rc.ops, &tb_of);
+    let mut hazards = Hazards::default();
     let (mut uses_input, mut uses_output) = (false, false);
     let mut deps: Vec<Dep> = Vec::new();
     let after = std::mem::take(&mut rc.after);
@@ -894,16 +1049,9 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             tb,
             step: threadblocks[tb].steps.len(),
         };
-        let (read, reads) = match step.op {
-            Op::Send | Op::Copy | Op::RecvReduceCopy => ([step.src, step.src], 1),
-            Op::Reduce => ([step.src, step.dst], 2),
-            _ => ([step.src, step.src], 0),
-        };
-        let writes: Option<Slot> = match step.op {
-            Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => Some(step.dst),
-            _ => None,
-        };
-        for slot in read[..reads].iter().chain(&writes) {
+        let (read, reads, written) = operands(&step);
+        let read = &read[..reads];
+        for slot in read.iter().chain(&written) {
             uses_input |= slot.buffer == Buffer::Input;
             uses_output |= slot.buffer == Buffer::Output;
         }
@@ -913,23 +1061,10 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
             let slot = *slot;
             (0..count).map(move |k| Slot::new(slot.buffer, slot.offset + k))
         };
-        let reads: Vec<Slot> = read[..reads].iter().flat_map(span).collect();
-        let writes: Vec<Slot> = writes.iter().flat_map(span).collect();
+        let reads: Vec<Slot> = read.iter().flat_map(span).collect();
+        let writes: Vec<Slot> = written.iter().flat_map(span).collect();
         deps.clear();
-        for slot in reads.iter().chain(&writes) {
-            // Overwriting a slot read since its last write waits for those reads, and each
-            // read waited for that write (or followed it in its threadblock): the write is
-            // implied, and one dependency fewer is one nop fewer in the runtime's 64 steps
-            // (an allreduce's allgather receives into the slots its reduce-scatter sent).
-            let read_since = readers.get(slot).is_some_and(|r| !r.is_empty());
-            if read_since && writes.contains(slot) {
-                continue;
-            }
-            deps.extend(last_writer.get(slot));
-        }
-        for slot in &writes {
-            deps.extend(readers.get(slot).into_iter().flatten());
-        }
+        hazards.waits(&reads, &writes, &mut deps);
         // A further channel of a serial link starts after the channel before it.
         if threadblocks[tb].steps.is_empty() {
             if let Some(before) = after.get(&key) {
@@ -945,13 +1080,7 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
         deps.sort_by_key(|d| (d.tb, std::cmp::Reverse(d.step)));
         deps.dedup_by_key(|d| d.tb);
         step.deps = deps.clone();
-        for slot in reads {
-            readers.entry(slot).or_default().push(here);
-        }
-        for slot in writes {
-            last_writer.insert(slot, here);
-            readers.remove(&slot);
-        }
+        hazards.record(here, reads, writes);
         threadblocks[tb].steps.push(step);
     }
     Gpu {
@@ -963,11 +1092,115 @@ fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: 
     }
 }
 
+/// Numbers the local threadblocks: local copies beyond one threadblock's step limit (an
+/// in-place alltoall past 64 ranks stages one copy per peer) go to further local
+/// threadblocks.
+fn number_local_parts(ops: &mut [(TbKey, Step)]) {
+    let mut locals = 0;
+    for (key, _) in ops.iter_mut() {
+        if let TbKey::Local { part } = key {
+            *part = locals / LOCAL_STEPS;
+            locals += 1;
+        }
+    }
+}
+
+/// One threadblock per key (in `keys`' order, which gives their ids), each with room for
+/// its steps in `ops`.
+fn empty_threadblocks(
+    keys: &[TbKey],
+    ops: &[(TbKey, Step)],
+    tb_of: &FxHashMap<TbKey, usize>,
+) -> Vec<Threadblock> {
+    let mut threadblocks: Vec<Threadblock> = keys
+        .iter()
+        .map(|k| {
+            let (send, recv, channel) = match *k {
+                TbKey::Local { .. } => (None, None, 0),
+                TbKey::Send { peer, channel } => (Some(peer), None, channel),
+                TbKey::Recv { peer, channel } => (None, Some(peer), channel),
+            };
+            Threadblock {
+                send,
+                recv,
+                channel,
+                steps: vec![],
+            }
+        })
+        .collect();
+    // Steps per threadblock, to allocate each list once.
+    let mut sizes = vec![0usize; keys.len()];
+    for (key, _) in ops {
+        sizes[tb_of[key]] += 1;
+    }
+    for (tb, n) in threadblocks.iter_mut().zip(sizes) {
+        tb.steps.reserve_exact(n);
+    }
+    threadblocks
+}
+
+/// The first slots a step reads (the first `.1` of `.0`) and the one it writes (a message
+/// covers `count` slots from each).
+fn operands(step: &Step) -> ([Slot; 2], usize, Option<Slot>) {
+    let (read, reads) = match step.op {
+        Op::Send | Op::Copy | Op::RecvReduceCopy => ([step.src, step.src], 1),
+        Op::Reduce => ([step.src, step.dst], 2),
+        _ => ([step.src, step.src], 0),
+    };
+    let written = match step.op {
+        Op::Recv | Op::Copy | Op::RecvReduceCopy | Op::Reduce => Some(step.dst),
+        _ => None,
+    };
+    (read, reads, written)
+}
+
+/// The accesses to one rank's slots so far, to order a step after those it conflicts with.
+#[derive(Default)]
+struct Hazards {
+    /// The step that last wrote each slot.
+    last_writer: FxHashMap<Slot, Dep>,
+    /// The steps that read each slot since its last write.
+    readers: FxHashMap<Slot, Vec<Dep>>,
+}
+
+impl Hazards {
+    /// Appends to `deps` the steps that a step reading `reads` and writing `writes` waits
+    /// for: the last writer of each slot (read-after-write, write-after-write) and the
+    /// readers since of each slot it writes (write-after-read).
+    fn waits(&self, reads: &[Slot], writes: &[Slot], deps: &mut Vec<Dep>) {
+        for slot in reads.iter().chain(writes) {
+            // Overwriting a slot read since its last write waits for those reads, and each
+            // read waited for that write (or followed it in its threadblock): the write is
+            // implied, and one dependency fewer is one nop fewer in the runtime's 64 steps
+            // (an allreduce's allgather receives into the slots its reduce-scatter sent).
+            let read_since = self.readers.get(slot).is_some_and(|r| !r.is_empty());
+            if read_since && writes.contains(slot) {
+                continue;
+            }
+            deps.extend(self.last_writer.get(slot));
+        }
+        for slot in writes {
+            deps.extend(self.readers.get(slot).into_iter().flatten());
+        }
+    }
+
+    /// Records that step `here` read `reads` and wrote `writes`.
+    fn record(&mut self, here: Dep, reads: Vec<Slot>, writes: Vec<Slot>) {
+        for slot in reads {
+            self.readers.entry(slot).or_default().push(here);
+        }
+        for slot in writes {
+            self.last_writer.insert(slot, here);
+            self.readers.remove(&slot);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::{Send, Step as AlgoStep};
     use crate::collective::Collective;
+    use runtime::xml::WriteProblem;
 
     /// A broadcast down line:3 (0 → 1 → 2), one step per hop.
     fn chain(step_groups: Option<Vec<usize>>) -> Algorithm {
@@ -1205,6 +1438,52 @@ mod tests {
         assert_eq!(rc.scratch, 8);
         // Block 1: the next free slot, in landing order.
         assert_eq!(rc.scratch_for(100, 1).offset, 8);
+    }
+
+    #[test]
+    fn a_program_past_a_runtime_limit_is_a_typed_error() {
+        // A broadcast straight from the root to 69 ranks: 69 sending threadblocks on the
+        // root and one for its local copy, past RCCL's 64 (the executor takes 1024).
+        let ranks = 70;
+        let sends = (1..ranks)
+            .map(|dst| Send {
+                chunk: 0,
+                src: 0,
+                dst,
+            })
+            .collect();
+        let a = Algorithm::plain(
+            "broadcast-star",
+            "star",
+            Collective::new(Kind::Broadcast, ranks, 0, 1).unwrap(),
+            vec![AlgoStep {
+                rounds: 1,
+                reduce: false,
+                sends,
+            }],
+        );
+        lower_verified(&a, &LowerOptions::default()).unwrap();
+        let options = LowerOptions {
+            flavor: Flavor::Rccl,
+            ..LowerOptions::default()
+        };
+        let e = lower_verified(&a, &options).unwrap_err();
+        let lowering = e.downcast_ref::<LowerError>().expect("a LowerError");
+        assert!(
+            matches!(
+                lowering.write_problem(),
+                Some(WriteProblem::TooManyThreadblocks {
+                    rank: 0,
+                    count: 70,
+                    limit: 64
+                })
+            ),
+            "{e:#}"
+        );
+        assert_eq!(
+            format!("{e:#}"),
+            "broadcast-star cannot be expressed for the Rccl runtime: cannot write Rccl XML: rank 0 has 70 threadblocks (limit 64)"
+        );
     }
 
     #[test]

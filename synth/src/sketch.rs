@@ -57,8 +57,8 @@
 //! itself, sketches that make the collective impossible) come from [`Sketch::routing`] and
 //! [`Routing::check_collective`].
 
-use crate::cli::limits::{MAX_CHUNKS, MAX_STEPS};
 use crate::collective::Collective;
+use crate::request_limits::{MAX_CHUNKS, MAX_STEPS};
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use std::collections::{HashMap, VecDeque};

@@ -822,20 +822,21 @@ fn compose(
 }
 
 /// Whether the allreduce of halves `x` and `y`, refined to a common piece count, puts more
-/// transfers on some link than a program holds ([`crate::lower::MAX_LINK_TRANSFERS`]), so
+/// transfers on some link than a program holds ([`runtime::limits::Limits::link_transfers`]), so
 /// that composing it would only be wasted work (`mi250-16x2`: 18 and 30 pieces, composed at
 /// 90, 2880 transfers on a link). Halves in messages of several chunks are not judged.
 fn past_the_channels(x: &Algorithm, y: &Algorithm) -> bool {
     if x.message_chunks.is_some() || y.message_chunks.is_some() {
         return false;
     }
-    crate::load::busiest_link_transfers(&[x, y]) > crate::lower::MAX_LINK_TRANSFERS
+    crate::load::busiest_link_transfers(&[x, y])
+        > runtime::limits::Limits::PORTABLE.link_transfers()
 }
 
 /// Whether halves `x` and `y` pair badly as an allreduce because of a half timed for serial
 /// links ([`Algorithm::serial_links`]): paired with a half that is not, or at another piece
 /// count (refined, its timing is lost), or with more than half of
-/// [`crate::lower::MAX_LINK_TRANSFERS`] on a link together: a reduction's receive carries
+/// [`runtime::limits::Limits::link_transfers`] on a link together: a reduction's receive carries
 /// dependencies that the runtime holds as nop steps, so the threadblocks fill before their
 /// 64 steps hold 64 transfers (`mi250-16x2`: 1920 transfers on a 4-link connection, 60
 /// pieces per half, did not lower; 960, 30 pieces, did).
@@ -845,5 +846,6 @@ fn unfit_serial_pair(x: &Algorithm, y: &Algorithm) -> bool {
     }
     x.serial_links != y.serial_links
         || x.chunks() != y.chunks()
-        || crate::load::busiest_link_transfers(&[x, y]) > crate::lower::MAX_LINK_TRANSFERS / 2
+        || crate::load::busiest_link_transfers(&[x, y])
+            > runtime::limits::Limits::PORTABLE.link_transfers() / 2
 }

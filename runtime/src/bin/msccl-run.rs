@@ -156,75 +156,15 @@ fn main() {
         args.opts.graph,
         args.opts.slices
     );
-    let mut failed = false;
-    let ceiling = if args.ceiling {
-        match cuda::copy_ceiling(&args.opts.sizes, args.opts.warmup, args.opts.iters) {
-            Ok(rows) => {
-                println!("# plain device-to-device copy on GPU 0 (ceiling)");
-                println!("#{:>11} {:>10} {:>9}", "size (B)", "time (us)", "GB/s");
-                for r in &rows {
-                    println!(" {:>11} {:>10.2} {:>9.2}", r.size, r.time_us, r.gbps);
-                }
-                rows
-            }
-            Err(e) => {
-                eprintln!("msccl-run: copy ceiling: {e:#}");
-                failed = true;
-                Vec::new()
-            }
-        }
+    let (ceiling, mut failed) = if args.ceiling {
+        run_ceiling(&args)
     } else {
-        Vec::new()
+        (Vec::new(), false)
     };
     let mut outcomes = Vec::new();
     for spec in &args.programs {
-        let mut out = Outcome {
-            spec: spec.clone(),
-            program: None,
-            rows: Vec::new(),
-            error: None,
-        };
-        match load(spec) {
-            Err(e) => out.error = Some(format!("{e:#}")),
-            Ok(p) => {
-                println!(
-                    "# {} ({}): {} on {} ranks, {} threadblocks, {} steps",
-                    spec,
-                    p.name,
-                    p.collective,
-                    p.ngpus,
-                    p.threadblocks().count(),
-                    p.step_count()
-                );
-                // One size at a time, so that a size that does not fit still reports the rest.
-                for &size in &args.opts.sizes {
-                    let opts = CudaOptions {
-                        sizes: vec![size],
-                        ..args.opts.clone()
-                    };
-                    match cuda::sweep(&p, &opts) {
-                        Ok(rows) => {
-                            print!("{}", format_table(&rows));
-                            out.rows.extend(rows);
-                        }
-                        Err(e) => {
-                            out.error = Some(format!("size {}: {e:#}", size_label(size)));
-                            break;
-                        }
-                    }
-                }
-                out.program = Some(p);
-            }
-        }
-        if let Some(e) = &out.error {
-            eprintln!("msccl-run: {spec}: {e}");
-            failed = true;
-        }
-        let wrong: usize = out.rows.iter().map(|r| r.wrong).sum();
-        if wrong > 0 {
-            eprintln!("msccl-run: {spec}: {wrong} wrong elements");
-            failed = true;
-        }
+        let out = run_program(spec, &args);
+        failed |= report_failures(&out);
         outcomes.push(out);
     }
     if let Some(dir) = &args.out_dir {
@@ -238,6 +178,84 @@ fn main() {
     }
 }
 
+/// Times a plain device-to-device copy of each size and prints it; returns the rows and
+/// whether it failed.
+fn run_ceiling(args: &Args) -> (Vec<cuda::CeilingRow>, bool) {
+    match cuda::copy_ceiling(&args.opts.sizes, args.opts.warmup, args.opts.iters) {
+        Ok(rows) => {
+            println!("# plain device-to-device copy on GPU 0 (ceiling)");
+            println!("#{:>11} {:>10} {:>9}", "size (B)", "time (us)", "GB/s");
+            for r in &rows {
+                println!(" {:>11} {:>10.2} {:>9.2}", r.size, r.time_us, r.gbps);
+            }
+            (rows, false)
+        }
+        Err(e) => {
+            eprintln!("msccl-run: copy ceiling: {e:#}");
+            (Vec::new(), true)
+        }
+    }
+}
+
+/// Loads one program and runs it at every size, printing each size's table.
+fn run_program(spec: &str, args: &Args) -> Outcome {
+    let mut out = Outcome {
+        spec: spec.to_string(),
+        program: None,
+        rows: Vec::new(),
+        error: None,
+    };
+    match load(spec) {
+        Err(e) => out.error = Some(format!("{e:#}")),
+        Ok(p) => {
+            println!(
+                "# {} ({}): {} on {} ranks, {} threadblocks, {} steps",
+                spec,
+                p.name,
+                p.collective,
+                p.ngpus,
+                p.threadblocks().count(),
+                p.step_count()
+            );
+            // One size at a time, so that a size that does not fit still reports the rest.
+            for &size in &args.opts.sizes {
+                let opts = CudaOptions {
+                    sizes: vec![size],
+                    ..args.opts.clone()
+                };
+                match cuda::sweep(&p, &opts) {
+                    Ok(rows) => {
+                        print!("{}", format_table(&rows));
+                        out.rows.extend(rows);
+                    }
+                    Err(e) => {
+                        out.error = Some(format!("size {}: {e:#}", size_label(size)));
+                        break;
+                    }
+                }
+            }
+            out.program = Some(p);
+        }
+    }
+    out
+}
+
+/// Prints a program's error and wrong elements, if any; returns whether it failed.
+fn report_failures(out: &Outcome) -> bool {
+    let mut failed = false;
+    if let Some(e) = &out.error {
+        eprintln!("msccl-run: {}: {e}", out.spec);
+        failed = true;
+    }
+    let wrong: usize = out.rows.iter().map(|r| r.wrong).sum();
+    if wrong > 0 {
+        eprintln!("msccl-run: {}: {wrong} wrong elements", out.spec);
+        failed = true;
+    }
+    failed
+}
+
+/// Writes DIR/summary.md, DIR/<program>.md, the two plots and DIR/results.json.
 fn write_reports(
     dir: &PathBuf,
     args: &Args,
@@ -246,6 +264,40 @@ fn write_reports(
     outcomes: &[Outcome],
 ) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    let mut sum = summary_header(args, info, outcomes);
+    write_ceiling_table(&mut sum, ceiling);
+    let _ = writeln!(sum, "## Programs\n");
+    for o in outcomes {
+        write_program_report(dir, &mut sum, o)?;
+    }
+    std::fs::write(dir.join("summary.md"), sum)?;
+    let title = format!("{} — {}", info.name, args.opts.dtype);
+    std::fs::write(
+        dir.join("busbw.svg"),
+        svg_plot(
+            &title,
+            "busbw (GB/s)",
+            &plot_series(outcomes, ceiling, true),
+        ),
+    )?;
+    std::fs::write(
+        dir.join("algbw.svg"),
+        svg_plot(
+            &title,
+            "algbw (GB/s)",
+            &plot_series(outcomes, ceiling, false),
+        ),
+    )?;
+    let json = results_json(args, info, ceiling, outcomes);
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    Ok(())
+}
+
+/// The summary's title and the paragraph on the device and the options.
+fn summary_header(args: &Args, info: &cuda::DeviceInfo, outcomes: &[Outcome]) -> String {
     let mode = if info.count
         >= outcomes
             .iter()
@@ -281,83 +333,93 @@ fn write_reports(
         args.opts.slices,
         mode
     );
-    if !ceiling.is_empty() {
-        let _ = writeln!(sum, "## Ceiling: plain device-to-device copy on GPU 0\n");
-        let _ = writeln!(sum, "| size | time (µs) | GB/s |\n|---:|---:|---:|");
-        for r in ceiling {
-            let _ = writeln!(
-                sum,
-                "| {} | {:.2} | {:.2} |",
-                size_label(r.size),
-                r.time_us,
-                r.gbps
-            );
-        }
-        sum.push('\n');
+    sum
+}
+
+/// The copy ceiling's table, when it was measured.
+fn write_ceiling_table(sum: &mut String, ceiling: &[cuda::CeilingRow]) {
+    if ceiling.is_empty() {
+        return;
     }
-    let _ = writeln!(sum, "## Programs\n");
-    for o in outcomes {
-        let title = match &o.program {
-            Some(p) => format!(
-                "{} — {} on {} ranks, {} steps",
-                o.spec,
-                p.collective,
-                p.ngpus,
-                p.step_count()
-            ),
-            None => o.spec.clone(),
-        };
-        let table = markdown_table(&o.rows);
-        let _ = writeln!(sum, "### {title}\n");
-        if let Some(e) = &o.error {
-            let _ = writeln!(sum, "**error:** {}\n", e.replace('\n', " "));
-        }
-        if !o.rows.is_empty() {
-            let _ = writeln!(sum, "{table}");
-        }
-        let mut one = format!("# {title}\n\n");
-        if let Some(e) = &o.error {
-            let _ = writeln!(one, "**error:** {}\n", e.replace('\n', " "));
-        }
-        one.push_str(&table);
-        std::fs::write(dir.join(format!("{}.md", stem(&o.spec))), one)?;
+    let _ = writeln!(sum, "## Ceiling: plain device-to-device copy on GPU 0\n");
+    let _ = writeln!(sum, "| size | time (µs) | GB/s |\n|---:|---:|---:|");
+    for r in ceiling {
+        let _ = writeln!(
+            sum,
+            "| {} | {:.2} | {:.2} |",
+            size_label(r.size),
+            r.time_us,
+            r.gbps
+        );
     }
-    std::fs::write(dir.join("summary.md"), sum)?;
-    let series = |busbw: bool| -> Vec<Series> {
-        let mut v: Vec<Series> = outcomes
-            .iter()
-            .filter(|o| !o.rows.is_empty())
-            .map(|o| {
-                let oop = o.rows.iter().any(|r| !r.inplace);
-                Series {
-                    name: format!("{}{}", stem(&o.spec), if oop { "" } else { " (ip)" }),
-                    points: o
-                        .rows
-                        .iter()
-                        .filter(|r| r.inplace != oop)
-                        .map(|r| (r.size, if busbw { r.busbw } else { r.algbw }))
-                        .collect(),
-                }
-            })
-            .collect();
-        if !ceiling.is_empty() {
-            v.push(Series {
-                name: "d2d copy (ceiling)".into(),
-                points: ceiling.iter().map(|r| (r.size, r.gbps)).collect(),
-            });
-        }
-        v
+    sum.push('\n');
+}
+
+/// One program's section of the summary, and its own DIR/<program>.md.
+fn write_program_report(dir: &std::path::Path, sum: &mut String, o: &Outcome) -> Result<()> {
+    let title = match &o.program {
+        Some(p) => format!(
+            "{} — {} on {} ranks, {} steps",
+            o.spec,
+            p.collective,
+            p.ngpus,
+            p.step_count()
+        ),
+        None => o.spec.clone(),
     };
-    let title = format!("{} — {}", info.name, args.opts.dtype);
-    std::fs::write(
-        dir.join("busbw.svg"),
-        svg_plot(&title, "busbw (GB/s)", &series(true)),
-    )?;
-    std::fs::write(
-        dir.join("algbw.svg"),
-        svg_plot(&title, "algbw (GB/s)", &series(false)),
-    )?;
-    let json = serde_json::json!({
+    let table = markdown_table(&o.rows);
+    let _ = writeln!(sum, "### {title}\n");
+    if let Some(e) = &o.error {
+        let _ = writeln!(sum, "**error:** {}\n", e.replace('\n', " "));
+    }
+    if !o.rows.is_empty() {
+        let _ = writeln!(sum, "{table}");
+    }
+    let mut one = format!("# {title}\n\n");
+    if let Some(e) = &o.error {
+        let _ = writeln!(one, "**error:** {}\n", e.replace('\n', " "));
+    }
+    one.push_str(&table);
+    std::fs::write(dir.join(format!("{}.md", stem(&o.spec))), one)?;
+    Ok(())
+}
+
+/// One plotted line per program that ran (its out-of-place rows where it has some), and
+/// the copy ceiling: bus bandwidth, or algorithm bandwidth when `busbw` is false.
+fn plot_series(outcomes: &[Outcome], ceiling: &[cuda::CeilingRow], busbw: bool) -> Vec<Series> {
+    let mut v: Vec<Series> = outcomes
+        .iter()
+        .filter(|o| !o.rows.is_empty())
+        .map(|o| {
+            let oop = o.rows.iter().any(|r| !r.inplace);
+            Series {
+                name: format!("{}{}", stem(&o.spec), if oop { "" } else { " (ip)" }),
+                points: o
+                    .rows
+                    .iter()
+                    .filter(|r| r.inplace != oop)
+                    .map(|r| (r.size, if busbw { r.busbw } else { r.algbw }))
+                    .collect(),
+            }
+        })
+        .collect();
+    if !ceiling.is_empty() {
+        v.push(Series {
+            name: "d2d copy (ceiling)".into(),
+            points: ceiling.iter().map(|r| (r.size, r.gbps)).collect(),
+        });
+    }
+    v
+}
+
+/// Every result as one JSON document.
+fn results_json(
+    args: &Args,
+    info: &cuda::DeviceInfo,
+    ceiling: &[cuda::CeilingRow],
+    outcomes: &[Outcome],
+) -> serde_json::Value {
+    serde_json::json!({
         "device": info.name,
         "devices": info.count,
         "dtype": args.opts.dtype.name(),
@@ -370,10 +432,5 @@ fn write_reports(
             "error": o.error,
             "rows": o.rows,
         })).collect::<Vec<_>>(),
-    });
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
-    )?;
-    Ok(())
+    })
 }

@@ -259,79 +259,128 @@ fn execute<T: Element>(
     nelem: usize,
 ) {
     use crate::ir::Op;
-    let mem = sh.mem;
-    let piece = |loc: plan::Loc, k: usize| {
-        mem.piece(tb.rank, loc, (loc.chunk + k) * sh.chunk + offset, nelem)
+    let at = Slice {
+        sh,
+        tb,
+        offset,
+        nelem,
     };
-    let send = || &sh.fifos[tb.send.expect("planned")];
-    let recv = || &sh.fifos[tb.recv.expect("planned")];
-    let n = st.count;
     match st.op {
         Op::Nop => {}
-        Op::Send => {
-            let mut buf = send().buffer(n * nelem);
-            for k in 0..n {
-                // SAFETY: the verifier proved no other threadblock writes this slot now.
-                buf.extend_from_slice(unsafe { piece(st.src(), k).into_slice() });
-            }
-            send().push(buf);
+        Op::Send => at.send(st),
+        Op::Recv | Op::RecvCopySend => at.receive(st),
+        Op::RecvReduceSend | Op::RecvReduceCopySend => at.receive_reduce_send(st),
+        Op::RecvReduceCopy => at.receive_reduce_copy(st),
+        Op::Copy => at.copy(st),
+        Op::Reduce => at.reduce(st),
+    }
+}
+
+/// One threadblock's view of one slice: elements `[offset, offset + nelem)` of every chunk.
+struct Slice<'s, 'a, T> {
+    sh: &'s Shared<'a, T>,
+    tb: &'s plan::TbPlan,
+    offset: usize,
+    nelem: usize,
+}
+
+impl<T: Element> Slice<'_, '_, T> {
+    /// The slice of chunk `loc + k` on this threadblock's rank.
+    fn piece(&self, loc: plan::Loc, k: usize) -> memory::Piece<T> {
+        let start = (loc.chunk + k) * self.sh.chunk + self.offset;
+        self.sh.mem.piece(self.tb.rank, loc, start, self.nelem)
+    }
+
+    /// The FIFO this threadblock sends on.
+    fn outgoing(&self) -> &Fifo<T> {
+        &self.sh.fifos[self.tb.send.expect("planned")]
+    }
+
+    /// The FIFO this threadblock receives from.
+    fn incoming(&self) -> &Fifo<T> {
+        &self.sh.fifos[self.tb.recv.expect("planned")]
+    }
+
+    /// `s`: the source chunks go out as one message.
+    fn send(&self, st: &plan::StepPlan) {
+        let mut buf = self.outgoing().buffer(st.count * self.nelem);
+        for k in 0..st.count {
+            // SAFETY: the verifier proved no other threadblock writes this slot now.
+            buf.extend_from_slice(unsafe { self.piece(st.src(), k).into_slice() });
         }
-        Op::Recv | Op::RecvCopySend => {
-            let buf = recv().pop();
-            for k in 0..n {
-                // SAFETY: as above, this threadblock is the only one touching the slot.
-                unsafe { piece(st.dst(), k).into_mut_slice() }
-                    .copy_from_slice(&buf[k * nelem..(k + 1) * nelem]);
+        self.outgoing().push(buf);
+    }
+
+    /// `r` and `rcs`: a message lands in the destination chunks (and goes on for `rcs`).
+    fn receive(&self, st: &plan::StepPlan) {
+        let nelem = self.nelem;
+        let buf = self.incoming().pop();
+        for k in 0..st.count {
+            // SAFETY: as above, this threadblock is the only one touching the slot.
+            unsafe { self.piece(st.dst(), k).into_mut_slice() }
+                .copy_from_slice(&buf[k * nelem..(k + 1) * nelem]);
+        }
+        if st.op == crate::ir::Op::Recv {
+            self.incoming().recycle(buf);
+        } else {
+            self.outgoing().push(buf);
+        }
+    }
+
+    /// `rrs` and `rrcs`: a message reduced with the source chunks goes on (and lands in the
+    /// destination chunks for `rrcs`).
+    fn receive_reduce_send(&self, st: &plan::StepPlan) {
+        let nelem = self.nelem;
+        let mut buf = self.incoming().pop();
+        for k in 0..st.count {
+            let x = &mut buf[k * nelem..(k + 1) * nelem];
+            // SAFETY: race-free by verification.
+            element::reduce_into(self.sh.op, x, unsafe {
+                self.piece(st.src(), k).into_slice()
+            });
+            if st.op == crate::ir::Op::RecvReduceCopySend {
+                // SAFETY: race-free by verification; dst may equal src exactly, which
+                // is fine because src was read above.
+                unsafe { self.piece(st.dst(), k).into_mut_slice() }.copy_from_slice(x);
             }
-            if st.op == Op::Recv {
-                recv().recycle(buf);
+        }
+        self.outgoing().push(buf);
+    }
+
+    /// `rrc`: a message reduced with the source chunks lands in the destination chunks.
+    fn receive_reduce_copy(&self, st: &plan::StepPlan) {
+        let nelem = self.nelem;
+        let buf = self.incoming().pop();
+        for k in 0..st.count {
+            let x = &buf[k * nelem..(k + 1) * nelem];
+            let (src, dst) = (self.piece(st.src(), k), self.piece(st.dst(), k));
+            combine_pieces(self.sh.op, dst, x, src);
+        }
+        self.incoming().recycle(buf);
+    }
+
+    /// `cpy`: the source chunks are copied to the destination chunks.
+    fn copy(&self, st: &plan::StepPlan) {
+        for k in 0..st.count {
+            let (src, dst) = (self.piece(st.src(), k), self.piece(st.dst(), k));
+            // SAFETY: race-free by verification; memmove tolerates src == dst.
+            unsafe { std::ptr::copy(src.ptr, dst.ptr, self.nelem) };
+        }
+    }
+
+    /// `re`: the source chunks are reduced into the destination chunks.
+    fn reduce(&self, st: &plan::StepPlan) {
+        for k in 0..st.count {
+            let (src, dst) = (self.piece(st.src(), k), self.piece(st.dst(), k));
+            if src.ptr == dst.ptr {
+                // SAFETY: race-free by verification; x ⊕ x needs a copy of x.
+                let snapshot: Vec<T> = unsafe { src.into_slice() }.to_vec();
+                element::reduce_into(self.sh.op, unsafe { dst.into_mut_slice() }, &snapshot);
             } else {
-                send().push(buf);
-            }
-        }
-        Op::RecvReduceSend | Op::RecvReduceCopySend => {
-            let mut buf = recv().pop();
-            for k in 0..n {
-                let x = &mut buf[k * nelem..(k + 1) * nelem];
-                // SAFETY: race-free by verification.
-                element::reduce_into(sh.op, x, unsafe { piece(st.src(), k).into_slice() });
-                if st.op == Op::RecvReduceCopySend {
-                    // SAFETY: race-free by verification; dst may equal src exactly, which
-                    // is fine because src was read above.
-                    unsafe { piece(st.dst(), k).into_mut_slice() }.copy_from_slice(x);
-                }
-            }
-            send().push(buf);
-        }
-        Op::RecvReduceCopy => {
-            let buf = recv().pop();
-            for k in 0..n {
-                let x = &buf[k * nelem..(k + 1) * nelem];
-                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
-                combine_pieces(sh.op, dst, x, src);
-            }
-            recv().recycle(buf);
-        }
-        Op::Copy => {
-            for k in 0..n {
-                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
-                // SAFETY: race-free by verification; memmove tolerates src == dst.
-                unsafe { std::ptr::copy(src.ptr, dst.ptr, nelem) };
-            }
-        }
-        Op::Reduce => {
-            for k in 0..n {
-                let (src, dst) = (piece(st.src(), k), piece(st.dst(), k));
-                if src.ptr == dst.ptr {
-                    // SAFETY: race-free by verification; x ⊕ x needs a copy of x.
-                    let snapshot: Vec<T> = unsafe { src.into_slice() }.to_vec();
-                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, &snapshot);
-                } else {
-                    // SAFETY: race-free by verification; the verifier rejects partial overlap.
-                    element::reduce_into(sh.op, unsafe { dst.into_mut_slice() }, unsafe {
-                        src.into_slice()
-                    });
-                }
+                // SAFETY: race-free by verification; the verifier rejects partial overlap.
+                element::reduce_into(self.sh.op, unsafe { dst.into_mut_slice() }, unsafe {
+                    src.into_slice()
+                });
             }
         }
     }

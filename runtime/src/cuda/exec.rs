@@ -303,7 +303,6 @@ impl<'a> Instance<'a> {
 
     /// Issues the whole DAG once: every stream forks from the root stream and joins it.
     fn issue(&self) -> Result<()> {
-        let es = self.dtype.size();
         drv(self.fork.record(&self.root), "record")?;
         for s in &self.streams {
             drv(s.wait(&self.fork), "wait")?;
@@ -331,51 +330,10 @@ impl<'a> Instance<'a> {
             if n_row > 0 {
                 match n.action {
                     Action::Copy { src, dst, .. } => {
-                        for k in 0..rows {
-                            let (sp, dp) = (self.addr(src, k, lo), self.addr(dst, k, lo));
-                            if sp != dp {
-                                // SAFETY: both ranges lie inside live allocations (sized
-                                // by the schedule); the stream is valid and bound.
-                                unsafe { sys::cuMemcpyAsync(dp, sp, n_row * es, s.cu_stream()) }
-                                    .result()
-                                    .map_err(|e| anyhow!("copy: {e}"))?;
-                            }
-                        }
+                        self.issue_copy(s, src, dst, rows, lo, n_row)?
                     }
                     Action::Reduce { out, a, b, .. } => {
-                        let ptrs = [
-                            self.addr(out, 0, lo),
-                            self.addr(a, 0, lo),
-                            self.addr(b, 0, lo),
-                        ];
-                        let (vec, units, stride) =
-                            kernel_shape(self.dtype, ptrs, n_row, self.chunk, rows);
-                        let (vname, sname) = kernel_names(self.dtype);
-                        let dev = self.dev.rank_dev[out.rank];
-                        let f = self.dev.kernels[dev][if vec { &vname } else { &sname }];
-                        let blocks = units.div_ceil(KERNEL_THREADS as u64).clamp(1, 1024) as u32;
-                        let (mut p0, mut p1, mut p2, mut p3, mut p4) =
-                            (ptrs[0], ptrs[1], ptrs[2], units, stride);
-                        let mut params: [*mut c_void; 5] = [
-                            &mut p0 as *mut u64 as *mut c_void,
-                            &mut p1 as *mut u64 as *mut c_void,
-                            &mut p2 as *mut u64 as *mut c_void,
-                            &mut p3 as *mut u64 as *mut c_void,
-                            &mut p4 as *mut u64 as *mut c_void,
-                        ];
-                        // SAFETY: the kernel takes (ptr, ptr, ptr, u64, u64); the pointers
-                        // address `rows × units` valid units of live allocations.
-                        unsafe {
-                            result::launch_kernel(
-                                f,
-                                (blocks, rows as u32, 1),
-                                (KERNEL_THREADS, 1, 1),
-                                0,
-                                s.cu_stream(),
-                                &mut params,
-                            )
-                        }
-                        .map_err(|e| anyhow!("kernel launch: {e}"))?;
+                        self.issue_reduce(s, [out, a, b], rows, lo, n_row)?
                     }
                 }
             }
@@ -387,6 +345,75 @@ impl<'a> Instance<'a> {
             drv(ev.record(s), "record")?;
             drv(self.root.wait(ev), "wait")?;
         }
+        Ok(())
+    }
+
+    /// Issues `dst ← src` on stream `s`: `rows` rows of `n_row` elements from element `lo`
+    /// of each chunk (nothing where source and destination are the same memory).
+    fn issue_copy(
+        &self,
+        s: &CudaStream,
+        src: Loc,
+        dst: Loc,
+        rows: usize,
+        lo: usize,
+        n_row: usize,
+    ) -> Result<()> {
+        let es = self.dtype.size();
+        for k in 0..rows {
+            let (sp, dp) = (self.addr(src, k, lo), self.addr(dst, k, lo));
+            if sp != dp {
+                // SAFETY: both ranges lie inside live allocations (sized
+                // by the schedule); the stream is valid and bound.
+                unsafe { sys::cuMemcpyAsync(dp, sp, n_row * es, s.cu_stream()) }
+                    .result()
+                    .map_err(|e| anyhow!("copy: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the reduction kernel `out ← a + b` on stream `s`: `rows` rows of
+    /// `n_row` elements from element `lo` of each chunk.
+    fn issue_reduce(
+        &self,
+        s: &CudaStream,
+        [out, a, b]: [Loc; 3],
+        rows: usize,
+        lo: usize,
+        n_row: usize,
+    ) -> Result<()> {
+        let ptrs = [
+            self.addr(out, 0, lo),
+            self.addr(a, 0, lo),
+            self.addr(b, 0, lo),
+        ];
+        let (vec, units, stride) = kernel_shape(self.dtype, ptrs, n_row, self.chunk, rows);
+        let (vname, sname) = kernel_names(self.dtype);
+        let dev = self.dev.rank_dev[out.rank];
+        let f = self.dev.kernels[dev][if vec { &vname } else { &sname }];
+        let blocks = units.div_ceil(KERNEL_THREADS as u64).clamp(1, 1024) as u32;
+        let (mut p0, mut p1, mut p2, mut p3, mut p4) = (ptrs[0], ptrs[1], ptrs[2], units, stride);
+        let mut params: [*mut c_void; 5] = [
+            &mut p0 as *mut u64 as *mut c_void,
+            &mut p1 as *mut u64 as *mut c_void,
+            &mut p2 as *mut u64 as *mut c_void,
+            &mut p3 as *mut u64 as *mut c_void,
+            &mut p4 as *mut u64 as *mut c_void,
+        ];
+        // SAFETY: the kernel takes (ptr, ptr, ptr, u64, u64); the pointers
+        // address `rows × units` valid units of live allocations.
+        unsafe {
+            result::launch_kernel(
+                f,
+                (blocks, rows as u32, 1),
+                (KERNEL_THREADS, 1, 1),
+                0,
+                s.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| anyhow!("kernel launch: {e}"))?;
         Ok(())
     }
 

@@ -63,92 +63,167 @@ fn escape(s: &str) -> String {
 
 /// An SVG line plot with a log₂ x axis (message size) and a linear y axis from 0.
 pub fn svg_plot(title: &str, y_label: &str, series: &[Series]) -> String {
-    const PALETTE: [&str; 10] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-        "#bcbd22", "#17becf",
-    ];
-    let (w, h) = (900.0f64, 520.0f64);
-    let (left, right, top, bottom) = (70.0, 250.0, 40.0, 60.0);
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let pts = series.iter().flat_map(|s| s.points.iter());
-    let xs: Vec<f64> = pts.clone().map(|p| (p.0.max(1) as f64).log2()).collect();
-    let (xmin, xmax) = if xs.is_empty() {
-        (0.0, 1.0)
-    } else {
-        let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min).floor();
-        let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil();
-        (lo, if hi > lo { hi } else { lo + 1.0 })
-    };
-    let ymax_raw = pts
-        .map(|p| p.1)
-        .filter(|v| v.is_finite())
-        .fold(0.0f64, f64::max);
-    let ystep = nice_step(ymax_raw / 5.0);
-    let ymax = ((ymax_raw / ystep).ceil() * ystep).max(ystep);
-    let px = |x: f64| left + (x - xmin) / (xmax - xmin) * pw;
-    let py = |y: f64| top + ph - y / ymax * ph;
+    let frame = Frame::of(series);
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        escape(title)
-    );
-    // Grid and axes.
-    let mut y = 0.0;
-    while y <= ymax + ystep * 0.01 {
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
-            py(y),
-            left + pw,
-            left - 6.0,
-            py(y) + 4.0,
-            trim_float(y)
-        );
-        y += ystep;
-    }
-    let xstep = if xmax - xmin > 12.0 { 2.0 } else { 1.0 };
-    let mut x = xmin;
-    while x <= xmax + 1e-9 {
-        let _ = writeln!(
-            s,
-            r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1:.1}" stroke="#eee"/><text x="{0:.1}" y="{2:.1}" text-anchor="middle">{3}</text>"##,
-            px(x),
-            top + ph,
-            top + ph + 18.0,
-            size_label(2f64.powf(x).round() as u64)
-        );
-        x += xstep;
-    }
-    let _ = writeln!(
-        s,
-        r#"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#,
-        left + pw / 2.0,
-        h - 15.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">{1}</text>"#,
-        top + ph / 2.0,
-        escape(y_label)
-    );
+    frame.write_header(&mut s, title);
+    frame.write_grid(&mut s);
+    frame.write_axes(&mut s, y_label);
     for (i, ser) in series.iter().enumerate() {
+        frame.write_series(&mut s, i, ser);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Colours of the plotted series, in turn.
+const PALETTE: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
+
+/// The geometry of a plot: the picture, the plotting area inside its margins, and the
+/// ranges of its axes (x in log₂ bytes).
+struct Frame {
+    w: f64,
+    h: f64,
+    left: f64,
+    top: f64,
+    /// Width and height of the plotting area.
+    pw: f64,
+    ph: f64,
+    xmin: f64,
+    xmax: f64,
+    ymax: f64,
+    /// Distance between the y grid lines.
+    ystep: f64,
+}
+
+impl Frame {
+    /// The frame that holds every point of `series`.
+    fn of(series: &[Series]) -> Frame {
+        let (w, h) = (900.0f64, 520.0f64);
+        let (left, right, top, bottom) = (70.0, 250.0, 40.0, 60.0);
+        let (pw, ph) = (w - left - right, h - top - bottom);
+        let pts = series.iter().flat_map(|s| s.points.iter());
+        let xs: Vec<f64> = pts.clone().map(|p| (p.0.max(1) as f64).log2()).collect();
+        let (xmin, xmax) = if xs.is_empty() {
+            (0.0, 1.0)
+        } else {
+            let lo = xs.iter().cloned().fold(f64::INFINITY, f64::min).floor();
+            let hi = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max).ceil();
+            (lo, if hi > lo { hi } else { lo + 1.0 })
+        };
+        let ymax_raw = pts
+            .map(|p| p.1)
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max);
+        let ystep = nice_step(ymax_raw / 5.0);
+        let ymax = ((ymax_raw / ystep).ceil() * ystep).max(ystep);
+        Frame {
+            w,
+            h,
+            left,
+            top,
+            pw,
+            ph,
+            xmin,
+            xmax,
+            ymax,
+            ystep,
+        }
+    }
+
+    /// The picture's x coordinate of log₂ size `x`.
+    fn px(&self, x: f64) -> f64 {
+        self.left + (x - self.xmin) / (self.xmax - self.xmin) * self.pw
+    }
+
+    /// The picture's y coordinate of value `y`.
+    fn py(&self, y: f64) -> f64 {
+        self.top + self.ph - y / self.ymax * self.ph
+    }
+
+    /// The `<svg>` element, a white background and the title.
+    fn write_header(&self, s: &mut String, title: &str) {
+        let (w, h) = (self.w, self.h);
+        let _ = writeln!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+            self.left + self.pw / 2.0,
+            escape(title)
+        );
+    }
+
+    /// The grid lines with their values: y every `ystep`, x every power of two (every
+    /// second one past 12).
+    fn write_grid(&self, s: &mut String) {
+        let (left, top, pw, ph) = (self.left, self.top, self.pw, self.ph);
+        let mut y = 0.0;
+        while y <= self.ymax + self.ystep * 0.01 {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{left}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+                self.py(y),
+                left + pw,
+                left - 6.0,
+                self.py(y) + 4.0,
+                trim_float(y)
+            );
+            y += self.ystep;
+        }
+        let xstep = if self.xmax - self.xmin > 12.0 {
+            2.0
+        } else {
+            1.0
+        };
+        let mut x = self.xmin;
+        while x <= self.xmax + 1e-9 {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{1:.1}" stroke="#eee"/><text x="{0:.1}" y="{2:.1}" text-anchor="middle">{3}</text>"##,
+                self.px(x),
+                top + ph,
+                top + ph + 18.0,
+                size_label(2f64.powf(x).round() as u64)
+            );
+            x += xstep;
+        }
+    }
+
+    /// The plotting area's border and the axes' labels.
+    fn write_axes(&self, s: &mut String, y_label: &str) {
+        let (left, top, pw, ph) = (self.left, self.top, self.pw, self.ph);
+        let _ = writeln!(
+            s,
+            r#"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">message size (bytes)</text>"#,
+            left + pw / 2.0,
+            self.h - 15.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">{1}</text>"#,
+            top + ph / 2.0,
+            escape(y_label)
+        );
+    }
+
+    /// Series `i`: its line through its finite points in size order, and its legend entry.
+    fn write_series(&self, s: &mut String, i: usize, ser: &Series) {
         let color = PALETTE[i % PALETTE.len()];
         let mut pts: Vec<(f64, f64)> = ser
             .points
             .iter()
             .filter(|p| p.1.is_finite())
-            .map(|p| (px((p.0.max(1) as f64).log2()), py(p.1)))
+            .map(|p| (self.px((p.0.max(1) as f64).log2()), self.py(p.1)))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         if !pts.is_empty() {
@@ -165,8 +240,8 @@ pub fn svg_plot(title: &str, y_label: &str, series: &[Series]) -> String {
                 );
             }
         }
-        let ly = top + 10.0 + 18.0 * i as f64;
-        let lx = left + pw + 12.0;
+        let ly = self.top + 10.0 + 18.0 * i as f64;
+        let lx = self.left + self.pw + 12.0;
         let _ = writeln!(
             s,
             r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
@@ -176,8 +251,6 @@ pub fn svg_plot(title: &str, y_label: &str, series: &[Series]) -> String {
             escape(&ser.name)
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 fn nice_step(raw: f64) -> f64 {

@@ -19,7 +19,7 @@
 //! replayed once per piece (like the MSCCL kernel's loop), each threadblock's pass `j + 1`
 //! after its pass `j`.
 
-use crate::ir::{Buffer, Op, Program, Slot, StepRef};
+use crate::ir::{Buffer, Op, Program, Slot, Step, StepRef};
 use crate::semantics::{Region, Semantics};
 use anyhow::{bail, Result};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -319,134 +319,13 @@ impl<'a> Lowering<'a> {
         let mut local = vec![vec![None; n]; passes];
         for pass in 0..passes {
             for x in 0..n {
-                let at = self.refs[x];
-                let step = self.p.step(at).expect("step").clone();
-                let stream = self.stream_of[x];
-                let mut push = |d: Draft| {
-                    drafts.push(d);
-                    drafts.len() - 1
-                };
                 if let Some(pi) = self.recv_pair[x] {
-                    let (s, _) = self.pairs[pi];
-                    let sat = self.refs[s];
-                    let sstep = self.p.step(sat).expect("step").clone();
-                    let src = match sstep.op {
-                        Op::Send => self.loc(s, sstep.src)?,
-                        Op::RecvCopySend | Op::RecvReduceCopySend => self.loc(s, sstep.dst)?,
-                        Op::RecvReduceSend => self.stage(s),
-                        other => bail!("{sat}: {other} cannot send"),
-                    };
-                    let avail = match sstep.op {
-                        Op::Send => DepRef::Pre(s, pass),
-                        _ => DepRef::InLast(s),
-                    };
-                    let sender_stream = self.stream_of[s];
-                    let plain = matches!(step.op, Op::Recv | Op::RecvCopySend);
-                    if plain && !staged.contains(&pi) {
-                        let dst = self.loc(x, step.dst)?;
-                        let t = push(Draft {
-                            action: Action::Copy {
-                                src,
-                                dst,
-                                count: step.count,
-                            },
-                            kind: NodeKind::Direct,
-                            stream: sender_stream,
-                            pass,
-                            step: x,
-                            deps: vec![(avail, sat.rank), (DepRef::Pre(x, pass), at.rank)],
-                            direct: Some((sat.rank, at.rank)),
-                            pair: Some(pi),
-                        });
-                        pair_node[pass][pi] = t;
-                        in_last[pass][x] = Some(t);
-                    } else {
-                        let stage = self.stage(x);
-                        let t1 = push(Draft {
-                            action: Action::Copy {
-                                src,
-                                dst: stage,
-                                count: step.count,
-                            },
-                            kind: NodeKind::ToStage,
-                            stream: sender_stream,
-                            pass,
-                            step: x,
-                            deps: vec![(avail, sat.rank)],
-                            direct: None,
-                            pair: Some(pi),
-                        });
-                        pair_node[pass][pi] = t1;
-                        let action = if plain {
-                            Action::Copy {
-                                src: stage,
-                                dst: self.loc(x, step.dst)?,
-                                count: step.count,
-                            }
-                        } else {
-                            let out = if step.op == Op::RecvReduceSend {
-                                stage
-                            } else {
-                                self.loc(x, step.dst)?
-                            };
-                            Action::Reduce {
-                                out,
-                                a: stage,
-                                b: self.loc(x, step.src)?,
-                                count: step.count,
-                            }
-                        };
-                        let t2 = push(Draft {
-                            action,
-                            kind: if plain {
-                                NodeKind::FromStage
-                            } else {
-                                NodeKind::RecvReduce
-                            },
-                            stream,
-                            pass,
-                            step: x,
-                            deps: vec![
-                                (DepRef::Pre(x, pass), at.rank),
-                                (DepRef::Node(t1), at.rank),
-                            ],
-                            direct: None,
-                            pair: None,
-                        });
-                        in_last[pass][x] = Some(t2);
-                    }
-                } else if matches!(step.op, Op::Copy | Op::Reduce) {
-                    let (src, dst) = (self.loc(x, step.src)?, self.loc(x, step.dst)?);
-                    let (action, kind) = if step.op == Op::Copy {
-                        (
-                            Action::Copy {
-                                src,
-                                dst,
-                                count: step.count,
-                            },
-                            NodeKind::LocalCopy,
-                        )
-                    } else {
-                        (
-                            Action::Reduce {
-                                out: dst,
-                                a: dst,
-                                b: src,
-                                count: step.count,
-                            },
-                            NodeKind::LocalReduce,
-                        )
-                    };
-                    local[pass][x] = Some(push(Draft {
-                        action,
-                        kind,
-                        stream,
-                        pass,
-                        step: x,
-                        deps: vec![(DepRef::Pre(x, pass), at.rank)],
-                        direct: None,
-                        pair: None,
-                    }));
+                    let staging = staged.contains(&pi);
+                    let (pair, last) = self.draft_receive(&mut drafts, pass, x, pi, staging)?;
+                    pair_node[pass][pi] = pair;
+                    in_last[pass][x] = Some(last);
+                } else {
+                    local[pass][x] = self.draft_local(&mut drafts, pass, x)?;
                 }
             }
         }
@@ -459,7 +338,189 @@ impl<'a> Lowering<'a> {
                 }
             }
         }
-        // The node that completes each step.
+        let done = self.completions(passes, &pair_node, &in_last, &local);
+        Ok((drafts, done))
+    }
+
+    /// Drafts the nodes of receiving step `x` (pair `pi`) in `pass`: one direct copy from
+    /// the sender, or (`staging`, or a reducing receive) a copy to staging and the node
+    /// that takes it from there. Returns (the pair's node, the receiving part's last node).
+    fn draft_receive(
+        &mut self,
+        drafts: &mut Vec<Draft>,
+        pass: usize,
+        x: usize,
+        pi: usize,
+        staging: bool,
+    ) -> Result<(usize, usize)> {
+        let at = self.refs[x];
+        let step = self.p.step(at).expect("step").clone();
+        let (s, _) = self.pairs[pi];
+        let sat = self.refs[s];
+        let sstep = self.p.step(sat).expect("step").clone();
+        let src = match sstep.op {
+            Op::Send => self.loc(s, sstep.src)?,
+            Op::RecvCopySend | Op::RecvReduceCopySend => self.loc(s, sstep.dst)?,
+            Op::RecvReduceSend => self.stage(s),
+            other => bail!("{sat}: {other} cannot send"),
+        };
+        let avail = match sstep.op {
+            Op::Send => DepRef::Pre(s, pass),
+            _ => DepRef::InLast(s),
+        };
+        let plain = matches!(step.op, Op::Recv | Op::RecvCopySend);
+        if !plain || staging {
+            return self.draft_staged(drafts, (pass, x, pi), src, (avail, sat.rank), &step);
+        }
+        let dst = self.loc(x, step.dst)?;
+        let t = push(
+            drafts,
+            Draft {
+                action: Action::Copy {
+                    src,
+                    dst,
+                    count: step.count,
+                },
+                kind: NodeKind::Direct,
+                stream: self.stream_of[s],
+                pass,
+                step: x,
+                deps: vec![(avail, sat.rank), (DepRef::Pre(x, pass), at.rank)],
+                direct: Some((sat.rank, at.rank)),
+                pair: Some(pi),
+            },
+        );
+        Ok((t, t))
+    }
+
+    /// Drafts a receive through staging: the sender's copy of `src` to the receiver's
+    /// staging (after `avail`), then the receiver's copy or reduction from there. `at` is
+    /// (pass, receiving step, pair); returns (the first node, the second).
+    fn draft_staged(
+        &mut self,
+        drafts: &mut Vec<Draft>,
+        (pass, x, pi): (usize, usize, usize),
+        src: Loc,
+        avail: (DepRef, usize),
+        step: &Step,
+    ) -> Result<(usize, usize)> {
+        let rank = self.refs[x].rank;
+        let (s, _) = self.pairs[pi];
+        let plain = matches!(step.op, Op::Recv | Op::RecvCopySend);
+        let stage = self.stage(x);
+        let t1 = push(
+            drafts,
+            Draft {
+                action: Action::Copy {
+                    src,
+                    dst: stage,
+                    count: step.count,
+                },
+                kind: NodeKind::ToStage,
+                stream: self.stream_of[s],
+                pass,
+                step: x,
+                deps: vec![avail],
+                direct: None,
+                pair: Some(pi),
+            },
+        );
+        let action = if plain {
+            Action::Copy {
+                src: stage,
+                dst: self.loc(x, step.dst)?,
+                count: step.count,
+            }
+        } else {
+            let out = if step.op == Op::RecvReduceSend {
+                stage
+            } else {
+                self.loc(x, step.dst)?
+            };
+            Action::Reduce {
+                out,
+                a: stage,
+                b: self.loc(x, step.src)?,
+                count: step.count,
+            }
+        };
+        let t2 = push(
+            drafts,
+            Draft {
+                action,
+                kind: if plain {
+                    NodeKind::FromStage
+                } else {
+                    NodeKind::RecvReduce
+                },
+                stream: self.stream_of[x],
+                pass,
+                step: x,
+                deps: vec![(DepRef::Pre(x, pass), rank), (DepRef::Node(t1), rank)],
+                direct: None,
+                pair: None,
+            },
+        );
+        Ok((t1, t2))
+    }
+
+    /// Drafts the node of local step `x` (a copy or a reduction) in `pass`; none for other
+    /// steps (sends are drafted with their receives).
+    fn draft_local(
+        &mut self,
+        drafts: &mut Vec<Draft>,
+        pass: usize,
+        x: usize,
+    ) -> Result<Option<usize>> {
+        let at = self.refs[x];
+        let step = self.p.step(at).expect("step").clone();
+        if !matches!(step.op, Op::Copy | Op::Reduce) {
+            return Ok(None);
+        }
+        let (src, dst) = (self.loc(x, step.src)?, self.loc(x, step.dst)?);
+        let (action, kind) = if step.op == Op::Copy {
+            (
+                Action::Copy {
+                    src,
+                    dst,
+                    count: step.count,
+                },
+                NodeKind::LocalCopy,
+            )
+        } else {
+            (
+                Action::Reduce {
+                    out: dst,
+                    a: dst,
+                    b: src,
+                    count: step.count,
+                },
+                NodeKind::LocalReduce,
+            )
+        };
+        let draft = Draft {
+            action,
+            kind,
+            stream: self.stream_of[x],
+            pass,
+            step: x,
+            deps: vec![(DepRef::Pre(x, pass), at.rank)],
+            direct: None,
+            pair: None,
+        };
+        Ok(Some(push(drafts, draft)))
+    }
+
+    /// The node that completes each step in each pass: a sending step's pair node, a
+    /// receiving step's last node, a local step's node.
+    fn completions(
+        &self,
+        passes: usize,
+        pair_node: &[Vec<usize>],
+        in_last: &Done,
+        local: &Done,
+    ) -> Done {
+        let n = self.refs.len();
         let mut done = vec![vec![None; n]; passes];
         for pass in 0..passes {
             for x in 0..n {
@@ -473,7 +534,76 @@ impl<'a> Lowering<'a> {
                 };
             }
         }
-        Ok((drafts, done))
+        done
+    }
+
+    /// The pairs whose plain receives go through staging: on one pass, a pair of each
+    /// dependency cycle in turn until the schedule has none.
+    fn staged_pairs(&mut self) -> Result<HashSet<usize>> {
+        let mut staged: HashSet<usize> = HashSet::new();
+        loop {
+            self.stage_at.clear();
+            self.stage_chunks = vec![0; self.p.ngpus];
+            let (drafts, done) = self.draft(1, &staged)?;
+            let preds = self.edges(&drafts, &done)?;
+            match topological(&preds) {
+                Ok(_) => return Ok(staged),
+                Err(left) => match pair_to_stage(&drafts, &preds, &left) {
+                    Some(pi) => {
+                        staged.insert(pi);
+                    }
+                    None => bail!("the program's dependencies form a cycle (it deadlocks)"),
+                },
+            }
+        }
+    }
+
+    /// The drafts as nodes in a topological order of `preds`, each with its predecessors'
+    /// new indices.
+    fn ordered_nodes(&self, drafts: &[Draft], preds: &[Vec<Edge>]) -> Result<Vec<Node>> {
+        let order = topological(preds)
+            .map_err(|_| anyhow::anyhow!("internal error: the sliced schedule has a cycle"))?;
+        let mut new_id = vec![0usize; drafts.len()];
+        for (i, &v) in order.iter().enumerate() {
+            new_id[v] = i;
+        }
+        Ok(order
+            .iter()
+            .map(|&v| {
+                let d = &drafts[v];
+                let mut deps: Vec<usize> = preds[v].iter().map(|e| new_id[e.0]).collect();
+                deps.sort_unstable();
+                deps.dedup();
+                Node {
+                    action: d.action,
+                    kind: d.kind,
+                    stream: d.stream,
+                    pass: d.pass,
+                    step: self.refs[d.step],
+                    deps,
+                }
+            })
+            .collect())
+    }
+
+    /// Chunks of each rank's spaces: send, receive, scratch and staging.
+    fn space_chunks(&self) -> Vec<[usize; 4]> {
+        let p = self.p;
+        (0..p.ngpus)
+            .map(|r| {
+                let c = |region: Region| {
+                    self.sem
+                        .region_chunks(region)
+                        .unwrap_or(p.gpus[r].scratch_chunks)
+                };
+                [
+                    c(Region::Send),
+                    c(Region::Recv),
+                    c(Region::Scratch),
+                    self.stage_chunks[r],
+                ]
+            })
+            .collect()
     }
 
     /// Resolves "everything before step x in pass j" to nodes, with the edge's rank.
@@ -613,76 +743,30 @@ fn pair_to_stage(drafts: &[Draft], preds: &[Vec<Edge>], left: &[bool]) -> Option
     None
 }
 
+/// Appends `d` to `drafts`; returns its index.
+fn push(drafts: &mut Vec<Draft>, d: Draft) -> usize {
+    drafts.push(d);
+    drafts.len() - 1
+}
+
 impl Schedule {
     /// Lowers a program in one mode (the caller has verified it) with `slices` passes.
     pub fn new(p: &Program, inplace: bool, slices: usize) -> Result<Schedule> {
         let slices = slices.max(1);
         let mut low = Lowering::new(p, inplace)?;
-        // Decide which plain receives need staging, on one pass.
-        let mut staged: HashSet<usize> = HashSet::new();
-        loop {
-            low.stage_at.clear();
-            low.stage_chunks = vec![0; p.ngpus];
-            let (drafts, done) = low.draft(1, &staged)?;
-            let preds = low.edges(&drafts, &done)?;
-            match topological(&preds) {
-                Ok(_) => break,
-                Err(left) => match pair_to_stage(&drafts, &preds, &left) {
-                    Some(pi) => {
-                        staged.insert(pi);
-                    }
-                    None => bail!("the program's dependencies form a cycle (it deadlocks)"),
-                },
-            }
-        }
+        let staged = low.staged_pairs()?;
         low.stage_at.clear();
         low.stage_chunks = vec![0; p.ngpus];
         let (drafts, done) = low.draft(slices, &staged)?;
         let preds = low.edges(&drafts, &done)?;
-        let order = topological(&preds)
-            .map_err(|_| anyhow::anyhow!("internal error: the sliced schedule has a cycle"))?;
-        let mut new_id = vec![0usize; drafts.len()];
-        for (i, &v) in order.iter().enumerate() {
-            new_id[v] = i;
-        }
-        let nodes = order
-            .iter()
-            .map(|&v| {
-                let d = &drafts[v];
-                let mut deps: Vec<usize> = preds[v].iter().map(|e| new_id[e.0]).collect();
-                deps.sort_unstable();
-                deps.dedup();
-                Node {
-                    action: d.action,
-                    kind: d.kind,
-                    stream: d.stream,
-                    pass: d.pass,
-                    step: low.refs[d.step],
-                    deps,
-                }
-            })
-            .collect::<Vec<_>>();
+        let nodes = low.ordered_nodes(&drafts, &preds)?;
         let mut streams = Vec::new();
         for g in &p.gpus {
             for tb in 0..g.threadblocks.len() {
                 streams.push((g.rank, tb));
             }
         }
-        let sem = low.sem;
-        let space_chunks = (0..p.ngpus)
-            .map(|r| {
-                let c = |region: Region| {
-                    sem.region_chunks(region)
-                        .unwrap_or(p.gpus[r].scratch_chunks)
-                };
-                [
-                    c(Region::Send),
-                    c(Region::Recv),
-                    c(Region::Scratch),
-                    low.stage_chunks[r],
-                ]
-            })
-            .collect();
+        let space_chunks = low.space_chunks();
         let count = |k: NodeKind| nodes.iter().filter(|n| n.kind == k && n.pass == 0).count();
         Ok(Schedule {
             ngpus: p.ngpus,

@@ -101,6 +101,108 @@ pub(super) struct Execution<'a> {
     recv_buf: Vec<ContentId>,
 }
 
+/// Every threadblock of `p` at its first step, with its connections numbered in order of
+/// first use: (threadblocks, each rank's first threadblock, connections, steps in all).
+fn threadblocks(p: &Program) -> (Vec<Tb<'_>>, Vec<usize>, Vec<Connection>, usize) {
+    let mut ids: FxHashMap<Connection, u32> = FxHashMap::default();
+    let mut connections = Vec::new();
+    let mut id_of = |c: Connection| {
+        *ids.entry(c).or_insert_with(|| {
+            connections.push(c);
+            (connections.len() - 1) as u32
+        })
+    };
+    let mut tbs = Vec::new();
+    let mut first = Vec::with_capacity(p.gpus.len());
+    let mut steps = 0;
+    for g in &p.gpus {
+        first.push(tbs.len());
+        for (id, tb) in g.threadblocks.iter().enumerate() {
+            let mut conn = |peer: Option<usize>, send: bool| {
+                peer.map_or(NONE, |peer| {
+                    let (sender, receiver) = if send { (g.rank, peer) } else { (peer, g.rank) };
+                    id_of(Connection {
+                        sender,
+                        receiver,
+                        channel: tb.channel,
+                    })
+                })
+            };
+            let (send, recv) = (conn(tb.send, true), conn(tb.recv, false));
+            tbs.push(Tb {
+                steps: &tb.steps,
+                rank: g.rank as u32,
+                id: id as u32,
+                pc: 0,
+                send,
+                recv,
+                step_base: steps,
+            });
+            steps += tb.steps.len();
+        }
+    }
+    (tbs, first, connections, steps)
+}
+
+/// The op of every step of `p` in threadblock order, and its dependencies as (global
+/// threadblock, step) pairs: those of step `i` are `deps[dep_at[i]..dep_at[i + 1]]`.
+fn flat_steps(p: &Program, first: &[usize], steps: usize) -> (Vec<Op>, Vec<u32>, Vec<(u32, u32)>) {
+    let mut ops = Vec::with_capacity(steps);
+    let mut dep_at = Vec::with_capacity(steps + 1);
+    let mut deps = Vec::new();
+    for g in &p.gpus {
+        for s in g.threadblocks.iter().flat_map(|tb| &tb.steps) {
+            dep_at.push(deps.len() as u32);
+            ops.push(s.op);
+            deps.extend(
+                s.deps
+                    .iter()
+                    .map(|d| ((first[g.rank] + d.tb) as u32, d.step as u32)),
+            );
+        }
+    }
+    dep_at.push(deps.len() as u32);
+    (ops, dep_at, deps)
+}
+
+/// The first slot of each rank's regions in one array of every rank's slots, and its size.
+fn region_bases(p: &Program, sem: &Semantics) -> (Vec<[usize; 3]>, usize) {
+    let mut region_base = Vec::with_capacity(p.gpus.len());
+    let mut slots = 0;
+    for g in &p.gpus {
+        let size = |r: Region| sem.region_chunks(r).unwrap_or(g.scratch_chunks);
+        let [a, b, c] = Region::ALL.map(size);
+        region_base.push([slots, slots + a, slots + a + b]);
+        slots += a + b + c;
+    }
+    (region_base, slots)
+}
+
+/// Vector clocks over every threadblock of `p`, with snapshots of the steps that others
+/// depend on, for the race check `races`.
+fn full_clocks(p: &Program, tbs: &[Tb<'_>], first: &[usize], steps: usize, races: Races) -> Clocks {
+    let width = tbs.len();
+    let targets: Vec<usize> = p
+        .gpus
+        .iter()
+        .flat_map(|g| {
+            let base = first[g.rank];
+            g.threadblocks.iter().flat_map(move |tb| {
+                tb.steps
+                    .iter()
+                    .flat_map(|s| &s.deps)
+                    .map(move |d| tbs[base + d.tb].step_base + d.step)
+            })
+        })
+        .collect();
+    Clocks {
+        clock: vec![0; width * width],
+        width,
+        snapshots: Snapshots::new(steps, width, width, targets.into_iter()),
+        races,
+    }
+}
+
 impl<'a> Execution<'a> {
     /// Runs `p` in the mode of `sem` (with clocks over every threadblock if `full`): errors
     /// on a deadlock, a count mismatch or a message never received; the race check, data
@@ -119,6 +221,8 @@ impl<'a> Execution<'a> {
         Ok(ex)
     }
 
+    /// The execution of `p` before any step: every threadblock at its first step, every
+    /// input slot holding its initial value.
     fn new(
         p: &'a Program,
         sem: &'a Semantics,
@@ -127,95 +231,15 @@ impl<'a> Execution<'a> {
         bytes: u64,
     ) -> Result<Execution<'a>, VerifyError> {
         let mode = Mode::from_inplace(sem.inplace);
-        // Connections by id.
-        let mut ids: FxHashMap<Connection, u32> = FxHashMap::default();
-        let mut connections = Vec::new();
-        let mut id_of = |c: Connection| {
-            *ids.entry(c).or_insert_with(|| {
-                connections.push(c);
-                (connections.len() - 1) as u32
-            })
-        };
-        let mut tbs = Vec::new();
-        let mut first = Vec::with_capacity(p.gpus.len());
-        let mut steps = 0;
-        for g in &p.gpus {
-            first.push(tbs.len());
-            for (id, tb) in g.threadblocks.iter().enumerate() {
-                let mut conn = |peer: Option<usize>, send: bool| {
-                    peer.map_or(NONE, |peer| {
-                        let (sender, receiver) = if send { (g.rank, peer) } else { (peer, g.rank) };
-                        id_of(Connection {
-                            sender,
-                            receiver,
-                            channel: tb.channel,
-                        })
-                    })
-                };
-                let (send, recv) = (conn(tb.send, true), conn(tb.recv, false));
-                tbs.push(Tb {
-                    steps: &tb.steps,
-                    rank: g.rank as u32,
-                    id: id as u32,
-                    pc: 0,
-                    send,
-                    recv,
-                    step_base: steps,
-                });
-                steps += tb.steps.len();
-            }
-        }
+        let (tbs, first, connections, steps) = threadblocks(p);
         if steps >= NONE as usize {
             return Err(VerifyError::Malformed(format!(
                 "too large to verify: {steps} steps"
             )));
         }
-        let mut ops = Vec::with_capacity(steps);
-        let mut dep_at = Vec::with_capacity(steps + 1);
-        let mut deps = Vec::new();
-        for g in &p.gpus {
-            for s in g.threadblocks.iter().flat_map(|tb| &tb.steps) {
-                dep_at.push(deps.len() as u32);
-                ops.push(s.op);
-                deps.extend(
-                    s.deps
-                        .iter()
-                        .map(|d| ((first[g.rank] + d.tb) as u32, d.step as u32)),
-                );
-            }
-        }
-        dep_at.push(deps.len() as u32);
-        let mut region_base = Vec::with_capacity(p.gpus.len());
-        let mut slots = 0;
-        for g in &p.gpus {
-            let size = |r: Region| sem.region_chunks(r).unwrap_or(g.scratch_chunks);
-            let [a, b, c] = Region::ALL.map(size);
-            region_base.push([slots, slots + a, slots + a + b]);
-            slots += a + b + c;
-        }
-        let clocks = full.then(|| {
-            let width = tbs.len();
-            let targets: Vec<usize> = p
-                .gpus
-                .iter()
-                .flat_map(|g| {
-                    let tbs = &tbs;
-                    let base = first[g.rank];
-                    g.threadblocks.iter().flat_map(move |tb| {
-                        tb.steps
-                            .iter()
-                            .flat_map(|s| &s.deps)
-                            .map(move |d| tbs[base + d.tb].step_base + d.step)
-                    })
-                })
-                .collect();
-            Clocks {
-                clock: vec![0; width * width],
-                width,
-                snapshots: Snapshots::new(steps, width, width, targets.into_iter()),
-                races: Races::new(mode, slots),
-            }
-        });
+        let (ops, dep_at, deps) = flat_steps(p, &first, steps);
+        let (region_base, slots) = region_bases(p, sem);
+        let clocks = full.then(|| full_clocks(p, &tbs, &first, steps, Races::new(mode, slots)));
         let connections_count = connections.len();
         let mut ex = Execution {
             p,
@@ -238,19 +262,26 @@ impl<'a> Execution<'a> {
             src_buf: Vec::new(),
             recv_buf: Vec::new(),
         };
+        ex.load_inputs()?;
+        ex.check_resolution()?;
+        Ok(ex)
+    }
+
+    /// Every rank's input slots hold their initial values.
+    fn load_inputs(&mut self) -> Result<(), VerifyError> {
+        let (p, sem) = (self.p, self.sem);
         for g in &p.gpus {
             let input = sem.extent(Buffer::Input).unwrap_or(0);
             for k in 0..input {
                 let (region, idx) = sem
                     .resolve(g.rank, Buffer::Input, k)
                     .expect("inside extent");
-                let id = ex.intern_input(sem.initial_input(g.rank, k))?;
-                let slot = ex.region_base[g.rank][region.index()] + idx;
-                ex.mem[slot] = id;
+                let id = self.intern_input(sem.initial_input(g.rank, k))?;
+                let slot = self.region_base[g.rank][region.index()] + idx;
+                self.mem[slot] = id;
             }
         }
-        ex.check_resolution()?;
-        Ok(ex)
+        Ok(())
     }
 
     /// Bytes per buffer slot the run keeps: its content id, and with full clocks its

@@ -13,7 +13,7 @@
 //! the program: [`local_races`] then checks one rank at a time, with its clocks in cache.
 
 use super::{Mode, VerifyError};
-use crate::ir::{Op, Program, Slot, Step, StepRef};
+use crate::ir::{Gpu, Op, Program, Slot, Step, StepRef};
 use crate::semantics::{Region, Semantics};
 use rustc_hash::FxHashMap;
 use std::cmp::Reverse;
@@ -275,10 +275,41 @@ pub(super) fn local_races(
     available: u64,
 ) -> Result<(), VerifyError> {
     for g in &p.gpus {
+        let mut check = RankCheck::new(g, sem, mode);
+        check.run(available)?;
+        if let Some(e) = check.races.found() {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The race check of one rank: its threadblocks' vector clocks, the snapshots other
+/// threadblocks join, and every slot's access history.
+struct RankCheck<'p> {
+    g: &'p Gpu,
+    sem: &'p Semantics,
+    /// Threadblocks of the rank.
+    n: usize,
+    /// The first slot of each region in `races`.
+    region_base: [usize; 3],
+    races: Races,
+    /// The index of each threadblock's first step among the rank's steps.
+    step_base: Vec<usize>,
+    snapshots: Snapshots,
+    /// One clock of `n` entries per threadblock.
+    clocks: Vec<u32>,
+    /// Bytes of the state that does not grow: histories and clocks.
+    fixed: u64,
+}
+
+impl<'p> RankCheck<'p> {
+    /// The check of rank `g` before any step.
+    fn new(g: &'p Gpu, sem: &'p Semantics, mode: Mode) -> RankCheck<'p> {
         let n = g.threadblocks.len();
         let regions = Region::ALL.map(|r| sem.region_chunks(r).unwrap_or(g.scratch_chunks));
         let region_base = [0, regions[0], regions[0] + regions[1]];
-        let mut races = Races::new(mode, regions.iter().sum());
+        let races = Races::new(mode, regions.iter().sum());
         let mut step_base = Vec::with_capacity(n);
         let mut steps = 0;
         for tb in &g.threadblocks {
@@ -291,63 +322,41 @@ pub(super) fn local_races(
             .flat_map(|tb| tb.steps.iter().flat_map(|s| &s.deps))
             .map(|d| step_base[d.tb] + d.step)
             .collect::<Vec<_>>();
-        let mut snapshots = Snapshots::new(steps, n, n, targets.into_iter());
-        let mut clocks = vec![0u32; n * n];
+        let snapshots = Snapshots::new(steps, n, n, targets.into_iter());
+        let fixed =
+            (regions.iter().sum::<usize>() as u64) * HISTORY_BYTES + 4 * (n * n + steps) as u64;
+        RankCheck {
+            g,
+            sem,
+            n,
+            region_base,
+            races,
+            step_base,
+            snapshots,
+            clocks: vec![0u32; n * n],
+            fixed,
+        }
+    }
+
+    /// Runs every step of the rank, each threadblock as far as its dependencies allow, then
+    /// the threadblocks that waited for it.
+    fn run(&mut self, available: u64) -> Result<(), VerifyError> {
+        let n = self.n;
         let mut done = vec![0usize; n];
         let mut waiting: Vec<BinaryHeap<Reverse<(usize, usize)>>> =
             (0..n).map(|_| BinaryHeap::new()).collect();
         let mut queue: VecDeque<usize> = (0..n).collect();
         let mut queued = vec![true; n];
-        let fixed =
-            (regions.iter().sum::<usize>() as u64) * HISTORY_BYTES + 4 * (n * n + steps) as u64;
         while let Some(tb) = queue.pop_front() {
             queued[tb] = false;
-            let steps = &g.threadblocks[tb].steps;
+            let steps = &self.g.threadblocks[tb].steps;
             let before = done[tb];
             while let Some(step) = steps.get(done[tb]) {
                 if let Some(d) = step.deps.iter().find(|d| done[d.tb] <= d.step) {
                     waiting[d.tb].push(Reverse((d.step + 1, tb)));
                     break;
                 }
-                let k = done[tb];
-                let clock = &mut clocks[tb * n..(tb + 1) * n];
-                let mut raised = false;
-                for d in &step.deps {
-                    raised |= snapshots.join_into(clock, step_base[d.tb] + d.step, d.step, d.tb);
-                }
-                clock[tb] += 1;
-                if raised {
-                    snapshots.changed(tb);
-                }
-                let by = Accessor {
-                    at: StepRef {
-                        rank: g.rank,
-                        tb,
-                        step: k,
-                    },
-                    clock,
-                    base: 0,
-                };
-                let (reads, write) = reads_and_writes(step);
-                for (slot, is_write) in reads.iter().map(|s| (s, false)).chain([(&write, true)]) {
-                    let Some(slot) = slot else { continue };
-                    let (region, start) = sem
-                        .resolve(g.rank, slot.buffer, slot.offset)
-                        .expect("resolved in the execution");
-                    for c in start..start + step.count {
-                        let key = (g.rank, region, c);
-                        races.access(region_base[region.index()] + c, key, &by, is_write);
-                    }
-                }
-                if snapshots.after(step_base[tb] + k, tb, clock)
-                    && (snapshots.full() || fixed + snapshots.bytes() > available)
-                {
-                    return Err(VerifyError::Malformed(format!(
-                        "too large to verify: the race check of rank {} needs more than {} MiB",
-                        g.rank,
-                        available >> 20
-                    )));
-                }
+                self.step(tb, done[tb], step, available)?;
                 done[tb] += 1;
             }
             if done[tb] == before {
@@ -364,9 +373,55 @@ pub(super) fn local_races(
                 }
             }
         }
-        if let Some(e) = races.found() {
-            return Err(e);
-        }
+        Ok(())
     }
-    Ok(())
+
+    /// Step `k` of threadblock `tb`, whose dependencies have run: its clock joins theirs,
+    /// and its reads and writes go into the slots' histories.
+    fn step(
+        &mut self,
+        tb: usize,
+        k: usize,
+        step: &Step,
+        available: u64,
+    ) -> Result<(), VerifyError> {
+        let (n, rank) = (self.n, self.g.rank);
+        let clock = &mut self.clocks[tb * n..(tb + 1) * n];
+        let mut raised = false;
+        for d in &step.deps {
+            let target = self.step_base[d.tb] + d.step;
+            raised |= self.snapshots.join_into(clock, target, d.step, d.tb);
+        }
+        clock[tb] += 1;
+        if raised {
+            self.snapshots.changed(tb);
+        }
+        let by = Accessor {
+            at: StepRef { rank, tb, step: k },
+            clock,
+            base: 0,
+        };
+        let (reads, write) = reads_and_writes(step);
+        for (slot, is_write) in reads.iter().map(|s| (s, false)).chain([(&write, true)]) {
+            let Some(slot) = slot else { continue };
+            let (region, start) = self
+                .sem
+                .resolve(rank, slot.buffer, slot.offset)
+                .expect("resolved in the execution");
+            for c in start..start + step.count {
+                let key = (rank, region, c);
+                let index = self.region_base[region.index()] + c;
+                self.races.access(index, key, &by, is_write);
+            }
+        }
+        if self.snapshots.after(self.step_base[tb] + k, tb, by.clock)
+            && (self.snapshots.full() || self.fixed + self.snapshots.bytes() > available)
+        {
+            return Err(VerifyError::Malformed(format!(
+                "too large to verify: the race check of rank {rank} needs more than {} MiB",
+                available >> 20
+            )));
+        }
+        Ok(())
+    }
 }

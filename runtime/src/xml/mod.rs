@@ -7,11 +7,12 @@ mod reader;
 mod writer;
 
 pub use crate::ir::Flavor;
+pub use crate::limits::{Limits, MAX_NAME};
 pub use lexer::{parse_document, parse_streaming, Element};
 pub use reader::{read_file, read_str, CUSTOM_COMMENT};
 pub use writer::{
-    legacy_max_bytes, writable, write, write_to, Limits, WriteError, LEGACY_MIN_COVERED_BYTES,
-    LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES, MAX_NAME,
+    legacy_max_bytes, writable, write, write_to, WriteError, WriteProblem,
+    LEGACY_MIN_COVERED_BYTES, LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES,
 };
 
 use crate::ir::{Op, Program, Step};

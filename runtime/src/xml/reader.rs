@@ -6,22 +6,23 @@
 use super::lexer::{parse_streaming, Element};
 use super::{XmlError, MAX_NGPUS, MAX_REDUCE_FUSION};
 use crate::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use crate::limits::{self, Limits};
 use crate::semantics::Semantics;
 use std::collections::HashMap;
 use std::path::Path;
 
 /// Channels the executor supports (`MAXCHANNELS`).
-const MAX_CHANNELS: i64 = 32;
+const MAX_CHANNELS: i64 = Limits::LARGEST.max_channels as i64;
 /// Largest threadblock count of any runtime (executor).
-const MAX_TBS: i64 = 1024;
+const MAX_TBS: i64 = Limits::LARGEST.max_tbs as i64;
 /// Largest step count per threadblock of any runtime (legacy).
-const MAX_STEPS: usize = 256;
+const MAX_STEPS: usize = Limits::LARGEST.max_steps;
 /// `cnt` must stay below this.
-const MAX_COUNT: i64 = 72;
+const MAX_COUNT: i64 = limits::MAX_COUNT as i64 + 1;
 /// Offsets are stored as int16.
-const MAX_OFFSET: i64 = 32767;
+const MAX_OFFSET: i64 = limits::MAX_OFFSET as i64;
 /// `depid` is stored as int8.
-const MAX_DEPID: i64 = 127;
+const MAX_DEPID: i64 = limits::MAX_DEPID as i64;
 
 /// Reads an MSCCL XML file.
 pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {

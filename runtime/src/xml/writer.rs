@@ -6,6 +6,7 @@
 
 use super::{chain_lengths, dependency_targets};
 use crate::ir::{Buffer, Collective, Flavor, Op, Program, Slot, Step, Threadblock};
+use crate::limits::{Limits, MAX_COUNT, MAX_DEPID, MAX_NAME, MAX_OFFSET};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -72,61 +73,65 @@ pub fn legacy_max_bytes(p: &Program) -> Result<u64, String> {
 
 /// Why a program cannot be written in a flavour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot write {flavor:?} XML: {message}")]
+#[error("cannot write {flavor:?} XML: {problem}")]
 pub struct WriteError {
     /// The flavour asked for.
     pub flavor: Flavor,
     /// What prevents it.
-    pub message: String,
+    pub problem: WriteProblem,
 }
 
-/// The limits of one runtime flavour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Threadblocks per rank.
-    pub max_tbs: usize,
-    /// Steps per threadblock, nops included.
-    pub max_steps: usize,
-    /// Channels (exclusive bound on `chan`) in the conservative contract.
-    pub max_channels: usize,
-    /// Whether `rcs`, `rrs`, `rrc`, `rrcs` run.
-    pub fused_ops: bool,
+/// What keeps a program from being written: the limits a lowering may work around get a
+/// variant each, every other rule of the format is [`WriteProblem::Invalid`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteProblem {
+    /// A rank has more threadblocks than the flavour runs.
+    #[error("rank {rank} has {count} threadblocks (limit {limit})")]
+    TooManyThreadblocks {
+        /// The rank.
+        rank: usize,
+        /// Its threadblocks.
+        count: usize,
+        /// The flavour's limit.
+        limit: usize,
+    },
+    /// A threadblock has more steps, nops included, than the flavour runs.
+    #[error("rank {rank} tb {tb}: {steps} steps including nops (limit {limit})")]
+    TooManySteps {
+        /// The rank.
+        rank: usize,
+        /// The threadblock.
+        tb: usize,
+        /// Its steps as written, nops included.
+        steps: usize,
+        /// The flavour's limit.
+        limit: usize,
+    },
+    /// A dependency names a threadblock whose id does not fit the runtime's int8 `depid`.
+    #[error("rank {rank} tb {tb} step {step}: depid {depid} does not fit the runtime's int8")]
+    DepidTooLarge {
+        /// The rank.
+        rank: usize,
+        /// The threadblock of the waiting step.
+        tb: usize,
+        /// The waiting step.
+        step: usize,
+        /// The threadblock waited for.
+        depid: usize,
+    },
+    /// The name is too long or holds characters the format cannot carry.
+    #[error("name {name:?} must be at most {MAX_NAME} characters without quotes, <, >, & or control characters")]
+    BadName {
+        /// The program's name.
+        name: String,
+    },
+    /// The stream refused the text.
+    #[error("cannot write: {0}")]
+    Io(String),
+    /// Any other rule of the format or the flavour, in one line.
+    #[error("{0}")]
+    Invalid(String),
 }
-
-impl Limits {
-    /// The limits of a flavour (msccl-ir.md §1.11).
-    pub fn of(flavor: Flavor) -> Limits {
-        match flavor {
-            Flavor::Nccl => Limits {
-                max_tbs: 1024,
-                max_steps: 64,
-                max_channels: 32,
-                fused_ops: true,
-            },
-            Flavor::Rccl => Limits {
-                max_tbs: 64,
-                max_steps: 64,
-                max_channels: 32,
-                fused_ops: false,
-            },
-            Flavor::Legacy => Limits {
-                max_tbs: 216,
-                max_steps: 256,
-                max_channels: 32,
-                fused_ops: true,
-            },
-        }
-    }
-}
-
-/// Most chunks per step (`cnt < 72`).
-const MAX_COUNT: usize = 71;
-/// Offsets are int16.
-const MAX_OFFSET: usize = 32767;
-/// `depid` is int8.
-const MAX_DEPID: usize = 127;
-/// Most characters of a program name (legacy copies at most 63 characters of `name`).
-pub const MAX_NAME: usize = 63;
 
 /// Writes a program as MSCCL XML in a flavour. Nops in the program are folded first.
 pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
@@ -138,15 +143,16 @@ pub fn write(program: &Program, flavor: Flavor) -> Result<String, WriteError> {
 /// Checks that a program can be written in a flavour (the format-level checks of
 /// [`write`], without writing anything): lowering uses it to find the split that fits.
 pub fn writable(program: &Program, flavor: Flavor) -> Result<(), WriteError> {
-    let fail = |message: String| WriteError { flavor, message };
-    let p = folded(program).map_err(fail)?;
+    let fail = |problem: WriteProblem| WriteError { flavor, problem };
+    let invalid = |message: String| fail(WriteProblem::Invalid(message));
+    let p = folded(program).map_err(invalid)?;
     check(&p, flavor).map_err(fail)?;
     if flavor == Flavor::Legacy {
-        legacy_max_bytes(&p).map_err(fail)?;
+        legacy_max_bytes(&p).map_err(invalid)?;
     }
     p.collective
         .xml_name(flavor)
-        .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
+        .ok_or_else(|| invalid(format!("the runtime has no {}", p.collective)))?;
     Ok(())
 }
 
@@ -158,29 +164,30 @@ pub fn write_to(
     flavor: Flavor,
     out: &mut dyn std::io::Write,
 ) -> Result<(), WriteError> {
-    let fail = |message: String| WriteError { flavor, message };
-    let p = folded(program).map_err(fail)?;
+    let fail = |problem: WriteProblem| WriteError { flavor, problem };
+    let invalid = |message: String| fail(WriteProblem::Invalid(message));
+    let p = folded(program).map_err(invalid)?;
     check(&p, flavor).map_err(fail)?;
     let max_bytes = match flavor {
-        Flavor::Legacy => legacy_max_bytes(&p).map_err(fail)?,
+        Flavor::Legacy => legacy_max_bytes(&p).map_err(invalid)?,
         _ => p.max_bytes,
     };
     let coll = p
         .collective
         .xml_name(flavor)
-        .ok_or_else(|| fail(format!("the runtime has no {}", p.collective)))?;
+        .ok_or_else(|| invalid(format!("the runtime has no {}", p.collective)))?;
     let mut buf = Vec::with_capacity(FLUSH_BYTES + 4096);
     let mut flush = |buf: &mut Vec<u8>, force: bool| -> Result<(), WriteError> {
         if force || buf.len() >= FLUSH_BYTES {
             out.write_all(buf)
-                .map_err(|e| fail(format!("cannot write: {e}")))?;
+                .map_err(|e| fail(WriteProblem::Io(e.to_string())))?;
             buf.clear();
         }
         Ok(())
     };
     if p.collective == Collective::Custom {
         let custom = p.custom.as_ref().ok_or_else(|| {
-            fail("a custom collective needs its pre- and postcondition (Program::custom)".into())
+            invalid("a custom collective needs its pre- and postcondition (Program::custom)".into())
         })?;
         // The runtimes skip comments; synth's reader takes the conditions from this one.
         let line = format!(
@@ -417,93 +424,112 @@ fn number(out: &mut Vec<u8>, x: i64) {
 // ---------------------------------------------------------------------------------------
 // Format-level checks (the verifier covers semantics)
 
-fn check(p: &Program, flavor: Flavor) -> Result<(), String> {
+fn check(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
     let lim = Limits::of(flavor);
     check_header(p, flavor)?;
     for g in &p.gpus {
         if g.threadblocks.len() > lim.max_tbs {
-            return Err(format!(
-                "rank {} has {} threadblocks (limit {})",
-                g.rank,
-                g.threadblocks.len(),
-                lim.max_tbs
-            ));
+            return Err(WriteProblem::TooManyThreadblocks {
+                rank: g.rank,
+                count: g.threadblocks.len(),
+                limit: lim.max_tbs,
+            });
         }
         let mut links = HashSet::new();
         let targets = dependency_targets(p, g.rank);
         for (tbi, tb) in g.threadblocks.iter().enumerate() {
             let at = format!("rank {} tb {tbi}", g.rank);
-            check_tb(p, tb, &lim, &at)?;
+            check_tb(p, tb, &lim, (g.rank, tbi), &at)?;
             for (peer, dir) in [(tb.send, "send"), (tb.recv, "recv")] {
                 if let Some(peer) = peer {
                     if !links.insert((tb.channel, peer, dir)) {
-                        return Err(format!(
+                        return Err(WriteProblem::Invalid(format!(
                             "{at}: a second tb with {dir} peer {peer} on channel {}",
                             tb.channel
-                        ));
+                        )));
                     }
                 }
             }
-            check_reduce_chains(tb, |j| targets[tbi][j], &at)?;
+            check_reduce_chains(tb, |j| targets[tbi][j], &at).map_err(WriteProblem::Invalid)?;
             for (si, step) in tb.steps.iter().enumerate() {
-                check_step(p, g.rank, tbi, step, &lim)
-                    .map_err(|e| format!("{at} step {si}: {e}"))?;
+                check_step(p, g.rank, tbi, step, &lim).map_err(|e| match e {
+                    StepFault::Depid(depid) => WriteProblem::DepidTooLarge {
+                        rank: g.rank,
+                        tb: tbi,
+                        step: si,
+                        depid,
+                    },
+                    StepFault::Rule(e) => WriteProblem::Invalid(format!("{at} step {si}: {e}")),
+                })?;
             }
         }
     }
     Ok(())
 }
 
-fn check_header(p: &Program, flavor: Flavor) -> Result<(), String> {
+fn check_header(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
+    let invalid = |message: &str| Err(WriteProblem::Invalid(message.to_string()));
     if p.gpus.len() != p.ngpus || p.gpus.iter().enumerate().any(|(i, g)| g.rank != i) {
-        return Err("gpus must hold one entry per rank, in rank order".into());
+        return invalid("gpus must hold one entry per rank, in rank order");
     }
     if p.nchunksperloop == 0 {
-        return Err("nchunksperloop must be positive".into());
+        return invalid("nchunksperloop must be positive");
     }
     if p.name.len() > MAX_NAME
         || p.name
             .chars()
             .any(|c| c == '"' || c == '<' || c == '>' || c == '&' || c.is_control())
     {
-        return Err(format!("name {:?} must be at most {MAX_NAME} characters without quotes, <, >, & or control characters", p.name));
+        return Err(WriteProblem::BadName {
+            name: p.name.clone(),
+        });
     }
     if !p.inplace && !p.outofplace {
-        return Err("neither inplace nor outofplace is set".into());
+        return invalid("neither inplace nor outofplace is set");
     }
     if p.max_bytes != 0 && p.min_bytes > p.max_bytes {
-        return Err(format!(
+        return invalid(&format!(
             "min_bytes {} exceeds max_bytes {}",
             p.min_bytes, p.max_bytes
         ));
     }
     if p.max_bytes > i64::MAX as u64 || p.min_bytes > i64::MAX as u64 {
-        return Err("byte range must fit in int64".into());
+        return invalid("byte range must fit in int64");
     }
     if flavor == Flavor::Legacy && matches!(p.collective, Collective::Gather | Collective::Scatter)
     {
-        return Err(format!("the legacy runtime has no {}", p.collective));
+        return invalid(&format!("the legacy runtime has no {}", p.collective));
     }
     Ok(())
 }
 
-fn check_tb(p: &Program, tb: &Threadblock, lim: &Limits, at: &str) -> Result<(), String> {
+fn check_tb(
+    p: &Program,
+    tb: &Threadblock,
+    lim: &Limits,
+    (rank, tbi): (usize, usize),
+    at: &str,
+) -> Result<(), WriteProblem> {
     if tb.channel >= lim.max_channels {
-        return Err(format!(
+        return Err(WriteProblem::Invalid(format!(
             "{at}: channel {} is not below {}",
             tb.channel, lim.max_channels
-        ));
+        )));
     }
     let xml_steps: usize = tb.steps.iter().map(|s| s.deps.len().max(1)).sum();
     if xml_steps > lim.max_steps {
-        return Err(format!(
-            "{at}: {xml_steps} steps including nops (limit {})",
-            lim.max_steps
-        ));
+        return Err(WriteProblem::TooManySteps {
+            rank,
+            tb: tbi,
+            steps: xml_steps,
+            limit: lim.max_steps,
+        });
     }
     for peer in [tb.send, tb.recv].into_iter().flatten() {
         if peer >= p.ngpus {
-            return Err(format!("{at}: peer {peer} is not a rank"));
+            return Err(WriteProblem::Invalid(format!(
+                "{at}: peer {peer} is not a rank"
+            )));
         }
     }
     Ok(())
@@ -527,6 +553,14 @@ fn check_reduce_chains(
     Ok(())
 }
 
+/// Why a step breaks its flavour's rules, without its position (see [`check_step`]).
+enum StepFault {
+    /// A dependency on this threadblock id does not fit the runtime's int8 `depid`.
+    Depid(usize),
+    /// Another rule, in one line.
+    Rule(String),
+}
+
 /// The step-level rules of a flavour; the error lacks the step's position (the caller
 /// adds it: formatting it for every step would cost more than the checks).
 fn check_step(
@@ -535,32 +569,33 @@ fn check_step(
     tbi: usize,
     step: &Step,
     lim: &Limits,
-) -> Result<(), String> {
+) -> Result<(), StepFault> {
+    let rule = |message: String| Err(StepFault::Rule(message));
     if !lim.fused_ops && step.op.is_fused() {
-        return Err(format!(
+        return rule(format!(
             "fused op {} is refused by RCCL's MSCCL kernels (only s, r, cpy, re, nop run); lower without fusion",
             step.op
         ));
     }
     if step.op == Op::Nop {
-        return Err("nop left after folding".into());
+        return rule("nop left after folding".into());
     }
     if step.count == 0 || step.count > MAX_COUNT {
-        return Err(format!(
+        return rule(format!(
             "count {} must be between 1 and {MAX_COUNT}",
             step.count
         ));
     }
     if step.src.offset > MAX_OFFSET || step.dst.offset > MAX_OFFSET {
-        return Err(format!("offsets must be at most {MAX_OFFSET}"));
+        return rule(format!("offsets must be at most {MAX_OFFSET}"));
     }
     let tbs = &p.gpus[rank].threadblocks;
     for d in &step.deps {
         if d.tb == tbi || d.tb >= tbs.len() || d.step >= tbs[d.tb].steps.len() {
-            return Err(format!("invalid dependency on tb {} step {}", d.tb, d.step));
+            return rule(format!("invalid dependency on tb {} step {}", d.tb, d.step));
         }
         if d.tb > MAX_DEPID {
-            return Err(format!("depid {} does not fit the runtime's int8", d.tb));
+            return Err(StepFault::Depid(d.tb));
         }
     }
     Ok(())

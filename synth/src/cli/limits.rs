@@ -1,21 +1,17 @@
 //! Limits on the command line's numeric options (README "Limits"), as clap value parsers: a
-//! value outside its limit is rejected in one line before anything is loaded or solved.
+//! value outside its limit is rejected in one line before anything is loaded or solved. The
+//! sizes of a request (steps, rounds, chunks) are [`crate::request_limits`]'s, shared with
+//! the sketch file.
 
 use crate::collective::Kind;
 use anyhow::{bail, Result};
 
-/// Most steps of one instance (`--steps`).
-pub const MAX_STEPS: usize = 256;
-/// Most rounds of one instance or search (`--rounds`).
-pub const MAX_ROUNDS: usize = 256;
-/// Highest step cap of a search (`--max-steps`).
-pub const MAX_SEARCH_STEPS: usize = 1024;
-/// Largest `--extra-memory` (chunks a rank may hold beyond its postcondition).
-pub const MAX_EXTRA_MEMORY: usize = 1 << 20;
-/// Most chunks each original chunk is split into (`--chunks`, `--max-chunks`).
-pub const MAX_CHUNKS: usize = 64;
+pub use crate::request_limits::{
+    instance, MAX_CHUNKS, MAX_EXTRA_MEMORY, MAX_ROUNDS, MAX_SEARCH_STEPS, MAX_STEPS,
+};
+
 /// Most channels an algorithm is replicated over (`--instances`; the runtimes' MAXCHANNELS).
-pub const MAX_INSTANCES: usize = 32;
+pub const MAX_INSTANCES: usize = runtime::limits::Limits::PORTABLE.max_channels;
 /// Longest time limit in seconds (`--time-limit`): one year.
 pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// Most timed or warm-up iterations (`--iters`, `--warmup`) and bench runs (`--repeat`).
@@ -90,21 +86,6 @@ pub fn seconds(text: &str) -> Result<f64, String> {
         ));
     }
     Ok(v)
-}
-
-/// Checks the steps, rounds and chunks of one instance (`synth catalog --add`) against their
-/// limits.
-pub fn instance(steps: usize, rounds: usize, chunks: usize) -> Result<()> {
-    for (what, v, hi) in [
-        ("steps", steps, MAX_STEPS),
-        ("rounds", rounds, MAX_ROUNDS),
-        ("chunks", chunks, MAX_CHUNKS),
-    ] {
-        if v == 0 || v > hi {
-            bail!("{what} {v} is not between 1 and {hi}");
-        }
-    }
-    Ok(())
 }
 
 /// The root of a collective: `--root` only for rooted collectives (`kind` None is a custom

@@ -582,9 +582,7 @@ fn print_text(
 /// Whether a lowering error says that the runtimes cannot express the program (as opposed
 /// to an internal error).
 fn unexpressible(e: &anyhow::Error) -> bool {
-    let text = format!("{e:#}");
-    !text.contains("internal error")
-        && (text.contains("cannot be expressed") || text.contains("including nops"))
+    e.downcast_ref::<crate::lower::LowerError>().is_some()
 }
 
 /// Largest fabric on which the main command simulates its result against NCCL (the

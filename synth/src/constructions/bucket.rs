@@ -27,12 +27,12 @@
 use super::{Construction, Context};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
-use crate::lower::MAX_MESSAGE_CHUNKS;
 use crate::origin::Family;
 use crate::topology::shape::{self, torus_step, Direction};
 use crate::topology::Topology;
 use crate::trees::schedule::finish;
 use anyhow::{bail, Result};
+use runtime::limits::MAX_COUNT as MAX_MESSAGE_CHUNKS;
 
 /// Pieces per rank: one per direction of the torus.
 pub const PIECES: usize = 4;

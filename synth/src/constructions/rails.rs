@@ -89,7 +89,7 @@ impl Construction for RailRings {
 pub const DEFAULT_PIECES: usize = 32;
 
 /// NIC transfers one channel carries (the runtimes' 64 steps per threadblock).
-const CHANNEL_TRANSFERS: usize = 64;
+const CHANNEL_TRANSFERS: usize = runtime::limits::Limits::PORTABLE.max_steps;
 
 /// The piece counts the rail ring tries on `nodes` nodes: the search cap (`max_chunks`),
 /// and up to [`DEFAULT_PIECES`] (or `--max-chunks` where given) as many as fit one

@@ -132,7 +132,7 @@ pub fn fit_groups(algorithm: &Algorithm, wanted: Vec<usize>) -> Option<Vec<usize
         }
         per_rank.into_iter().max().unwrap_or(0) < RESIDENT_THREADBLOCKS
     };
-    let most = count.min(crate::lower::MAX_CHANNELS / per_group);
+    let most = count.min(runtime::limits::Limits::PORTABLE.max_channels / per_group);
     (2..=most)
         .rev()
         .find(|&m| fits(m))

@@ -198,7 +198,7 @@ fn staged(topology: &Topology, index: &TopologyIndex, algorithm: Algorithm) -> A
 /// 32 channels of 64-step threadblocks; half of that leaves room for uneven links.
 fn expressible_chunks(topology: &Topology) -> usize {
     let n = topology.ranks as f64;
-    let per_link = (crate::lower::MAX_CHANNELS * 64) as f64 / 2.0;
+    let per_link = runtime::limits::Limits::PORTABLE.link_transfers() as f64 / 2.0;
     ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
 }
 

@@ -16,52 +16,79 @@ pub enum CheckError {
     /// The algorithm was made for another number of ranks.
     #[error("algorithm has {algorithm} ranks but topology `{topology}` has {ranks}")]
     RankMismatch {
+        /// Ranks of the algorithm.
         algorithm: usize,
+        /// The topology's name.
         topology: String,
+        /// Ranks of the topology.
         ranks: usize,
     },
     /// A step with zero rounds.
     #[error("step {step} has 0 rounds")]
-    ZeroRounds { step: usize },
+    ZeroRounds {
+        /// The step (from 0).
+        step: usize,
+    },
     /// A send over a link the topology does not have.
     #[error("step {step}: chunk {chunk} sent {src}->{dst}, but there is no such link")]
     NoLink {
+        /// The step (from 0).
         step: usize,
+        /// The chunk (address).
         chunk: usize,
+        /// Sending rank.
         src: usize,
+        /// Receiving rank.
         dst: usize,
     },
     /// A send of data the sender does not hold.
     #[error("step {step}: rank {src} sends chunk {chunk} to {dst} but does not hold it")]
     NotHeld {
+        /// The step (from 0).
         step: usize,
+        /// The chunk (address).
         chunk: usize,
+        /// Sending rank.
         src: usize,
+        /// Receiving rank.
         dst: usize,
     },
     /// A link or switch carries more than its capacity allows in a step.
     #[error("step {step}: {what} carries {load} chunks but its capacity is {capacity} x {rounds} rounds")]
     Overloaded {
+        /// The step (from 0).
         step: usize,
+        /// The link or switch constraint.
         what: String,
+        /// Chunks it carries in the step.
         load: usize,
+        /// Its capacity per round.
         capacity: u32,
+        /// The step's rounds.
         rounds: u32,
     },
     /// The postcondition does not hold at the end.
     #[error("chunk {chunk} on rank {rank}: {problem}")]
     Postcondition {
+        /// The chunk (address).
         chunk: usize,
+        /// The rank.
         rank: usize,
+        /// What is wrong.
         problem: String,
     },
     /// A rank holds more chunks than its postcondition plus the extra memory allows.
     #[error("after step {step}, rank {rank} holds {held} chunks it did not start with, but its postcondition has {post} and the extra memory is {extra}")]
     Memory {
+        /// The step (from 0).
         step: usize,
+        /// The rank.
         rank: usize,
+        /// Chunks it holds that it did not start with.
         held: usize,
+        /// Chunks of its postcondition.
         post: usize,
+        /// The extra memory allowed.
         extra: usize,
     },
     /// The topology's bandwidths cannot be normalized to integers.

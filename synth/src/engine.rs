@@ -116,13 +116,18 @@ pub struct Found {
 pub enum Search {
     /// One instance (steps S, rounds R, chunks C).
     Instance {
+        /// Steps S.
         steps: usize,
+        /// Rounds R.
         rounds: usize,
+        /// Chunks per rank C.
         chunks: usize,
     },
     /// The least steps at C chunks (and at most R rounds if given).
     LeastSteps {
+        /// Chunks per rank C.
         chunks: usize,
+        /// At most R rounds, where given.
         rounds: Option<usize>,
     },
     /// The Pareto frontier over (steps, rounds per chunk).

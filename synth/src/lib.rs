@@ -1,6 +1,8 @@
 //! synth: synthesizes collective-communication algorithms for GPU fabrics, proves them
 //! correct, lowers them to the MSCCL IR and runs them (see `../shared/DESIGN.md`).
 
+#![warn(missing_docs)]
+
 pub mod algo_file;
 pub mod algorithm;
 pub mod baseline;

@@ -87,7 +87,10 @@ pub enum Internode {
     /// No inter-node link.
     None,
     /// GPU i talks only to GPU i of other nodes; `gpus` restricts the local indices.
-    Relay { gpus: Option<Vec<usize>> },
+    Relay {
+        /// The local GPU indices that relay (all with an inter-node link when `None`).
+        gpus: Option<Vec<usize>>,
+    },
     /// Explicit (src, dst) rank pairs.
     Pairs(Vec<(usize, usize)>),
 }

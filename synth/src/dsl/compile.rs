@@ -6,7 +6,8 @@ use super::error::{DslError, DslResult};
 use super::{replicate, schedule};
 use runtime::ir::{Flavor, Program};
 
-/// Compiles a traced program to an IR program and verifies it with `runtime::verify`.
+/// Compiles a traced program to an IR program and verifies it with `runtime::verify`; where
+/// one threadblock per peer deadlocks, one per peer and direction.
 pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     if t.ops.is_empty() {
         return Err(DslError::new(&t.loc, "the program has no chunk operations"));
@@ -19,13 +20,27 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     // One threadblock per peer is compact, but when both sides queue several messages to
     // each other before receiving it can fill the connections (the verifier's bounded
     // FIFOs); then one threadblock per peer and direction.
-    match build(t, &dag, true) {
-        Err(e) if e.message.contains("deadlock") => build(t, &dag, false),
-        other => other,
+    let compact = build(t, &dag, true)?;
+    match runtime::verify::verify(&compact) {
+        Ok(()) => Ok(compact),
+        Err(runtime::verify::VerifyError::Deadlock { .. }) => {
+            let split = build(t, &dag, false)?;
+            runtime::verify::verify(&split).map_err(|e| unverified(t, e))?;
+            Ok(split)
+        }
+        Err(e) => Err(unverified(t, e)),
     }
 }
 
-/// Schedules, replicates and verifies.
+/// The error of a compiled program that fails verification.
+fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
+    DslError::new(
+        &t.loc,
+        format!("the compiled program fails verification: {e}"),
+    )
+}
+
+/// Schedules and replicates (one threadblock per peer where `pair`).
 fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
     let gpus = schedule::schedule(t, dag, pair)?;
     let instances = t.options.instances;
@@ -50,11 +65,5 @@ fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
         gpus,
         custom,
     };
-    runtime::verify::verify(&program).map_err(|e| {
-        DslError::new(
-            &t.loc,
-            format!("the compiled program fails verification: {e}"),
-        )
-    })?;
     Ok(program)
 }

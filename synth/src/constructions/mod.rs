@@ -12,6 +12,7 @@ pub mod rails;
 pub mod rings;
 pub mod shallow;
 pub mod shortcut_rings;
+pub mod small_ip;
 
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;

@@ -17,10 +17,11 @@
 use super::{Construction, Context};
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;
+use crate::layout::reference;
 use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex, Translations};
-use crate::trees::packing::{self, Tree};
-use crate::trees::{reference_slices, schedule};
+use crate::trees::packing::{Packing, RootTrees, Tree};
+use crate::trees::schedule;
 use anyhow::Result;
 use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables, Variable};
 use std::collections::HashMap;
@@ -44,7 +45,7 @@ impl Construction for ShallowTrees {
 
     fn build(&self, cx: &Context) -> Result<Vec<Algorithm>> {
         let (topology, root) = (cx.topology, cx.root);
-        let slices = |c: usize| reference_slices(topology, Kind::Broadcast, c);
+        let slices = |c: usize| reference::slices(topology, Kind::Broadcast, c);
         let Some(found) = shallow_broadcast(
             topology,
             cx.index,
@@ -58,8 +59,8 @@ impl Construction for ShallowTrees {
             return Ok(Vec::new());
         };
         let chunks = found.trees.len();
-        let packing = packing::Packing {
-            roots: vec![packing::RootTrees {
+        let packing = Packing {
+            roots: vec![RootTrees {
                 root,
                 trees: found
                     .trees
@@ -193,7 +194,7 @@ fn solve(
     constraints.extend(capacity_constraints(topology, index, &x, &capacity));
     // One thread, a fixed seed and a node limit: the answer is a function of the model.
     let model = vars.minimise(Expression::from(0.0)).using(highs);
-    let Some(values) = crate::trees::small_ip::solve(model, constraints, MAX_NODES)? else {
+    let Some(values) = crate::constructions::small_ip::solve(model, constraints, MAX_NODES)? else {
         return Ok(None);
     };
     let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];

@@ -4,4 +4,5 @@
 //! lowering hints; the lowering ([`crate::lower`]) reads them.
 
 pub mod groups;
+pub mod reference;
 pub mod retime;

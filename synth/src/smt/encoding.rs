@@ -35,7 +35,7 @@ use z3::{Config, Params, SatResult, Solver};
 #[derive(Debug, Clone)]
 pub enum Outcome {
     /// An algorithm with at most the instance's steps and rounds (not yet checked).
-    Sat(Algorithm),
+    Sat(Box<Algorithm>),
     /// Proven impossible.
     Unsat,
     /// The deadline passed (or the solver gave up) before an answer.
@@ -138,7 +138,7 @@ impl Instance<'_> {
             match result {
                 Some(SatResult::Sat) => {
                     return match solver.get_model() {
-                        Some(m) => Outcome::Sat(model.decode(self, &m)),
+                        Some(m) => Outcome::Sat(Box::new(model.decode(self, &m))),
                         None => Outcome::Unknown,
                     }
                 }

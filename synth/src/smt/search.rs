@@ -139,7 +139,7 @@ impl<'a> Searcher<'a> {
                 if let Some(Err(e)) = self.extra_memory.map(|m| check_memory(&algorithm, m)) {
                     bail!("internal error: the solver's algorithm for (S={steps}, R={rounds}, C={chunks}) fails the checker: {e}");
                 }
-                Verdict::Found(Box::new(algorithm))
+                Verdict::Found(algorithm)
             }
             Outcome::Unsat => Verdict::Impossible,
             Outcome::Unknown => Verdict::Undecided,

@@ -22,7 +22,6 @@ pub mod listed;
 pub mod packing;
 pub mod rounding;
 pub mod schedule;
-pub mod small_ip;
 
 use crate::algorithm::Algorithm;
 use crate::bounds::{cut_bounds, Bounds};
@@ -176,7 +175,7 @@ fn depth_schedule(
     let mut algorithm = build(choice)?;
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
     // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
-    let slices = |c: usize| reference_slices(topology, kind, c);
+    let slices = |c: usize| crate::layout::reference::slices(topology, kind, c);
     if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
         let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
@@ -200,27 +199,6 @@ fn expressible_chunks(topology: &Topology) -> usize {
     let n = topology.ranks as f64;
     let per_link = runtime::limits::Limits::PORTABLE.link_transfers() as f64 / 2.0;
     ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
-}
-
-/// The message size (bytes) the chunk count is tuned for: the main command's headline size.
-const REFERENCE_BYTES: u64 = 1 << 30;
-
-/// Bytes of a piece of `kind` at `chunks` pieces per root and [`REFERENCE_BYTES`]: an
-/// allgather buffer holds every root's pieces, a broadcast buffer one root's.
-pub(crate) fn reference_piece_bytes(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
-    let roots = if kind == Kind::Broadcast {
-        1
-    } else {
-        topology.ranks
-    };
-    REFERENCE_BYTES as f64 / (roots * chunks.max(1)) as f64
-}
-
-/// Slices of the runtime (Simple protocol) per piece of `kind` at `chunks` pieces per root
-/// and [`REFERENCE_BYTES`].
-pub(crate) fn reference_slices(topology: &Topology, kind: Kind, chunks: usize) -> f64 {
-    let slice = crate::simulate::runtime_slice_bytes(runtime::ir::Protocol::Simple) as f64;
-    reference_piece_bytes(topology, kind, chunks) / slice
 }
 
 /// Most steps of a list-scheduled tree algorithm.

@@ -194,14 +194,14 @@ pub(super) fn fewest_at(
     Ok(solve(model, constraints, rings.len())?.filter(|c| c.iter().sum::<usize>() >= 1))
 }
 
-/// Solves `model` with `constraints` ([`crate::trees::small_ip`], [`MAX_NODES`]) and reads the
+/// Solves `model` with `constraints` ([`crate::constructions::small_ip`], [`MAX_NODES`]) and reads the
 /// first `rings` columns as ring counts.
 pub(super) fn solve(
     model: HighsProblem,
     constraints: Vec<Constraint>,
     rings: usize,
 ) -> Result<Option<Vec<usize>>> {
-    let columns = crate::trees::small_ip::solve(model, constraints, MAX_NODES)?;
+    let columns = crate::constructions::small_ip::solve(model, constraints, MAX_NODES)?;
     Ok(columns.map(|c| {
         c[..rings]
             .iter()

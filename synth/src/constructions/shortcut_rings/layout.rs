@@ -3,7 +3,6 @@
 //! ([`for_reversal`]).
 
 use super::cycles::Ring;
-use super::relay::{last_narrow_hop, NO_SHORTCUT, SHORTCUT};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::layout::groups::{fit_groups, with_groups};
@@ -285,4 +284,30 @@ impl Waves<'_> {
             self.steps[at].push(send);
         }
     }
+}
+
+/// In [`schedule`]'s `drops`: the pieces of roots that take their shortcut.
+pub(super) const SHORTCUT: u8 = 1;
+
+/// In [`schedule`]'s `drops`: the pieces of roots that do not take their shortcut.
+pub(super) const NO_SHORTCUT: u8 = 2;
+
+/// The hop of a ring path (root at position `p` of `order`, `hops` hops, node ranks `node`)
+/// that enters the path's last package: its last hop over a link narrower than the widest
+/// link it takes. `None` when all its links are equally wide.
+pub(super) fn last_narrow_hop(
+    index: &TopologyIndex,
+    caps: &Capacities,
+    node: &[usize],
+    order: &[usize],
+    p: usize,
+    hops: usize,
+) -> Option<usize> {
+    let n = order.len();
+    let cap = |h: usize| {
+        let link = (node[order[(p + h) % n]], node[order[(p + h + 1) % n]]);
+        caps.links[index.link_of[&link]]
+    };
+    let widest = (0..hops).map(cap).max()?;
+    (0..hops).rev().find(|&h| cap(h) < widest)
 }

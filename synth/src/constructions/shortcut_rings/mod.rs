@@ -147,10 +147,10 @@ fn retimed_rings(
 ) -> Result<Option<Algorithm>> {
     let waves = pieces / rings.len();
     let chunks = rings.len() * waves;
-    if waves == 0 || crate::trees::reference_slices(topology, Kind::AllGather, chunks) > 1.0 {
+    if waves == 0 || crate::layout::reference::slices(topology, Kind::AllGather, chunks) > 1.0 {
         return Ok(None);
     }
-    let piece_bytes = crate::trees::reference_piece_bytes(topology, Kind::AllGather, chunks);
+    let piece_bytes = crate::layout::reference::piece_bytes(topology, Kind::AllGather, chunks);
     let a = schedule(
         topology,
         index,
@@ -232,7 +232,7 @@ impl Construction for RailShortcutRings {
         let Some((nodes, node)) = rail_nodes(cx.topology, cx.index) else {
             return Ok(Vec::new());
         };
-        let slices = |c: usize| crate::trees::reference_slices(cx.topology, Kind::AllGather, c);
+        let slices = |c: usize| crate::layout::reference::slices(cx.topology, Kind::AllGather, c);
         rail_shortcut_rings(
             cx.topology,
             cx.index,

@@ -2,7 +2,7 @@
 //! would have entered gets the piece from its rail peer over its own NIC.
 
 use super::cycles::Ring;
-use super::layout::schedule;
+use super::layout::{schedule, NO_SHORTCUT, SHORTCUT};
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;
 use crate::origin::Family;
@@ -96,39 +96,13 @@ pub(super) fn relayed_retimed(
         return Ok(None);
     };
     let family = Family::RailShortcutRelay { retimed: true };
-    let piece_bytes = crate::trees::reference_piece_bytes(topology, Kind::AllGather, a.chunks());
+    let piece_bytes = crate::layout::reference::piece_bytes(topology, Kind::AllGather, a.chunks());
     let retimed = crate::layout::retime::retimed(&a, topology, index, piece_bytes, family)?;
     Ok(retimed.map(|(a, _)| a))
 }
 
 /// The family of [`relayed`]'s candidates.
 pub(super) const RELAYED: Family = Family::RailShortcutRelay { retimed: false };
-
-/// In [`schedule`]'s `drops`: the pieces of roots that take their shortcut.
-pub(super) const SHORTCUT: u8 = 1;
-
-/// In [`schedule`]'s `drops`: the pieces of roots that do not take their shortcut.
-pub(super) const NO_SHORTCUT: u8 = 2;
-
-/// The hop of a ring path (root at position `p` of `order`, `hops` hops, node ranks `node`)
-/// that enters the path's last package: its last hop over a link narrower than the widest
-/// link it takes. `None` when all its links are equally wide.
-pub(super) fn last_narrow_hop(
-    index: &TopologyIndex,
-    caps: &Capacities,
-    node: &[usize],
-    order: &[usize],
-    p: usize,
-    hops: usize,
-) -> Option<usize> {
-    let n = order.len();
-    let cap = |h: usize| {
-        let link = (node[order[(p + h) % n]], node[order[(p + h + 1) % n]]);
-        caps.links[index.link_of[&link]]
-    };
-    let widest = (0..hops).map(cap).max()?;
-    (0..hops).rev().find(|&h| cap(h) < widest)
-}
 
 /// The `drops` of [`schedule`] that end `s` pieces early per link into a package and per
 /// wave count `waves`: both kinds in the last wave first (its hops are the drain), then the

@@ -534,7 +534,7 @@ fn merge(a: Synthesis, b: Synthesis) -> Synthesis {
             algorithms.push(x);
         }
     }
-    algorithms.sort_by_key(|x| (x.num_steps(), x.rounds_per_chunk(), x.chunks()));
+    algorithms.sort_by_key(crate::frontier::cost);
     Synthesis {
         bounds: BoundsReport {
             steps: a.bounds.steps.max(b.bounds.steps),

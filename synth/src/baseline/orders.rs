@@ -311,12 +311,9 @@ pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<u
     })
 }
 
-/// The ranks of each node, in rank order.
+/// The ranks of each node that has any, in rank order.
 pub fn node_ranks(topo: &Topology) -> Vec<Vec<usize>> {
-    let mut nodes = vec![Vec::new(); topo.nodes().max(1)];
-    for r in 0..topo.ranks {
-        nodes[topo.node_of[r]].push(r);
-    }
+    let mut nodes = crate::topology::shape::nodes(topo);
     nodes.retain(|v| !v.is_empty());
     nodes
 }

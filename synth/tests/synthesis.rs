@@ -362,7 +362,17 @@ fn the_checker_stops_at_an_expired_deadline() {
 #[test]
 fn allreduce_halves_pair_by_provenance() {
     use synth::origin::{Family, MAX_NAME};
-    let s = run("torus-2d:4x4", Kind::AllReduce, Search::Pareto);
+    use synth::synthesize::{synthesize_with, Method};
+    let topology = topology::load("torus-2d:4x4").unwrap();
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: &topology,
+        collective: Collective::new(Kind::AllReduce, topology.ranks, 0, 1).unwrap(),
+        search: Search::Pareto,
+        limits: Limits::new(16, 8, Instant::now() + Duration::from_secs(600)),
+        progress: &progress,
+    };
+    let s = synthesize_with(&request, Method::Trees, None).unwrap();
     let bucket = Family::Composed {
         reduce_scatter: Box::new(Family::Bucket),
         allgather: Box::new(Family::Bucket),

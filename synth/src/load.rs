@@ -5,7 +5,7 @@
 //! Links are looked up in the [`TopologyIndex`]; a send between ranks without a link is not
 //! counted (checked algorithms have none).
 
-use crate::algorithm::{Algorithm, Send};
+use crate::algorithm::{Algorithm, Send, Step};
 use crate::topology::{Capacities, TopologyIndex};
 use num_integer::Integer;
 use std::collections::HashMap;
@@ -125,6 +125,16 @@ pub fn busiest(index: &TopologyIndex, caps: &Capacities, sends: &[Send]) -> (u64
 pub fn rounds_needed(index: &TopologyIndex, caps: &Capacities, sends: &[Send]) -> u32 {
     let (load, cap) = busiest(index, caps, sends);
     load.div_ceil(cap).max(1) as u32
+}
+
+/// A step of `sends` that moves data without reducing it, with the rounds it needs
+/// ([`rounds_needed`]): how the tree schedules and constructions turn send lists into steps.
+pub fn plain_step(index: &TopologyIndex, caps: &Capacities, sends: Vec<Send>) -> Step {
+    Step {
+        rounds: rounds_needed(index, caps, &sends),
+        reduce: false,
+        sends,
+    }
 }
 
 /// Counters for the rounds of one step after another, over link ids (no lookup, no

@@ -241,20 +241,18 @@ fn fit(head: &str, tail: &str, most: usize) -> String {
 }
 
 /// `name` cut to at most `most` characters by dropping the end of its engine tag (what
-/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay.
+/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay (see
+/// [`fit`]); a name without that mark is cut at its end.
 pub fn shortened(name: &str, most: usize) -> String {
-    if name.len() <= most {
-        return name.to_string();
-    }
     let marker = name
         .match_indices("-s")
         .filter(|(i, _)| name[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
         .last()
-        .map_or(name.len(), |(i, _)| i);
-    let excess = name.len() - most;
-    let cut = marker.saturating_sub(excess);
-    let joined = format!("{}{}", &name[..cut], &name[marker..]);
-    joined.chars().take(most).collect()
+        .map(|(i, _)| i + 1);
+    match marker {
+        Some(m) => fit(&name[..m], &name[m..], most),
+        None => name.chars().take(most).collect(),
+    }
 }
 
 #[cfg(test)]
@@ -311,6 +309,18 @@ mod tests {
         );
         assert_eq!(composed(Family::Smt, Family::Smt).tag(), None);
         assert!(!Family::Smt.pairs_with(&Family::Smt));
+    }
+
+    #[test]
+    fn a_long_name_gives_up_the_end_of_its_tag() {
+        let name = "allreduce-mi250-16x2-rail-srelay-lst-s114-r172-c18-g4-ab6b24";
+        let cut = shortened(name, 55);
+        assert_eq!(
+            cut,
+            "allreduce-mi250-16x2-rail-srela-s114-r172-c18-g4-ab6b24"
+        );
+        assert_eq!(shortened("short-s1-r1-c1", 55), "short-s1-r1-c1");
+        assert_eq!(shortened("no-mark-at-all", 7), "no-mark");
     }
 
     #[test]

@@ -28,9 +28,10 @@
 use super::{Construction, Context};
 use crate::algorithm::{Algorithm, Send};
 use crate::collective::Kind;
+use crate::load::{busiest, plain_step};
 use crate::origin::{Family, RailForm};
 use crate::topology::{shape, Topology, TopologyIndex};
-use crate::trees::schedule::{busiest, finish, plain_step};
+use crate::trees::schedule::finish;
 use anyhow::Result;
 
 /// The ranks of every node in rank order, when `topology` has the shape the rail ring needs
@@ -64,7 +65,7 @@ impl Construction for RailRings {
         let mut algorithms = Vec::new();
         for chunks in piece_counts(nodes.len(), cx.limits, cx.for_dual) {
             algorithms.extend(rail_allgather(topology, index, &nodes, chunks, 0)?);
-            let shortcuts = best_shortcuts(topology, index, &nodes, chunks);
+            let shortcuts = best_shortcuts(index, &nodes, chunks);
             if shortcuts > 0 {
                 algorithms.extend(rail_allgather(topology, index, &nodes, chunks, shortcuts)?);
             }
@@ -139,7 +140,7 @@ pub fn rail_allgather(
         return Ok(None);
     };
     let m = nodes.len();
-    let step = |sends: Vec<Send>| plain_step(topology, index, caps, sends);
+    let step = |sends: Vec<Send>| plain_step(index, caps, sends);
     let mut steps = Vec::with_capacity(2 * m - 1);
     for (local, ring) in rail_sends(nodes, chunks, shortcuts) {
         steps.push(step(local));
@@ -211,7 +212,7 @@ pub fn rail_allgather_coalesced(
     let mut counts = Vec::new();
     let mut push = |sends: Vec<Send>, count: usize| {
         if !sends.is_empty() {
-            steps.push(plain_step(topology, index, caps, sends));
+            steps.push(plain_step(index, caps, sends));
             counts.push(count);
         }
     };
@@ -337,12 +338,7 @@ fn rail_sends(
 /// link or switch constraint least, relative to capacity (the bottleneck of a pipelined
 /// run); 0 where no shortcut helps, as where the NICs bind. At most one per other GPU of
 /// a node and per piece.
-pub fn best_shortcuts(
-    topology: &Topology,
-    index: &TopologyIndex,
-    nodes: &[Vec<usize>],
-    chunks: usize,
-) -> usize {
+pub fn best_shortcuts(index: &TopologyIndex, nodes: &[Vec<usize>], chunks: usize) -> usize {
     let Some(caps) = index.capacities.as_ref() else {
         return 0;
     };
@@ -353,7 +349,7 @@ pub fn best_shortcuts(
             .into_iter()
             .flat_map(|(local, ring)| local.into_iter().chain(ring))
             .collect();
-        let (load, cap) = busiest(topology, index, caps, &sends);
+        let (load, cap) = busiest(index, caps, &sends);
         // Strictly less load per capacity than the best so far.
         if (load as u128) * (best.1 .1 as u128) < (best.1 .0 as u128) * (cap as u128) {
             best = (k, (load, cap));
@@ -434,7 +430,7 @@ mod tests {
         let t = load("dgx-a100x2").unwrap();
         let index = t.index();
         let nodes = rails(&t, &index).unwrap();
-        let k = best_shortcuts(&t, &index, &nodes, 8);
+        let k = best_shortcuts(&index, &nodes, 8);
         assert_eq!(k, 1);
         let a = rail_allgather(&t, &index, &nodes, 8, k).unwrap().unwrap();
         check(&a, &t).unwrap_or_else(|e| panic!("{e:#}"));
@@ -442,7 +438,7 @@ mod tests {
         let caps = index.capacities.as_ref().unwrap();
         let busiest_per_capacity = |a: &Algorithm| {
             let sends: Vec<Send> = a.steps.iter().flat_map(|s| s.sends.clone()).collect();
-            let (l, c) = busiest(&t, &index, caps, &sends);
+            let (l, c) = busiest(&index, caps, &sends);
             l as f64 / c as f64
         };
         let plain = rail_allgather(&t, &index, &nodes, 8, 0).unwrap().unwrap();
@@ -453,7 +449,7 @@ mod tests {
         let t = load("dgx-a100x8").unwrap();
         let index = t.index();
         let nodes = rails(&t, &index).unwrap();
-        assert_eq!(best_shortcuts(&t, &index, &nodes, 8), 0);
+        assert_eq!(best_shortcuts(&index, &nodes, 8), 0);
     }
 
     #[test]

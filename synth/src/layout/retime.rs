@@ -17,9 +17,10 @@
 //! fits one runtime slice.
 
 use crate::algorithm::{Algorithm, Send, Step};
+use crate::load::plain_step;
 use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex};
-use crate::trees::schedule::{finish, plain_step};
+use crate::trees::schedule::finish;
 use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -111,7 +112,7 @@ pub fn retimed(
         .ok_or_else(|| anyhow::anyhow!("retiming needs integer capacities"))?;
     let steps: Vec<Step> = groups
         .into_iter()
-        .map(|sends| plain_step(topology, index, caps, sends))
+        .map(|sends| plain_step(index, caps, sends))
         .collect();
     let kind = algorithm.collective.kind;
     let mut a = finish(

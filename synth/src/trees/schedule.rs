@@ -112,7 +112,7 @@ pub fn algorithm(
             tagged.sort_by_key(|&(h, s)| (std::cmp::Reverse(h), s.chunk));
             tagged.into_iter().map(|(_, s)| s).collect::<Vec<Send>>()
         })
-        .map(|sends| plain_step(topology, index, caps, sends))
+        .map(|sends| crate::load::plain_step(index, caps, sends))
         .collect();
     finish(
         topology,
@@ -197,41 +197,4 @@ pub(crate) fn finish(
         collective,
         steps,
     ))
-}
-
-/// A step of `sends` that moves data without reducing it, with the rounds it needs
-/// ([`rounds_needed`]): how the tree schedules turn their send lists into steps.
-pub(crate) fn plain_step(
-    topology: &Topology,
-    index: &TopologyIndex,
-    caps: &crate::topology::Capacities,
-    sends: Vec<Send>,
-) -> Step {
-    Step {
-        rounds: rounds_needed(topology, index, caps, &sends),
-        reduce: false,
-        sends,
-    }
-}
-
-/// The rounds a step needs: its busiest link or switch constraint's load over its capacity.
-pub(crate) fn rounds_needed(
-    _topology: &Topology,
-    index: &TopologyIndex,
-    caps: &crate::topology::Capacities,
-    sends: &[Send],
-) -> u32 {
-    crate::load::rounds_needed(index, caps, sends)
-}
-
-/// The busiest link or switch constraint of `sends` as (load, capacity), the largest
-/// load / capacity ((0, 1) for no sends). Over a whole schedule it is what a pipelined
-/// run's bottleneck carries.
-pub(crate) fn busiest(
-    _topology: &Topology,
-    index: &TopologyIndex,
-    caps: &crate::topology::Capacities,
-    sends: &[Send],
-) -> (u64, u64) {
-    crate::load::busiest(index, caps, sends)
 }

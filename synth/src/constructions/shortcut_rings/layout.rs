@@ -6,9 +6,10 @@ use super::cycles::Ring;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::layout::groups::{fit_groups, with_groups};
+use crate::load::{plain_step, rounds_needed};
 use crate::origin::Family;
 use crate::topology::{Capacities, Topology, TopologyIndex};
-use crate::trees::schedule::{finish, plain_step, rounds_needed};
+use crate::trees::schedule::finish;
 use anyhow::Result;
 
 /// `algorithm`, the single-node schedule of `rings` ([`schedule`]), laid out for its reversal
@@ -48,7 +49,7 @@ pub(super) fn for_reversal(
     sends.splice(0..1, [apart, rest]);
     let steps: Vec<Step> = sends
         .into_iter()
-        .map(|sends| plain_step(topology, index, caps, sends))
+        .map(|sends| plain_step(index, caps, sends))
         .collect();
     // Reversed: the first half of the ring's steps in group 0, the second half in group 1,
     // the final hops in group 2.
@@ -128,7 +129,7 @@ pub(super) fn schedule(
     let mut last = std::mem::take(&mut w.last);
     last.sort_by_key(|&(sub, _)| sub);
     w.steps[subs * d].extend(last.into_iter().map(|(_, send)| send));
-    w.place_shortcuts(topology);
+    w.place_shortcuts();
     let (chunks, mut steps) = (w.chunks, w.steps);
     let trailing = !steps[subs * d].is_empty();
     if !trailing {
@@ -136,7 +137,7 @@ pub(super) fn schedule(
     }
     let steps: Vec<Step> = steps
         .into_iter()
-        .map(|sends| plain_step(topology, index, caps, sends))
+        .map(|sends| plain_step(index, caps, sends))
         .collect();
     let algorithm = finish(topology, 0, Kind::AllGather, chunks, family, steps)?;
     if !trailing {
@@ -262,15 +263,15 @@ impl Waves<'_> {
 
     /// Each shortcut in the ring step of its sub-round whose busiest link it loads least,
     /// away from the first two and the last ring step (see the module docs).
-    fn place_shortcuts(&mut self, topology: &Topology) {
+    fn place_shortcuts(&mut self) {
         let (index, caps, d) = (self.index, self.caps, self.d);
         for (sub, send) in std::mem::take(&mut self.shortcuts) {
             let window = if d >= 4 { 2..d - 1 } else { 0..d };
             let cost = |step: &Vec<Send>| {
-                let before = rounds_needed(topology, index, caps, step);
+                let before = rounds_needed(index, caps, step);
                 let mut with = step.clone();
                 with.push(send);
-                let after = rounds_needed(topology, index, caps, &with);
+                let after = rounds_needed(index, caps, &with);
                 let on_link = step
                     .iter()
                     .filter(|s| (s.src, s.dst) == (send.src, send.dst))

@@ -241,18 +241,22 @@ fn fit(head: &str, tail: &str, most: usize) -> String {
 }
 
 /// `name` cut to at most `most` characters by dropping the end of its engine tag (what
-/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay (see
-/// [`fit`]); a name without that mark is cut at its end.
+/// precedes the last `-s<steps>`), so that the steps, rounds, chunks and groups stay; a
+/// name without that mark is cut at its end. Unlike [`render`], a cut may end at a dash
+/// (a name's length is then exactly `most`, as names with a hash always were).
 pub fn shortened(name: &str, most: usize) -> String {
+    if name.len() <= most {
+        return name.to_string();
+    }
     let marker = name
         .match_indices("-s")
         .filter(|(i, _)| name[i + 2..].starts_with(|c: char| c.is_ascii_digit()))
         .last()
-        .map(|(i, _)| i + 1);
-    match marker {
-        Some(m) => fit(&name[..m], &name[m..], most),
-        None => name.chars().take(most).collect(),
-    }
+        .map_or(name.len(), |(i, _)| i);
+    let excess = name.len() - most;
+    let cut = marker.saturating_sub(excess);
+    let joined = format!("{}{}", &name[..cut], &name[marker..]);
+    joined.chars().take(most).collect()
 }
 
 #[cfg(test)]

@@ -510,7 +510,7 @@ mod tests {
         assert_eq!(line.automorphism_count(100), (2, true));
         let star = generate("star", GenSize::Ranks(5), 1.0, 0.0).unwrap();
         assert_eq!(star.automorphism_count(100), (24, true));
-        let torus = generate("torus-2d", GenSize::Grid(4, 4), 1.0, 0.0).unwrap();
+        let torus = generate("torus-2d", GenSize::Grid(vec![4, 4]), 1.0, 0.0).unwrap();
         assert_eq!(torus.automorphism_count(10_000), (384, true));
         assert_eq!(ring.automorphism_count(10), (10, false));
         let full = generate("fully-connected", GenSize::Ranks(16), 1.0, 0.0).unwrap();

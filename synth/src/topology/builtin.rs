@@ -54,6 +54,22 @@ const BUILTINS: &[Builtin] = &[
         "2-D torus with wrap-around (torus-2d:RxC, default 4x4), 25 GB/s links"
     ),
     builtin!(
+        "torus-3d",
+        "3-D torus with wrap-around (torus-3d:AxBxC, default 4x4x4), 25 GB/s links"
+    ),
+    builtin!(
+        "mesh-2d",
+        "2-D mesh without wrap-around (mesh-2d:RxC, default 4x4), 25 GB/s links"
+    ),
+    builtin!(
+        "hypercube",
+        "hypercube of 2^d ranks (hypercube:N, default 16), 25 GB/s links"
+    ),
+    builtin!(
+        "random",
+        "seeded random connected fabric (random:N:SEED, default 16:1), 25-75 GB/s links"
+    ),
+    builtin!(
         "dgx1",
         "NVIDIA DGX-1: 8 V100 hybrid cube-mesh, 6 x 25 GB/s NVLinks per GPU"
     ),

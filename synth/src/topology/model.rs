@@ -108,4 +108,46 @@ impl Topology {
                 .collect(),
         }
     }
+
+    /// The same fabric with rank `r` renamed `to[r]` (`to` a permutation of the ranks): links,
+    /// nodes and constraints follow their ranks, listed in the new ids' order so that the
+    /// result does not remember the old numbering.
+    pub fn relabeled(&self, to: &[usize]) -> Topology {
+        let mut node_of = vec![0; self.ranks];
+        for (r, &n) in self.node_of.iter().enumerate() {
+            node_of[to[r]] = n;
+        }
+        let mut links: Vec<Link> = self
+            .links
+            .iter()
+            .map(|l| Link {
+                src: to[l.src],
+                dst: to[l.dst],
+                ..l.clone()
+            })
+            .collect();
+        links.sort_by_key(|l| (l.src, l.dst));
+        let rename = |set: &[usize]| {
+            let mut v: Vec<usize> = set.iter().map(|&r| to[r]).collect();
+            v.sort_unstable();
+            v
+        };
+        let switches = self
+            .switches
+            .iter()
+            .map(|s| SwitchConstraint {
+                name: s.name.clone(),
+                srcs: rename(&s.srcs),
+                dsts: rename(&s.dsts),
+                bandwidth: s.bandwidth,
+            })
+            .collect();
+        Topology {
+            name: self.name.clone(),
+            ranks: self.ranks,
+            node_of,
+            links,
+            switches,
+        }
+    }
 }

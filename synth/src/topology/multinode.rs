@@ -94,6 +94,45 @@ pub fn compose(
     Ok(topo)
 }
 
+/// Makes the network of `topo` (copies of `node`, composed with `nic` by [`compose`])
+/// oversubscribed `factor`:1: each node's switch uplink carries 1/`factor` of
+/// the node's NIC bandwidth, as two constraints per node (`n<k>-uplink-out`: its ranks'
+/// sends to other nodes; `n<k>-uplink-in`: their receives). A factor of 1 adds nothing.
+pub fn oversubscribe(
+    topo: &mut Topology,
+    node: &Topology,
+    nic: &NicFacts,
+    factor: f64,
+) -> Result<()> {
+    if !(factor.is_finite() && factor >= 1.0) {
+        bail!("oversubscription must be at least 1 (full bisection), got {factor}");
+    }
+    let g = node.ranks;
+    if factor == 1.0 || g == 0 {
+        return Ok(());
+    }
+    let nodes = topo.ranks / g;
+    let (serves, nic_bw) = nic_service(node, nic)?;
+    let uplink = serves.len() as f64 * nic_bw / factor;
+    for k in 0..nodes {
+        let mine: Vec<usize> = (k * g..(k + 1) * g).collect();
+        let others: Vec<usize> = (0..topo.ranks).filter(|r| r / g != k).collect();
+        topo.switches.push(SwitchConstraint {
+            name: format!("n{k}-uplink-out"),
+            srcs: mine.clone(),
+            dsts: others.clone(),
+            bandwidth: uplink,
+        });
+        topo.switches.push(SwitchConstraint {
+            name: format!("n{k}-uplink-in"),
+            srcs: others,
+            dsts: mine,
+            bandwidth: uplink,
+        });
+    }
+    Ok(())
+}
+
 impl Network {
     /// Whether the network joins ranks `a` and `b` (of different nodes of `g` GPUs each).
     fn connects(self, a: usize, b: usize, g: usize) -> bool {

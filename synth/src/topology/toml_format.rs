@@ -14,8 +14,9 @@
 //! alpha = 0.7              # default latency of a link in µs (default 0.7)
 //! node_of = [0, 0, 0, 0, 1, 1, 1, 1]   # node of each rank (default: all on node 0)
 //!
-//! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke", "shared-hub"
-//! # (size = ranks) or "torus-2d" (size = "ROWSxCOLS"). Links use `bandwidth` and `alpha`.
+//! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke", "shared-hub",
+//! # "hypercube" (size = ranks), "torus-2d" or "mesh-2d" (size = "ROWSxCOLS"), "torus-3d"
+//! # (size = "AxBxC") or "random" (size = "RANKS:SEED"). Links use `bandwidth` and `alpha`.
 //! # generator = "ring"
 //! # size = 8
 //!
@@ -74,7 +75,12 @@
 //! nic_alpha = 2.6          # µs (default: the node's, else 2.6)
 //! nics_per_gpu = 1         # or nics_per_node = 1 (one NIC shared by the node, NDv2 style)
 //! network = "fat-tree"     # every GPU to every GPU of other nodes; "rail": same local index
+//! oversubscription = 4     # the network gives each node 1/4 of its NICs' bandwidth (default 1)
 //! ```
+//!
+//! `relabel = SEED` (top level) renumbers the finished fabric's ranks by a permutation drawn
+//! from SEED: the same fabric under other rank ids, to check that results do not depend on
+//! them.
 //!
 //! Inter-node GPU pairs become links of one NIC's bandwidth per GPU and alpha `nic_alpha`;
 //! every NIC adds an "out" and an "in" constraint of its bandwidth over the GPUs it serves.
@@ -184,6 +190,7 @@ struct TopologyFile {
     switch: Vec<Spanned<SwitchToml>>,
     nic: Option<Spanned<NicToml>>,
     multinode: Option<Spanned<MultinodeToml>>,
+    relabel: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -232,6 +239,7 @@ struct MultinodeToml {
     nics_per_gpu: Option<Spanned<usize>>,
     nics_per_node: Option<Spanned<usize>>,
     network: Option<Spanned<String>>,
+    oversubscription: Option<Spanned<f64>>,
 }
 
 fn sp<T>(s: &Spanned<T>) -> Option<Range<usize>> {
@@ -601,7 +609,19 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
     topology
         .validate()
         .map_err(|e| anyhow!("{}: {e}", src.label))?;
+    let topology = match &file.relabel {
+        Some(seed) => topology.relabeled(&random_permutation(topology.ranks, *seed.get_ref())),
+        None => topology,
+    };
     Ok(Loaded { topology, nic })
+}
+
+/// The permutation of `n` ranks that `relabel = seed` applies: rank `r` becomes `to[r]`.
+pub fn random_permutation(n: usize, seed: u64) -> Vec<usize> {
+    use rand::{seq::SliceRandom, SeedableRng};
+    let mut to: Vec<usize> = (0..n).collect();
+    to.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    to
 }
 
 /// The top-level `bandwidth` and `alpha`, checked, or their defaults.
@@ -823,14 +843,19 @@ fn compose(src: &Source, m: &MultinodeToml, name: Option<&str>, depth: usize) ->
         alpha,
         placement,
     };
-    multinode::compose(
+    let mut topo = multinode::compose(
         &node.topology,
         nodes,
         &nic,
         network,
         name.unwrap_or(&default_name),
     )
-    .map_err(|e| src.err(sp(&m.nodes), "multinode", e))
+    .map_err(|e| src.err(sp(&m.nodes), "multinode", e))?;
+    if let Some(f) = &m.oversubscription {
+        multinode::oversubscribe(&mut topo, &node.topology, &nic, *f.get_ref())
+            .map_err(|e| src.err(sp(f), "multinode.oversubscription", e))?;
+    }
+    Ok(topo)
 }
 
 #[cfg(test)]

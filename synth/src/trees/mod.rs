@@ -18,6 +18,7 @@
 //! reduce-scatter followed by allgather.
 
 pub mod arborescence;
+pub mod integer;
 pub mod listed;
 pub mod packing;
 pub mod rounding;
@@ -42,6 +43,9 @@ pub struct TreeResult {
     /// or, when its steps are grouped in stages, the count best after a slice of pipeline
     /// fill at 1 GB.
     pub algorithm: Algorithm,
+    /// The same layout at the fewest pieces whose rounding is the best tried, where the
+    /// algorithm took fewer, larger pieces for pipelining (the simulation picks between them).
+    pub best_rate: Option<Algorithm>,
     /// The same pieces and trees list-scheduled one round per step (more steps, fewer
     /// rounds); `None` when that schedule passes its step cap.
     pub listed: Option<Algorithm>,
@@ -65,19 +69,27 @@ pub fn synthesize_trees(
     limits: &Limits,
     progress: &crate::progress::Progress,
 ) -> Result<TreeResult> {
-    let (group, roots, optimum_gbps) = optimum(topology, index, coll, progress)?;
-    progress.message(&format!("packing trees for {} root(s)", roots.len()));
-    let mut packing = pack(
-        topology,
-        index,
-        &group,
-        &roots,
-        Some(optimum_gbps),
-        limits.deadline,
-    )?;
+    let (group, roots, optimum) = optimum(topology, index, coll, progress)?;
+    let optimum_gbps = *optimum.numer() as f64 / *optimum.denom() as f64;
+    progress.message(&format!("packing whole trees for {} root(s)", roots.len()));
+    let mut packing = match integer::pack_integer(topology, index, &group, &roots, optimum) {
+        Some(p) => p,
+        None => {
+            progress.message(&format!("packing trees for {} root(s)", roots.len()));
+            pack(
+                topology,
+                index,
+                &group,
+                &roots,
+                Some(optimum_gbps),
+                limits.deadline,
+            )?
+        }
+    };
     add_symmetric_images(topology, &mut packing);
     progress.message("rounding the packing to pieces");
-    let (algorithm, choice) = depth_schedule(topology, index, &packing, coll.kind, limits)?;
+    let (algorithm, choice, best_rate) =
+        depth_schedule(topology, index, &packing, coll.kind, limits)?;
     // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     progress.message("list-scheduling the trees");
     let listed = match listed::list_scheduled(
@@ -97,6 +109,7 @@ pub fn synthesize_trees(
     };
     Ok(TreeResult {
         algorithm,
+        best_rate,
         listed,
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
@@ -113,7 +126,7 @@ fn optimum(
     index: &TopologyIndex,
     coll: &Collective,
     progress: &crate::progress::Progress,
-) -> Result<(Translations, Vec<usize>, f64)> {
+) -> Result<(Translations, Vec<usize>, num_rational::Ratio<i128>)> {
     let net = FlowNetwork::new(topology)?;
     let (group, roots, optimum) = match coll.kind {
         Kind::AllGather => {
@@ -133,26 +146,26 @@ fn optimum(
         }
         other => bail!("the tree-packing engine builds allgather and broadcast (and by duality reduce-scatter, reduce and allreduce), not {other}"),
     };
-    let optimum_gbps = optimum.as_f64();
-    if optimum_gbps <= 0.0 {
+    if optimum.as_f64() <= 0.0 {
         bail!(
             "`{}` is not connected: {} cannot reach every rank",
             topology.name,
             optimum.describe_cut()
         );
     }
-    Ok((group, roots, optimum_gbps))
+    Ok((group, roots, optimum.gbps))
 }
 
 /// The packing's trees laid out by depth in stages ([`TreeResult::algorithm`]) at the piece
-/// count chosen for it, and that choice.
+/// count chosen for it, that choice, and the layout at the fewest pieces of the best rate
+/// where the choice took fewer ([`TreeResult::best_rate`]).
 fn depth_schedule(
     topology: &Topology,
     index: &TopologyIndex,
     packing: &packing::Packing,
     kind: Kind,
     limits: &Limits,
-) -> Result<(Algorithm, rounding::ChunkOption)> {
+) -> Result<(Algorithm, rounding::ChunkOption, Option<Algorithm>)> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages: Vec<Vec<Vec<f64>>> = packing
         .roots
@@ -173,17 +186,19 @@ fn depth_schedule(
     };
     let mut choice = rounding::fewest_pieces(&options);
     let mut algorithm = build(choice)?;
+    let mut best_rate = None;
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
     // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
+    // Both go on: the simulation decides.
     let slices = |c: usize| crate::layout::reference::slices(topology, kind, c);
     if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
         let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
             choice = pipelined;
-            algorithm = build(choice)?;
+            best_rate = Some(std::mem::replace(&mut algorithm, build(choice)?));
         }
     }
-    Ok((algorithm, choice.clone()))
+    Ok((algorithm, choice.clone(), best_rate))
 }
 
 /// `algorithm` in the step groups chosen for it ([`crate::layout::groups::step_groups`]).
@@ -272,6 +287,7 @@ impl Engine for TreeEngine {
         let mut algorithms = crate::frontier::pareto_filter(
             [result.algorithm]
                 .into_iter()
+                .chain(result.best_rate)
                 .chain(result.listed)
                 .collect(),
         );

@@ -1475,3 +1475,40 @@ fn default_broadcast_on_one_box_beats_nccl_ring() {
     assert!(best > ring, "{at}");
     assert!(best >= 0.95 * at["bound"].as_f64().unwrap(), "{at}");
 }
+
+/// `synth bench --cases zoo` runs a zoo fabric as written and renumbered: both reach the
+/// exact allgather optimum of a 6-D hypercube (whole trees, no rounding loss) to 99%, within
+/// 0.5% of each other.
+#[test]
+fn bench_zoo_runs_a_fabric_and_its_renumbered_twin() {
+    let out = synth(&[
+        "bench",
+        "--cases",
+        "zoo",
+        "--coll",
+        "allgather",
+        "--fabrics",
+        "hypercube:64",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("| hypercube:64 "))
+        .unwrap_or_else(|| panic!("no row: {stdout}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let percent: f64 = cells[8].trim_end_matches('%').parse().unwrap();
+    let twin: Vec<&str> = cells[10].split(", ").collect();
+    let twin_percent: f64 = twin[1].trim_end_matches('%').parse().unwrap();
+    let apart: f64 = cells[11].trim_end_matches('%').parse().unwrap();
+    assert!(percent >= 99.0 && twin_percent >= 99.0, "{row}");
+    assert!(apart <= 0.5, "{row}");
+    fails_with(
+        &["bench", "--cases", "zoo", "--fabrics", "nosuch"],
+        "'nosuch' is not in the zoo",
+    );
+}

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Cases to time: dgx1-allgather-pareto, dgx1-reducescatter-pareto,
-    /// dgx1-alltoall-8-8-3, or `scale` (the main command's default allgather on the scale
+    /// dgx1-alltoall-8-8-3, `scale` (the main command's default allgather on the scale
     /// fabrics, each in its own process: wall and CPU time, peak memory, simulated busbw
-    /// against the exact optimum and NCCL ring) (comma-separated).
+    /// against the exact optimum and NCCL ring) or `zoo` (the same on fabrics like users',
+    /// each also under a random renumbering of its ranks) (comma-separated).
     #[arg(long, default_value = "dgx1-allgather-pareto,dgx1-alltoall-8-8-3")]
     cases: String,
     /// Runs per case.
@@ -27,13 +28,16 @@ pub struct BenchArgs {
     repeat: usize,
     /// Time limit per run, seconds.
     #[arg(long, default_value_t = 900.0, allow_negative_numbers = true, value_parser = super::limits::seconds)]
-    time_limit: f64,
-    /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale issue).
+    pub(super) time_limit: f64,
+    /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale
+    /// issue); with `--cases zoo`: the zoo fabrics to run (default: all).
     #[arg(long)]
-    fabrics: Option<String>,
-    /// With `--cases scale`: the collective each fabric runs (default allgather).
-    #[arg(long, default_value = "allgather")]
-    coll: String,
+    pub(super) fabrics: Option<String>,
+    /// With `--cases scale`: the collective each fabric runs (default allgather); with
+    /// `--cases zoo`: the collectives (comma-separated; default allgather, reducescatter,
+    /// allreduce).
+    #[arg(long)]
+    pub(super) coll: Option<String>,
 }
 
 /// Runs `synth bench`.
@@ -41,6 +45,9 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut report = Vec::new();
     if args.cases.split(',').any(|c| c.trim() == "scale") {
         return scale(args, json, out);
+    }
+    if args.cases.split(',').any(|c| c.trim() == "zoo") {
+        return super::bench_zoo::zoo(args, json, out);
     }
     for case in args
         .cases
@@ -135,8 +142,9 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         None => SCALE_FABRICS.iter().map(|s| s.to_string()).collect(),
     };
     // A bad fabric or collective is one error up front, not a table of failed rows.
+    let coll = args.coll.as_deref().unwrap_or("allgather");
     for fabric in &fabrics {
-        super::synth_cmd::load_collective(&args.coll, &topology::load(fabric)?, None)?;
+        super::synth_cmd::load_collective(coll, &topology::load(fabric)?, None)?;
     }
     let mut rows = Vec::new();
     if !json {
@@ -144,7 +152,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     }
     for fabric in &fabrics {
-        let child = run_main_command(&exe, fabric, args, &dir)?;
+        let child = run_main_command(&exe, fabric, coll, args.time_limit, &dir)?;
         if !child.status.success() {
             let err = String::from_utf8_lossy(&child.stderr);
             let line = err.lines().last().unwrap_or("failed").to_string();
@@ -167,24 +175,18 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Runs the main command (`exe`) on `fabric` with `--json`, the bench's collective and time
-/// limit, writing to `dir`.
-fn run_main_command(
+/// Runs the main command (`exe`) on `fabric` with `--json`, collective `coll` and
+/// `time_limit` seconds, writing to `dir`.
+pub(super) fn run_main_command(
     exe: &Path,
     fabric: &str,
-    args: &BenchArgs,
+    coll: &str,
+    time_limit: f64,
     dir: &Path,
 ) -> Result<std::process::Output> {
     Ok(std::process::Command::new(exe)
-        .args([
-            "--topo",
-            fabric,
-            "--coll",
-            &args.coll,
-            "--json",
-            "--time-limit",
-        ])
-        .arg(args.time_limit.to_string())
+        .args(["--topo", fabric, "--coll", coll, "--json", "--time-limit"])
+        .arg(time_limit.to_string())
         .arg("--out")
         .arg(dir)
         .output()?)
@@ -192,7 +194,7 @@ fn run_main_command(
 
 /// The largest of NCCL's ring, tree and point-to-point busbw in a row of the main command's
 /// `at_1gb` (those present).
-fn nccl_best(row: &serde_json::Value) -> Option<f64> {
+pub(super) fn nccl_best(row: &serde_json::Value) -> Option<f64> {
     [&row["ring"], &row["tree"], &row["p2p"]]
         .iter()
         .filter_map(|v| v.as_f64())
@@ -225,18 +227,23 @@ fn best_against_nccl(at: &serde_json::Value, bytes: u64) -> String {
     }
 }
 
+/// The key of the optimum a row of the main command's `at_1gb` is rated against: an
+/// allreduce against reduce-scatter then allgather at their optima (what the issues' 98% is
+/// of), not its cut bound, which no two-phase algorithm reaches; the rest against the bound.
+pub(super) fn optimum_key(at: &serde_json::Value) -> &'static str {
+    if at["two_phase"].is_f64() {
+        "two_phase"
+    } else {
+        "bound"
+    }
+}
+
 /// The table row of one fabric from the main command's JSON document.
 fn scale_row(fabric: &str, doc: &serde_json::Value) -> String {
     let f = |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
     let at = &doc["at_1gb"];
     let busbw = at["busbw"].as_f64();
-    // An allreduce against reduce-scatter then allgather at their optima (what the
-    // issue's 98% is of), not its cut bound, which no two-phase algorithm reaches.
-    let optimum = &at[if at["two_phase"].is_f64() {
-        "two_phase"
-    } else {
-        "bound"
-    }];
+    let optimum = &at[optimum_key(at)];
     let pct = match (busbw, optimum.as_f64()) {
         (Some(b), Some(o)) if o > 0.0 => format!("{:.1}%", 100.0 * b / o),
         _ => "-".into(),

@@ -2,6 +2,7 @@
 //! `--json` and writes one JSON document to stdout instead of its table.
 
 mod bench_cmd;
+mod bench_zoo;
 mod catalog_cmd;
 mod compile_cmd;
 mod draw_cmd;

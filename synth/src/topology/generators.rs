@@ -152,7 +152,9 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
         }
         ("torus-2d" | "mesh-2d", _) => bail!("{name} takes a size ROWSxCOLS, e.g. 4x4"),
         ("torus-3d", _) => bail!("torus-3d takes a size AxBxC, e.g. 4x4x4"),
-        ("random", GenSize::Seeded { ranks, seed }) => (*ranks, random_pairs(*ranks, *seed)?, Vec::new()),
+        ("random", GenSize::Seeded { ranks, seed }) => {
+            (*ranks, random_pairs(*ranks, *seed)?, Vec::new())
+        }
         ("random", GenSize::Ranks(ranks)) => (*ranks, random_pairs(*ranks, 0)?, Vec::new()),
         ("random", GenSize::Grid(_)) => bail!("random takes a size RANKS:SEED, e.g. 16:7"),
         (_, GenSize::Ranks(n)) => {
@@ -208,8 +210,9 @@ fn grid_pairs(dims: &[usize], wrap: bool) -> Result<(usize, RankPairs)> {
     Ok((n, pairs))
 }
 
-/// A connected fabric of `n` ranks drawn from `seed`: a random spanning tree, then random
-/// extra pairs up to 2n pairs in all (about 4 links per rank), each of multiplicity 1 to 3.
+/// A connected fabric of `n` ranks drawn from `seed`: a random spanning tree, a second
+/// neighbour for every leaf, then random extra pairs up to 2n pairs in all (about 4 links per
+/// rank), each of multiplicity 1 to 3.
 fn random_pairs(n: usize, seed: u64) -> Result<RankPairs> {
     if n < 2 {
         bail!("random needs at least 2 ranks, got {n}");
@@ -229,6 +232,13 @@ fn random_pairs(n: usize, seed: u64) -> Result<RankPairs> {
     for i in 1..n {
         let parent = order[rng.gen_range(0..i)];
         add(order[i], parent, &mut rng, &mut pairs);
+    }
+    // Every rank gets a second neighbour where it can (a leaf would bound every collective).
+    for r in 0..n {
+        let degree = |pairs: &RankPairs| pairs.iter().filter(|p| p.0 == r || p.1 == r).count();
+        while degree(&pairs) < 2.min(n - 1) && pairs.len() < target {
+            add(r, rng.gen_range(0..n), &mut rng, &mut pairs);
+        }
     }
     while pairs.len() < target {
         let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
@@ -387,7 +397,11 @@ mod tests {
         assert_eq!(a.links, b.links);
         assert_eq!(a.links.len(), 2 * 48);
         assert!(a.unreachable_pairs().is_empty());
-        let multiples: HashSet<u64> = a.links.iter().map(|l| (l.bandwidth / 25.0) as u64).collect();
+        let multiples: HashSet<u64> = a
+            .links
+            .iter()
+            .map(|l| (l.bandwidth / 25.0) as u64)
+            .collect();
         assert_eq!(multiples, HashSet::from([1, 2, 3]));
         let other = generate("random", parse_size("24:8").unwrap(), 25.0, 0.7).unwrap();
         assert_ne!(a.links, other.links);

@@ -919,4 +919,52 @@ mod tests {
         };
         assert_eq!(parse(&src, None, 0).unwrap().topology.ranks, 16);
     }
+
+    /// Parses `text` as a topology file.
+    fn load(text: &str) -> anyhow::Result<Topology> {
+        let src = Source {
+            label: "t.toml".into(),
+            text,
+            dir: None,
+            stem: "t".into(),
+        };
+        parse(&src, None, 0).map(|l| l.topology)
+    }
+
+    #[test]
+    fn relabel_renumbers_ranks_and_keeps_the_fabric() {
+        let plain = load("[multinode]\nnode = \"dgx-a100\"\nnodes = 2\n").unwrap();
+        let twin = load("relabel = 7\n[multinode]\nnode = \"dgx-a100\"\nnodes = 2\n").unwrap();
+        let to = random_permutation(plain.ranks, 7);
+        assert_ne!(to, (0..plain.ranks).collect::<Vec<_>>());
+        assert_eq!(twin, plain.relabeled(&to));
+        for l in &plain.links {
+            let image = twin
+                .link(to[l.src], to[l.dst])
+                .expect("the link follows its ranks");
+            assert_eq!((image.bandwidth, image.alpha), (l.bandwidth, l.alpha));
+        }
+        assert!((0..plain.ranks).all(|r| plain.node_of[r] == twin.node_of[to[r]]));
+        assert_eq!(twin.switches.len(), plain.switches.len());
+    }
+
+    #[test]
+    fn oversubscription_caps_each_node_uplink() {
+        let text = "[multinode]\nnode = \"dgx-a100\"\nnodes = 4\noversubscription = 4\n";
+        let t = load(text).unwrap();
+        let uplinks: Vec<_> = t
+            .switches
+            .iter()
+            .filter(|s| s.name.contains("uplink"))
+            .collect();
+        // Per node one constraint out and one in, each 8 NICs x 25 GB/s / 4.
+        assert_eq!(uplinks.len(), 8);
+        assert!(uplinks.iter().all(|s| s.bandwidth == 50.0));
+        assert_eq!((uplinks[0].srcs.len(), uplinks[0].dsts.len()), (8, 24));
+        let bad = load(&text.replace("oversubscription = 4", "oversubscription = 0.5"))
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("oversubscription must be at least 1"), "{bad}");
+        assert!(bad.contains("t.toml:4"), "{bad}");
+    }
 }

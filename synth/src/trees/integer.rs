@@ -12,13 +12,13 @@
 //! the partial trees `R_i` and the remaining units still satisfy, for every nonempty vertex
 //! set X, `units entering X ≥ #{i : R_i ∩ X = ∅}`; an acceptable edge always exists. The
 //! condition is one maximum flow per sink: a source feeds one unit to each tree, each tree
-//! feeds its vertices, and every rank must receive one unit per tree.
+//! feeds its vertices, and every rank must receive one unit per tree; after an edge is
+//! added, only the sets that contain its head can break it, so one flow decides.
 //!
 //! Trees of the roots in one orbit of a [`Translations`] group are images of their
 //! representative's, so an edge added to a representative's tree is added to all its images
 //! at once, taking one unit from every link of its orbit (the group acts freely, so each
-//! link of the orbit gets exactly one of the images), and the flow condition needs checking
-//! only at one sink per orbit of ranks. With images added together the proof's guarantee no
+//! link of the orbit gets exactly one of the images). With images added together the proof's guarantee no
 //! longer holds in general; where no edge is acceptable the construction gives up and the
 //! fractional packing is rounded instead.
 //!
@@ -38,7 +38,7 @@ const MAX_TREES: usize = 1024;
 
 /// Most arc visits, over all flow checks, before the construction gives up (a bound on its
 /// work, independent of the machine's speed).
-const MAX_WORK: u64 = 2_000_000_000;
+const MAX_WORK: u64 = 100_000_000;
 
 /// The integer packing at the exact optimum `optimum` (GB/s per root) for the roots
 /// `roots` (representatives of `group`'s orbits), or `None` where no small tree count makes
@@ -60,7 +60,15 @@ pub fn pack_integer(
         return None;
     }
     let mut state = Construction::new(topology, index, group, roots, &orbits, k, units);
-    state.grow()?;
+    let grown = state.grow();
+    if std::env::var_os("SYNTH_TRACE").is_some() {
+        eprintln!(
+            "integer packing: k {k}, work {}, {}",
+            state.work,
+            if grown.is_some() { "done" } else { "gave up" }
+        );
+    }
+    grown?;
     let weight = 1.0 / k as f64;
     Some(Packing {
         roots: roots
@@ -124,8 +132,6 @@ struct Construction<'a> {
     at_depth: Vec<Vec<i128>>,
     /// Representative `ri`'s tree `i` is `trees[ri * k + i]`.
     trees: Vec<PartialTree>,
-    /// One sink per orbit of ranks.
-    sinks: Vec<usize>,
     work: u64,
 }
 
@@ -163,7 +169,6 @@ impl<'a> Construction<'a> {
             left: units.clone(),
             units,
             trees,
-            sinks: group.representatives(),
             work: 0,
         }
     }
@@ -213,7 +218,12 @@ impl<'a> Construction<'a> {
         let key = |l: usize| {
             let (link, o) = (&self.topology.links[l], self.link_orbit[l]);
             let depth = tree.depth[link.src];
-            (depth, self.at_depth[depth + 1][o], self.units[o], self.left[o])
+            (
+                depth,
+                self.at_depth[depth + 1][o],
+                self.units[o],
+                self.left[o],
+            )
         };
         // At equal depth: a smaller share used at that depth, then a larger share left
         // (shares compared exactly, by cross-multiplying).
@@ -249,17 +259,19 @@ impl<'a> Construction<'a> {
     }
 
     /// Whether adding `link` to tree `t` (and its images to the images) keeps Lovász's
-    /// condition.
+    /// condition. It held before, and the addition only takes units from links into the
+    /// link's head `w` and its images, so a set that breaks it contains an image of `w`,
+    /// and by symmetry then one that contains `w` does: one maximum flow, into `w`, decides.
     fn accepts(&mut self, t: usize, link: usize) -> bool {
         self.add(t, link);
-        let ok = self.condition_holds();
+        let ok = self.condition_holds_into(self.topology.links[link].dst);
         self.remove(t, link);
         ok
     }
 
-    /// Lovász's condition for every tree of every root (the images of the representatives'
-    /// partial trees) and the units left: one maximum flow per sink.
-    fn condition_holds(&mut self) -> bool {
+    /// Lovász's condition, for every tree of every root (the images of the representatives'
+    /// partial trees) and the units left, on the vertex sets that contain `sink`.
+    fn condition_holds_into(&mut self, sink: usize) -> bool {
         let n = self.topology.ranks;
         let images = self.group.elements.len();
         let tree_count = self.trees.len() * images;
@@ -286,11 +298,8 @@ impl<'a> Construction<'a> {
             + tree_count
             + self.trees.iter().map(|t| t.members.len()).sum::<usize>() * images)
             as u64;
-        let sinks = self.sinks.clone();
-        sinks.iter().all(|&v| {
-            self.work += arcs;
-            flow.max_flow(source, v, big) == big
-        })
+        self.work += arcs;
+        flow.max_flow(source, sink, big) == big
     }
 }
 

@@ -44,8 +44,9 @@ pub struct TreeResult {
     /// fill at 1 GB.
     pub algorithm: Algorithm,
     /// The same layout at the fewest pieces whose rounding is the best tried, where the
-    /// algorithm took fewer, larger pieces for pipelining (the simulation picks between them).
-    pub best_rate: Option<Algorithm>,
+    /// algorithm took fewer, larger pieces for pipelining (the simulation picks between them),
+    /// with its list-scheduled twin.
+    pub best_rate: Option<(Algorithm, Option<Algorithm>)>,
     /// The same pieces and trees list-scheduled one round per step (more steps, fewer
     /// rounds); `None` when that schedule passes its step cap.
     pub listed: Option<Algorithm>,
@@ -90,23 +91,12 @@ pub fn synthesize_trees(
     progress.message("rounding the packing to pieces");
     let (algorithm, choice, best_rate) =
         depth_schedule(topology, index, &packing, coll.kind, limits)?;
-    // A candidate beside the depth schedule: past its step cap it is dropped, not fatal.
     progress.message("list-scheduling the trees");
-    let listed = match listed::list_scheduled(
-        topology,
-        index,
-        &packing,
-        coll.kind,
-        choice.chunks,
-        &choice.counts,
-        MAX_LISTED_STEPS,
-    ) {
-        Ok(a) => Some(staged(topology, index, a)),
-        Err(e) => {
-            progress.message(&format!("no list-scheduled candidate: {e:#}"));
-            None
-        }
-    };
+    let listed = listed_candidate(topology, index, &packing, coll.kind, &choice, progress);
+    let best_rate = best_rate.map(|(a, c)| {
+        let listed = listed_candidate(topology, index, &packing, coll.kind, &c, progress);
+        (a, listed)
+    });
     Ok(TreeResult {
         algorithm,
         best_rate,
@@ -117,6 +107,34 @@ pub fn synthesize_trees(
         symmetry: group.order(),
         rounds: packing.rounds,
     })
+}
+
+/// The packing's trees at the piece counts of `choice`, list-scheduled one round per step:
+/// a candidate beside the depth schedule, so past its step cap it is left out, not fatal.
+fn listed_candidate(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &packing::Packing,
+    kind: Kind,
+    choice: &rounding::ChunkOption,
+    progress: &crate::progress::Progress,
+) -> Option<Algorithm> {
+    let (chunks, counts) = (choice.chunks, &choice.counts);
+    match listed::list_scheduled(
+        topology,
+        index,
+        packing,
+        kind,
+        chunks,
+        counts,
+        MAX_LISTED_STEPS,
+    ) {
+        Ok(a) => Some(staged(topology, index, a)),
+        Err(e) => {
+            progress.message(&format!("no list-scheduled candidate: {e:#}"));
+            None
+        }
+    }
 }
 
 /// The symmetry group to pack under, its representative roots and the exact optimum rate
@@ -165,7 +183,11 @@ fn depth_schedule(
     packing: &packing::Packing,
     kind: Kind,
     limits: &Limits,
-) -> Result<(Algorithm, rounding::ChunkOption, Option<Algorithm>)> {
+) -> Result<(
+    Algorithm,
+    rounding::ChunkOption,
+    Option<(Algorithm, rounding::ChunkOption)>,
+)> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages: Vec<Vec<Vec<f64>>> = packing
         .roots
@@ -184,7 +206,8 @@ fn depth_schedule(
         let a = schedule::algorithm(topology, index, packing, kind, chunks, counts, false)?;
         Ok(staged(topology, index, a))
     };
-    let mut choice = rounding::fewest_pieces(&options);
+    let best = rounding::fewest_pieces(&options);
+    let mut choice = best;
     let mut algorithm = build(choice)?;
     let mut best_rate = None;
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
@@ -195,7 +218,8 @@ fn depth_schedule(
         let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
             choice = pipelined;
-            best_rate = Some(std::mem::replace(&mut algorithm, build(choice)?));
+            let exact = std::mem::replace(&mut algorithm, build(choice)?);
+            best_rate = Some((exact, best.clone()));
         }
     }
     Ok((algorithm, choice.clone(), best_rate))
@@ -287,8 +311,14 @@ impl Engine for TreeEngine {
         let mut algorithms = crate::frontier::pareto_filter(
             [result.algorithm]
                 .into_iter()
-                .chain(result.best_rate)
                 .chain(result.listed)
+                .chain(
+                    result
+                        .best_rate
+                        .into_iter()
+                        .flat_map(|(a, l)| [Some(a), l])
+                        .flatten(),
+                )
                 .collect(),
         );
         let cx = Context {

@@ -39,8 +39,8 @@ type Queue = BinaryHeap<Reverse<(Key, Pending)>>;
 /// each link and switch constraint carries at most its capacity per step, and a send leaves
 /// as soon as its piece has arrived and its link has room (longest remaining path first,
 /// then oldest). This balances the steps' loads, so rounds per chunk approach the packing's
-/// rate, and each link's sends come in the order the runtime can pipeline. Errors past
-/// `max_steps` steps.
+/// rate, and each link's sends come in the order the runtime can pipeline, one after
+/// another ([`Algorithm::serial_links`]). Errors past `max_steps` steps.
 pub fn list_scheduled(
     topology: &Topology,
     index: &TopologyIndex,
@@ -76,7 +76,12 @@ pub fn list_scheduled(
         steps.push(lister.advance(&taken, steps.len()));
     }
     let root = packing.roots[0].root;
-    finish(topology, root, kind, chunks, Family::Listed, steps)
+    let mut algorithm = finish(topology, root, kind, chunks, Family::Listed, steps)?;
+    // Timed for links that carry their sends one after another: where a link's sends need
+    // more than one threadblock, the further ones wait (else they share the link and delay
+    // every piece on it).
+    algorithm.serial_links = true;
+    Ok(algorithm)
 }
 
 /// The state of a list schedule: pending sends per link, in priority order. A step takes

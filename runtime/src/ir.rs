@@ -287,6 +287,20 @@ pub enum Flavor {
 impl Flavor {
     /// Every flavour.
     pub const ALL: [Flavor; 3] = [Flavor::Nccl, Flavor::Rccl, Flavor::Legacy];
+
+    /// The name used on command lines and in files: `nccl`, `rccl` or `legacy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Nccl => "nccl",
+            Flavor::Rccl => "rccl",
+            Flavor::Legacy => "legacy",
+        }
+    }
+
+    /// The flavour named `name` ([`Flavor::name`]), if any.
+    pub fn from_name(name: &str) -> Option<Flavor> {
+        Flavor::ALL.into_iter().find(|f| f.name() == name)
+    }
 }
 
 /// The collective a program implements.

@@ -526,6 +526,7 @@ fn msccl_topology(path: &str, value: &Value, n: usize) -> Result<Topology> {
         node_of: vec![0; n],
         links,
         switches,
+        runtime: None,
     };
     topology
         .validate()

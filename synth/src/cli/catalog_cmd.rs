@@ -58,9 +58,10 @@ pub struct CatalogArgs {
     #[arg(long, default_value = catalog::DEFAULT_SIZES)]
     sizes: String,
     /// XML dialect: nccl (msccl-executor-nccl), rccl (no fused instructions) or legacy
-    /// (microsoft/msccl: `reduce_scatter`, explicit maxBytes).
-    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
-    flavor: String,
+    /// (microsoft/msccl: `reduce_scatter`, explicit maxBytes). Default: the fabric's runtime
+    /// (`runtime` in its TOML; rccl on the AMD built-ins), else nccl.
+    #[arg(long, value_parser = ["nccl", "rccl", "legacy"])]
+    flavor: Option<String>,
     /// Bandwidth of local copies and reductions in the simulator, GB/s per GPU.
     #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
     local_bw: f64,
@@ -101,8 +102,8 @@ fn kinds(args: &CatalogArgs) -> Result<Vec<Kind>> {
     Ok(kinds)
 }
 
-/// The catalog options `args` ask for.
-fn options(args: &CatalogArgs) -> Result<Options> {
+/// The catalog options `args` ask for on `topology` (whose runtime gives the default flavour).
+fn options(args: &CatalogArgs, topology: &crate::topology::Topology) -> Result<Options> {
     let (method, sketch) = args.encoding.resolve()?;
     let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
     if !(args.local_bw > 0.0 && args.local_bw.is_finite()) {
@@ -128,11 +129,12 @@ fn options(args: &CatalogArgs) -> Result<Options> {
         max_chunks: args.max_chunks,
         instances: args.instances.clone(),
         sizes,
-        flavor: match args.flavor.as_str() {
-            "rccl" => Flavor::Rccl,
-            "legacy" => Flavor::Legacy,
-            _ => Flavor::Nccl,
-        },
+        flavor: args
+            .flavor
+            .as_deref()
+            .and_then(Flavor::from_name)
+            .or(topology.runtime)
+            .unwrap_or(Flavor::Nccl),
         sim: SimOptions {
             local_bandwidth: args.local_bw,
             ..SimOptions::default()
@@ -145,7 +147,7 @@ fn options(args: &CatalogArgs) -> Result<Options> {
 pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let topo = topology::load(&args.topo)?;
     let kinds = kinds(args)?;
-    let options = options(args)?;
+    let options = options(args, &topo)?;
     let dir = args
         .out
         .clone()

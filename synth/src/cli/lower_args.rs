@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 pub struct LowerArgs {
     /// XML dialect: nccl (msccl-executor-nccl: fused instructions, `reducescatter`), rccl
     /// (only s/r/cpy/re/nop, ≤ 64 threadblocks) or legacy (microsoft/msccl: `reduce_scatter`,
-    /// explicit maxBytes).
-    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
-    pub flavor: String,
+    /// explicit maxBytes). Default: the fabric's runtime (`runtime` in its TOML; rccl on the
+    /// AMD built-ins), else nccl.
+    #[arg(long, value_parser = ["nccl", "rccl", "legacy"])]
+    pub flavor: Option<String>,
     /// Replicate the algorithm over N channels (at most 32), each with 1/N of every chunk.
     #[arg(long, default_value_t = 1, value_parser = super::limits::instances)]
     pub instances: usize,
@@ -33,13 +34,21 @@ pub struct LowerArgs {
 }
 
 impl LowerArgs {
-    /// The flavour chosen.
+    /// The flavour chosen (nccl unless given or set by [`LowerArgs::for_fabric`]).
     pub fn flavor(&self) -> Flavor {
-        match self.flavor.as_str() {
-            "rccl" => Flavor::Rccl,
-            "legacy" => Flavor::Legacy,
-            _ => Flavor::Nccl,
+        self.flavor
+            .as_deref()
+            .and_then(Flavor::from_name)
+            .unwrap_or(Flavor::Nccl)
+    }
+
+    /// These options for `topology`: without `--flavor`, the flavour of the fabric's runtime.
+    pub fn for_fabric(&self, topology: &crate::topology::Topology) -> LowerArgs {
+        let mut args = self.clone();
+        if args.flavor.is_none() {
+            args.flavor = topology.runtime.map(|f| f.name().to_string());
         }
+        args
     }
 
     /// Lowering options for one buffer mode.

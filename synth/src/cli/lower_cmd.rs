@@ -34,10 +34,11 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
     let progress = crate::progress::Progress::new(true);
+    let lowering = args.lowering.for_fabric(&loaded.topology);
     let (paths, threadblocks) = write_xml(
         &loaded.algorithm,
         &args.out,
-        &args.lowering,
+        &lowering,
         &progress,
         |p| Ok(p.threadblocks().count()),
     )
@@ -55,7 +56,7 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "steps": a.num_steps(),
             "rounds": a.rounds(),
             "chunks": a.chunks(),
-            "flavor": args.lowering.flavor,
+            "flavor": lowering.flavor().name(),
             "instances": args.lowering.instances,
             "threadblocks": threadblocks,
             "xml": paths,

@@ -166,6 +166,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     // Each algorithm is lowered, verified, written and (when the run compares with NCCL)
     // simulated before the next, so one program is held at a time.
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
+    let lowering = args.lowering.for_fabric(&topo);
     let mut unexpressed: Option<String> = None;
     let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
@@ -178,7 +179,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
                 Simulated::of(p, &topo).map(Some)
             };
-            match super::lower_args::write_xml(a, &args.out, &args.lowering, &progress, simulate) {
+            match super::lower_args::write_xml(a, &args.out, &lowering, &progress, simulate) {
                 Ok(done) => Ok(done),
                 // An algorithm the runtimes cannot express (too many steps or channels for
                 // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its

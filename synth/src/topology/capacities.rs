@@ -98,6 +98,7 @@ mod tests {
                 },
             ],
             switches: vec![],
+            runtime: None,
         }
     }
 

@@ -183,6 +183,7 @@ pub fn generate(name: &str, size: GenSize, bandwidth: f64, alpha: f64) -> Result
         node_of: vec![0; n],
         links,
         switches,
+        runtime: None,
     })
 }
 

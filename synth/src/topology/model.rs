@@ -49,6 +49,10 @@ pub struct Topology {
     pub links: Vec<Link>,
     /// Shared-bandwidth constraints (switch ports, NICs).
     pub switches: Vec<SwitchConstraint>,
+    /// The runtime that runs this fabric's programs, where the fabric says (`runtime =
+    /// "rccl"` on AMD fabrics): its XML flavour is then the default for this fabric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<runtime::ir::Flavor>,
 }
 
 impl Topology {
@@ -106,6 +110,7 @@ impl Topology {
                     bandwidth: s.bandwidth,
                 })
                 .collect(),
+            runtime: self.runtime,
         }
     }
 
@@ -148,6 +153,7 @@ impl Topology {
             node_of,
             links,
             switches,
+            runtime: self.runtime,
         }
     }
 }

@@ -216,6 +216,7 @@ fn node_copies(node: &Topology, nodes: usize, name: &str) -> Topology {
         node_of: Vec::with_capacity(g * nodes),
         links: Vec::new(),
         switches: Vec::new(),
+        runtime: node.runtime,
     };
     for k in 0..nodes {
         let off = k * g;

@@ -121,6 +121,7 @@ pub fn parse_nvsmi(text: &str, name: &str, opts: &NvsmiOptions) -> Result<Topolo
         node_of: vec![0; n],
         links,
         switches,
+        runtime: None,
     };
     topo.validate()?;
     Ok(topo)

@@ -86,6 +86,7 @@ pub fn identical_node_fabric(
         node_of: vec![0; g],
         links,
         switches: Vec::new(),
+        runtime: topology.runtime,
     })
 }
 

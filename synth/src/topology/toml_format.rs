@@ -13,6 +13,8 @@
 //! bandwidth = 25.0         # default GB/s of one link (default 25 = one NVLink2)
 //! alpha = 0.7              # default latency of a link in µs (default 0.7)
 //! node_of = [0, 0, 0, 0, 1, 1, 1, 1]   # node of each rank (default: all on node 0)
+//! runtime = "nccl"         # the MSCCL runtime that runs it: "nccl" (msccl-executor-nccl),
+//!                          # "rccl" (AMD) or "legacy"; its XML flavour becomes the default
 //!
 //! # A generator: "ring", "line", "fully-connected", "star", "hub-and-spoke", "shared-hub",
 //! # "hypercube" (size = ranks), "torus-2d" or "mesh-2d" (size = "ROWSxCOLS"), "torus-3d"
@@ -191,6 +193,7 @@ struct TopologyFile {
     nic: Option<Spanned<NicToml>>,
     multinode: Option<Spanned<MultinodeToml>>,
     relabel: Option<Spanned<u64>>,
+    runtime: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -569,7 +572,9 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
     };
     let mut node_of = vec![0; ranks];
     let mut name = file.name.clone().unwrap_or_else(|| src.stem.clone());
+    let mut runtime = runtime_of(src, &file)?;
     if let Some((t, what)) = base {
+        runtime = runtime.or(t.runtime);
         for l in t.links {
             b.add(l, None, what)?;
         }
@@ -605,6 +610,7 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         node_of,
         links: b.links,
         switches: b.switches,
+        runtime,
     };
     topology
         .validate()
@@ -614,6 +620,24 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         None => topology,
     };
     Ok(Loaded { topology, nic })
+}
+
+/// The file's `runtime` (`"nccl"`, `"rccl"` or `"legacy"`), checked.
+fn runtime_of(src: &Source, file: &TopologyFile) -> Result<Option<runtime::ir::Flavor>> {
+    let Some(name) = &file.runtime else {
+        return Ok(None);
+    };
+    match runtime::ir::Flavor::from_name(name.get_ref()) {
+        Some(f) => Ok(Some(f)),
+        None => Err(src.err(
+            sp(name),
+            "runtime",
+            format!(
+                "unknown runtime '{}' (expected \"nccl\", \"rccl\" or \"legacy\")",
+                name.get_ref()
+            ),
+        )),
+    }
 }
 
 /// The permutation of `n` ranks that `relabel = seed` applies: rank `r` becomes `to[r]`.

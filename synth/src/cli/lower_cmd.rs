@@ -35,14 +35,11 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
     let progress = crate::progress::Progress::new(true);
     let lowering = args.lowering.for_fabric(&loaded.topology);
-    let (paths, threadblocks) = write_xml(
-        &loaded.algorithm,
-        &args.out,
-        &lowering,
-        &progress,
-        |p| Ok(p.threadblocks().count()),
-    )
-    .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
+    let (paths, threadblocks) =
+        write_xml(&loaded.algorithm, &args.out, &lowering, &progress, |p| {
+            Ok(p.threadblocks().count())
+        })
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
     progress.finish();
     let a = &loaded.algorithm;
     if json {

@@ -152,7 +152,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let topo = topology::load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
     let (search, limits) = search_and_limits(args, started)?;
-    let synthesis = search_algorithms(args, &topo, collective, search, limits, &progress)?;
+    let mut synthesis = search_algorithms(args, &topo, collective, search, limits, &progress)?;
     if synthesis.algorithms.is_empty() {
         return Err(nothing_found(args, &topo, &synthesis, search, started));
     }
@@ -168,6 +168,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
     let lowering = args.lowering.for_fabric(&topo);
     let mut unexpressed: Option<String> = None;
+    let mut dropped: Vec<String> = Vec::new();
     let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
         .iter()
@@ -185,7 +186,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
                 // JSON is kept and the reason printed.
                 Err(e) if unexpressible(&e) => {
-                    eprintln!("warning: {}: no XML written: {e:#}", a.name);
+                    dropped.push(format!(
+                        "{}: no XML written, so it is not rated (the {} runtime cannot load it): {e:#}",
+                        a.name,
+                        lowering.flavor().name()
+                    ));
                     unexpressed.get_or_insert_with(|| format!("{e:#}"));
                     Ok((Vec::new(), None))
                 }
@@ -193,6 +198,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             }
         })
         .collect::<Result<_>>()?;
+    // Said on stderr with the other notes and carried by `--json`'s `notes`.
+    synthesis.notes.extend(dropped);
     // Checked algorithms that no runtime can load are not a result.
     if let Some(reason) = unexpressed.filter(|_| lowered.iter().all(|(p, _)| p.is_empty())) {
         bail!(

@@ -34,11 +34,11 @@ use num_rational::Ratio;
 const MAX_TREES_PER_ROOT: i128 = 8;
 
 /// Most trees (over all roots) whose partial vertex sets the flow checks carry.
-const MAX_TREES: usize = 1024;
+const MAX_TREES: usize = 512;
 
 /// Most arc visits, over all flow checks, before the construction gives up (a bound on its
 /// work, independent of the machine's speed).
-const MAX_WORK: u64 = 100_000_000;
+const MAX_WORK: u64 = 40_000_000;
 
 /// The integer packing at the exact optimum `optimum` (GB/s per root) for the roots
 /// `roots` (representatives of `group`'s orbits), or `None` where no small tree count makes

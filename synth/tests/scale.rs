@@ -595,3 +595,34 @@ fn coalesced_rail_reduce_scatter_reaches_99_percent() {
         assert!(coalesced > plain, "{spec}: {coalesced} against {plain}");
     }
 }
+
+/// Whole trees at the optimum, list-scheduled, on a fabric whose links carry more sends than
+/// one threadblock holds (torus-2d:8x16: 127 per link): the further threadblocks of a link
+/// wait for the ones before (`serial_links`), so the program simulates at the optimum, under
+/// any numbering of the ranks.
+#[test]
+fn listed_whole_trees_reach_the_optimum_on_a_rectangular_torus() {
+    let progress = Progress::hidden();
+    let limits = Limits {
+        max_steps: 16,
+        max_chunks: 8,
+        max_chunks_given: false,
+        deadline: Instant::now() + Duration::from_secs(3600),
+        extra_memory: None,
+        work_limit: None,
+    };
+    let plain = topology::load("torus-2d:8x16").unwrap();
+    let to: Vec<usize> = (0..plain.ranks).map(|r| (r * 37 + 5) % plain.ranks).collect();
+    for topology in [plain.clone(), plain.relabeled(&to)] {
+        let coll = Collective::new(Kind::AllGather, topology.ranks, 0, 1).unwrap();
+        let r = synthesize_trees(&topology, &topology.index(), &coll, &limits, &progress).unwrap();
+        assert!((r.scheduled_gbps - r.optimum_gbps).abs() <= 1e-9 * r.optimum_gbps);
+        let listed = r.listed.expect("a list schedule");
+        assert!(listed.serial_links);
+        synth::check::check(&listed, &topology).unwrap();
+        let (program, _) = lower_to_xml(&listed, &LowerOptions::default()).unwrap();
+        let sim = SimOptions::default();
+        let busbw = simulate(&program, &topology, 1 << 30, &sim).unwrap().busbw;
+        assert!(busbw >= 0.99 * 100.0, "{busbw} GB/s of 100");
+    }
+}

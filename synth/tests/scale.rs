@@ -612,7 +612,9 @@ fn listed_whole_trees_reach_the_optimum_on_a_rectangular_torus() {
         work_limit: None,
     };
     let plain = topology::load("torus-2d:8x16").unwrap();
-    let to: Vec<usize> = (0..plain.ranks).map(|r| (r * 37 + 5) % plain.ranks).collect();
+    let to: Vec<usize> = (0..plain.ranks)
+        .map(|r| (r * 37 + 5) % plain.ranks)
+        .collect();
     for topology in [plain.clone(), plain.relabeled(&to)] {
         let coll = Collective::new(Kind::AllGather, topology.ranks, 0, 1).unwrap();
         let r = synthesize_trees(&topology, &topology.index(), &coll, &limits, &progress).unwrap();

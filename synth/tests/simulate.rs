@@ -88,6 +88,7 @@ fn pair(bw: f64, alpha: f64) -> Topology {
             },
         ],
         switches: vec![],
+        runtime: None,
     }
 }
 
@@ -135,6 +136,7 @@ fn two_transfers_through_one_nvswitch_port_take_twice_as_long() {
             dsts: vec![1, 2],
             bandwidth: 100.0,
         }],
+        runtime: None,
     };
     let size = 64 << 20;
     let one = simulate(&fan_out(3, &[1]), &topo, size, &whole())

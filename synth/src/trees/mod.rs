@@ -54,7 +54,8 @@ pub struct TreeResult {
     pub optimum_gbps: f64,
     /// The rate of the fractional packing.
     pub packing_gbps: f64,
-    /// The rate of the integer piece counts actually scheduled.
+    /// The rate of the integer piece counts scheduled (the best-rate counts where they are
+    /// scheduled beside the pipelined ones).
     pub scheduled_gbps: f64,
     /// Order of the symmetry group used.
     pub symmetry: usize,
@@ -93,6 +94,7 @@ pub fn synthesize_trees(
         depth_schedule(topology, index, &packing, coll.kind, limits)?;
     progress.message("list-scheduling the trees");
     let listed = listed_candidate(topology, index, &packing, coll.kind, &choice, progress);
+    let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
     let best_rate = best_rate.map(|(a, c)| {
         let listed = listed_candidate(topology, index, &packing, coll.kind, &c, progress);
         (a, listed)
@@ -103,7 +105,7 @@ pub fn synthesize_trees(
         listed,
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
-        scheduled_gbps: choice.rate,
+        scheduled_gbps,
         symmetry: group.order(),
         rounds: packing.rounds,
     })
@@ -306,21 +308,21 @@ impl Engine for TreeEngine {
         }
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
-        // Of the two tree schedules, those not dominated in (steps, rounds per chunk), then
-        // the structured schedules that fit the problem.
+        // Of the two tree schedules, those not dominated in (steps, rounds per chunk); the
+        // same at the best-rate piece count beside them (fewer rounds per chunk, so they would
+        // dominate the pipelined ones that simulate faster); then the structured schedules
+        // that fit the problem.
         let mut algorithms = crate::frontier::pareto_filter(
             [result.algorithm]
                 .into_iter()
                 .chain(result.listed)
-                .chain(
-                    result
-                        .best_rate
-                        .into_iter()
-                        .flat_map(|(a, l)| [Some(a), l])
-                        .flatten(),
-                )
                 .collect(),
         );
+        if let Some((depth, listed)) = result.best_rate {
+            algorithms.extend(crate::frontier::pareto_filter(
+                [depth].into_iter().chain(listed).collect(),
+            ));
+        }
         let cx = Context {
             topology: problem.topology,
             index: problem.index,

@@ -176,6 +176,9 @@ fn optimum(
     Ok((group, roots, optimum.gbps))
 }
 
+/// A schedule and the piece counts it was laid out at.
+type Scheduled = (Algorithm, rounding::ChunkOption);
+
 /// The packing's trees laid out by depth in stages ([`TreeResult::algorithm`]) at the piece
 /// count chosen for it, that choice, and the layout at the fewest pieces of the best rate
 /// where the choice took fewer ([`TreeResult::best_rate`]).
@@ -185,11 +188,7 @@ fn depth_schedule(
     packing: &packing::Packing,
     kind: Kind,
     limits: &Limits,
-) -> Result<(
-    Algorithm,
-    rounding::ChunkOption,
-    Option<(Algorithm, rounding::ChunkOption)>,
-)> {
+) -> Result<(Algorithm, rounding::ChunkOption, Option<Scheduled>)> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages: Vec<Vec<Vec<f64>>> = packing
         .roots

@@ -1386,19 +1386,17 @@ fn bench_scale_refuses_a_bad_collective_or_fabric_up_front() {
     );
 }
 
-/// `synth bench --cases scale --coll allreduce` measures against the reduce-scatter +
-/// allgather optimum (the 98% is of that), not the allreduce cut bound, about twice
-/// as high on a torus, which no two-phase algorithm reaches.
-#[test]
-fn bench_scale_rates_an_allreduce_against_the_two_phase_optimum() {
+/// The table row of `fabric` that `synth bench --cases CASES --coll COLL --fabrics FABRIC`
+/// prints (the command must succeed).
+fn bench_row(cases: &str, coll: &str, fabric: &str) -> String {
     let out = synth(&[
         "bench",
         "--cases",
-        "scale",
+        cases,
         "--coll",
-        "allreduce",
+        coll,
         "--fabrics",
-        "torus-2d:4x4",
+        fabric,
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -1406,10 +1404,20 @@ fn bench_scale_rates_an_allreduce_against_the_two_phase_optimum() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let row = stdout
+    let start = format!("| {fabric} ");
+    stdout
         .lines()
-        .find(|l| l.starts_with("| torus-2d:4x4 "))
-        .unwrap_or_else(|| panic!("no row: {stdout}"));
+        .find(|l| l.starts_with(&start))
+        .unwrap_or_else(|| panic!("no row: {stdout}"))
+        .to_string()
+}
+
+/// `synth bench --cases scale --coll allreduce` measures against the reduce-scatter +
+/// allgather optimum (the 98% is of that), not the allreduce cut bound, about twice
+/// as high on a torus, which no two-phase algorithm reaches.
+#[test]
+fn bench_scale_rates_an_allreduce_against_the_two_phase_optimum() {
+    let row = bench_row("scale", "allreduce", "torus-2d:4x4");
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
     let (busbw, percent, optimum): (f64, f64, f64) = (
         cells[6].parse().unwrap(),
@@ -1481,25 +1489,7 @@ fn default_broadcast_on_one_box_beats_nccl_ring() {
 /// 0.5% of each other.
 #[test]
 fn bench_zoo_runs_a_fabric_and_its_renumbered_twin() {
-    let out = synth(&[
-        "bench",
-        "--cases",
-        "zoo",
-        "--coll",
-        "allgather",
-        "--fabrics",
-        "hypercube:64",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let row = stdout
-        .lines()
-        .find(|l| l.starts_with("| hypercube:64 "))
-        .unwrap_or_else(|| panic!("no row: {stdout}"));
+    let row = bench_row("zoo", "allgather", "hypercube:64");
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
     let percent: f64 = cells[8].trim_end_matches('%').parse().unwrap();
     let twin: Vec<&str> = cells[10].split(", ").collect();

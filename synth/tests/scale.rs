@@ -105,17 +105,22 @@ fn every_bound_holds_for_the_synthesized_algorithms() {
     }
 }
 
-#[test]
-fn tree_packing_reaches_the_optimum_rate() {
-    let progress = Progress::hidden();
-    let limits = Limits {
+/// The limits the tree-packing tests run under: an hour, up to 8 pieces per root.
+fn tree_limits() -> Limits {
+    Limits {
         max_steps: 16,
         max_chunks: 8,
         max_chunks_given: false,
         deadline: Instant::now() + Duration::from_secs(3600),
         extra_memory: None,
         work_limit: None,
-    };
+    }
+}
+
+#[test]
+fn tree_packing_reaches_the_optimum_rate() {
+    let progress = Progress::hidden();
+    let limits = tree_limits();
     for spec in [
         "torus-2d:4x4",
         "dgx-a100x2",
@@ -603,14 +608,7 @@ fn coalesced_rail_reduce_scatter_reaches_99_percent() {
 #[test]
 fn listed_whole_trees_reach_the_optimum_on_a_rectangular_torus() {
     let progress = Progress::hidden();
-    let limits = Limits {
-        max_steps: 16,
-        max_chunks: 8,
-        max_chunks_given: false,
-        deadline: Instant::now() + Duration::from_secs(3600),
-        extra_memory: None,
-        work_limit: None,
-    };
+    let limits = tree_limits();
     let plain = topology::load("torus-2d:8x16").unwrap();
     let to: Vec<usize> = (0..plain.ranks)
         .map(|r| (r * 37 + 5) % plain.ranks)

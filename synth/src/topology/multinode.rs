@@ -117,20 +117,32 @@ pub fn oversubscribe(
     for k in 0..nodes {
         let mine: Vec<usize> = (k * g..(k + 1) * g).collect();
         let others: Vec<usize> = (0..topo.ranks).filter(|r| r / g != k).collect();
-        topo.switches.push(SwitchConstraint {
-            name: format!("n{k}-uplink-out"),
-            srcs: mine.clone(),
-            dsts: others.clone(),
-            bandwidth: uplink,
-        });
-        topo.switches.push(SwitchConstraint {
-            name: format!("n{k}-uplink-in"),
-            srcs: others,
-            dsts: mine,
-            bandwidth: uplink,
-        });
+        push_out_and_in(topo, &format!("n{k}-uplink"), mine, others, uplink);
     }
     Ok(())
+}
+
+/// Adds the constraints `NAME-out` (the sends of `mine` to `remote`) and `NAME-in` (their
+/// receives from `remote`), each of `bandwidth`.
+fn push_out_and_in(
+    topo: &mut Topology,
+    name: &str,
+    mine: Vec<usize>,
+    remote: Vec<usize>,
+    bandwidth: f64,
+) {
+    topo.switches.push(SwitchConstraint {
+        name: format!("{name}-out"),
+        srcs: mine.clone(),
+        dsts: remote.clone(),
+        bandwidth,
+    });
+    topo.switches.push(SwitchConstraint {
+        name: format!("{name}-in"),
+        srcs: remote,
+        dsts: mine,
+        bandwidth,
+    });
 }
 
 impl Network {
@@ -257,18 +269,7 @@ fn add_nic_constraints(
     if remote.is_empty() {
         return;
     }
-    topo.switches.push(SwitchConstraint {
-        name: format!("n{k}-nic{j}-out"),
-        srcs: mine.clone(),
-        dsts: remote.clone(),
-        bandwidth: nic_bw,
-    });
-    topo.switches.push(SwitchConstraint {
-        name: format!("n{k}-nic{j}-in"),
-        srcs: remote,
-        dsts: mine,
-        bandwidth: nic_bw,
-    });
+    push_out_and_in(topo, &format!("n{k}-nic{j}"), mine, remote, nic_bw);
 }
 
 #[cfg(test)]

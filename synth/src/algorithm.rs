@@ -395,12 +395,18 @@ pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std:
     }
     for i in 1..algorithms.len() {
         if algorithms[..i].iter().any(|a| a.name == algorithms[i].name) {
+            // Cut to leave room for the suffix: every name fits the runtimes' 63 characters
+            // with `-inplace`.
             let base = algorithms[i].name.clone();
+            let numbered = |k: usize| {
+                let suffix = format!("-{k}");
+                format!("{}{suffix}", shortened(&base, MAX_NAME - suffix.len()))
+            };
             let mut k = 2;
-            while algorithms.iter().any(|a| a.name == format!("{base}-{k}")) {
+            while algorithms.iter().any(|a| a.name == numbered(k)) {
                 k += 1;
             }
-            algorithms[i].name = format!("{base}-{k}");
+            algorithms[i].name = numbered(k);
         }
     }
 }

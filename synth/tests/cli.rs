@@ -1103,6 +1103,13 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
         );
         assert!(a.name.contains("-s2-r2-c1-g4-"), "{}", a.name);
     }
+    // Identical copies of a long name: the counter fits too.
+    let mut long_copies = vec![long[0].clone(), long[0].clone(), long[0].clone()];
+    name_uniquely(&mut long_copies, None);
+    for a in &long_copies {
+        assert!(a.name.len() <= synth::algorithm::MAX_NAME, "{}", a.name);
+    }
+    assert_ne!(long_copies[1].name, long_copies[2].name);
 }
 
 #[test]

@@ -78,18 +78,19 @@ pub enum RelayError {
 /// The first pair of ranks `(from, to)` where `from` cannot reach `to`, if any.
 fn unreachable_pair(topo: &Topology) -> Option<(usize, usize)> {
     let n = topo.ranks;
+    let (mut out, mut inn) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    for l in &topo.links {
+        out[l.src].push(l.dst);
+        inn[l.dst].push(l.src);
+    }
     let reach = |forward: bool| {
+        let next = if forward { &out } else { &inn };
         let mut seen = vec![false; n];
         let mut stack = vec![0];
         seen[0] = true;
         while let Some(u) = stack.pop() {
-            for l in &topo.links {
-                let (a, b) = if forward {
-                    (l.src, l.dst)
-                } else {
-                    (l.dst, l.src)
-                };
-                if a == u && !seen[b] {
+            for &b in &next[u] {
+                if !seen[b] {
                     seen[b] = true;
                     stack.push(b);
                 }
@@ -281,6 +282,10 @@ struct Clash {
 
 /// A shortest path from `from` to `to` over the links of `topo` but those in `avoid`.
 fn path_avoiding(topo: &Topology, from: usize, to: usize, avoid: &[usize]) -> Option<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); topo.ranks];
+    for (l, link) in topo.links.iter().enumerate() {
+        out[link.src].push(l);
+    }
     let mut via: Vec<Option<usize>> = vec![None; topo.ranks];
     let mut seen = vec![false; topo.ranks];
     seen[from] = true;
@@ -296,11 +301,12 @@ fn path_avoiding(topo: &Topology, from: usize, to: usize, avoid: &[usize]) -> Op
             path.reverse();
             return Some(path);
         }
-        for (l, link) in topo.links.iter().enumerate() {
-            if link.src == u && !seen[link.dst] && !avoid.contains(&l) {
-                seen[link.dst] = true;
-                via[link.dst] = Some(l);
-                queue.push_back(link.dst);
+        for &l in &out[u] {
+            let v = topo.links[l].dst;
+            if !seen[v] && !avoid.contains(&l) {
+                seen[v] = true;
+                via[v] = Some(l);
+                queue.push_back(v);
             }
         }
     }

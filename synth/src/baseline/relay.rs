@@ -7,9 +7,9 @@
 //! need not be adjacent ([`relayed_order`]), and a program over such rings or chains is
 //! turned into one the fabric can run by [`relay`]: every connection between ranks without a
 //! link follows a shortest path, routed with the point-to-point baseline's router
-//! ([`super::p2p`](mod@super::p2p): balanced by the load on every link), and every rank on the way receives
-//! each message into scratch and forwards it, as the point-to-point baseline relays its
-//! blocks.
+//! ([`p2p`](mod@super::p2p): balanced by the load on every link), and every rank on the way
+//! receives each message into scratch and forwards it, as the point-to-point baseline relays
+//! its blocks.
 //!
 //! # Order
 //!

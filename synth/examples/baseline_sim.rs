@@ -48,9 +48,10 @@ fn main() -> anyhow::Result<()> {
         let started = Instant::now();
         let r = simulate(&program, &topo, size, &SimOptions::default())?;
         println!(
-            "{name}: built in {built:.2} s, simulated in {:.2} s: {:.2} GB/s busbw, {} transfers, {} events",
+            "{name}: built in {built:.2} s, simulated in {:.2} s: {:.2} GB/s busbw, {} channels, {} transfers, {} events",
             started.elapsed().as_secs_f64(),
             r.busbw,
+            program.nchannels(),
             r.transfers,
             r.events
         );

@@ -264,7 +264,15 @@ fn dgx_a100x2_allgather_bound_is_325() {
 
 #[test]
 fn baselines_never_beat_the_bound() {
-    for name in ["dgx1", "dgx-a100", "dgx-a100x2", "ring:6"] {
+    // star:5 and line:4 have no Hamiltonian cycle: their rings are relayed.
+    for name in [
+        "dgx1",
+        "dgx-a100",
+        "dgx-a100x2",
+        "ring:6",
+        "star:5",
+        "line:4",
+    ] {
         let topo = topology::load(name).unwrap();
         for coll in [
             Collective::AllGather,
@@ -516,4 +524,43 @@ fn sizes_simulated_together_equal_one_by_one() {
         assert_eq!(*run, simulate(&ring, &topo, size, &opts).unwrap(), "{size}");
     }
     assert!(simulate_sizes(&ring, &topo, &[1 << 20, 0], &opts).is_err());
+}
+
+/// `synth simulate` compares a program with NCCL's ring as NCCL would run it: on a 2-D torus
+/// four rings over every link (about 99 GB/s, not one ring's 25); on a star, whose leaves
+/// share no link, a ring relayed through the hub (before, no ring column at all).
+#[test]
+fn cli_simulate_compares_with_rings_over_every_link_and_relayed_rings() {
+    let dir = std::env::temp_dir().join(format!("synth-sim-rings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, low, high) in [("torus-2d:8x8", 98.0, 100.0), ("star:5", 10.0, 25.0)] {
+        let topo = topology::load(name).unwrap();
+        let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
+        runtime::verify::verify(&p).unwrap();
+        let file = dir.join(format!("{}.xml", name.replace(':', "_")));
+        std::fs::write(
+            &file,
+            runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap(),
+        )
+        .unwrap();
+        let json = cli(&[
+            "synth",
+            "simulate",
+            file.to_str().unwrap(),
+            "--topo",
+            name,
+            "--sizes",
+            "1G",
+            "--json",
+        ])
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let row = &v["rows"][0];
+        let (busbw, ring) = (
+            row["busbw"].as_f64().unwrap(),
+            row["ring_busbw"].as_f64().unwrap(),
+        );
+        assert!((low..=high).contains(&ring), "{name}: ring {ring}");
+        assert!((busbw - ring).abs() < 1e-6, "{name}: {busbw} vs {ring}");
+    }
 }

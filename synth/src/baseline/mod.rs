@@ -3,17 +3,25 @@
 //! ones, [`crate::simulate`]), and its published tuning model as a second opinion
 //! ([`nccl_model_time_us`]). Each collective has at least one: [`ring`] (allgather,
 //! reduce-scatter, allreduce, broadcast, reduce), [`tree`] (allreduce), [`p2p()`]
-//! (alltoall, gather, scatter).
+//! (alltoall, gather, scatter), on every connected fabric.
+//!
+//! Rings and trees come from [`orders`]: as many edge-disjoint Hamiltonian rings as the
+//! link capacities carry ([`search`]), or, where the fabric has none, a ring over every rank
+//! whose hops between ranks without a link are relayed through the ranks on a shortest path
+//! ([`relay`], routed as the point-to-point baseline routes its blocks).
 
 pub mod model;
 pub mod orders;
 pub mod p2p;
 pub mod programs;
+pub mod relay;
+pub mod search;
 
 pub use model::{nccl_model_busbw, nccl_model_time_us, Algo};
 pub use orders::{ring_orders, tree_parents};
 pub use p2p::p2p_program;
 pub use programs::{ring_program, tree_allreduce_program};
+pub use relay::RelayError;
 
 use crate::topology::Topology;
 use anyhow::{bail, Result};
@@ -31,24 +39,28 @@ pub struct BaselineOptions {
 }
 
 /// NCCL's ring algorithm for `coll` (allgather, reduce-scatter, allreduce, broadcast,
-/// reduce) on `topology`, with rings chosen as in [`orders::ring_orders`].
+/// reduce) on `topology`, with rings chosen as in [`orders::ring_orders`] (hops between
+/// ranks without a link relayed, [`relay::relay`]). Every connected fabric has one; a
+/// disconnected one is a [`RelayError::Disconnected`].
 pub fn ring(coll: Collective, topology: &Topology, options: &BaselineOptions) -> Result<Program> {
     let rings = ring_orders(topology, options.channels)?;
-    let mut p = ring_program(coll, topology.ranks, &rings, options.root)?;
+    let p = ring_program(coll, topology.ranks, &rings, options.root)?;
+    let mut p = relay::relay(p, topology)?;
     p.name = format!("nccl-ring-{coll}-{}", topology.name);
     Ok(p)
 }
 
 /// NCCL's tree algorithm, defined (as in NCCL) for allreduce only: a chain on one node; a
 /// double binary tree across nodes with a chain inside each node (see
-/// [`orders::tree_parents`]). The executor's per-slice replay pipelines it as NCCL pipelines
-/// its chunks.
+/// [`orders::tree_parents`]; hops between ranks without a link relayed, [`relay::relay`]).
+/// The executor's per-slice replay pipelines it as NCCL pipelines its chunks.
 pub fn tree(coll: Collective, topology: &Topology, options: &BaselineOptions) -> Result<Program> {
     if coll != Collective::AllReduce {
         bail!("NCCL's tree algorithm is defined for allreduce only, not {coll}");
     }
     let trees = tree_parents(topology, options.channels)?;
-    let mut p = tree_allreduce_program(topology.ranks, &trees)?;
+    let p = tree_allreduce_program(topology.ranks, &trees)?;
+    let mut p = relay::relay(p, topology)?;
     p.name = format!("nccl-tree-allreduce-{}", topology.name);
     Ok(p)
 }

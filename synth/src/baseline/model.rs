@@ -24,11 +24,13 @@
 //!   .9.
 
 use super::orders::{ring_orders, tree_parents};
+use super::relay;
 use crate::simulate::max_min_rates;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
 use runtime::ir::Collective;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// An NCCL algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -57,18 +59,28 @@ const TREE_CORRECTION: [f64; 22] = [
     0.7, 0.8, 0.9,
 ];
 
-/// Resources (link index, then switch indices offset by the link count) of the link `a → b`.
-fn edge_resources(topo: &Topology, a: usize, b: usize) -> Result<Vec<usize>> {
-    let Some(l) = topo.links.iter().position(|l| l.src == a && l.dst == b) else {
-        bail!("topology '{}' has no link {a}->{b}", topo.name);
-    };
-    let mut v = vec![l];
-    v.extend(
+/// Resources (link index, then switch indices offset by the link count) of link `l`.
+fn link_resources(topo: &Topology, l: usize) -> impl Iterator<Item = usize> + '_ {
+    let (a, b) = (topo.links[l].src, topo.links[l].dst);
+    std::iter::once(l).chain(
         (0..topo.switches.len())
-            .filter(|&k| topo.switches[k].covers(a, b))
+            .filter(move |&k| topo.switches[k].covers(a, b))
             .map(|k| topo.links.len() + k),
-    );
-    Ok(v)
+    )
+}
+
+/// The links of every hop: the direct link, or where any hop has none, the relayed paths of
+/// [`relay::paths`] (as the baseline programs relay them).
+fn hop_links(topo: &Topology, hops: &[(usize, usize)]) -> Result<Vec<Vec<usize>>> {
+    let ids: HashMap<(usize, usize), usize> = (topo.links.iter().enumerate())
+        .map(|(i, l)| ((l.src, l.dst), i))
+        .collect();
+    let direct: Option<Vec<Vec<usize>>> =
+        hops.iter().map(|h| ids.get(h).map(|&l| vec![l])).collect();
+    match direct {
+        Some(links) => Ok(links),
+        None => relay::paths(topo, hops),
+    }
 }
 
 fn capacities(topo: &Topology) -> Vec<f64> {
@@ -80,37 +92,36 @@ fn capacities(topo: &Topology) -> Vec<f64> {
 }
 
 /// The bus bandwidth (GB/s) NCCL's model assigns to an algorithm on `topology` before its
-/// refinements: the total max-min fair rate of the channels.
+/// refinements: the total max-min fair rate of the channels (a relayed hop crossing every
+/// link of its path).
 pub fn channel_bus_bandwidth(algo: Algo, topology: &Topology) -> Result<f64> {
-    let mut flows = Vec::new();
-    match algo {
-        Algo::Ring => {
-            for ring in ring_orders(topology, None)? {
-                let mut res = Vec::new();
-                for j in 0..ring.len() {
-                    if ring.len() > 1 {
-                        res.extend(edge_resources(
-                            topology,
-                            ring[j],
-                            ring[(j + 1) % ring.len()],
-                        )?);
-                    }
-                }
-                flows.push(res);
-            }
-        }
-        Algo::Tree => {
-            for parent in tree_parents(topology, None)? {
-                let mut res = Vec::new();
-                for (r, p) in parent.iter().enumerate() {
-                    if let Some(p) = p {
-                        res.extend(edge_resources(topology, r, *p)?);
-                    }
-                }
-                flows.push(res);
-            }
-        }
-    }
+    // Each channel's hops: a ring's consecutive ranks, a tree's child-to-parent links.
+    let channels: Vec<Vec<(usize, usize)>> = match algo {
+        Algo::Ring => (ring_orders(topology, None)?.iter())
+            .map(|ring| {
+                let n = ring.len();
+                let hops = (0..n).map(|j| (ring[j], ring[(j + 1) % n]));
+                hops.filter(|&(a, b)| a != b).collect()
+            })
+            .collect(),
+        Algo::Tree => (tree_parents(topology, None)?.iter())
+            .map(|parent| {
+                (parent.iter().enumerate())
+                    .filter_map(|(r, p)| p.map(|p| (r, p)))
+                    .collect()
+            })
+            .collect(),
+    };
+    let all: Vec<(usize, usize)> = channels.iter().flatten().copied().collect();
+    let mut paths = hop_links(topology, &all)?.into_iter();
+    let flows: Vec<Vec<usize>> = channels
+        .iter()
+        .map(|hops| {
+            (paths.by_ref().take(hops.len()).flatten())
+                .flat_map(|l| link_resources(topology, l))
+                .collect()
+        })
+        .collect();
     let rates = max_min_rates(&capacities(topology), &flows);
     Ok(rates.iter().filter(|r| r.is_finite()).sum())
 }

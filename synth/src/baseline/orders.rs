@@ -1,29 +1,43 @@
 //! Rank orders for the NCCL-style baselines: rings (one per channel) and chains/trees, chosen
 //! from the topology as NCCL's search does in spirit.
 //!
-//! * One node: directed Hamiltonian cycles of the link graph packed into the link and switch
-//!   capacities (in units of the smallest link bandwidth), most-capable links first, as many
-//!   as fit (NCCL builds as many rings as the NVLinks allow). A single ring (NVSwitch
-//!   systems) is used on two channels, as NCCL duplicates channels on NVLink.
+//! * One node: as many directed Hamiltonian cycles of the link graph as the link and switch
+//!   capacities carry (in units of the slowest link), at most [`MAX_RINGS`], found by
+//!   [`super::search::pack`] (NCCL builds as many rings as the NVLinks allow): four on a 2-D
+//!   torus, six on a 3-D torus or a 6-D hypercube, two on a mesh, a cycle and its reverse
+//!   wherever links go both ways. A single ring (NVSwitch systems) is used on two channels,
+//!   as NCCL duplicates channels on NVLink.
+//! * No Hamiltonian cycle (a star- or tree-like part, an odd mesh): a relayed ring and its
+//!   reverse over a spanning tree's preorder, each hop between ranks without a link relayed
+//!   along a shortest path ([`super::relay`]), as NCCL routes such hops through other GPUs.
+//!   Only a disconnected fabric has no ring ([`super::relay::RelayError::Disconnected`]).
 //! * Several nodes: one ring per NIC (GPUs sharing a NIC form one group). Ring `c` enters
 //!   every node at a GPU of NIC group `c` and leaves it from the other GPU of that group, or
 //!   from a GPU of group `c + 1` when NICs are per GPU, visiting the node's other GPUs on a
 //!   Hamiltonian path in between: ranks grouped by node with one inter-node hop per node
-//!   boundary, and every NIC used by one ring per direction.
+//!   boundary, and every NIC used by one ring per direction. Where that fails (a node
+//!   without such a path, nodes that cannot be chained), the relayed ring.
+//! * Trees: a chain along each ring on one node (along a Hamiltonian path, else along the
+//!   relayed order); across nodes NCCL's double binary tree over the nodes with a chain in
+//!   each (relayed where a node has no Hamiltonian path).
 
+use super::relay;
+use super::search;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Most rings searched for on one node.
 pub const MAX_RINGS: usize = 16;
 
-/// DFS nodes a search may visit before it settles for what it has.
+/// DFS nodes a Hamiltonian path search (one node of a multi-node fabric) may visit before
+/// it gives up.
 const SEARCH_BUDGET: usize = 100_000;
 
 /// Residual capacities of a set of ranks' links and switch constraints, in units.
-struct Residual<'a> {
-    topo: &'a Topology,
+struct Residual {
+    /// The slowest link's bandwidth: one unit.
+    unit: f64,
     link: HashMap<(usize, usize), i64>,
     switch: Vec<i64>,
     covers: HashMap<(usize, usize), Vec<usize>>,
@@ -31,9 +45,10 @@ struct Residual<'a> {
     adj: HashMap<usize, Vec<usize>>,
 }
 
-impl<'a> Residual<'a> {
-    fn new(topo: &'a Topology, ranks: &[usize]) -> Residual<'a> {
-        let inside = |r: usize| ranks.contains(&r);
+impl Residual {
+    fn new(topo: &Topology, ranks: &[usize]) -> Residual {
+        let set: HashSet<usize> = ranks.iter().copied().collect();
+        let inside = |r: usize| set.contains(&r);
         let local: Vec<_> = topo
             .links
             .iter()
@@ -62,7 +77,7 @@ impl<'a> Residual<'a> {
             adj.insert(r, out.iter().map(|l| l.dst).collect());
         }
         Residual {
-            topo,
+            unit,
             link,
             switch,
             covers,
@@ -79,12 +94,6 @@ impl<'a> Residual<'a> {
         *self.link.get_mut(&(a, b)).expect("usable link") -= d;
         for &k in &self.covers[&(a, b)] {
             self.switch[k] -= d;
-        }
-    }
-
-    fn take_cycle(&mut self, cycle: &[usize], d: i64) {
-        for i in 0..cycle.len() {
-            self.take(cycle[i], cycle[(i + 1) % cycle.len()], d);
         }
     }
 
@@ -160,131 +169,70 @@ pub fn hamiltonian_path(
     extend(&mut res, &mut path, ranks.len(), to, false, &mut budget).then_some(path)
 }
 
-/// Packs as many directed Hamiltonian cycles over `ranks` as fit the capacities.
-fn pack_cycles(topo: &Topology, ranks: &[usize]) -> Vec<Vec<usize>> {
-    if ranks.len() == 1 {
-        return vec![ranks.to_vec()];
-    }
-    let mut res = Residual::new(topo, ranks);
-    let upper = ranks
+/// The capacities of the links among `ranks` in units of their slowest link (as
+/// [`super::search::Capacities`], vertex `i` being `ranks[i]`) and the most rings they can
+/// carry: every rank's in- and out-units, its switch ports, [`MAX_RINGS`].
+fn capacities(topo: &Topology, ranks: &[usize]) -> (search::Capacities, usize) {
+    let res = Residual::new(topo, ranks);
+    let local: HashMap<usize, usize> = ranks.iter().enumerate().map(|(i, &r)| (r, i)).collect();
+    let mut arcs: Vec<search::Arc> = res
+        .link
         .iter()
-        .map(|&r| {
-            let out: i64 = res
-                .link
-                .iter()
-                .filter(|(k, _)| k.0 == r)
-                .map(|(_, &c)| c)
-                .sum();
-            let inn: i64 = res
-                .link
-                .iter()
-                .filter(|(k, _)| k.1 == r)
-                .map(|(_, &c)| c)
-                .sum();
-            out.min(inn)
+        .map(|(&(a, b), &units)| search::Arc {
+            src: local[&a],
+            dst: local[&b],
+            units,
+            pools: res.covers[&(a, b)].clone(),
+        })
+        .collect();
+    arcs.sort_by_key(|a| (a.src, a.dst));
+    let caps = search::Capacities {
+        vertices: ranks.len(),
+        arcs,
+        pools: res.switch.clone(),
+    };
+    let by_links = (0..ranks.len())
+        .map(|v| {
+            let sum = |out: bool| -> i64 {
+                (caps.arcs.iter())
+                    .filter(|a| if out { a.src == v } else { a.dst == v })
+                    .map(|a| a.units)
+                    .sum()
+            };
+            sum(true).min(sum(false))
         })
         .min()
         .unwrap_or(0)
         .clamp(0, MAX_RINGS as i64) as usize;
     // Switch constraints (NVSwitch ports) may allow fewer rings than the links.
-    let unit = topo
-        .links
-        .iter()
-        .filter(|l| ranks.contains(&l.src) && ranks.contains(&l.dst))
-        .map(|l| l.bandwidth)
-        .fold(f64::INFINITY, f64::min);
     let by_ports = ranks
         .iter()
         .map(|&r| {
             let (i, o) = topo.rank_bandwidth(r);
-            ((i.min(o) / unit) + 1e-9).floor().max(1.0) as usize
+            ((i.min(o) / res.unit) + 1e-9).floor().max(1.0) as usize
         })
         .min()
         .unwrap_or(1);
-    let upper = upper.min(by_ports);
-    let mut best = Vec::new();
-    let mut current = Vec::new();
-    let mut budget = SEARCH_BUDGET;
-    pack(&mut res, ranks, upper, &mut current, &mut best, &mut budget);
-    best
+    (caps, by_links.min(by_ports))
 }
 
-fn pack(
-    res: &mut Residual,
-    ranks: &[usize],
-    upper: usize,
-    current: &mut Vec<Vec<usize>>,
-    best: &mut Vec<Vec<usize>>,
-    budget: &mut usize,
-) {
-    if current.len() > best.len() {
-        *best = current.clone();
+/// As many directed Hamiltonian cycles over `ranks` as fit the capacities (see the module
+/// docs); none where there is no such cycle or the search found none.
+fn pack_cycles(topo: &Topology, ranks: &[usize]) -> Vec<Vec<usize>> {
+    if ranks.len() == 1 {
+        return vec![ranks.to_vec()];
     }
-    if best.len() >= upper || *budget == 0 {
-        return;
-    }
-    // Enumerate cycles from the first rank by DFS; try each as the next ring.
-    let mut stack: Vec<(Vec<usize>, usize)> = vec![(vec![ranks[0]], 0)];
-    // Iterative DFS over partial paths so that every complete cycle can be tried in turn.
-    while let Some((path, _)) = stack.pop() {
-        if *budget == 0 || best.len() >= upper {
-            return;
-        }
-        *budget -= 1;
-        let last = *path.last().expect("non-empty");
-        if path.len() == ranks.len() {
-            let cycle = path.clone();
-            if !cycle_fits(res, &cycle) {
-                continue;
-            }
-            res.take_cycle(&cycle, 1);
-            current.push(cycle.clone());
-            pack(res, ranks, upper, current, best, budget);
-            current.pop();
-            res.take_cycle(&cycle, -1);
-            continue;
-        }
-        let mut nexts = res.next_of(last);
-        nexts.reverse();
-        for b in nexts {
-            if !path.contains(&b) && res.usable(last, b) {
-                let mut p = path.clone();
-                p.push(b);
-                stack.push((p, 0));
-            }
-        }
-    }
-}
-
-/// Whether the residual capacities hold one more copy of `cycle` (switches counted with
-/// their multiplicity along the cycle).
-fn cycle_fits(res: &Residual, cycle: &[usize]) -> bool {
-    let mut links: HashMap<(usize, usize), i64> = HashMap::new();
-    let mut sw: HashMap<usize, i64> = HashMap::new();
-    for i in 0..cycle.len() {
-        let e = (cycle[i], cycle[(i + 1) % cycle.len()]);
-        let Some(&c) = res.link.get(&e) else {
-            return false;
-        };
-        let used = links.entry(e).or_insert(0);
-        *used += 1;
-        if *used > c {
-            return false;
-        }
-        for &k in &res.covers[&e] {
-            let u = sw.entry(k).or_insert(0);
-            *u += 1;
-            if *u > res.switch[k] {
-                return false;
-            }
-        }
-    }
-    let _ = res.topo;
-    true
+    let (caps, bound) = capacities(topo, ranks);
+    search::pack(&caps, bound)
+        .into_iter()
+        .map(|cycle| cycle.into_iter().map(|v| ranks[v]).collect())
+        .collect()
 }
 
 /// The ring of every channel NCCL-style (see the module docs); `channels` overrides the
-/// number of channels (rings are reused in turn).
+/// number of channels (rings are reused in turn). A ring's consecutive ranks share a link
+/// unless no Hamiltonian cycle was found: then they may be joined by a relayed path (see
+/// [`super::relay`]). An error only for a fabric without ranks or a disconnected one.
 pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<usize>>> {
     if topo.ranks == 0 {
         bail!("topology '{}' has no ranks", topo.name);
@@ -293,22 +241,32 @@ pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<u
         let all: Vec<usize> = (0..topo.ranks).collect();
         let mut rings = pack_cycles(topo, &all);
         if rings.is_empty() {
-            bail!(
-                "topology '{}' has no Hamiltonian cycle of links (found none within the search budget); the ring baseline needs one",
-                topo.name
-            );
+            rings = relayed_rings(topo)?;
         }
         if rings.len() == 1 {
             rings.push(rings[0].clone());
         }
         rings
     } else {
-        multi_node_rings(topo)?
+        match multi_node_rings(topo) {
+            Ok(rings) => rings,
+            Err(_) => relayed_rings(topo)?,
+        }
     };
     Ok(match channels {
         Some(c) if c > 0 => (0..c).map(|i| rings[i % rings.len()].clone()).collect(),
         _ => rings,
     })
+}
+
+/// A relayed ring over every rank and its reverse ([`relay::relayed_order`]).
+fn relayed_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
+    let ring = relay::relayed_order(topo)?;
+    let mut back = ring.clone();
+    if back.len() > 1 {
+        back[1..].reverse();
+    }
+    Ok(vec![ring, back])
 }
 
 /// The ranks of each node that has any, in rank order.
@@ -431,50 +389,87 @@ fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
 }
 
 /// The tree of every channel for the NCCL tree baseline, as a parent per rank (`None` for
-/// the root). One node: a chain along the channel's ring, rotated per channel. Several
-/// nodes: NCCL's double binary tree over the nodes (channels alternate between a heap-ordered
-/// binary tree and the same over the reversed node order, so leaves of one are inner nodes of
-/// the other), whose node heads are the GPUs of NIC group `c`, and a chain inside each node
-/// starting at its head. `channels` overrides the channel count.
+/// the root). One node: a chain along the channel's ring, rotated per channel (along a
+/// Hamiltonian path where there is no ring, else along the relayed order of
+/// [`relay::relayed_order`], whose hops the program relays). Several nodes: NCCL's double
+/// binary tree over the nodes (channels alternate between a heap-ordered binary tree and the
+/// same over the reversed node order, so leaves of one are inner nodes of the other), whose
+/// node heads are the GPUs of NIC group `c`, and a chain inside each node starting at its
+/// head (relayed where the node has no Hamiltonian path); where the nodes have no NICs to
+/// head them, the one-node chains over the whole fabric. `channels` overrides the channel
+/// count.
 pub fn tree_parents(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<Option<usize>>>> {
-    let n = topo.ranks;
-    if n == 0 {
+    if topo.ranks == 0 {
         bail!("topology '{}' has no ranks", topo.name);
     }
-    if topo.nodes() <= 1 {
-        let all: Vec<usize> = (0..n).collect();
-        let rings = pack_cycles(topo, &all);
-        // Cycles may be rotated freely; a bare Hamiltonian path may not.
-        let (base, closed): (Vec<Vec<usize>>, bool) = if rings.is_empty() {
-            match hamiltonian_path(topo, &all, 0, None) {
-                Some(p) => (vec![p], false),
-                None => bail!(
-                    "topology '{}' has no Hamiltonian path of links for the chain baseline",
-                    topo.name
-                ),
-            }
-        } else {
-            (rings, true)
-        };
-        let nch = channels.unwrap_or(base.len().max(2)).max(1);
-        let copies = nch.div_ceil(base.len());
-        return Ok((0..nch)
-            .map(|c| {
-                let ring = &base[c % base.len()];
-                let shift = if closed {
-                    (c / base.len()) * (n / copies) % n
-                } else {
-                    0
-                };
-                let chain: Vec<usize> = (0..n).map(|j| ring[(j + shift) % n]).collect();
-                let mut parent = vec![None; n];
-                for j in 1..n {
-                    parent[chain[j]] = Some(chain[j - 1]);
-                }
-                parent
-            })
-            .collect());
+    if topo.nodes() > 1 {
+        if let Ok(trees) = double_binary_trees(topo, channels) {
+            return Ok(trees);
+        }
     }
+    chains(topo, channels)
+}
+
+/// The one-node trees of [`tree_parents`]: chains along the rings, a Hamiltonian path or the
+/// relayed order.
+fn chains(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<Option<usize>>>> {
+    let n = topo.ranks;
+    let all: Vec<usize> = (0..n).collect();
+    let rings = if topo.nodes() <= 1 {
+        pack_cycles(topo, &all)
+    } else {
+        Vec::new()
+    };
+    // Cycles may be rotated freely; a bare path may not.
+    let (base, closed): (Vec<Vec<usize>>, bool) = if !rings.is_empty() {
+        (rings, true)
+    } else if let Some(p) = hamiltonian_path(topo, &all, 0, None) {
+        (vec![p], false)
+    } else {
+        (vec![relay::relayed_order(topo)?], false)
+    };
+    let nch = channels.unwrap_or(base.len().max(2)).max(1);
+    let copies = nch.div_ceil(base.len());
+    Ok((0..nch)
+        .map(|c| {
+            let ring = &base[c % base.len()];
+            let shift = if closed {
+                (c / base.len()) * (n / copies) % n
+            } else {
+                0
+            };
+            let chain: Vec<usize> = (0..n).map(|j| ring[(j + shift) % n]).collect();
+            let mut parent = vec![None; n];
+            for j in 1..n {
+                parent[chain[j]] = Some(chain[j - 1]);
+            }
+            parent
+        })
+        .collect())
+}
+
+/// A chain through `node` from `head`: a Hamiltonian path of links, else the depth-first
+/// preorder of the node's links (its hops relayed); `None` where the node's links do not
+/// join its ranks.
+fn node_chain(topo: &Topology, node: &[usize], head: usize) -> Option<Vec<usize>> {
+    if let Some(chain) = hamiltonian_path(topo, node, head, None) {
+        return Some(chain);
+    }
+    let adj = relay::neighbours(topo);
+    let mut inside = vec![false; topo.ranks];
+    for &r in node {
+        inside[r] = true;
+    }
+    let order = relay::preorder(&adj, &inside, head, false);
+    (order.len() == node.len()).then_some(order)
+}
+
+/// The multi-node trees of [`tree_parents`].
+fn double_binary_trees(
+    topo: &Topology,
+    channels: Option<usize>,
+) -> Result<Vec<Vec<Option<usize>>>> {
+    let n = topo.ranks;
     let (nodes, groups, count) = nic_groups_per_node(topo)?;
     let k = nodes.len();
     let nch = channels.unwrap_or(count.max(2)).max(1);
@@ -483,7 +478,7 @@ pub fn tree_parents(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<
         let mut parent = vec![None; n];
         let heads: Vec<usize> = (0..k).map(|i| groups[i][c % groups[i].len()][0]).collect();
         for i in 0..k {
-            let Some(chain) = hamiltonian_path(topo, &nodes[i], heads[i], None) else {
+            let Some(chain) = node_chain(topo, &nodes[i], heads[i]) else {
                 bail!(
                     "topology '{}': no chain through node {i} from rank {}",
                     topo.name,
@@ -507,4 +502,273 @@ pub fn tree_parents(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<
         out.push(parent);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baseline::{self, BaselineOptions, RelayError};
+    use crate::simulate::{simulate, SimOptions};
+    use crate::topology::{self, Link};
+    use runtime::ir::Collective;
+
+    /// A one-node fabric of 25 GB/s links both ways between the `pairs` (a pair listed `m`
+    /// times is one link of `m` × 25 GB/s).
+    fn fabric(name: &str, n: usize, pairs: &[(usize, usize)]) -> Topology {
+        let mut mult: HashMap<(usize, usize), f64> = HashMap::new();
+        for &(a, b) in pairs.iter().filter(|p| p.0 != p.1) {
+            *mult.entry((a.min(b), a.max(b))).or_insert(0.0) += 1.0;
+        }
+        let mut keys: Vec<_> = mult.keys().copied().collect();
+        keys.sort_unstable();
+        let links = keys
+            .iter()
+            .flat_map(|&(a, b)| [(a, b), (b, a)])
+            .map(|(src, dst)| Link {
+                src,
+                dst,
+                bandwidth: 25.0 * mult[&(src.min(dst), src.max(dst))],
+                alpha: 0.7,
+            })
+            .collect();
+        Topology {
+            name: name.into(),
+            ranks: n,
+            node_of: vec![0; n],
+            links,
+            switches: Vec::new(),
+        }
+    }
+
+    /// The rank count and neighbour pairs of a torus (wrap-around in every dimension).
+    fn torus(dims: &[usize]) -> (usize, Vec<(usize, usize)>) {
+        let n: usize = dims.iter().product();
+        let mut pairs = Vec::new();
+        for v in 0..n {
+            let mut stride = 1;
+            for &d in dims.iter().rev() {
+                let coord = (v / stride) % d;
+                pairs.push((v, v - coord * stride + ((coord + 1) % d) * stride));
+                stride *= d;
+            }
+        }
+        pairs.sort_unstable_by_key(|&(a, b)| (a.min(b), a.max(b)));
+        pairs.dedup_by_key(|p| (p.0.min(p.1), p.0.max(p.1)));
+        (n, pairs)
+    }
+
+    /// An `r` × `c` mesh (no wrap-around).
+    fn mesh(r: usize, c: usize) -> (usize, Vec<(usize, usize)>) {
+        let mut pairs = Vec::new();
+        for v in 0..r * c {
+            if v % c + 1 < c {
+                pairs.push((v, v + 1));
+            }
+            if v / c + 1 < r {
+                pairs.push((v, v + c));
+            }
+        }
+        (r * c, pairs)
+    }
+
+    /// The `d`-dimensional hypercube.
+    fn hypercube(d: usize) -> (usize, Vec<(usize, usize)>) {
+        let n = 1 << d;
+        let pairs = (0..n)
+            .flat_map(|v| (0..d).map(move |k| (v, v ^ (1 << k))))
+            .filter(|&(a, b)| a < b)
+            .collect();
+        (n, pairs)
+    }
+
+    /// The same fabric with rank `v` renamed `(37 v + 11) mod n` (37 is prime to every
+    /// size used here).
+    fn permuted((n, pairs): &(usize, Vec<(usize, usize)>)) -> (usize, Vec<(usize, usize)>) {
+        let p = |v: usize| (37 * v + 11) % n;
+        (*n, pairs.iter().map(|&(a, b)| (p(a), p(b))).collect())
+    }
+
+    /// Checks that every ring visits every rank once over links and that the rings use no
+    /// link more often than its 25 GB/s units.
+    fn check_rings(topo: &Topology, rings: &[Vec<usize>]) {
+        let mut used: HashMap<(usize, usize), f64> = HashMap::new();
+        for ring in rings {
+            let mut seen: Vec<usize> = ring.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..topo.ranks).collect::<Vec<_>>(), "{}", topo.name);
+            for (i, &a) in ring.iter().enumerate() {
+                let b = ring[(i + 1) % ring.len()];
+                *used.entry((a, b)).or_insert(0.0) += 25.0;
+            }
+        }
+        for (&(a, b), &bw) in &used {
+            let link = topo.link(a, b);
+            assert!(
+                link.is_some_and(|l| l.bandwidth >= bw),
+                "{}: {a}->{b}",
+                topo.name
+            );
+        }
+    }
+
+    /// The named fabrics of the ring-count tests, with the rings expected.
+    fn regular_fabrics() -> Vec<(Topology, usize)> {
+        let mut out: Vec<(Topology, usize)> = ["torus-2d:4x4", "torus-2d:4x8", "torus-2d:8x8"]
+            .iter()
+            .map(|name| (topology::load(name).unwrap(), 4))
+            .collect();
+        let built = [
+            ("torus-3d:4x4x4", torus(&[4, 4, 4]), 6),
+            ("hypercube:6", hypercube(6), 6),
+            ("mesh:8x8", mesh(8, 8), 2),
+            ("torus-2d:8x8", torus(&[8, 8]), 4),
+        ];
+        for (name, (n, pairs), rings) in built {
+            out.push((fabric(name, n, &pairs), rings));
+            let (n, pairs) = permuted(&(n, pairs));
+            out.push((fabric(&format!("{name}-permuted"), n, &pairs), rings));
+        }
+        out
+    }
+
+    #[test]
+    fn rings_use_every_link_of_tori_hypercubes_and_meshes_at_any_labelling() {
+        for (topo, expect) in regular_fabrics() {
+            let rings = ring_orders(&topo, None).unwrap();
+            assert_eq!(rings.len(), expect, "{}", topo.name);
+            check_rings(&topo, &rings);
+            // Deterministic.
+            assert_eq!(ring_orders(&topo, None).unwrap(), rings, "{}", topo.name);
+        }
+    }
+
+    #[test]
+    fn fabrics_of_earlier_searches_keep_their_rings() {
+        for (name, expect) in [
+            ("dgx1", 6),
+            ("fully-connected:8", 7),
+            ("amd8", 7),
+            ("mi250", 4),
+            ("dgx-a100", 2),
+            ("ring:8", 2),
+            ("ring:2", 2),
+        ] {
+            let topo = topology::load(name).unwrap();
+            let rings = ring_orders(&topo, None).unwrap();
+            assert_eq!(rings.len(), expect, "{name}");
+            assert!(rings
+                .iter()
+                .all(|r| (0..r.len()).all(|i| topo.link(r[i], r[(i + 1) % r.len()]).is_some())));
+        }
+    }
+
+    #[test]
+    fn ring_and_tree_programs_of_regular_fabrics_verify_and_simulate() {
+        let opts = BaselineOptions::default();
+        for (topo, rings) in regular_fabrics() {
+            for coll in [Collective::AllGather, Collective::AllReduce] {
+                let p = baseline::ring(coll, &topo, &opts).unwrap();
+                runtime::verify::verify(&p).unwrap_or_else(|e| panic!("{}: {e}", topo.name));
+            }
+            let p = baseline::tree(Collective::AllReduce, &topo, &opts).unwrap();
+            runtime::verify::verify(&p).unwrap_or_else(|e| panic!("{}: {e}", topo.name));
+            // Every ring runs at about one link's 25 GB/s.
+            let p = baseline::ring(Collective::AllGather, &topo, &opts).unwrap();
+            let r = simulate(&p, &topo, 1 << 30, &SimOptions::default()).unwrap();
+            let full = 25.0 * rings as f64;
+            assert!(
+                r.busbw > 0.95 * full && r.busbw <= full,
+                "{}: {}",
+                topo.name,
+                r.busbw
+            );
+        }
+    }
+
+    /// A seeded random spanning tree on `n` ranks plus `extra` random links, each of 1 to 3
+    /// units (no Hamiltonian cycle where the tree part has a cut vertex).
+    fn irregular(seed: u64, n: usize, extra: usize) -> Topology {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut pairs = Vec::new();
+        for v in 1..n {
+            let (u, m) = (rng.gen_range(0..v), rng.gen_range(1..=3));
+            pairs.extend(std::iter::repeat_n((u, v), m));
+        }
+        for _ in 0..extra {
+            let (a, b, m) = (
+                rng.gen_range(0..n),
+                rng.gen_range(0..n),
+                rng.gen_range(1..=3),
+            );
+            pairs.extend(std::iter::repeat_n((a, b), m));
+        }
+        fabric(&format!("irregular-{seed}"), n, &pairs)
+    }
+
+    #[test]
+    fn fabrics_without_a_hamiltonian_cycle_get_relayed_rings_and_chains_that_verify() {
+        let opts = BaselineOptions {
+            channels: None,
+            root: 1,
+        };
+        let mut relayed = 0;
+        for seed in 0..12 {
+            let topo = irregular(seed, 12, 6);
+            let rings = ring_orders(&topo, None).unwrap();
+            let direct = |r: &Vec<usize>| {
+                (0..r.len()).all(|i| topo.link(r[i], r[(i + 1) % r.len()]).is_some())
+            };
+            if rings.iter().all(direct) {
+                check_rings(&topo, &rings);
+                continue;
+            }
+            relayed += 1;
+            assert_eq!(rings.len(), 2, "{}", topo.name);
+            for coll in [
+                Collective::AllGather,
+                Collective::ReduceScatter,
+                Collective::AllReduce,
+                Collective::Broadcast,
+                Collective::Reduce,
+            ] {
+                let p = baseline::ring(coll, &topo, &opts).unwrap();
+                runtime::verify::verify(&p).unwrap_or_else(|e| panic!("{} {coll}: {e}", topo.name));
+                let r = simulate(&p, &topo, 1 << 26, &SimOptions::default()).unwrap();
+                assert!(r.busbw > 1.0, "{} {coll}: {}", topo.name, r.busbw);
+            }
+            let p = baseline::tree(Collective::AllReduce, &topo, &opts).unwrap();
+            runtime::verify::verify(&p).unwrap_or_else(|e| panic!("{} tree: {e}", topo.name));
+            let ring = baseline::model::channel_bus_bandwidth(baseline::Algo::Ring, &topo);
+            assert!(ring.unwrap() > 0.0, "{}", topo.name);
+        }
+        assert!(relayed >= 8, "only {relayed} of 12 fabrics needed relays");
+    }
+
+    #[test]
+    fn a_star_relays_its_ring_through_the_hub_and_a_disconnected_fabric_is_an_error() {
+        let star = topology::load("star:5").unwrap();
+        let rings = ring_orders(&star, None).unwrap();
+        assert_eq!((rings.len(), rings[0].len()), (2, 5));
+        let opts = BaselineOptions::default();
+        let p = baseline::ring(Collective::AllGather, &star, &opts).unwrap();
+        runtime::verify::verify(&p).unwrap();
+        // Every leaf-to-leaf hop goes through the hub: scratch only there.
+        assert!(p
+            .gpus
+            .iter()
+            .all(|g| (g.rank == 0) == (g.scratch_chunks > 0)));
+        let p = baseline::tree(Collective::AllReduce, &star, &opts).unwrap();
+        runtime::verify::verify(&p).unwrap();
+        let apart = fabric("apart", 4, &[(0, 1), (2, 3)]);
+        let e = baseline::ring(Collective::AllGather, &apart, &opts).unwrap_err();
+        assert!(
+            matches!(
+                e.downcast_ref::<RelayError>(),
+                Some(RelayError::Disconnected { from: 0, to: 2, .. })
+            ),
+            "{e}"
+        );
+        assert!(baseline::tree(Collective::AllReduce, &apart, &opts).is_err());
+    }
 }

@@ -68,7 +68,7 @@ fn blocks(coll: Collective, n: usize, root: usize) -> Result<Vec<(usize, usize, 
 
 /// Times every pair is routed again against the loads of all the others (rip-up and
 /// reroute) after the first pass.
-const REROUTE_PASSES: usize = 2;
+pub(super) const REROUTE_PASSES: usize = 2;
 
 /// Link loads while routing: blocks per resource (links, then switch constraints) and what
 /// a block more costs on each link.
@@ -167,8 +167,13 @@ fn best_path(
 }
 
 /// Routes every `(source, destination)` pair along a shortest path (see the module docs);
-/// the links crossed, per pair.
-fn route(topo: &Topology, pairs: &[(usize, usize)], passes: usize) -> Result<Vec<Vec<usize>>> {
+/// the links crossed, per pair. The relayed rings and chains ([`super::relay`]) route their
+/// hops with it too.
+pub(super) fn route(
+    topo: &Topology,
+    pairs: &[(usize, usize)],
+    passes: usize,
+) -> Result<Vec<Vec<usize>>> {
     let dist = topo.distances();
     let mut hops = 0usize;
     for &(s, d) in pairs {

@@ -532,6 +532,7 @@ mod tests {
             node_of: vec![0; n],
             links,
             switches: Vec::new(),
+            runtime: None,
         }
     }
 

@@ -99,6 +99,12 @@ pub fn parse_size(text: &str) -> Result<GenSize> {
             .parse()
             .map_err(|_| anyhow::anyhow!("size '{t}' is not {what}"))
     };
+    if let Some((ranks, seed)) = t.split_once(':') {
+        return Ok(GenSize::Seeded {
+            ranks: number(ranks, "RANKS:SEED")? as usize,
+            seed: number(seed, "RANKS:SEED")?,
+        });
+    }
     if t.contains(['x', 'X']) {
         let dims = t
             .split(['x', 'X'])
@@ -108,12 +114,6 @@ pub fn parse_size(text: &str) -> Result<GenSize> {
             bail!("size '{t}' has {} dimensions; at most 3", dims.len());
         }
         return Ok(GenSize::Grid(dims));
-    }
-    if let Some((ranks, seed)) = t.split_once(':') {
-        return Ok(GenSize::Seeded {
-            ranks: number(ranks, "RANKS:SEED")? as usize,
-            seed: number(seed, "RANKS:SEED")?,
-        });
     }
     number(t, "a number of ranks").map(|n| GenSize::Ranks(n as usize))
 }
@@ -393,6 +393,8 @@ mod tests {
     fn a_random_fabric_is_connected_reproducible_and_seed_dependent() {
         let size = parse_size("24:7").unwrap();
         assert_eq!(size, GenSize::Seeded { ranks: 24, seed: 7 });
+        let bad = parse_size("24:x").unwrap_err().to_string();
+        assert!(bad.contains("RANKS:SEED"), "{bad}");
         let a = generate("random", size.clone(), 25.0, 0.7).unwrap();
         let b = generate("random", size, 25.0, 0.7).unwrap();
         assert_eq!(a.links, b.links);

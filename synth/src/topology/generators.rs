@@ -218,8 +218,8 @@ fn random_pairs(n: usize, seed: u64) -> Result<RankPairs> {
     if n < 2 {
         bail!("random needs at least 2 ranks, got {n}");
     }
+    super::check_size(n, n.saturating_mul(4))?;
     let target = (2 * n).min(n * (n - 1) / 2);
-    super::check_size(n, 2 * target)?;
     let mut rng = StdRng::seed_from_u64(seed);
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rng);
@@ -408,5 +408,21 @@ mod tests {
         assert_eq!(multiples, HashSet::from([1, 2, 3]));
         let other = generate("random", parse_size("24:8").unwrap(), 25.0, 0.7).unwrap();
         assert_ne!(a.links, other.links);
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        let huge = usize::MAX.to_string();
+        for (name, ..) in GENERATORS {
+            for size in [
+                huge.clone(),
+                format!("{huge}:3"),
+                format!("{huge}x{huge}"),
+                format!("{huge}x2x{huge}"),
+            ] {
+                let parsed = parse_size(&size).unwrap();
+                assert!(generate(name, parsed, 1.0, 0.0).is_err(), "{name}:{size}");
+            }
+        }
     }
 }

@@ -23,7 +23,12 @@ fn example(name: &str) -> String {
 /// Runs an example under the recorder and compiles it for a flavour.
 fn compile(name: &str, args: &[&str], flavor: Flavor) -> Program {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let traced = run_script(&example(name), &args).expect("the example runs");
+    let traced = run_script(
+        &example(name),
+        &args,
+        synth::dsl::frontend::DEFAULT_TIME_LIMIT,
+    )
+    .expect("the example runs");
     assert_eq!(traced.len(), 1);
     let overrides = Overrides {
         flavor: Some(flavor),

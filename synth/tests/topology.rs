@@ -457,9 +457,9 @@ fn bad_inputs_give_one_line_errors() {
     let e = error_of(&dir, "noranks.toml", "bandwidth = 3\n");
     assert!(e.contains("ranks") && e.contains("missing"), "{e}");
 
-    let e = error_of(&dir, "gen.toml", "generator = \"hypercube\"\n");
+    let e = error_of(&dir, "gen.toml", "generator = \"dragonfly\"\n");
     assert!(
-        e.contains("gen.toml:1: generator: unknown generator 'hypercube'"),
+        e.contains("gen.toml:1: generator: unknown generator 'dragonfly'"),
         "{e}"
     );
 

@@ -33,6 +33,10 @@ pub struct CompileArgs {
     /// Protocol (Simple, LL, LL128), instead of the program's own.
     #[arg(long, value_parser = ["Simple", "LL", "LL128"])]
     proto: Option<String>,
+    /// Wall-clock limit for running a `.py` program, in seconds: past it the program and
+    /// every process it started are killed and the command fails.
+    #[arg(long, default_value_t = frontend::DEFAULT_TIME_LIMIT)]
+    time_limit: f64,
     /// Arguments passed to the program (after `--`), e.g. `-- 8 1 --protocol LL`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -43,7 +47,7 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let programs = if args.file.ends_with(".json") {
         trace::read(&args.file)?
     } else {
-        frontend::run_script(&args.file, &args.args)?
+        frontend::run_script(&args.file, &args.args, args.time_limit)?
     };
     let flavor = match args.flavor.as_str() {
         "rccl" => Flavor::Rccl,

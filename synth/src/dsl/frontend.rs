@@ -4,8 +4,11 @@
 
 use super::trace::{self, TraceProgram};
 use anyhow::{bail, Context, Result};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The package files, relative to the `python/` folder of the repository.
 const PACKAGE: [(&str, &str); 6] = [
@@ -69,12 +72,77 @@ pub fn install_package(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs `python3 script args...` under the recorder; returns the traced programs. A failing
-/// script gives one line: its own `file:line: error` when Python raised an exception.
-pub fn run_script(script: &str, args: &[String]) -> Result<Vec<TraceProgram>> {
+/// Default wall-clock limit of a program run by `synth compile`, in seconds.
+pub const DEFAULT_TIME_LIMIT: f64 = 60.0;
+
+/// How often a running program is checked for exit.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The runs in progress (their process group and private folder), for the signal handler.
+static RUNNING: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Kills `pgid`'s whole process group (the program and whatever it forked).
+fn kill_group(pgid: u32) {
+    // SAFETY: killpg has no memory effects; a group that is gone gives ESRCH, ignored.
+    unsafe {
+        libc::killpg(pgid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP while programs run: kills their process groups, removes
+/// their folders and exits 130, as an interrupted command does. Installed once.
+fn install_signal_cleanup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            let running = RUNNING.lock().map(|r| r.clone()).unwrap_or_default();
+            for (pgid, dir) in running {
+                kill_group(pgid);
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            std::process::exit(130);
+        });
+    });
+}
+
+/// Removes the folders of earlier runs whose synth process is gone (killed with SIGKILL,
+/// which no handler sees).
+fn remove_stale_folders() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("synth-msccl-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(pid, 0) == 0 }
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Runs `python3 script args...` under the recorder for at most `time_limit` seconds;
+/// returns the traced programs. The program runs in a process group of its own, which is
+/// killed when it exits (processes it forked do not outlive it), when the limit passes
+/// ([`ScriptTimedOut`]) and when synth is interrupted; its folder is removed in every case.
+/// A failing script gives one line: its own `file:line: error` when Python raised an
+/// exception.
+pub fn run_script(script: &str, args: &[String], time_limit: f64) -> Result<Vec<TraceProgram>> {
     if !Path::new(script).is_file() {
         bail!("{script}: no such file");
     }
+    if !(time_limit.is_finite() && time_limit > 0.0) {
+        bail!("--time-limit must be a positive number of seconds, got {time_limit}");
+    }
+    remove_stale_folders();
+    install_signal_cleanup();
     let dir = temp_dir()?;
     install_package(&dir.0)?;
     let trace_path = dir.0.join("trace.json");
@@ -82,20 +150,62 @@ pub fn run_script(script: &str, args: &[String]) -> Result<Vec<TraceProgram>> {
     if let Some(old) = std::env::var_os("PYTHONPATH") {
         path = format!("{path}:{}", old.to_string_lossy());
     }
-    let output = Command::new("python3")
-        .arg("-m")
-        .arg("msccl._run")
-        .arg(script)
-        .args(args)
-        .env("PYTHONPATH", path)
-        .env("SYNTH_MSCCL_TRACE", &trace_path)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .map_err(|e| {
-            anyhow::anyhow!("cannot run python3 ({e}); run scripts/setup to install it")
-        })?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
+    // Output goes to files, not pipes: a process the program forks and leaves running
+    // would hold a pipe open, and reading it to the end would wait for that process.
+    let stderr_path = dir.0.join("stderr.txt");
+    let stderr_file = std::fs::File::create(&stderr_path)
+        .with_context(|| format!("{}: cannot create", stderr_path.display()))?;
+    let mut child = {
+        // The lock is held from spawn to registration, so the handler never misses a group.
+        let mut running = RUNNING
+            .lock()
+            .map_err(|_| anyhow::anyhow!("a program run panicked"))?;
+        let child = Command::new("python3")
+            .arg("-m")
+            .arg("msccl._run")
+            .arg(script)
+            .args(args)
+            .env("PYTHONPATH", path)
+            .env("SYNTH_MSCCL_TRACE", &trace_path)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr_file)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                anyhow::anyhow!("cannot run python3 ({e}); run scripts/setup to install it")
+            })?;
+        running.push((child.id(), dir.0.clone()));
+        child
+    };
+    let pgid = child.id();
+    let deadline = Instant::now() + Duration::from_secs_f64(time_limit.min(1e9));
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => {
+                kill_group(pgid);
+                let _ = child.wait();
+                unregister(pgid);
+                bail!("{script}: cannot wait for python3: {e}");
+            }
+        }
+    };
+    kill_group(pgid);
+    let _ = child.wait();
+    unregister(pgid);
+    let Some(status) = status else {
+        return Err(ScriptTimedOut {
+            script: script.to_string(),
+            seconds: time_limit,
+        }
+        .into());
+    };
+    if !status.success() {
+        let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
         let last = stderr
             .lines()
             .rev()
@@ -112,4 +222,21 @@ pub fn run_script(script: &str, args: &[String]) -> Result<Vec<TraceProgram>> {
         bail!("{script}: the script defines no `with MSCCLProgram(...)` block");
     }
     Ok(programs)
+}
+
+/// Forgets the run of process group `pgid`.
+fn unregister(pgid: u32) {
+    if let Ok(mut running) = RUNNING.lock() {
+        running.retain(|(g, _)| *g != pgid);
+    }
+}
+
+/// A program ran past `synth compile --time-limit` and was killed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{script}: the program ran past the time limit of {seconds} s and was stopped (raise it with --time-limit)")]
+pub struct ScriptTimedOut {
+    /// The program.
+    pub script: String,
+    /// The limit, in seconds.
+    pub seconds: f64,
 }

@@ -242,3 +242,36 @@ fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
         doc["at_1gb"]["busbw"].as_f64().unwrap() >= 0.99 * doc["at_1gb"]["bound"].as_f64().unwrap()
     );
 }
+
+/// A time limit that has passed before tree scheduling ends leaves out the list-scheduled
+/// and structured schedules and marks the search partial; the depth schedule of the packing
+/// found is still rated and written.
+#[test]
+fn the_time_limit_stops_tree_scheduling() {
+    let dir = temp_dir("tree-deadline");
+    let doc = run_json(&[
+        "--topo",
+        "torus-2d:8x8",
+        "--coll",
+        "allgather",
+        "--time-limit",
+        "0.000001",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(doc["complete"], false);
+    let files: Vec<&str> = doc["algorithms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["file"].as_str().unwrap())
+        .collect();
+    assert!(files.iter().any(|f| f.contains("-trees-")), "{files:?}");
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.contains("-listed-") || f.contains("-bucket-")),
+        "{files:?}"
+    );
+}

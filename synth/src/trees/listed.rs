@@ -10,6 +10,7 @@ use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Instant;
 
 /// A tree's children lists and the height of every vertex.
 type Shape = (Vec<Vec<usize>>, Vec<usize>);
@@ -40,7 +41,9 @@ type Queue = BinaryHeap<Reverse<(Key, Pending)>>;
 /// as soon as its piece has arrived and its link has room (longest remaining path first,
 /// then oldest). This balances the steps' loads, so rounds per chunk approach the packing's
 /// rate, and each link's sends come in the order the runtime can pipeline, one after
-/// another ([`Algorithm::serial_links`]). Errors past `max_steps` steps.
+/// another ([`Algorithm::serial_links`]). Errors past `max_steps` steps, and with
+/// [`OutOfTime`] once `deadline` has passed.
+#[allow(clippy::too_many_arguments)]
 pub fn list_scheduled(
     topology: &Topology,
     index: &TopologyIndex,
@@ -49,6 +52,7 @@ pub fn list_scheduled(
     chunks: usize,
     counts: &[Vec<usize>],
     max_steps: usize,
+    deadline: Instant,
 ) -> Result<Algorithm> {
     let caps = capacities(topology, index)?;
     let mut lister = Lister::new(
@@ -60,6 +64,9 @@ pub fn list_scheduled(
     lister.seed();
     let mut steps: Vec<Step> = Vec::new();
     while lister.left > 0 {
+        if Instant::now() >= deadline {
+            return Err(OutOfTime.into());
+        }
         if steps.len() >= max_steps {
             bail!(
                 "list scheduling of the trees on `{}` needs more than {max_steps} steps",
@@ -83,6 +90,11 @@ pub fn list_scheduled(
     algorithm.serial_links = true;
     Ok(algorithm)
 }
+
+/// List scheduling stopped at the search's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("list scheduling of the trees stopped at the time limit")]
+pub struct OutOfTime;
 
 /// The state of a list schedule: pending sends per link, in priority order. A step takes
 /// from each link what it and its switch constraints have room for, in the order one sorted

@@ -61,6 +61,9 @@ pub struct TreeResult {
     pub symmetry: usize,
     /// Column-generation rounds.
     pub rounds: usize,
+    /// The search's deadline passed before every candidate was built (the list-scheduled
+    /// ones are left out then).
+    pub out_of_time: bool,
 }
 
 /// Packs trees for `coll` (allgather or broadcast, any C) on `topology`.
@@ -93,12 +96,21 @@ pub fn synthesize_trees(
     let (algorithm, choice, best_rate) =
         depth_schedule(topology, index, &packing, coll.kind, limits)?;
     progress.message("list-scheduling the trees");
-    let listed = listed_candidate(topology, index, &packing, coll.kind, &choice, progress);
+    let mut out_of_time = false;
+    let mut listed_at = |choice: &rounding::ChunkOption| {
+        let listed = listed_candidate(topology, index, &packing, coll.kind, choice, limits);
+        match listed {
+            Ok(a) => Some(a),
+            Err(e) => {
+                out_of_time |= e.is::<listed::OutOfTime>();
+                progress.message(&format!("no list-scheduled candidate: {e:#}"));
+                None
+            }
+        }
+    };
+    let listed = listed_at(&choice);
     let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
-    let best_rate = best_rate.map(|(a, c)| {
-        let listed = listed_candidate(topology, index, &packing, coll.kind, &c, progress);
-        (a, listed)
-    });
+    let best_rate = best_rate.map(|(a, c)| (a, listed_at(&c)));
     Ok(TreeResult {
         algorithm,
         best_rate,
@@ -108,21 +120,23 @@ pub fn synthesize_trees(
         scheduled_gbps,
         symmetry: group.order(),
         rounds: packing.rounds,
+        out_of_time,
     })
 }
 
 /// The packing's trees at the piece counts of `choice`, list-scheduled one round per step:
-/// a candidate beside the depth schedule, so past its step cap it is left out, not fatal.
+/// a candidate beside the depth schedule, which the caller leaves out (not fatal) past its
+/// step cap or the deadline ([`listed::OutOfTime`]).
 fn listed_candidate(
     topology: &Topology,
     index: &TopologyIndex,
     packing: &packing::Packing,
     kind: Kind,
     choice: &rounding::ChunkOption,
-    progress: &crate::progress::Progress,
-) -> Option<Algorithm> {
+    limits: &Limits,
+) -> Result<Algorithm> {
     let (chunks, counts) = (choice.chunks, &choice.counts);
-    match listed::list_scheduled(
+    let a = listed::list_scheduled(
         topology,
         index,
         packing,
@@ -130,13 +144,9 @@ fn listed_candidate(
         chunks,
         counts,
         MAX_LISTED_STEPS,
-    ) {
-        Ok(a) => Some(staged(topology, index, a)),
-        Err(e) => {
-            progress.message(&format!("no list-scheduled candidate: {e:#}"));
-            None
-        }
-    }
+        limits.deadline,
+    )?;
+    Ok(staged(topology, index, a))
 }
 
 /// The symmetry group to pack under, its representative roots and the exact optimum rate
@@ -297,7 +307,8 @@ impl Engine for TreeEngine {
             limits,
             problem.progress,
         )?;
-        let complete = result.packing_gbps >= result.optimum_gbps * (1.0 - 1e-6);
+        let mut complete =
+            result.packing_gbps >= result.optimum_gbps * (1.0 - 1e-6) && !result.out_of_time;
         let summary = format!(
             "trees: optimum {:.3} GB/s per root, packing {:.3}, scheduled {:.3} ({} symmetries, {} LP rounds)",
             result.optimum_gbps, result.packing_gbps, result.scheduled_gbps, result.symmetry, result.rounds
@@ -332,7 +343,16 @@ impl Engine for TreeEngine {
             for_dual: self.for_dual,
             progress: problem.progress,
         };
-        let (structured, notes) = constructions::candidates(&cx);
+        // The structured schedules are built only while the search has time left.
+        let (structured, notes) = if std::time::Instant::now() < limits.deadline {
+            constructions::candidates(&cx)
+        } else {
+            complete = false;
+            problem
+                .progress
+                .message("time limit reached: the structured schedules are left out");
+            (Vec::new(), Vec::new())
+        };
         algorithms.extend(structured);
         Ok(Found {
             algorithms,

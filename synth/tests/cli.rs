@@ -1509,3 +1509,130 @@ fn bench_zoo_runs_a_fabric_and_its_renumbered_twin() {
         "'nosuch' is not in the zoo",
     );
 }
+
+// Robustness issue 31, items 8, 15 and 16.
+
+/// Arguments that cannot be used are refused before the search: with an expired time limit
+/// the search would stop at once with its own error, and no file is written.
+#[test]
+fn arguments_are_checked_before_the_search() {
+    let dir = temp_dir("args-first");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let file = write(&dir, "file.txt", "not a folder\n");
+    let under = format!("{file}/sub");
+    let weird = write(
+        &dir,
+        "weird.toml",
+        "name = 'a\"<>&'\ngenerator = \"ring\"\nsize = 4\n",
+    );
+    let plot_under = format!("{file}/p.svg");
+    let dir_str = dir.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--min-bytes", "100", "--max-bytes", "10", "--out", o],
+            "--max-bytes (10) is below --min-bytes (100)",
+        ),
+        (vec!["--out", &file], "is a file, not a folder"),
+        (vec!["--out", &under], "file.txt is a file, not a folder"),
+        (
+            vec!["--out", o, "--plot", dir_str],
+            "is a folder, not a file",
+        ),
+        (
+            vec!["--out", o, "--plot", &plot_under],
+            "a folder above it is a file",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec![
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--time-limit",
+            "1e-9",
+        ];
+        args.extend(extra);
+        fails_with(&args, needle);
+    }
+    fails_with(
+        &[
+            "--topo",
+            &weird,
+            "--coll",
+            "allgather",
+            "--time-limit",
+            "1e-9",
+            "--out",
+            o,
+        ],
+        "name: \"a\\\"<>&\" holds '\"', which MSCCL XML names cannot carry",
+    );
+    assert!(!out.exists(), "nothing is written");
+    let fixture = msccl_fixture();
+    fails_with(
+        &[
+            "lower",
+            &fixture,
+            "--min-bytes",
+            "100",
+            "--max-bytes",
+            "10",
+            "--out",
+            o,
+        ],
+        "--max-bytes (10) is below --min-bytes (100)",
+    );
+    fails_with(
+        &["lower", &fixture, "--out", &under],
+        "is a file, not a folder",
+    );
+    fails_with(
+        &[
+            "catalog",
+            "--topo",
+            "ring:4",
+            "--out",
+            &under,
+            "--time-limit",
+            "1e-9",
+        ],
+        "is a file, not a folder",
+    );
+    assert!(!out.exists(), "nothing is written");
+}
+
+/// `synth lower` without `--out` writes to `out/`, like every other command.
+#[test]
+fn lower_writes_to_out_by_default() {
+    let dir = temp_dir("lower-default-out");
+    let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+        .args(["lower", &msccl_fixture()])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 2);
+    assert!(!dir.join("results").exists());
+}
+
+/// A custom collective equal to a built-in but on the wrong number of ranks gets the rank
+/// error alone, without the note that it is the built-in.
+#[test]
+fn a_custom_collective_with_the_wrong_ranks_gets_one_error() {
+    let dir = temp_dir("custom-ranks");
+    let bcast = write(
+        &dir,
+        "bcast.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [0, 1, 2, 3]\n",
+    );
+    fails_with(
+        &["--topo", "ring:8", "--coll", &bcast],
+        "the collective has 4 ranks but topology `ring:8` has 8",
+    );
+}

@@ -106,7 +106,17 @@ pub(crate) struct Loaded {
 /// recognised by its `GPU0` header row). Errors are one line naming the file, line, field and
 /// reason.
 pub fn load(spec: &str) -> Result<Topology> {
-    resolve(spec, None, 0).map(|l| l.topology)
+    let topology = resolve(spec, None, 0)?.topology;
+    // The name goes into every algorithm's name, and so into the XML's `name` attribute.
+    if let Some(c) = topology
+        .name
+        .chars()
+        .find(|&c| !runtime::limits::name_char(c))
+    {
+        let shown: String = topology.name.chars().take(40).collect();
+        bail!("{spec}: name: {shown:?} holds {c:?}, which MSCCL XML names cannot carry");
+    }
+    Ok(topology)
 }
 
 /// Every built-in name with a one-line description (single nodes, then multi-node examples;

@@ -1636,3 +1636,69 @@ fn a_custom_collective_with_the_wrong_ranks_gets_one_error() {
         "the collective has 4 ranks but topology `ring:8` has 8",
     );
 }
+
+// Robustness issue 31, items 7 and 14.
+
+/// Sizes stop at 1024T, and a simulation's cost does not grow with the size: the largest
+/// sizes simulate in the time of the smaller ones (they ran past the event limit).
+#[test]
+fn sizes_have_a_cap_and_huge_sizes_simulate_quickly() {
+    let dir = temp_dir("huge-sizes");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    let needle = "is above the limit of 1024T (2^50 bytes)";
+    fails_with(
+        &["simulate", &xml, "--topo", "ring:2", "--sizes", "16777215T"],
+        needle,
+    );
+    fails_with(&["run", &xml, "--size", "1025T"], needle);
+    fails_with(
+        &["catalog", "--topo", "ring:4", "--sizes", "1:2000T"],
+        needle,
+    );
+    let started = std::time::Instant::now();
+    let out = synth(&[
+        "simulate", &xml, "--topo", "ring:2", "--sizes", "1K:1024T", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.last().unwrap()["size"], 1u64 << 50);
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
+}
+
+/// A size that is not whole elements in each chunk runs rounded, and says so on stderr and
+/// in `--json`.
+#[test]
+fn run_says_when_it_rounds_a_size() {
+    let dir = temp_dir("rounded");
+    let program = runtime::builders::direct_allgather(2);
+    let chunks = program.nchunksperloop;
+    let xml = runtime::xml::write(&program, runtime::ir::Flavor::Nccl).unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    let out = synth(&["run", &xml, "--size", "3", "--iters", "1", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let size = 4 * chunks;
+    assert!(
+        stderr.contains(&format!("note: size 3 B runs as {size} B (rounded up")),
+        "{stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["rows"][0]["size"], size);
+    assert_eq!(doc["rounded"][0]["requested"], 3);
+    assert_eq!(doc["rounded"][0]["size"], size);
+    // A size the program takes as it is gets no note.
+    let out = synth(&["run", &xml, "--size", "1K", "--iters", "1", "--json"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("note:"));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["rounded"], serde_json::json!([]));
+}

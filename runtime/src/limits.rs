@@ -15,6 +15,12 @@ pub const MAX_DEPID: usize = 127;
 /// Most characters of a program name (legacy copies at most 63 characters of `name`).
 pub const MAX_NAME: usize = 63;
 
+/// Whether a program name may hold `c`: the XML `name` attribute carries no quotes, `<`,
+/// `>`, `&` or control characters.
+pub fn name_char(c: char) -> bool {
+    !(c == '"' || c == '<' || c == '>' || c == '&' || c.is_control())
+}
+
 /// The limits of one runtime flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

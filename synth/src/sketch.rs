@@ -857,16 +857,19 @@ fn parse_symmetry(v: &Value) -> std::result::Result<Vec<Rotation>, String> {
 }
 
 /// Parses a size: a number of bytes or a string like `"64KB"`, `"1MB"`, `"1GB"` in the one
-/// size syntax of every command ([`runtime::cpu::parse_size`]: binary, 1 KB = 1 KiB = 1024).
+/// size syntax of every command ([`runtime::cpu::parse_size`]: binary, 1 KB = 1 KiB = 1024;
+/// at most [`runtime::cpu::MAX_SIZE`]).
 pub fn parse_size(v: &Value) -> std::result::Result<f64, String> {
     let bytes = match v {
         Value::String(s) => runtime::cpu::parse_size(s).map_err(|e| format!("{e:#}"))? as f64,
         other => number(other)?,
     };
-    if bytes.is_finite() && bytes > 0.0 {
-        Ok(bytes)
-    } else {
+    if !(bytes.is_finite() && bytes > 0.0) {
         Err(format!("size {v} must be positive"))
+    } else if bytes > runtime::cpu::MAX_SIZE as f64 {
+        Err(format!("size {v} is above the limit of 1024T (2^50 bytes)"))
+    } else {
+        Ok(bytes)
     }
 }
 

@@ -1509,3 +1509,196 @@ fn bench_zoo_runs_a_fabric_and_its_renumbered_twin() {
         "'nosuch' is not in the zoo",
     );
 }
+
+// Robustness issue 31, items 8, 15 and 16.
+
+/// Arguments that cannot be used are refused before the search: with an expired time limit
+/// the search would stop at once with its own error, and no file is written.
+#[test]
+fn arguments_are_checked_before_the_search() {
+    let dir = temp_dir("args-first");
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let file = write(&dir, "file.txt", "not a folder\n");
+    let under = format!("{file}/sub");
+    let weird = write(
+        &dir,
+        "weird.toml",
+        "name = 'a\"<>&'\ngenerator = \"ring\"\nsize = 4\n",
+    );
+    let plot_under = format!("{file}/p.svg");
+    let dir_str = dir.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--min-bytes", "100", "--max-bytes", "10", "--out", o],
+            "--max-bytes (10) is below --min-bytes (100)",
+        ),
+        (vec!["--out", &file], "is a file, not a folder"),
+        (vec!["--out", &under], "file.txt is a file, not a folder"),
+        (
+            vec!["--out", o, "--plot", dir_str],
+            "is a folder, not a file",
+        ),
+        (
+            vec!["--out", o, "--plot", &plot_under],
+            "a folder above it is a file",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec![
+            "--topo",
+            "ring:4",
+            "--coll",
+            "allgather",
+            "--time-limit",
+            "1e-9",
+        ];
+        args.extend(extra);
+        fails_with(&args, needle);
+    }
+    fails_with(
+        &[
+            "--topo",
+            &weird,
+            "--coll",
+            "allgather",
+            "--time-limit",
+            "1e-9",
+            "--out",
+            o,
+        ],
+        "name: \"a\\\"<>&\" holds '\"', which MSCCL XML names cannot carry",
+    );
+    assert!(!out.exists(), "nothing is written");
+    let fixture = msccl_fixture();
+    fails_with(
+        &[
+            "lower",
+            &fixture,
+            "--min-bytes",
+            "100",
+            "--max-bytes",
+            "10",
+            "--out",
+            o,
+        ],
+        "--max-bytes (10) is below --min-bytes (100)",
+    );
+    fails_with(
+        &["lower", &fixture, "--out", &under],
+        "is a file, not a folder",
+    );
+    fails_with(
+        &[
+            "catalog",
+            "--topo",
+            "ring:4",
+            "--out",
+            &under,
+            "--time-limit",
+            "1e-9",
+        ],
+        "is a file, not a folder",
+    );
+    assert!(!out.exists(), "nothing is written");
+}
+
+/// `synth lower` without `--out` writes to `out/`, like every other command.
+#[test]
+fn lower_writes_to_out_by_default() {
+    let dir = temp_dir("lower-default-out");
+    let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+        .args(["lower", &msccl_fixture()])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 2);
+    assert!(!dir.join("results").exists());
+}
+
+/// A custom collective equal to a built-in but on the wrong number of ranks gets the rank
+/// error alone, without the note that it is the built-in.
+#[test]
+fn a_custom_collective_with_the_wrong_ranks_gets_one_error() {
+    let dir = temp_dir("custom-ranks");
+    let bcast = write(
+        &dir,
+        "bcast.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [0, 1, 2, 3]\n",
+    );
+    fails_with(
+        &["--topo", "ring:8", "--coll", &bcast],
+        "the collective has 4 ranks but topology `ring:8` has 8",
+    );
+}
+
+// Robustness issue 31, items 7 and 14.
+
+/// Sizes stop at 1024T, and a simulation's cost does not grow with the size: the largest
+/// sizes simulate in the time of the smaller ones (they ran past the event limit).
+#[test]
+fn sizes_have_a_cap_and_huge_sizes_simulate_quickly() {
+    let dir = temp_dir("huge-sizes");
+    let xml = runtime::xml::write(
+        &runtime::builders::direct_allgather(2),
+        runtime::ir::Flavor::Nccl,
+    )
+    .unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    let needle = "is above the limit of 1024T (2^50 bytes)";
+    fails_with(
+        &["simulate", &xml, "--topo", "ring:2", "--sizes", "16777215T"],
+        needle,
+    );
+    fails_with(&["run", &xml, "--size", "1025T"], needle);
+    fails_with(
+        &["catalog", "--topo", "ring:4", "--sizes", "1:2000T"],
+        needle,
+    );
+    let started = std::time::Instant::now();
+    let out = synth(&[
+        "simulate", &xml, "--topo", "ring:2", "--sizes", "1K:1024T", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    assert_eq!(rows.last().unwrap()["size"], 1u64 << 50);
+    assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
+}
+
+/// A size that is not whole elements in each chunk runs rounded, and says so on stderr and
+/// in `--json`.
+#[test]
+fn run_says_when_it_rounds_a_size() {
+    let dir = temp_dir("rounded");
+    let program = runtime::builders::direct_allgather(2);
+    let chunks = program.nchunksperloop;
+    let xml = runtime::xml::write(&program, runtime::ir::Flavor::Nccl).unwrap();
+    let xml = write(&dir, "ag.xml", &xml);
+    let out = synth(&["run", &xml, "--size", "3", "--iters", "1", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let size = 4 * chunks;
+    assert!(
+        stderr.contains(&format!("note: size 3 B runs as {size} B (rounded up")),
+        "{stderr}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["rows"][0]["size"], size);
+    assert_eq!(doc["rounded"][0]["requested"], 3);
+    assert_eq!(doc["rounded"][0]["size"], size);
+    // A size the program takes as it is gets no note.
+    let out = synth(&["run", &xml, "--size", "1K", "--iters", "1", "--json"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("note:"));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["rounded"], serde_json::json!([]));
+}

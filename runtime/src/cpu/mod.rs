@@ -18,7 +18,7 @@ mod sync;
 pub use element::{DataType, Element, ReduceOp};
 pub use sweep::{
     format_table, parse_dtype, parse_op, parse_size, parse_sizes, rows_by_size, sweep, sweep_modes,
-    RunPoint, SweepOptions, SweepRow,
+    RunPoint, SweepOptions, SweepRow, MAX_SIZE,
 };
 
 use crate::ir::Program;

@@ -230,8 +230,21 @@ pub fn rows_by_size(rows: &[SweepRow]) -> Vec<Vec<&SweepRow>> {
 /// `simulate`, `catalog`, sketches): a number with an optional unit `K`, `M`, `G`, `T`
 /// (`KB`/`KiB`, `MB`/`MiB`, ... mean the same, case-insensitive), all binary as in
 /// nccl-tests: `1K` = `1KB` = `1KiB` = 1024 bytes. A decimal (`1.5K`) must come to whole
-/// bytes; 0 bytes is an error.
+/// bytes; 0 bytes and sizes above [`MAX_SIZE`] are errors.
 pub fn parse_size(s: &str) -> Result<u64> {
+    let bytes = parse_bytes(s)?;
+    if bytes > MAX_SIZE {
+        bail!("size {s:?} is above the limit of 1024T (2^50 bytes)");
+    }
+    Ok(bytes)
+}
+
+/// Largest message size a command line or sketch may name: 1024T (2^50 bytes), far past any
+/// GPU's memory, so sizes stay exact in `f64` and their ranges short.
+pub const MAX_SIZE: u64 = 1 << 50;
+
+/// [`parse_size`] without the limit.
+fn parse_bytes(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -348,5 +361,12 @@ mod tests {
         assert_eq!(parse_size("1.5M").unwrap(), 3 << 19);
         assert!(parse_size("0.3").is_err());
         assert!(parse_size("1X").is_err());
+        assert_eq!(parse_size("1024T").unwrap(), MAX_SIZE);
+        for big in ["1025T", "16777215T", "1024.5T", "18446744073709551615"] {
+            let e = parse_size(big).unwrap_err().to_string();
+            assert!(e.contains("above the limit of 1024T"), "{e}");
+        }
+        assert!(parse_sizes("1K:2000T").is_err());
+        assert_eq!(parse_sizes("1:1024T").unwrap().len(), 51);
     }
 }

@@ -475,11 +475,7 @@ fn check_header(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
     if p.nchunksperloop == 0 {
         return invalid("nchunksperloop must be positive");
     }
-    if p.name.len() > MAX_NAME
-        || p.name
-            .chars()
-            .any(|c| c == '"' || c == '<' || c == '>' || c == '&' || c.is_control())
-    {
+    if p.name.len() > MAX_NAME || !p.name.chars().all(crate::limits::name_char) {
         return Err(WriteProblem::BadName {
             name: p.name.clone(),
         });

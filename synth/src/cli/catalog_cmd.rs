@@ -152,6 +152,7 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| catalog::default_out(&topo));
+    super::lower_args::check_out(&dir)?;
     let progress = Progress::new(true);
     let result = catalog::build(&topo, &kinds, &dir, &options, &progress);
     progress.finish();

@@ -3,7 +3,7 @@
 
 use crate::dsl::frontend;
 use crate::dsl::trace::{self, Overrides, Replayed};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use runtime::ir::{Flavor, Program, Protocol};
 use serde_json::json;
@@ -27,8 +27,8 @@ pub struct CompileArgs {
     /// XML dialect: nccl, rccl (no fused instructions) or legacy.
     #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
     flavor: String,
-    /// Instances, instead of the program's own.
-    #[arg(long)]
+    /// Instances (at most 32), instead of the program's own.
+    #[arg(long, value_parser = super::limits::instances)]
     instances: Option<usize>,
     /// Protocol (Simple, LL, LL128), instead of the program's own.
     #[arg(long, value_parser = ["Simple", "LL", "LL128"])]
@@ -44,6 +44,9 @@ pub struct CompileArgs {
 
 /// Runs `synth compile`.
 pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    if !args.stdout && !args.check {
+        super::lower_args::check_out(&args.out)?;
+    }
     let programs = if args.file.ends_with(".json") {
         trace::read(&args.file)?
     } else {
@@ -59,9 +62,6 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         protocol: args.proto.as_deref().and_then(Protocol::from_name),
         flavor: Some(flavor),
     };
-    if args.instances == Some(0) {
-        bail!("--instances must be at least 1");
-    }
     let mut docs = Vec::new();
     for t in &programs {
         let replayed = trace::replay(t, &overrides)?;

@@ -51,8 +51,8 @@ impl LowerArgs {
         args
     }
 
-    /// Lowering options for one buffer mode.
-    pub fn options(&self, inplace: bool) -> Result<LowerOptions> {
+    /// Errors for options that cannot be used together (checked before any search).
+    pub fn check(&self) -> Result<()> {
         if self.instances == 0 {
             bail!("--instances must be at least 1");
         }
@@ -63,6 +63,12 @@ impl LowerArgs {
                 self.min_bytes
             );
         }
+        Ok(())
+    }
+
+    /// Lowering options for one buffer mode.
+    pub fn options(&self, inplace: bool) -> Result<LowerOptions> {
+        self.check()?;
         Ok(LowerOptions {
             flavor: self.flavor(),
             inplace,
@@ -73,6 +79,23 @@ impl LowerArgs {
             ..LowerOptions::default()
         })
     }
+}
+
+/// An error when `--out DIR` cannot be a folder: it, or a folder above it, is a file.
+pub fn check_out(dir: &Path) -> Result<()> {
+    for p in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        if p.exists() && !p.is_dir() {
+            if p == dir {
+                bail!("--out {}: is a file, not a folder", dir.display());
+            }
+            bail!(
+                "--out {}: {} is a file, not a folder",
+                dir.display(),
+                p.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes

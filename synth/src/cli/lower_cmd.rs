@@ -2,7 +2,7 @@
 //! msccl-tools JSON with `msccl_type`) to verified MSCCL XML without solving again (SCCL's
 //! `ncclize`), and the reading of algorithm files shared by `verify` and `simulate`.
 
-use super::lower_args::{write_xml, LowerArgs};
+use super::lower_args::{check_out, write_xml, LowerArgs};
 use crate::algo_file::{self, Format, Loaded};
 use crate::lower::{lower_verified, LowerOptions};
 use anyhow::{Context, Result};
@@ -20,8 +20,8 @@ pub struct LowerCmdArgs {
     /// Topology (default: the one embedded in an msccl-tools file, or named in synth's).
     #[arg(long)]
     topo: Option<String>,
-    /// Folder the XML files are written to.
-    #[arg(long, default_value = "results")]
+    /// Folder the XML files are written to (default `out/`, which git ignores).
+    #[arg(long, default_value = super::synth_cmd::DEFAULT_OUT)]
     out: PathBuf,
     #[command(flatten)]
     lowering: LowerArgs,
@@ -30,6 +30,8 @@ pub struct LowerCmdArgs {
 /// Runs `synth lower`: reads and checks the algorithm, then lowers, verifies and writes
 /// `OUT/NAME.xml` and `OUT/NAME.inplace.xml`.
 pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    check_out(&args.out)?;
+    args.lowering.check()?;
     let loaded = algo_file::read_algorithm(&args.file, args.topo.as_deref())?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create folder", args.out.display()))?;

@@ -179,8 +179,35 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             ..RunOptions::default()
         },
     };
+    let rounded = rounded(&program, &options.sizes, dtype.size());
     let rows = sweep(&program, &options).map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
-    report(&args.file, &rows, json, out)
+    report(&args.file, &rows, &rounded, json, out)
+}
+
+/// A size asked for that runs as another: the buffer holds whole elements in each of the
+/// program's `nchunksperloop` chunks, at least one (nccl-tests' size column shows the size run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Rounded {
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Bytes run.
+    pub size: u64,
+    /// Chunks of the buffer (the program's `nchunksperloop`).
+    pub chunks: usize,
+}
+
+/// The sizes of `sizes` that run as another size with elements of `element_size` bytes.
+fn rounded(program: &Program, sizes: &[u64], element_size: usize) -> Vec<Rounded> {
+    sizes
+        .iter()
+        .map(|&requested| Rounded {
+            requested,
+            size: (runtime::cpu::elements_for(program, requested, element_size) * element_size)
+                as u64,
+            chunks: program.nchunksperloop,
+        })
+        .filter(|r| r.size != r.requested)
+        .collect()
 }
 
 /// Runs `synth run --backend cuda`: the CUDA executor (one GPU per rank, or all ranks on one
@@ -204,19 +231,31 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         warmup: args.warmup,
         ..CudaOptions::default()
     };
+    let rounded = rounded(&program, &options.sizes, dtype.size());
     let rows = runtime::cuda::sweep(&program, &options)
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
-    report(&args.file, &rows, json, out)
+    report(&args.file, &rows, &rounded, json, out)
 }
 
-/// Prints the rows (nccl-tests' table, or JSON) and fails when any element was wrong.
-fn report(file: &str, rows: &[SweepRow], json: bool, out: &mut dyn Write) -> Result<()> {
+/// Says on stderr which sizes ran as another, prints the rows (nccl-tests' table, or JSON
+/// with the `rounded` sizes) and fails when any element was wrong.
+fn report(
+    file: &str,
+    rows: &[SweepRow],
+    rounded: &[Rounded],
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    for r in rounded {
+        let how = if r.size > r.requested { "up" } else { "down" };
+        eprintln!(
+            "note: size {} B runs as {} B (rounded {how}: the buffer's {} chunks hold whole elements, at least one each)",
+            r.requested, r.size, r.chunks
+        );
+    }
     if json {
-        writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"file": file, "rows": rows}))?
-        )?;
+        let doc = serde_json::json!({"file": file, "rows": rows, "rounded": rounded});
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         write!(out, "{}", format_table(rows))?;
     }

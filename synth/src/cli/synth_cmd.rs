@@ -98,6 +98,7 @@ pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Resu
     let collective = if coll.ends_with(".toml") || coll.ends_with(".json") {
         limits::root(None, root, topo.ranks)?;
         let custom = Collective::from_file(coll, 1)?;
+        check_ranks(coll, &custom, topo)?;
         match custom.builtin() {
             Some(builtin) => {
                 let root = if builtin.kind.is_rooted() {
@@ -118,6 +119,12 @@ pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Resu
         let root = limits::root(Some(kind), root, topo.ranks)?;
         Collective::new(kind, topo.ranks, root, 1)?
     };
+    check_ranks(coll, &collective, topo)?;
+    Ok(collective)
+}
+
+/// An error when `collective` (named `coll`) and `topo` differ in ranks.
+fn check_ranks(coll: &str, collective: &Collective, topo: &Topology) -> Result<()> {
     if collective.ranks != topo.ranks {
         bail!(
             "{coll}: the collective has {} ranks but topology `{}` has {}",
@@ -126,7 +133,7 @@ pub fn load_collective(coll: &str, topo: &Topology, root: Option<usize>) -> Resu
             topo.ranks
         );
     }
-    Ok(collective)
+    Ok(())
 }
 
 /// A [`crate::engine::TimeLimitReached`] error as "time limit of N s reached while
@@ -147,6 +154,18 @@ fn required<'a>(value: &'a Option<String>, flag: &str) -> Result<&'a str> {
 /// Runs the main synthesis command.
 pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let started = Instant::now();
+    super::lower_args::check_out(&args.out)?;
+    if let Some(plot) = &args.plot {
+        if plot.is_dir() {
+            bail!("--plot {}: is a folder, not a file", plot.display());
+        }
+        if let Some(dir) = plot.parent() {
+            super::lower_args::check_out(dir).map_err(|_| {
+                anyhow::anyhow!("--plot {}: a folder above it is a file", plot.display())
+            })?;
+        }
+    }
+    args.lowering.check()?;
     let progress = Progress::new(true);
     progress.message("loading the topology and the collective");
     let topo = topology::load(required(&args.topo, "--topo")?)?;

@@ -3,7 +3,7 @@
 //! and hands the recorded operations to the compiler. Both front ends use it: the Rust API
 //! here, and the Python trace replayed by [`super::trace`].
 
-use super::collective::{Buffer, Collective};
+use super::collective::{Buffer, Collective, MAX_BUFFER_CHUNKS};
 use super::error::{DslError, DslResult, Loc};
 use super::Options;
 use runtime::ir;
@@ -155,8 +155,15 @@ impl Tracer {
                 ),
             ));
         }
-        if options.instances == 0 {
-            return Err(DslError::new(&loc, "instances must be at least 1"));
+        let most = runtime::limits::Limits::PORTABLE.max_channels;
+        if options.instances == 0 || options.instances > most {
+            return Err(DslError::new(
+                &loc,
+                format!(
+                    "instances {} is not between 1 and {most} (each instance takes its own channels)",
+                    options.instances
+                ),
+            ));
         }
         let mut state = HashMap::new();
         let semantics = collective.semantics();
@@ -222,6 +229,15 @@ impl Tracer {
                         self.scratch[rank].len() - 1
                     }
                 };
+                if index + size > MAX_BUFFER_CHUNKS {
+                    return Err(DslError::new(
+                        loc,
+                        format!(
+                            "scratch buffer '{name}'[{index}..{}] of rank {rank} is beyond the {MAX_BUFFER_CHUNKS} chunks a buffer may hold",
+                            index + size
+                        ),
+                    ));
+                }
                 let len = &mut self.scratch[rank][slot].1;
                 if index + size > *len {
                     if !grow {

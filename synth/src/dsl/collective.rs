@@ -92,6 +92,23 @@ impl Buffer {
     }
 }
 
+/// Most chunks of one buffer of one instance: the XML's offsets and `nchunksperloop` must fit
+/// (offsets are int16).
+pub const MAX_BUFFER_CHUNKS: usize = runtime::limits::MAX_OFFSET + 1;
+
+/// An error when `ranks` exceeds the fabric limit or a buffer of `chunks` (`None`: beyond
+/// `usize`) exceeds [`MAX_BUFFER_CHUNKS`]; `what` says how the buffer size came about.
+fn check_geometry(ranks: usize, chunks: Option<usize>, what: &str) -> Result<()> {
+    let most = crate::topology::MAX_RANKS;
+    if ranks > most {
+        bail!("{ranks} ranks exceed the limit of {most}");
+    }
+    match chunks {
+        Some(c) if c <= MAX_BUFFER_CHUNKS => Ok(()),
+        _ => bail!("{what}: a buffer may hold at most {MAX_BUFFER_CHUNKS} chunks"),
+    }
+}
+
 /// A collective instance: kind, ranks, chunks per rank slice, in-placeness and root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Collective {
@@ -130,6 +147,11 @@ impl Collective {
         if kind == Kind::Custom {
             bail!("a custom collective is made with Collective::custom");
         }
+        check_geometry(
+            ranks,
+            ranks.checked_mul(chunk_factor),
+            &format!("{ranks} ranks x chunk_factor {chunk_factor}"),
+        )?;
         Ok(Collective {
             kind,
             ranks,
@@ -152,6 +174,7 @@ impl Collective {
         if nchunks == 0 {
             bail!("the custom collective's buffers have no chunks");
         }
+        check_geometry(ranks, Some(nchunks), &format!("{nchunks} chunks"))?;
         Semantics::custom(&conditions, ranks, nchunks, inplace).map_err(anyhow::Error::msg)?;
         Ok(Collective {
             kind: Kind::Custom,

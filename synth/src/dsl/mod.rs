@@ -23,7 +23,7 @@ mod schedule;
 pub mod trace;
 
 pub use builder::{Chunk, Connectivity, Pins, Program};
-pub use collective::{Buffer, Collective, Kind};
+pub use collective::{Buffer, Collective, Kind, MAX_BUFFER_CHUNKS};
 pub use error::{DslError, DslResult, Loc};
 
 use runtime::ir::{Flavor, Protocol};

@@ -12,8 +12,8 @@
 //!   elements; [`SimResult::size_bytes`] is the size actually simulated.
 //! * **Slices.** Like the MSCCL interpreter, every threadblock replays its whole program once
 //!   per slice of each chunk ([`Slicing::Runtime`]: 2 MiB for Simple, 32 KiB for LL, 576,000 B
-//!   for LL128 with NCCL's default buffers), with dependencies re-synchronised per slice; so a
-//!   long chain pipelines naturally.
+//!   for LL128 with NCCL's default buffers; at most [`MAX_SLICES`] per chunk, larger past it),
+//!   with dependencies re-synchronised per slice; so a long chain pipelines naturally.
 //! * **Threadblocks.** Each runs its steps in order. A step starts when its dependencies (the
 //!   same step of the same slice, or later, on the other threadblock) are done, when it
 //!   receives: the paired message (k-th send ↔ k-th receive per connection) has arrived, and
@@ -57,6 +57,11 @@ pub const ELEMENT_BYTES: u64 = 4;
 
 /// Most events one simulation may process before it gives up.
 const MAX_EVENTS: usize = 20_000_000;
+
+/// Most slices of a chunk one simulation replays the program on: past it the slices grow, so
+/// the cost of a simulation does not grow with the size (Simple's 2 MiB slices reach it at
+/// 16 GiB per chunk; only the pipeline's fill, under 1/8192 of the time, changes).
+pub const MAX_SLICES: u64 = 8192;
 
 /// How chunks are cut into slices that the whole program is replayed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,7 +248,8 @@ fn run_at(
         Slicing::Runtime => (runtime_slice_bytes(program.protocol) / ELEMENT_BYTES).max(1),
         Slicing::WholeChunks => chunk_elems,
         Slicing::Bytes(b) => (b / ELEMENT_BYTES).max(1),
-    };
+    }
+    .max(chunk_elems.div_ceil(MAX_SLICES));
     let iterations = chunk_elems.div_ceil(slice_elems).max(1) as usize;
     let slices: Vec<f64> = (0..iterations as u64)
         .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)

@@ -40,6 +40,46 @@ pub const MAX_RANKS: usize = 4096;
 /// million); checked before the links are built.
 pub const MAX_LINKS: usize = 1 << 21;
 
+/// Smallest and largest bandwidth of a link, switch constraint or NIC in a topology file, in
+/// GB/s (1 MB/s to 1 PB/s): beyond them times and percentages lose their meaning.
+pub const BANDWIDTH_RANGE: (f64, f64) = (1e-3, 1e6);
+/// Largest latency (alpha) of a link or NIC in a topology file, in µs (one second).
+pub const MAX_ALPHA: f64 = 1e6;
+
+/// The reason a bandwidth (GB/s) is refused: not a number within [`BANDWIDTH_RANGE`].
+pub fn check_bandwidth(bandwidth: f64) -> std::result::Result<f64, String> {
+    let (lo, hi) = BANDWIDTH_RANGE;
+    if (lo..=hi).contains(&bandwidth) {
+        Ok(bandwidth)
+    } else {
+        Err(format!(
+            "bandwidth {} GB/s is not between {lo} and {hi}",
+            short(bandwidth)
+        ))
+    }
+}
+
+/// The reason a latency (µs) is refused: not a number from 0 to [`MAX_ALPHA`].
+pub fn check_alpha(alpha: f64) -> std::result::Result<f64, String> {
+    if (0.0..=MAX_ALPHA).contains(&alpha) {
+        Ok(alpha)
+    } else {
+        Err(format!(
+            "alpha {} µs is not between 0 and {MAX_ALPHA}",
+            short(alpha)
+        ))
+    }
+}
+
+/// `x` in a few characters: plain, or in exponent notation when far from 1.
+fn short(x: f64) -> String {
+    if x == 0.0 || (1e-6..1e12).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
 /// Checks a fabric's size against [`MAX_RANKS`] and [`MAX_LINKS`] before it is built
 /// (callers compute sizes with saturating arithmetic, so overflow reads as too large).
 pub fn check_size(ranks: usize, links: usize) -> Result<()> {
@@ -66,7 +106,17 @@ pub(crate) struct Loaded {
 /// recognised by its `GPU0` header row). Errors are one line naming the file, line, field and
 /// reason.
 pub fn load(spec: &str) -> Result<Topology> {
-    resolve(spec, None, 0).map(|l| l.topology)
+    let topology = resolve(spec, None, 0)?.topology;
+    // The name goes into every algorithm's name, and so into the XML's `name` attribute.
+    if let Some(c) = topology
+        .name
+        .chars()
+        .find(|&c| !runtime::limits::name_char(c))
+    {
+        let shown: String = topology.name.chars().take(40).collect();
+        bail!("{spec}: name: {shown:?} holds {c:?}, which MSCCL XML names cannot carry");
+    }
+    Ok(topology)
 }
 
 /// Every built-in name with a one-line description (single nodes, then multi-node examples;

@@ -1,10 +1,11 @@
 //! The hand-written TOML topology format.
 //!
 //! A topology file describes ranks (GPUs), directed links and shared-bandwidth constraints.
-//! Units: bandwidth in GB/s (1e9 bytes/s) per direction, latency (alpha) in µs. Every part
-//! below is optional and the parts combine: a generator or a multi-node composition gives the
+//! Units: bandwidth in GB/s (1e9 bytes/s) per direction, from 0.001 to 1e6 (also a link's
+//! `k x bandwidth`), latency (alpha) in µs, from 0 to 1e6. Every part below is optional and the parts combine: a generator or a multi-node composition gives the
 //! starting fabric, then `matrix`, `nvswitch`, `[[link]]` and `[[switch]]` add to it. Defining
-//! the same directed link twice is an error, and so is any field not listed here.
+//! the same directed link twice is an error, and so are two switch constraints of one name and
+//! any field not listed here.
 //!
 //! ```toml
 //! name = "my-box"          # default: the file name (generators: "ring:8")
@@ -281,13 +282,7 @@ impl Builder<'_, '_> {
                 .src
                 .err(span, field, format!("self link {} -> {}", l.src, l.dst)));
         }
-        if !(l.bandwidth.is_finite() && l.bandwidth > 0.0) {
-            return Err(self.src.err(
-                span,
-                field,
-                format!("non-positive bandwidth {}", l.bandwidth),
-            ));
-        }
+        super::check_bandwidth(l.bandwidth).map_err(|e| self.src.err(span.clone(), field, e))?;
         if self.links.len() >= super::MAX_LINKS {
             return Err(self.src.err(
                 span,
@@ -465,6 +460,13 @@ impl Builder<'_, '_> {
             dsts,
             bandwidth,
         };
+        if self.switches.iter().any(|s| s.name == c.name) {
+            return Err(self.src.err(
+                sp(entry),
+                &format!("{field}.name"),
+                format!("a switch constraint named '{}' is already defined", c.name),
+            ));
+        }
         if !self.links.iter().any(|l| c.covers(l.src, l.dst)) {
             return Err(self.src.err(
                 sp(entry),
@@ -518,20 +520,14 @@ fn check_size(src: &Source, file: &TopologyFile, ranks: usize, base: usize) -> R
     Ok(())
 }
 
+/// A bandwidth field, checked against [`super::BANDWIDTH_RANGE`].
 fn positive(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
-    let x = *v.get_ref();
-    if !(x.is_finite() && x > 0.0) {
-        return Err(src.err(sp(v), field, format!("non-positive bandwidth {x}")));
-    }
-    Ok(x)
+    super::check_bandwidth(*v.get_ref()).map_err(|e| src.err(sp(v), field, e))
 }
 
+/// A latency field, checked against [`super::MAX_ALPHA`].
 fn non_negative(src: &Source, v: &Spanned<f64>, field: &str) -> Result<f64> {
-    let x = *v.get_ref();
-    if !(x.is_finite() && x >= 0.0) {
-        return Err(src.err(sp(v), field, format!("negative or non-finite alpha {x}")));
-    }
-    Ok(x)
+    super::check_alpha(*v.get_ref()).map_err(|e| src.err(sp(v), field, e))
 }
 
 /// The link bandwidth and latency a file sets at the top level, used wherever a part gives

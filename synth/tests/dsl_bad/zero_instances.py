@@ -1,4 +1,4 @@
-# expect: instances must be at least 1
+# expect: instances 0 is not between 1 and 32
 from msccl.language import *
 from msccl.language.collectives import *
 from msccl.topologies import *

@@ -59,8 +59,8 @@ pub fn spread_peer_channels(gpus: &mut [Gpu]) {
             continue;
         }
         let room = |ch: usize| {
-            load.get(&(u, ch, true)).map_or(true, |&n| n < per)
-                && load.get(&(v, ch, false)).map_or(true, |&n| n < per)
+            load.get(&(u, ch, true)).is_none_or(|&n| n < per)
+                && load.get(&(v, ch, false)).is_none_or(|&n| n < per)
                 && !used.contains(&(u, v, ch))
         };
         let Some(to) = (0..CHANNELS).find(|&ch| ch != channel && room(ch)) else {

@@ -14,6 +14,14 @@ pub const MAX_OFFSET: usize = 32767;
 pub const MAX_DEPID: usize = 127;
 /// Most characters of a program name (legacy copies at most 63 characters of `name`).
 pub const MAX_NAME: usize = 63;
+/// Most threadblocks of one rank with a send peer, and most with a receive peer, on one
+/// channel (`MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL`: "too many sends/recvs per channel"), in
+/// every flavour.
+pub const MAX_PEER_TBS_PER_CHANNEL: usize = 32;
+/// Most XML elements the runtimes' parser holds for one rank: the `algo`, every `gpu`, and
+/// that rank's `tb` and `step` elements (`MAX_NODES` = 4096; it refuses to read on once 4096
+/// are held, so at most 4095 fit), in every flavour.
+pub const MAX_RANK_ELEMENTS: usize = 4095;
 
 /// Whether a program name may hold `c`: the XML `name` attribute carries no quotes, `<`,
 /// `>`, `&` or control characters.

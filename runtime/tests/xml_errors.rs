@@ -442,3 +442,105 @@ fn unreadable_file_names_the_runtime_message() {
         "{e}"
     );
 }
+
+/// A 2-rank allgather whose rank 0 has one local threadblock per entry of `steps`, each of
+/// that many copies (rank 1 has no threadblocks): 3 + Σ (1 + steps) elements load for rank 0.
+fn local_copies(steps: &[usize]) -> String {
+    let mut text = String::from(
+        "<algo name=\"x\" proto=\"Simple\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"allgather\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <gpu id=\"0\" i_chunks=\"1\" o_chunks=\"2\" s_chunks=\"0\">\n",
+    );
+    for (t, &n) in steps.iter().enumerate() {
+        text += &format!("    <tb id=\"{t}\" send=\"-1\" recv=\"-1\" chan=\"0\">\n");
+        for s in 0..n {
+            text += &format!("      <step s=\"{s}\" type=\"cpy\" srcbuf=\"i\" srcoff=\"0\" dstbuf=\"o\" dstoff=\"0\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n");
+        }
+        text += "    </tb>\n";
+    }
+    text + "  </gpu>\n  <gpu id=\"1\" i_chunks=\"0\" o_chunks=\"0\" s_chunks=\"0\">\n  </gpu>\n</algo>\n"
+}
+
+/// Issue 31, item 4: the runtimes' parser holds at most 4,095 elements for the rank it loads
+/// (the algo, every gpu, that rank's tbs and steps); one more and it refuses the file.
+#[test]
+fn a_rank_with_more_elements_than_the_parser_holds_is_rejected() {
+    // 1 algo + 2 gpus + 31 tbs + 31 × 131 steps = 4095.
+    let mut steps = vec![131; 31];
+    let fits = xml::read_str(&local_copies(&steps)).expect("4095 elements load");
+    steps[30] += 1;
+    let e = error(&local_copies(&steps));
+    assert_error(
+        &e,
+        2,
+        "gpu",
+        None,
+        "XML parser is limited to 1024 nodes (MAX_NODES 4096): loading rank 0 holds 4096 elements",
+    );
+    // The writer refuses the same program, with a typed reason.
+    let mut over = fits;
+    let tb = &mut over.gpus[0].threadblocks[30];
+    tb.steps.push(tb.steps[0].clone());
+    let e = xml::writable(&over, Flavor::Legacy).unwrap_err();
+    assert_eq!(
+        e.problem,
+        xml::WriteProblem::TooManyElements {
+            rank: 0,
+            elements: 4096,
+            limit: 4095
+        }
+    );
+}
+
+/// Rank 0 of a 34-rank allgather receives (or sends) its chunk from (to) ranks 1..=n, one
+/// threadblock each, all on channel 0.
+fn fan(n: usize, send: bool) -> String {
+    let mut text = String::from(
+        "<algo name=\"x\" proto=\"Simple\" nchannels=\"1\" nchunksperloop=\"34\" ngpus=\"34\" coll=\"allgather\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <gpu id=\"0\" i_chunks=\"1\" o_chunks=\"34\" s_chunks=\"0\">\n",
+    );
+    for p in 1..=n {
+        let (to, from, ty, off): (i64, i64, &str, usize) = if send {
+            (p as i64, -1, "s", 0)
+        } else {
+            (-1, p as i64, "r", p)
+        };
+        let (buf, t) = if send { ("i", p - 1) } else { ("o", p - 1) };
+        text += &format!("    <tb id=\"{t}\" send=\"{to}\" recv=\"{from}\" chan=\"0\">\n");
+        text += &format!("      <step s=\"0\" type=\"{ty}\" srcbuf=\"{buf}\" srcoff=\"{off}\" dstbuf=\"{buf}\" dstoff=\"{off}\" cnt=\"1\" depid=\"-1\" deps=\"-1\" hasdep=\"0\"/>\n    </tb>\n");
+    }
+    text + "  </gpu>\n</algo>\n"
+}
+
+/// Issue 31, item 3: at most 32 threadblocks of a rank have a receive peer (or a send peer)
+/// on one channel; the 33rd makes the runtimes refuse the file.
+#[test]
+fn more_than_32_peer_threadblocks_on_one_channel_are_rejected() {
+    for (send, words) in [
+        (false, "too many recvs per channel. Max allowed 32"),
+        (true, "too many sends per channel. Max allowed 32"),
+    ] {
+        let fits = xml::read_str(&fan(32, send)).expect("32 threadblocks per channel load");
+        let e = error(&fan(33, send));
+        let key = if send { "send" } else { "recv" };
+        assert_error(&e, 99, "tb", Some(key), words);
+        assert!(e.message.contains("thread block 32 is number 33"), "{e}");
+        // The writer refuses one more, with a typed reason.
+        let mut over = fits;
+        let mut extra = over.gpus[0].threadblocks[0].clone();
+        if send {
+            extra.send = Some(33);
+        } else {
+            extra.recv = Some(33);
+        }
+        over.gpus[0].threadblocks.push(extra);
+        let e = xml::writable(&over, Flavor::Nccl).unwrap_err();
+        assert_eq!(
+            e.problem,
+            xml::WriteProblem::TooManyChannelPeers {
+                rank: 0,
+                channel: 0,
+                send,
+                count: 33,
+                limit: 32
+            }
+        );
+    }
+}

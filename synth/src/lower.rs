@@ -5,7 +5,8 @@
 //! of place); data that only passes through a rank lands in scratch. Partial sums of
 //! combining steps accumulate in the output slot (or, where the user's buffers must not be
 //! touched, in scratch). Threadblocks: one per (peer, direction, channel) plus one for local
-//! copies. Instances: the algorithm is refined N× and piece j runs on channel j.
+//! copies; where a rank has more than the runtimes' 32 threadblocks with a send (or receive)
+//! peer on one channel, connections move to further channels. Instances: the algorithm is refined N× and piece j runs on channel j.
 //! Dependencies: from per-slot read/write sets in algorithm order (read-after-write,
 //! write-after-read, write-after-write), keeping the latest step per producer threadblock.
 
@@ -19,6 +20,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 mod error;
+mod peers;
 pub use error::LowerError;
 
 /// How to lower.
@@ -713,12 +715,13 @@ impl<'a> Lowering<'a> {
         }
         let (layout, coll) = (&self.layout, &algorithm.collective);
         let (input_extent, output_extent) = layout.extents();
-        let gpus = self
+        let mut gpus: Vec<Gpu> = self
             .code
             .into_iter()
             .enumerate()
             .map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent))
             .collect();
+        peers::spread_peer_channels(&mut gpus);
         let kind = coll.kind;
         Ok(Program {
             name: algorithm.name.clone(),
@@ -823,9 +826,55 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 
 /// [`lower_to_xml`] without the XML text: the program found fits the flavour
 /// ([`runtime::xml::writable`]) and verifies; [`runtime::xml::write_to`] then streams it to
-/// a file (a 1024-rank program's XML is hundreds of megabytes). A program the runtimes
-/// cannot express fails with a [`LowerError`].
+/// a file (a 1024-rank program's XML is hundreds of megabytes). Where a rank would have more
+/// XML elements than the runtimes' parser holds (4,095), messages carry 2, 4, ... times the
+/// chunks until it fits. A program the runtimes cannot express fails with a [`LowerError`].
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    let error = match lower_split(algorithm, options) {
+        Ok(program) => return Ok(program),
+        Err(e) if too_many_elements(&e) => e,
+        Err(e) => return Err(e),
+    };
+    // More XML elements on a rank than the runtimes' parser holds: coarser messages (twice
+    // the chunks each, on one piece channel so that consecutive chunks share a message)
+    // until one fits, else the first reason.
+    let mut factor = 2;
+    while factor <= limits::MAX_COUNT {
+        let counts = algorithm.message_chunks_or_one();
+        let coarser = Algorithm {
+            message_chunks: Some(
+                counts
+                    .iter()
+                    .map(|c| (c * factor).min(limits::MAX_COUNT))
+                    .collect(),
+            ),
+            piece_channels: Some(1),
+            ..algorithm.clone()
+        };
+        let narrowed = LowerOptions {
+            piece_channels: 1,
+            ..options.clone()
+        };
+        match lower_split(&coarser, &narrowed) {
+            Ok(program) => return Ok(program),
+            Err(e) if too_many_elements(&e) => factor *= 2,
+            Err(_) => break,
+        }
+    }
+    Err(error)
+}
+
+/// Whether `e` is the writer's refusal of a rank with more XML elements than the parser
+/// holds.
+fn too_many_elements(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<LowerError>()
+        .and_then(LowerError::write_problem)
+        .is_some_and(|p| matches!(p, runtime::xml::WriteProblem::TooManyElements { .. }))
+}
+
+/// [`lower_verified`] with the algorithm's messages: splits of connections, then fewer step
+/// groups and piece channels, until the program fits.
+fn lower_split(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
     let groups = step_groups_of(algorithm)?;
     let mut most = groups.iter().max().map_or(1, |g| g + 1);
     // Past the step groups, fewer channels for the pieces (RCCL's 64 threadblocks): the
@@ -1218,6 +1267,75 @@ mod tests {
                 vec![step(0, 1), step(1, 2)],
             )
         }
+    }
+
+    /// An allgather on `ranks` fully connected ranks in one step: every rank sends its
+    /// `pieces` chunks, in order, straight to every other rank.
+    fn direct_allgather(ranks: usize, pieces: usize) -> Algorithm {
+        let sends = (0..ranks)
+            .flat_map(|src| {
+                (0..ranks)
+                    .filter(move |&dst| dst != src)
+                    .flat_map(move |dst| {
+                        (0..pieces).map(move |k| Send {
+                            chunk: src * pieces + k,
+                            src,
+                            dst,
+                        })
+                    })
+            })
+            .collect();
+        let step = AlgoStep {
+            rounds: pieces as u32,
+            reduce: false,
+            sends,
+        };
+        Algorithm::plain(
+            format!("allgather-direct-{ranks}"),
+            format!("fully-connected:{ranks}"),
+            Collective::new(Kind::AllGather, ranks, 0, pieces).unwrap(),
+            vec![step],
+        )
+    }
+
+    /// Threadblocks with a send (or receive) peer of the busiest rank and channel.
+    fn busiest_channel(program: &Program, send: bool) -> usize {
+        let mut per: FxHashMap<(usize, usize), usize> = FxHashMap::default();
+        for (rank, _, tb) in program.threadblocks() {
+            if if send { tb.send } else { tb.recv }.is_some() {
+                *per.entry((rank, tb.channel)).or_insert(0) += 1;
+            }
+        }
+        per.into_values().max().unwrap_or(0)
+    }
+
+    /// Issue 31, item 3: a rank that talks to more peers than one channel's 32 threadblocks
+    /// per direction (a 64-rank greedy allreduce) gets connections on further channels.
+    #[test]
+    fn connections_past_32_peers_per_channel_move_to_further_channels() {
+        let (program, xml) =
+            lower_to_xml(&direct_allgather(40, 1), &LowerOptions::default()).unwrap();
+        assert_eq!(busiest_channel(&program, true), 32);
+        assert_eq!(busiest_channel(&program, false), 32);
+        assert!(program.nchannels() > 1);
+        runtime::xml::read_str(&xml).expect("the runtimes' rules hold");
+    }
+
+    /// Issue 31, item 4: where a rank would have more XML elements than the runtimes' parser
+    /// holds (33 ranks x 64 pieces: 4,096 sends and receives on rank 0), the lowering sends
+    /// two chunks per message.
+    #[test]
+    fn programs_past_the_parsers_element_budget_get_coarser_messages() {
+        let a = direct_allgather(33, 64);
+        let (program, xml) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        let transfers = program.gpus[0]
+            .threadblocks
+            .iter()
+            .flat_map(|t| &t.steps)
+            .filter(|s| s.op != Op::Copy);
+        assert!(transfers.clone().all(|s| s.count == 2));
+        assert_eq!(transfers.count(), 2 * 32 * 32);
+        runtime::xml::read_str(&xml).expect("the runtimes' rules hold");
     }
 
     /// The channel of rank `rank`'s threadblock that sends to (or receives from) `peer`.

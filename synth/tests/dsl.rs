@@ -363,6 +363,41 @@ fn custom_collective_compiles_with_its_conditions() {
     assert!(runtime::verify::verify(&wrong).is_err());
 }
 
+/// Issue 31, item 5: the legacy runtime (the only one that loads `coll="custom"`) requires a
+/// custom collective's non-zero `i_chunks` and `o_chunks` to equal nchunksperloop; the
+/// reader refuses a file that declares the conditions' own counts (2 input chunks of 3).
+#[test]
+fn custom_collective_xml_passes_the_legacy_chunk_consistency() {
+    let p = compile("custom_pipeline.py", &["4", "1"], Flavor::Legacy);
+    let xml = runtime::xml::write(&p, Flavor::Legacy).unwrap();
+    let gpus: Vec<&str> = xml.lines().filter(|l| l.contains("<gpu ")).collect();
+    assert_eq!(
+        gpus[0].trim(),
+        "<gpu id=\"0\" i_chunks=\"3\" o_chunks=\"0\" s_chunks=\"1\">"
+    );
+    assert!(gpus[1..]
+        .iter()
+        .all(|l| l.contains("i_chunks=\"3\" o_chunks=\"3\"")));
+    let read = runtime::xml::read_str(&xml).expect("the legacy rules hold");
+    runtime::verify::verify(&read).expect("it verifies");
+    assert_eq!(
+        read.gpus[1].input_chunks, 2,
+        "the conditions' extents in memory"
+    );
+    let before = xml.replacen(
+        "i_chunks=\"3\" o_chunks=\"0\"",
+        "i_chunks=\"2\" o_chunks=\"0\"",
+        1,
+    );
+    let e = runtime::xml::read_str(&before).unwrap_err();
+    assert!(
+        e.message.contains(
+            "Inconsistency between i_chunks/o_chunks (2/0) and nchunksperloop (3) for collective custom"
+        ),
+        "{e}"
+    );
+}
+
 /// DSL issue: `dependence_nop` hoists the dependencies of a chain of local reduces onto its
 /// first step (nops before the chain), so the runtime fuses the chain into one transmission;
 /// without it each waiting `re` breaks the fusion. Both programs verify and run.

@@ -47,6 +47,7 @@ pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
 pub fn read_str(text: &str) -> Result<Program, XmlError> {
     let mut header: Option<Header> = None;
     let mut gpus: Vec<Option<Gpu>> = Vec::new();
+    let mut elements = ElementCount::default();
     let start = |top: &Element| -> Result<Header, XmlError> {
         if top.name != "algo" {
             return Err(XmlError::new(
@@ -67,6 +68,7 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         }
         let h = header.as_ref().expect("set above");
         expect_name(&child, "gpu")?;
+        elements.add(&child);
         let gpu = read_gpu(&child, h)?;
         let rank = gpu.rank;
         if gpus[rank].replace(gpu).is_some() {
@@ -87,6 +89,7 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
             h
         }
     };
+    elements.check()?;
     let gpus = gpus
         .into_iter()
         .enumerate()
@@ -108,6 +111,50 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
             .then_some(header.custom)
             .flatten(),
     })
+}
+
+/// What the runtimes' parser holds when it loads a rank (msccl-ir.md §1.1): the `algo`, every
+/// `gpu` element of the file, and that rank's `tb` and `step` elements, nops included. It
+/// stops once it holds `MAX_NODES` (4096), so at most 4095 load.
+#[derive(Default)]
+struct ElementCount {
+    /// `gpu` elements seen.
+    gpus: usize,
+    /// The largest `tb` + `step` count of one rank: (count, line of its gpu, rank).
+    largest: Option<(usize, usize, usize)>,
+}
+
+impl ElementCount {
+    /// Counts a `gpu` element and its subtree.
+    fn add(&mut self, gpu: &Element) {
+        self.gpus += 1;
+        let own = gpu.children.len()
+            + gpu
+                .children
+                .iter()
+                .map(|tb| tb.children.len())
+                .sum::<usize>();
+        if self.largest.is_none_or(|(n, _, _)| own > n) {
+            let rank = gpu.attr("id").and_then(|v| v.parse().ok()).unwrap_or(0);
+            self.largest = Some((own, gpu.line, rank));
+        }
+    }
+
+    /// The error of the runtimes' parser where the busiest rank does not fit.
+    fn check(&self) -> Result<(), XmlError> {
+        let Some((own, line, rank)) = self.largest else {
+            return Ok(());
+        };
+        let elements = 1 + self.gpus + own;
+        if elements <= limits::MAX_RANK_ELEMENTS {
+            return Ok(());
+        }
+        Err(XmlError::new(line, "gpu", None, format!(
+            "Error : XML parser is limited to 1024 nodes (MAX_NODES 4096): loading rank {rank} holds {elements} elements (algo, {} gpu, its tb and step elements); at most {} load",
+            self.gpus,
+            limits::MAX_RANK_ELEMENTS
+        )))
+    }
 }
 
 /// The marker of the comment that carries a custom collective's conditions.
@@ -365,7 +412,7 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
         ));
     }
     let scratch_chunks = s as usize;
-    check_extents(el, h, input_chunks, output_chunks)?;
+    let (input_chunks, output_chunks) = check_extents(el, h, input_chunks, output_chunks)?;
     let mut gpu = Gpu {
         rank,
         input_chunks,
@@ -380,18 +427,28 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
     Ok(gpu)
 }
 
-fn check_extents(el: &Element, h: &Header, i: usize, o: usize) -> Result<(), XmlError> {
-    let full_i = h.sem.extent(Buffer::Input).unwrap_or(0);
-    let full_o = h.sem.extent(Buffer::Output).unwrap_or(0);
+/// The legacy runtime's chunk consistency (msccl-ir.md §1.4): a non-zero `i_chunks` times
+/// the input multiplier (ngpus for allgather, else 1) and a non-zero `o_chunks` times the
+/// output multiplier (ngpus for reduce-scatter, else 1) must equal nchunksperloop. For
+/// built-in collectives that is the semantics' extent; a custom collective (multipliers 1,
+/// loaded only by the legacy runtime) declares nchunksperloop for every buffer it uses,
+/// whatever its conditions' counts. Returns the extents of the program in memory: a custom
+/// collective's from its conditions.
+fn check_extents(el: &Element, h: &Header, i: usize, o: usize) -> Result<(usize, usize), XmlError> {
+    let custom = h.sem.collective == Collective::Custom;
+    let extent = |b: Buffer| h.sem.extent(b).unwrap_or(0);
+    let declared = |b: Buffer| if custom { h.sem.nchunks } else { extent(b) };
+    let (full_i, full_o) = (declared(Buffer::Input), declared(Buffer::Output));
     for (key, v, full) in [("i_chunks", i, full_i), ("o_chunks", o, full_o)] {
         if v != 0 && v != full {
             return Err(err(el, key, format!(
-                "Inconsistency between i_chunks/o_chunks ({i}/{o}) and nchunksperloop ({}): {key} must be 0 or {full}",
-                h.sem.nchunks
+                "Inconsistency between i_chunks/o_chunks ({i}/{o}) and nchunksperloop ({}) for collective {}: {key} must be 0 or {full}",
+                h.sem.nchunks, h.sem.collective
             )));
         }
     }
-    Ok(())
+    let in_memory = |v: usize, b: Buffer| if v == 0 { 0 } else { extent(b) };
+    Ok((in_memory(i, Buffer::Input), in_memory(o, Buffer::Output)))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -422,6 +479,8 @@ fn read_threadblocks<'a>(
 ) -> Result<Vec<RawTb<'a>>, XmlError> {
     let mut by_id: HashMap<usize, RawTb<'a>> = HashMap::new();
     let mut links: HashMap<(usize, usize, bool), usize> = HashMap::new();
+    // Threadblocks with a send (true) or receive peer per (channel, direction).
+    let mut peers: HashMap<(usize, bool), usize> = HashMap::new();
     for el in &gpu_el.children {
         expect_name(el, "tb")?;
         let id = int(el, "id")?;
@@ -439,6 +498,19 @@ fn read_threadblocks<'a>(
         let tb = read_tb(el, h, gpu)?;
         for (p, is_send) in [(tb.send, true), (tb.recv, false)] {
             let Some(p) = p else { continue };
+            let on_channel = peers.entry((tb.chan, is_send)).or_insert(0);
+            *on_channel += 1;
+            if *on_channel > limits::MAX_PEER_TBS_PER_CHANNEL {
+                let (key, dir) = if is_send {
+                    ("send", "sends")
+                } else {
+                    ("recv", "recvs")
+                };
+                return Err(err(el, key, format!(
+                    "MSCCL: too many {dir} per channel. Max allowed {} (thread block {id} is number {} with a {key} peer on channel {} of GPU {})",
+                    limits::MAX_PEER_TBS_PER_CHANNEL, *on_channel, tb.chan, gpu.rank
+                )));
+            }
             if let Some(other) = links.insert((tb.chan, p, is_send), id) {
                 let (key, dir) = if is_send {
                     ("send", "sends to")

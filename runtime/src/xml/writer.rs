@@ -1,12 +1,15 @@
 //! The XML writer, following msccl-ir.md §1.1 and §1.13: no declaration, spaces only, one
 //! element per line, two-space indent, msccl-tools' attribute order, tb ids 0..n-1, `s`
 //! numbered 0..k-1 counting nops, first dependency on the step and the others as nops just
-//! before it, `hasdep="1"` exactly on dependency targets, `nchannels` = max chan + 1, and
-//! send/receive pairs carrying identical src/dst fields.
+//! before it, `hasdep="1"` exactly on dependency targets, `nchannels` = max chan + 1,
+//! send/receive pairs carrying identical src/dst fields, and a custom collective's used
+//! buffers declared as nchunksperloop chunks (the legacy runtime's chunk consistency).
 
 use super::{chain_lengths, dependency_targets};
-use crate::ir::{Buffer, Collective, Flavor, Op, Program, Slot, Step, Threadblock};
-use crate::limits::{Limits, MAX_COUNT, MAX_DEPID, MAX_NAME, MAX_OFFSET};
+use crate::ir::{Buffer, Collective, Flavor, Gpu, Op, Program, Slot, Step, Threadblock};
+use crate::limits::{
+    Limits, MAX_COUNT, MAX_DEPID, MAX_NAME, MAX_OFFSET, MAX_PEER_TBS_PER_CHANNEL, MAX_RANK_ELEMENTS,
+};
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -107,6 +110,31 @@ pub enum WriteProblem {
         /// The flavour's limit.
         limit: usize,
     },
+    /// A rank has more threadblocks with a send peer (or with a receive peer) on one
+    /// channel than the runtimes take ("too many sends/recvs per channel").
+    #[error("rank {rank} channel {channel}: {count} threadblocks with a {} peer (limit {limit} per channel)", if *send { "send" } else { "receive" })]
+    TooManyChannelPeers {
+        /// The rank.
+        rank: usize,
+        /// The channel.
+        channel: usize,
+        /// Whether the threadblocks counted have a send peer (else a receive peer).
+        send: bool,
+        /// Those threadblocks.
+        count: usize,
+        /// The runtimes' limit.
+        limit: usize,
+    },
+    /// A rank's part of the file has more XML elements than the runtimes' parser holds.
+    #[error("rank {rank}: {elements} XML elements to load (algo, gpus, its tbs and steps; the parser holds {limit})")]
+    TooManyElements {
+        /// The rank.
+        rank: usize,
+        /// The elements the parser would hold for it.
+        elements: usize,
+        /// The parser's limit.
+        limit: usize,
+    },
     /// A dependency names a threadblock whose id does not fit the runtime's int8 `depid`.
     #[error("rank {rank} tb {tb} step {step}: depid {depid} does not fit the runtime's int8")]
     DepidTooLarge {
@@ -200,10 +228,11 @@ pub fn write_to(
     buf.extend_from_slice(algo_line(&p, coll, max_bytes).as_bytes());
     let ends = ConnectionEnds::of(&p);
     for g in &p.gpus {
+        let (i_chunks, o_chunks) = declared_chunks(&p, g);
         buf.extend_from_slice(
             format!(
-                "  <gpu id=\"{}\" i_chunks=\"{}\" o_chunks=\"{}\" s_chunks=\"{}\">\n",
-                g.rank, g.input_chunks, g.output_chunks, g.scratch_chunks
+                "  <gpu id=\"{}\" i_chunks=\"{i_chunks}\" o_chunks=\"{o_chunks}\" s_chunks=\"{}\">\n",
+                g.rank, g.scratch_chunks
             )
             .as_bytes(),
         );
@@ -222,6 +251,19 @@ pub fn write_to(
 
 /// Bytes gathered before they go to the stream.
 const FLUSH_BYTES: usize = 1 << 16;
+
+/// The `i_chunks` and `o_chunks` written for a GPU. The legacy runtime, the only one that
+/// loads `coll="custom"`, requires each to be 0 or nchunksperloop for a custom collective
+/// (its buffer multipliers are 1: "Inconsistency between i_chunks/o_chunks ... and
+/// nchunksperloop"), so a custom collective's used buffers are declared that large; the
+/// conditions comment keeps their real sizes. Other collectives' extents already satisfy it.
+fn declared_chunks(p: &Program, g: &Gpu) -> (usize, usize) {
+    if p.collective != Collective::Custom {
+        return (g.input_chunks, g.output_chunks);
+    }
+    let declared = |chunks: usize| if chunks == 0 { 0 } else { p.nchunksperloop };
+    (declared(g.input_chunks), declared(g.output_chunks))
+}
 
 /// The program with its nops folded (a copy only when it has nops).
 fn folded(program: &Program) -> Result<Cow<'_, Program>, String> {
@@ -463,8 +505,50 @@ fn check(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
                 })?;
             }
         }
+        check_rank_size(p, g)?;
     }
     Ok(())
+}
+
+/// The limits every runtime puts on one rank's part of the file: threadblocks with a peer
+/// per channel and direction, and XML elements held by the parser (msccl-ir.md §1.1, §1.5).
+fn check_rank_size(p: &Program, g: &Gpu) -> Result<(), WriteProblem> {
+    let mut per_channel: FxHashMap<(usize, bool), usize> = FxHashMap::default();
+    for tb in &g.threadblocks {
+        for (peer, send) in [(tb.send, true), (tb.recv, false)] {
+            if peer.is_some() {
+                *per_channel.entry((tb.channel, send)).or_insert(0) += 1;
+            }
+        }
+    }
+    let busiest = per_channel
+        .into_iter()
+        .max_by_key(|&((c, s), n)| (n, std::cmp::Reverse((c, s))));
+    if let Some(((channel, send), count)) = busiest.filter(|&(_, n)| n > MAX_PEER_TBS_PER_CHANNEL) {
+        return Err(WriteProblem::TooManyChannelPeers {
+            rank: g.rank,
+            channel,
+            send,
+            count,
+            limit: MAX_PEER_TBS_PER_CHANNEL,
+        });
+    }
+    let steps: usize = g.threadblocks.iter().map(xml_step_count).sum();
+    let elements = 1 + p.ngpus + g.threadblocks.len() + steps;
+    if elements > MAX_RANK_ELEMENTS {
+        return Err(WriteProblem::TooManyElements {
+            rank: g.rank,
+            elements,
+            limit: MAX_RANK_ELEMENTS,
+        });
+    }
+    Ok(())
+}
+
+/// The `<step>` elements a threadblock is written as: one per step, plus a nop per extra
+/// dependency.
+fn xml_step_count(tb: &Threadblock) -> usize {
+    tb.steps.iter().map(|s| s.deps.len().max(1)).sum()
 }
 
 fn check_header(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
@@ -512,7 +596,7 @@ fn check_tb(
             tb.channel, lim.max_channels
         )));
     }
-    let xml_steps: usize = tb.steps.iter().map(|s| s.deps.len().max(1)).sum();
+    let xml_steps = xml_step_count(tb);
     if xml_steps > lim.max_steps {
         return Err(WriteProblem::TooManySteps {
             rank,

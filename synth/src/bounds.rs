@@ -53,7 +53,7 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
 /// at `deadline`; the cut and max-flow bounds are used alone when it does not finish.
 pub fn lower_bounds(topology: &Topology, coll: &Collective, deadline: Instant) -> Result<Bounds> {
     let cuts = cut_bounds(topology, coll)?;
-    let caps = topology.capacities()?;
+    let caps = topology.bound_capacities()?;
     let demands: usize = coll
         .chunks
         .iter()
@@ -79,7 +79,7 @@ pub fn lower_bounds(topology: &Topology, coll: &Collective, deadline: Instant) -
 /// out-capacity.
 pub fn cut_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
     let steps = steps_lower_bound(topology, coll)?;
-    let caps = topology.capacities()?;
+    let caps = topology.bound_capacities()?;
     let mut bound = Ratio::from_integer(0u64);
     // One pass over the chunks (a 1024-rank alltoall has a million).
     let n = topology.ranks;
@@ -366,7 +366,7 @@ impl StepLp {
         steps: usize,
         min_rho: f64,
     ) -> Result<Option<StepLp>> {
-        let caps = topology.capacities()?;
+        let caps = topology.bound_capacities()?;
         let dist = topology.distances();
         if lp_variables(coll, topology, steps) > MAX_LP_VARIABLES {
             return Ok(None);

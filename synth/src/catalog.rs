@@ -486,7 +486,7 @@ fn add_engine_candidates(
     let extra_engines_apply = options.method == Method::Auto
         && options.sketch.is_none()
         && options.extra_memory.is_none()
-        && topology.capacities().is_ok();
+        && topology.exact_capacities().is_ok();
     let engines = [
         (Method::Trees, crate::synthesize::trees_build(kind)),
         (

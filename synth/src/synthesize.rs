@@ -68,7 +68,7 @@ impl Method {
         if self != Method::Auto {
             return self;
         }
-        let integral = topology.capacities().is_ok();
+        let integral = topology.exact_capacities().is_ok();
         if sketched {
             Method::Milp
         } else if topology.nodes() <= 1 && topology.ranks <= AUTO_SMT_MAX_RANKS && integral {

@@ -1702,3 +1702,61 @@ fn run_says_when_it_rounds_a_size() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["rounded"], serde_json::json!([]));
 }
+
+/// Bandwidths with irrational ratios have no common capacity unit: `synth bounds` and the
+/// MILP (what auto picks there) work with capacities rounded the safe way, and say so.
+#[test]
+fn irrational_bandwidths_are_bounded_and_solved() {
+    let dir = std::env::temp_dir().join(format!("synth-irrational-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topo = dir.join("irr.toml");
+    let mut text = String::from("ranks = 4\n");
+    for (i, b) in [
+        std::f64::consts::PI,
+        std::f64::consts::E,
+        2f64.sqrt(),
+        3f64.sqrt(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        // A link goes both ways unless it says otherwise.
+        text += &format!(
+            "[[link]]\nsrc = {i}\ndst = {}\nbandwidth = {b}\n",
+            (i + 1) % 4
+        );
+    }
+    std::fs::write(&topo, text).unwrap();
+    let t = topo.to_str().unwrap();
+    let bounds = synth(&["bounds", "--topo", t, "--coll", "allgather"]);
+    assert!(
+        bounds.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bounds.stderr)
+    );
+    let out = dir.join("out");
+    let run = synth(&[
+        "--topo",
+        t,
+        "--coll",
+        "allgather",
+        "--steps",
+        "2",
+        "--rounds",
+        "3",
+        "--chunks",
+        "1",
+        "--work-limit",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let table = String::from_utf8_lossy(&run.stdout);
+    assert!(table.contains("rounded down"), "{table}");
+    assert!(table.contains("-milp-"), "{table}");
+}

@@ -487,9 +487,14 @@ fn print_json(
 fn print_algorithm_table(outcome: &Outcome, out: &mut dyn Write) -> Result<()> {
     let (topo, synthesis) = (outcome.topo, outcome.synthesis);
     let caps = topo.capacities()?;
+    let approximate = if caps.exact {
+        ""
+    } else {
+        ", rounded down (the bandwidths have no common unit)"
+    };
     writeln!(
         out,
-        "topology {} ({} ranks; capacities in units of {} GB/s), collective {}",
+        "topology {} ({} ranks; capacities in units of {} GB/s{approximate}), collective {}",
         topo.name, topo.ranks, caps.unit_gbps, synthesis.algorithms[0].collective.kind
     )?;
     writeln!(

@@ -1760,3 +1760,37 @@ fn irrational_bandwidths_are_bounded_and_solved() {
     assert!(table.contains("rounded down"), "{table}");
     assert!(table.contains("-milp-"), "{table}");
 }
+
+/// A sketch with two symmetries used to crash HiGHS' own symmetry detection (SIGSEGV on the
+/// first model); that detection is off, the sketch's symmetries being in the model already.
+#[test]
+fn a_sketch_with_two_symmetries_solves_without_a_crash() {
+    let dir = std::env::temp_dir().join(format!("synth-two-symmetries-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sketch = dir.join("s.toml");
+    std::fs::write(
+        &sketch,
+        "symmetry = [{ offset = 8 }, { offset = 1, group = 8 }]\nsteps = [2, 8]\n",
+    )
+    .unwrap();
+    let out = synth(&[
+        "--topo",
+        "dgx-a100x2",
+        "--coll",
+        "allgather",
+        "--sketch",
+        sketch.to_str().unwrap(),
+        "--work-limit",
+        "1",
+        "--time-limit",
+        "20",
+        "--out",
+        dir.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

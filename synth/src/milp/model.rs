@@ -32,6 +32,7 @@ type Key = (usize, usize, usize);
 enum OptionValue {
     Float(f64),
     Int(i32),
+    Bool(bool),
 }
 
 /// Static part of an instance: shared by the solves at different target sizes.
@@ -302,6 +303,7 @@ fn set_options(model: &mut highs::Model, limits: &SolveLimits) -> anyhow::Result
         let result = match value {
             OptionValue::Float(v) => model.try_set_option(name, v),
             OptionValue::Int(v) => model.try_set_option(name, v),
+            OptionValue::Bool(v) => model.try_set_option(name, v),
         };
         result.map_err(|e| anyhow::anyhow!("HiGHS option {name}: {e:?}"))
     };
@@ -314,6 +316,10 @@ fn set_options(model: &mut highs::Model, limits: &SolveLimits) -> anyhow::Result
     option(model, "threads", OptionValue::Int(1))?;
     option(model, "random_seed", OptionValue::Int(0))?;
     option(model, "mip_heuristic_effort", OptionValue::Float(0.3))?;
+    // HiGHS' own symmetry detection crashes (SIGSEGV in its partition refinement) on some
+    // models whose sketch declares two symmetries; the sketch's symmetries are already in
+    // the model, so it is off.
+    option(model, "mip_detect_symmetry", OptionValue::Bool(false))?;
     if let Some(nodes) = limits.nodes {
         let nodes = nodes.clamp(1, i32::MAX as u64) as i32;
         option(model, "mip_max_nodes", OptionValue::Int(nodes))?;

@@ -27,7 +27,7 @@ use crate::collective::Collective;
 use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology, TopologyIndex};
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use z3::ast::Bool;
 use z3::{Config, Params, SatResult, Solver};
 
@@ -69,20 +69,22 @@ pub struct Instance<'a> {
 /// How one solve is run.
 #[derive(Clone, Copy, Default)]
 pub struct SolveOptions<'r> {
-    /// Cut the check after `RESTART_BASE` × luby(k) and resume it with a new seed (z3 keeps
-    /// its learned clauses), instead of one uninterrupted check: for formulas whose time to
-    /// a model is heavy-tailed over seeds.
+    /// Cut the check after [`RESTART_CONFLICTS`] × luby(k) conflicts and resume it with a
+    /// new seed (z3 keeps its learned clauses), instead of one uninterrupted check: for
+    /// formulas whose time to a model is heavy-tailed over seeds. Counted in conflicts, not
+    /// time, so the sequence of attempts is the same on a busy machine as on an idle one.
     pub restarts: bool,
     /// The race this solve runs in, which may interrupt it.
     pub race: Option<&'r Race>,
 }
 
-/// The check time of the first restart; later ones follow the Luby sequence times this.
+/// The conflicts of the first restart; later ones follow the Luby sequence times this.
 /// On the DGX-1 allgather (3,7,6) instance a lucky seed needs a few hundred conflicts and an
-/// unlucky one over 60,000; short restarts with fresh seeds (learned clauses kept) took the
-/// whole Pareto search from a median of 1.3 s and a worst of 9.6 s over 20 runs (200 ms)
-/// to a median of 0.37 s and a worst of 0.61 s (50 ms); see `results/smt.md`.
-const RESTART_BASE: Duration = Duration::from_millis(50);
+/// unlucky one over 60,000; short restarts with fresh seeds (learned clauses kept) cut the
+/// heavy tail (see `results/smt.md`). Restarts cut by wall-clock time (50 ms) instead did
+/// less work per attempt on a loaded machine, so the README's first command, 1-20 s there,
+/// sometimes stalled for minutes.
+pub const RESTART_CONFLICTS: u32 = 2000;
 
 impl Instance<'_> {
     /// Builds the encoding, solves it with z3 until `deadline`, and decodes the model. Runs
@@ -107,11 +109,6 @@ impl Instance<'_> {
             if remaining.is_zero() || cancelled() {
                 break;
             }
-            let limit = if options.restarts {
-                remaining.min(RESTART_BASE * luby(attempt))
-            } else {
-                remaining
-            };
             let mut params = Params::new();
             // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
             // encodes with sorting networks here: the UNSAT instances of the DGX-1 allgather
@@ -121,14 +118,16 @@ impl Instance<'_> {
             params.set_symbol("sat.pb.solver", "sorting");
             params.set_u32(
                 "timeout",
-                limit.as_millis().clamp(1, u32::MAX as u128) as u32,
+                remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
             );
             if options.restarts {
                 params.set_u32("sat.random_seed", attempt);
                 params.set_u32("random_seed", attempt);
+                let budget = RESTART_CONFLICTS.saturating_mul(luby(attempt));
+                params.set_u32("sat.max_conflicts", budget);
+                params.set_u32("max_conflicts", budget);
             }
             solver.set_params(&params);
-            let started = Instant::now();
             // Only the check itself may be interrupted: decoding a model from an interrupted
             // context would read missing values as false.
             let result = match options.race {
@@ -143,8 +142,13 @@ impl Instance<'_> {
                     }
                 }
                 Some(SatResult::Unsat) => return Outcome::Unsat,
-                // Resume only after a time-out, not after a give-up or an interrupt.
-                Some(SatResult::Unknown) if options.restarts && started.elapsed() >= limit / 2 => {}
+                // Resume only where the conflict budget ran out, not after the deadline, a
+                // give-up or an interrupt.
+                Some(SatResult::Unknown)
+                    if options.restarts
+                        && solver
+                            .get_reason_unknown()
+                            .is_some_and(|r| r.contains("conflicts")) => {}
                 _ => break,
             }
         }

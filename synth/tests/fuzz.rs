@@ -412,7 +412,7 @@ fn cli_numeric_options() {
 
 #[test]
 fn generator_sizes() {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 11] = [
         "ring",
         "line",
         "star",
@@ -420,6 +420,10 @@ fn generator_sizes() {
         "hub-and-spoke",
         "shared-hub",
         "torus-2d",
+        "torus-3d",
+        "mesh-2d",
+        "hypercube",
+        "random",
     ];
     let strategy = (prop::sample::select(&NAMES[..]), number());
     runner()
@@ -428,4 +432,100 @@ fn generator_sizes() {
             one_line(&spec, topology::load(&spec))
         })
         .unwrap();
+}
+
+/// The example MSCCLang programs with the arguments their `# Run:` line gives.
+fn dsl_examples() -> Vec<(String, Vec<String>)> {
+    let dir = repo().join("examples/dsl");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "py") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let args = text
+            .lines()
+            .find(|l| l.starts_with("# Run:"))
+            .and_then(|l| l.split_once(" -- "))
+            .map(|(_, a)| a.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        out.push((text, args));
+    }
+    out.sort();
+    out
+}
+
+/// Replays and compiles traced programs as `synth compile` does, each error one line.
+fn compile_traces(
+    input: &str,
+    traced: anyhow::Result<Vec<synth::dsl::trace::TraceProgram>>,
+) -> Result<(), TestCaseError> {
+    use synth::dsl::trace::{replay, Overrides};
+    let traced = match traced {
+        Ok(t) => t,
+        Err(e) => return one_line::<(), _>(input, Err(e)),
+    };
+    for t in &traced {
+        match replay(t, &Overrides::default()) {
+            Ok(r) => {
+                for c in &r.checks {
+                    one_line(input, c.clone())?;
+                }
+                one_line(input, r.program.compile())?;
+            }
+            Err(e) => one_line::<(), _>(input, Err(e))?,
+        }
+    }
+    Ok(())
+}
+
+/// MSCCLang programs (the examples, mutated) run by `synth compile`'s front end. Each run
+/// starts Python, so this target runs a twentieth of the cases (at least 8), each under a
+/// 20 s limit (a mutation can make a loop endless).
+#[test]
+fn dsl_programs() {
+    let examples = dsl_examples();
+    assert!(!examples.is_empty());
+    let path = scratch("program.py");
+    let runner = || {
+        TestRunner::new(Config {
+            cases: (cases() / 20).max(8),
+            failure_persistence: None,
+            ..Config::default()
+        })
+    };
+    let strategy = (
+        0..examples.len(),
+        prop::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 0..6),
+    );
+    runner()
+        .run(&strategy, |(i, m)| {
+            let (seed, args) = &examples[i];
+            let text = mutate(seed, &m);
+            std::fs::write(&path, &text).unwrap();
+            let traced = synth::dsl::frontend::run_script(path.to_str().unwrap(), args, 20.0);
+            compile_traces(&text, traced)
+        })
+        .unwrap();
+}
+
+/// The traces the front end reads back from Python (`synth compile TRACE.json` reads them
+/// too), mutated.
+#[test]
+fn dsl_traces() {
+    let mut seeds = Vec::new();
+    for (i, (text, args)) in dsl_examples().into_iter().enumerate() {
+        let program = scratch(&format!("seed-{i}.py"));
+        std::fs::write(&program, &text).unwrap();
+        let traced = synth::dsl::frontend::run_script(program.to_str().unwrap(), &args, 60.0)
+            .expect("the examples run");
+        seeds.push(serde_json::to_string(&traced).unwrap());
+    }
+    let path = scratch("trace.json");
+    fuzz(seeds, |text| {
+        std::fs::write(&path, text).unwrap();
+        let traced = synth::dsl::trace::read(path.to_str().unwrap());
+        compile_traces(text, traced)
+    });
 }

@@ -382,7 +382,8 @@ impl Collective {
             Collective::Gather => "gather",
             Collective::Scatter => "scatter",
             // Only the legacy runtime lists `custom`; the executor and RCCL refuse the file.
-            Collective::Custom => "custom",
+            Collective::Custom if legacy => "custom",
+            Collective::Custom => return None,
         })
     }
 
@@ -415,7 +416,13 @@ impl Collective {
 
 impl fmt::Display for Collective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.xml_name(Flavor::Nccl).unwrap_or("?"))
+        let legacy_only = matches!(self, Collective::Custom);
+        let flavor = if legacy_only {
+            Flavor::Legacy
+        } else {
+            Flavor::Nccl
+        };
+        f.write_str(self.xml_name(flavor).unwrap_or("?"))
     }
 }
 

@@ -1794,3 +1794,46 @@ fn a_sketch_with_two_symmetries_solves_without_a_crash() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Only the legacy runtime loads `coll="custom"`: a custom collective is written in the
+/// legacy flavour by default (explicit maxBytes), and `--flavor nccl|rccl` is refused in one
+/// line before any search.
+#[test]
+fn custom_collectives_are_written_for_the_runtime_that_loads_them() {
+    let dir = std::env::temp_dir().join(format!("synth-custom-flavor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let coll = dir.join("partial.toml");
+    std::fs::write(
+        &coll,
+        "ranks = 8\n[[chunk]]\npre = [0]\npost = [1, 2]\n[[chunk]]\npre = [3]\npost = [0]\n",
+    )
+    .unwrap();
+    let c = coll.to_str().unwrap();
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    for flavor in ["nccl", "rccl"] {
+        let refused = synth(&[
+            "--topo", "dgx1", "--coll", c, "--flavor", flavor, "--out", o,
+        ]);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success());
+        assert!(
+            err.contains("--flavor legacy") && err.trim().lines().count() == 1,
+            "{err}"
+        );
+        assert!(!out.exists(), "nothing is written");
+    }
+    let done = synth(&["--topo", "dgx1", "--coll", c, "--out", o]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let xml = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "xml"))
+        .unwrap();
+    let text = std::fs::read_to_string(xml).unwrap();
+    assert!(text.contains("coll=\"custom\"") && !text.contains("maxBytes=\"0\""));
+}

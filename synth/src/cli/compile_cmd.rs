@@ -5,7 +5,7 @@ use crate::dsl::frontend;
 use crate::dsl::trace::{self, Overrides, Replayed};
 use anyhow::{Context, Result};
 use clap::Args;
-use runtime::ir::{Flavor, Program, Protocol};
+use runtime::ir::{Program, Protocol};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,9 +24,10 @@ pub struct CompileArgs {
     /// Only check the collective's postcondition (what `Check()` in a program does).
     #[arg(long)]
     check: bool,
-    /// XML dialect: nccl, rccl (no fused instructions) or legacy.
-    #[arg(long, default_value = "nccl", value_parser = ["nccl", "rccl", "legacy"])]
-    flavor: String,
+    /// XML dialect: nccl, rccl (no fused instructions) or legacy. Default: nccl, and legacy
+    /// for a custom collective (the only runtime that loads `coll="custom"`).
+    #[arg(long, value_parser = ["nccl", "rccl", "legacy"])]
+    flavor: Option<String>,
     /// Instances (at most 32), instead of the program's own.
     #[arg(long, value_parser = super::limits::instances)]
     instances: Option<usize>,
@@ -52,18 +53,15 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     } else {
         frontend::run_script(&args.file, &args.args, args.time_limit)?
     };
-    let flavor = match args.flavor.as_str() {
-        "rccl" => Flavor::Rccl,
-        "legacy" => Flavor::Legacy,
-        _ => Flavor::Nccl,
-    };
-    let overrides = Overrides {
-        instances: args.instances,
-        protocol: args.proto.as_deref().and_then(Protocol::from_name),
-        flavor: Some(flavor),
-    };
     let mut docs = Vec::new();
     for t in &programs {
+        let custom = t.collective.kind.starts_with("custom");
+        let flavor = super::lower_args::resolve_flavor(args.flavor.as_deref(), None, custom)?;
+        let overrides = Overrides {
+            instances: args.instances,
+            protocol: args.proto.as_deref().and_then(Protocol::from_name),
+            flavor: Some(flavor),
+        };
         let replayed = trace::replay(t, &overrides)?;
         for c in &replayed.checks {
             c.clone()?;

@@ -2,6 +2,7 @@
 //! verifies and writes an algorithm in both buffer modes.
 
 use crate::algorithm::Algorithm;
+use crate::collective::Kind;
 use crate::lower::{lower_verified, LowerOptions};
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
@@ -9,6 +10,25 @@ use clap::Args;
 use runtime::ir::{Flavor, Program, Protocol};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// The flavour to write a collective in: `given` (`--flavor`), else `fabric`'s runtime, else
+/// nccl; a `custom` collective defaults to legacy, and naming another flavour for it is an
+/// error (msccl-executor-nccl and RCCL do not load `coll="custom"`).
+pub fn resolve_flavor(given: Option<&str>, fabric: Option<Flavor>, custom: bool) -> Result<Flavor> {
+    let given = given
+        .map(|g| Flavor::from_name(g).with_context(|| format!("--flavor {g}: unknown flavour")));
+    let given = given.transpose()?;
+    if custom {
+        return match given {
+            None | Some(Flavor::Legacy) => Ok(Flavor::Legacy),
+            Some(f) => bail!(
+                "--flavor {}: that runtime does not load custom collectives (coll=\"custom\"); only the legacy runtime (microsoft/msccl) does: use --flavor legacy",
+                f.name()
+            ),
+        };
+    }
+    Ok(given.or(fabric).unwrap_or(Flavor::Nccl))
+}
 
 /// How algorithms are lowered to MSCCL XML.
 #[derive(Debug, Args, Clone)]
@@ -34,7 +54,7 @@ pub struct LowerArgs {
 }
 
 impl LowerArgs {
-    /// The flavour chosen (nccl unless given or set by [`LowerArgs::for_fabric`]).
+    /// The flavour chosen (nccl unless given or set by [`LowerArgs::for_problem`]).
     pub fn flavor(&self) -> Flavor {
         self.flavor
             .as_deref()
@@ -42,13 +62,23 @@ impl LowerArgs {
             .unwrap_or(Flavor::Nccl)
     }
 
-    /// These options for `topology`: without `--flavor`, the flavour of the fabric's runtime.
-    pub fn for_fabric(&self, topology: &crate::topology::Topology) -> LowerArgs {
+    /// These options for a `kind` collective on `topology`: without `--flavor`, the flavour
+    /// of the fabric's runtime, or for a custom collective legacy, the only runtime that
+    /// loads `coll="custom"`; an error where `--flavor` names a runtime that cannot load it
+    /// (checked before any search).
+    pub fn for_problem(
+        &self,
+        topology: &crate::topology::Topology,
+        kind: Kind,
+    ) -> Result<LowerArgs> {
         let mut args = self.clone();
-        if args.flavor.is_none() {
-            args.flavor = topology.runtime.map(|f| f.name().to_string());
-        }
-        args
+        let flavor = resolve_flavor(
+            args.flavor.as_deref(),
+            topology.runtime,
+            kind == Kind::Custom,
+        )?;
+        args.flavor = Some(flavor.name().to_string());
+        Ok(args)
     }
 
     /// Errors for options that cannot be used together (checked before any search).

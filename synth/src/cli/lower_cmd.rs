@@ -36,7 +36,9 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("{}: cannot create folder", args.out.display()))?;
     let progress = crate::progress::Progress::new(true);
-    let lowering = args.lowering.for_fabric(&loaded.topology);
+    let lowering = args
+        .lowering
+        .for_problem(&loaded.topology, loaded.algorithm.collective.kind)?;
     let (paths, threadblocks) =
         write_xml(&loaded.algorithm, &args.out, &lowering, &progress, |p| {
             Ok(p.threadblocks().count())
@@ -94,8 +96,13 @@ pub fn read_any(path: &str, topo: Option<&str>) -> Result<(Program, Option<Loade
     }
 }
 
-/// Lowers a loaded algorithm out of place with the default options (verified).
+/// Lowers a loaded algorithm out of place with the default options (verified), in the
+/// flavour of its fabric's runtime (legacy for a custom collective).
 pub fn lower_default(path: &str, loaded: &Loaded) -> Result<Program> {
-    lower_verified(&loaded.algorithm, &LowerOptions::default())
-        .map_err(|e| anyhow::anyhow!("{path}: {e:#}"))
+    let custom = loaded.algorithm.collective.kind == crate::collective::Kind::Custom;
+    let options = LowerOptions {
+        flavor: super::lower_args::resolve_flavor(None, loaded.topology.runtime, custom)?,
+        ..LowerOptions::default()
+    };
+    lower_verified(&loaded.algorithm, &options).map_err(|e| anyhow::anyhow!("{path}: {e:#}"))
 }

@@ -170,6 +170,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     progress.message("loading the topology and the collective");
     let topo = topology::load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
+    let lowering = args.lowering.for_problem(&topo, collective.kind)?;
     let (search, limits) = search_and_limits(args, started)?;
     let mut synthesis = search_algorithms(args, &topo, collective, search, limits, &progress)?;
     if synthesis.algorithms.is_empty() {
@@ -185,7 +186,6 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     // Each algorithm is lowered, verified, written and (when the run compares with NCCL)
     // simulated before the next, so one program is held at a time.
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
-    let lowering = args.lowering.for_fabric(&topo);
     let mut unexpressed: Option<String> = None;
     let mut dropped: Vec<String> = Vec::new();
     let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis

@@ -753,10 +753,24 @@ impl Program {
         serde_json::to_string_pretty(self).expect("a Program always serializes")
     }
 
-    /// Reads the JSON form.
-    pub fn from_json(s: &str) -> serde_json::Result<Program> {
-        serde_json::from_str(s)
+    /// Reads the JSON form; the error is one line (values quoted in serde's message may
+    /// hold line breaks, which are escaped).
+    pub fn from_json(s: &str) -> Result<Program, ProgramJsonError> {
+        serde_json::from_str(s).map_err(|e| ProgramJsonError {
+            line: e.line(),
+            message: e.to_string().replace('\n', "\\n").replace('\r', "\\r"),
+        })
     }
+}
+
+/// A program JSON that does not read, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProgramJsonError {
+    /// The line of the JSON text where reading stopped.
+    pub line: usize,
+    /// serde's message, line breaks escaped.
+    pub message: String,
 }
 
 /// For each step, the index it has once nops are removed; a nop maps to the last real step

@@ -147,7 +147,10 @@ pub enum Event {
 /// Reads a trace file (a JSON list of programs).
 pub fn read(path: &str) -> Result<Vec<TraceProgram>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}:{}: bad trace: {e}", e.line()))
+    serde_json::from_str(&text).map_err(|e| {
+        let message = e.to_string().replace('\n', "\\n").replace('\r', "\\r");
+        anyhow::anyhow!("{path}:{}: bad trace: {message}", e.line())
+    })
 }
 
 /// What the command line overrides in a program.

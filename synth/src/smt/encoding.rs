@@ -604,6 +604,7 @@ mod tests {
     use super::*;
     use crate::collective::Kind;
     use crate::smt::symmetry::symmetry_ladder;
+    use std::time::Duration;
 
     /// Solves ring:4 allgather (2, 2, 1) under `symmetry`.
     fn ring4_allgather(symmetry: Option<&Group>) -> Outcome {

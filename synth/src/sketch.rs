@@ -201,7 +201,12 @@ impl Sketch {
     pub fn parse(label: &str, text: &str) -> Result<Sketch> {
         let table: toml::Table =
             toml::from_str(text).map_err(|e| crate::util::toml_error(label, text, &e))?;
-        let err = |field: &str, reason: String| anyhow::anyhow!("{label}: {field}: {reason}");
+        // A quoted value (a TOML multi-line string) may hold line breaks: the error stays
+        // one line.
+        let err = |field: &str, reason: String| {
+            let reason = reason.replace('\n', "\\n").replace('\r', "\\r");
+            anyhow::anyhow!("{label}: {field}: {reason}")
+        };
         let mut sketch = Sketch {
             label: label.to_string(),
             ..Sketch::default()

@@ -281,6 +281,12 @@ fn bad_sketches_give_one_line_errors() {
         "internode = { strategy = \"relay\", map = \"diagonal\" }",
     );
     assert!(e.contains("internode: map: unknown map"), "{e}");
+    // A multi-line string quoted in the error is escaped (found by the fuzz target).
+    let e = sketch_error(
+        &a100,
+        "internode = { strategy = \"relay\", map = \"\"\"\nsame-local-\ndex\"\"\" }",
+    );
+    assert!(e.contains("unknown map") && !e.contains('\n'), "{e}");
     let e = sketch_error(&a100, "steps = [4, 2]");
     assert!(e.contains("steps: expected [min, max]"), "{e}");
 

@@ -204,7 +204,7 @@ impl<'a> Obj<'a> {
             .ok_or_else(|| anyhow!("{path}: {at}: expected an object"))?;
         match map.get("msccl_type").and_then(Value::as_str) {
             Some(t) if t == tag => {}
-            Some(t) => bail!("{path}: {at}.msccl_type: expected `{tag}`, found `{t}`"),
+            Some(t) => bail!("{path}: {at}.msccl_type: expected `{tag}`, found {t:?}"),
             None if at.is_empty() => {
                 bail!("{path}: msccl_type: missing")
             }

@@ -403,13 +403,13 @@ fn bad_inputs_give_one_line_errors() {
         "ranks = 4\n[[link]]\nsrc = 0\ndst = 1\nbandwidth = 0\n",
     );
     assert!(
-        e.contains("zero.toml:5: link[0].bandwidth: non-positive bandwidth 0"),
+        e.contains("zero.toml:5: link[0].bandwidth: bandwidth 0 GB/s is not between"),
         "{e}"
     );
 
     let e = error_of(&dir, "negdefault.toml", "ranks = 2\nbandwidth = -3\n");
     assert!(
-        e.contains("negdefault.toml:2: bandwidth: non-positive"),
+        e.contains("negdefault.toml:2: bandwidth: bandwidth -3 GB/s is not between"),
         "{e}"
     );
 
@@ -457,6 +457,9 @@ fn bad_inputs_give_one_line_errors() {
     let e = error_of(&dir, "noranks.toml", "bandwidth = 3\n");
     assert!(e.contains("ranks") && e.contains("missing"), "{e}");
 
+    // A quoted value with a line break (found by the fuzz target) stays on one line.
+    let e = error_of(&dir, "gen-nl.toml", "generator = \"l\\ne\"\n");
+    assert!(e.contains("unknown generator 'l\\ne'"), "{e}");
     let e = error_of(&dir, "gen.toml", "generator = \"dragonfly\"\n");
     assert!(
         e.contains("gen.toml:1: generator: unknown generator 'dragonfly'"),
@@ -494,4 +497,77 @@ fn bad_inputs_give_one_line_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("absent.toml: no such file"), "{e}");
+}
+
+// Robustness issue 31, items 12 and 13.
+
+/// Absurd bandwidths and latencies are refused with the documented range, naming the field.
+#[test]
+fn absurd_bandwidths_and_alphas_are_refused() {
+    let dir = std::env::temp_dir().join(format!("synth-topo-absurd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            "tiny.toml",
+            "generator = \"ring\"\nsize = 4\nbandwidth = 1e-300\n",
+            "tiny.toml:3: bandwidth: bandwidth 1e-300 GB/s is not between 0.001 and 1000000",
+        ),
+        (
+            "huge.toml",
+            "ranks = 2\n[[link]]\nsrc = 0\ndst = 1\nbandwidth = 1e300\n",
+            "huge.toml:5: link[0].bandwidth: bandwidth 1e300 GB/s",
+        ),
+        (
+            "slow.toml",
+            "ranks = 2\nalpha = 1e300\n",
+            "slow.toml:2: alpha: alpha 1e300 µs is not between 0 and 1000000",
+        ),
+        (
+            "nan.toml",
+            "ranks = 2\nalpha = nan\n",
+            "nan.toml:2: alpha: alpha NaN",
+        ),
+        (
+            "nic.toml",
+            "ranks = 2\n[nic]\nbandwidth = 1e-9\nper_gpu = 1\n",
+            "nic.toml:3: nic.bandwidth:",
+        ),
+        (
+            "wide.toml",
+            "bandwidth = 1e5\nmatrix = [[0, 20], [20, 0]]\n",
+            "wide.toml:2: matrix[0]: bandwidth 2000000 GB/s",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let e = error_of(&dir, name, text);
+        assert!(e.contains(needle), "{e}");
+        assert!(e.contains("not between"), "{e}");
+    }
+    // The range's ends are accepted.
+    let path = write(
+        &dir,
+        "ends.toml",
+        "ranks = 2\nbandwidth = 0.001\nalpha = 1e6\n[[link]]\nsrc = 0\ndst = 1\nbandwidth = 1e6\n",
+    );
+    load(&path).unwrap();
+}
+
+/// Two `[[switch]]` constraints of one name are refused, naming the name.
+#[test]
+fn duplicate_switch_names_are_refused() {
+    let dir = std::env::temp_dir().join(format!("synth-topo-dupsw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sw = "[[switch]]\nname = \"pcie\"\nsrcs = [0]\ndsts = [1]\nbandwidth = 1\n";
+    let text = format!("generator = \"ring\"\nsize = 4\n{sw}{sw}");
+    let e = error_of(&dir, "dupsw.toml", &text);
+    assert!(
+        e.contains(
+            "dupsw.toml:8: switch[1].name: a switch constraint named 'pcie' is already defined"
+        ),
+        "{e}"
+    );
+    // A name an NVSwitch port already has.
+    let text = "ranks = 2\nnvswitch = { bandwidth = 100 }\n[[switch]]\nname = \"nvswitch-out-0\"\nsrcs = [0]\ndsts = [1]\nbandwidth = 1\n";
+    let e = error_of(&dir, "dupnv.toml", text);
+    assert!(e.contains("'nvswitch-out-0' is already defined"), "{e}");
 }

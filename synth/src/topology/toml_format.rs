@@ -131,6 +131,8 @@ impl Source<'_> {
         field: &str,
         reason: impl std::fmt::Display,
     ) -> anyhow::Error {
+        // A quoted value may hold line breaks (`"a\nb"` in TOML): the error stays one line.
+        let reason = reason.to_string().replace('\n', "\\n").replace('\r', "\\r");
         match span {
             Some(s) => anyhow!(
                 "{}:{}: {}: {}",

@@ -204,7 +204,7 @@ impl Sketch {
         // A quoted value (a TOML multi-line string) may hold line breaks: the error stays
         // one line.
         let err = |field: &str, reason: String| {
-            let reason = reason.replace('\n', "\\n").replace('\r', "\\r");
+            let reason = crate::util::escape_line_breaks(&reason);
             anyhow::anyhow!("{label}: {field}: {reason}")
         };
         let mut sketch = Sketch {

@@ -15,8 +15,14 @@ pub fn toml_error(path: &str, text: &str, err: &toml::de::Error) -> anyhow::Erro
 /// Turns a JSON parse error into one line: `FILE:LINE: MESSAGE` (a key quoted in the message
 /// may hold line breaks).
 pub fn json_error(path: &str, err: &serde_json::Error) -> anyhow::Error {
-    let message = err.to_string().replace('\n', "\\n").replace('\r', "\\r");
+    let message = escape_line_breaks(&err.to_string());
     anyhow::anyhow!("{path}:{}: {message}", err.line())
+}
+
+/// `text` with its line breaks written as `\n` and `\r`, so that an error quoting a user's
+/// value stays one line.
+pub fn escape_line_breaks(text: &str) -> String {
+    text.replace('\n', "\\n").replace('\r', "\\r")
 }
 
 /// This process's peak resident memory (MB) and CPU time (user + system, seconds) so far,

@@ -148,7 +148,7 @@ pub enum Event {
 pub fn read(path: &str) -> Result<Vec<TraceProgram>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
     serde_json::from_str(&text).map_err(|e| {
-        let message = e.to_string().replace('\n', "\\n").replace('\r', "\\r");
+        let message = crate::util::escape_line_breaks(&e.to_string());
         anyhow::anyhow!("{path}:{}: bad trace: {message}", e.line())
     })
 }

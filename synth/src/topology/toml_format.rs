@@ -132,7 +132,7 @@ impl Source<'_> {
         reason: impl std::fmt::Display,
     ) -> anyhow::Error {
         // A quoted value may hold line breaks (`"a\nb"` in TOML): the error stays one line.
-        let reason = reason.to_string().replace('\n', "\\n").replace('\r', "\\r");
+        let reason = crate::util::escape_line_breaks(&reason.to_string());
         match span {
             Some(s) => anyhow!(
                 "{}:{}: {}: {}",

@@ -222,6 +222,67 @@ impl Algorithm {
         .renamed()
     }
 
+    /// The same algorithm on the fabric renumbered back: rank `r` of this algorithm is rank
+    /// `back[r]` of the result, and every address follows the rank it belongs to (an
+    /// allgather's or reduce-scatter's owner, an alltoall's source and destination; an
+    /// allreduce's addresses all end everywhere and stay), for a
+    /// named collective whose root `root` (already in the result's numbering) is fixed by the
+    /// renumbering. `None` for a custom collective (its addresses have no owner to follow).
+    pub fn renumbered(&self, back: &[usize], root: usize) -> Option<Result<Algorithm>> {
+        use crate::collective::Kind;
+        let kind = self.collective.kind;
+        let (n, c) = (self.collective.ranks, self.chunks());
+        let address = |a: usize| -> usize {
+            match kind {
+                Kind::AllGather | Kind::Gather | Kind::Scatter | Kind::ReduceScatter => {
+                    back[a / c] * c + a % c
+                }
+                Kind::AllToAll => {
+                    let (pair, k) = (a / c, a % c);
+                    (back[pair / n] * n + back[pair % n]) * c + k
+                }
+                // Every address of these ends on the same ranks: kept, with the runs of
+                // consecutive addresses a layout may have made (an allreduce's messages).
+                Kind::AllReduce | Kind::Broadcast | Kind::Reduce | Kind::Custom => a,
+            }
+        };
+        if kind == Kind::Custom {
+            return None;
+        }
+        let collective = match Collective::new(kind, n, root, c) {
+            Ok(collective) => collective,
+            Err(e) => return Some(Err(e)),
+        };
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| Step {
+                rounds: s.rounds,
+                reduce: s.reduce,
+                sends: s
+                    .sends
+                    .iter()
+                    .map(|x| Send {
+                        chunk: address(x.chunk),
+                        src: back[x.src],
+                        dst: back[x.dst],
+                    })
+                    .collect(),
+            })
+            .collect();
+        Some(Ok(Algorithm {
+            name: self.name.clone(),
+            origin: self.origin.clone(),
+            topology: self.topology.clone(),
+            collective,
+            steps,
+            piece_channels: self.piece_channels,
+            step_groups: self.step_groups.clone(),
+            message_chunks: self.message_chunks.clone(),
+            serial_links: self.serial_links,
+        }))
+    }
+
     /// The same non-combining algorithm without dead sends: a send to a rank that already
     /// holds the address, or whose receiver neither must end with the address nor forwards
     /// it later, carries nothing useful. Engines may leave such sends in (they cost nothing

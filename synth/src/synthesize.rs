@@ -382,6 +382,86 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
+    match canonically(req, method, sketch) {
+        Some(result) => result,
+        None => synthesize_as_numbered(req, method, sketch),
+    }
+}
+
+/// Runs a request of tree packing and the greedy engine (no sketch, no memory limit, a named
+/// collective) on a one-node fabric renumbered canonically ([`crate::topology::canonical`])
+/// and numbers the algorithms back, so that the result does not depend on how the user
+/// numbered the ranks; `None` for other requests, and where the fabric is already canonical
+/// or the numbering gave up. Fabrics of several nodes keep their numbering: their schedules
+/// (rail rings, staged trees) find nodes and rails by shape whatever the numbering, and are
+/// laid out for it.
+fn canonically(
+    req: &Request,
+    method: Method,
+    sketch: Option<&Sketch>,
+) -> Option<Result<Synthesis>> {
+    let kind = req.collective.kind;
+    let engines = method.portfolio(req.topology, kind, sketch.is_some());
+    let tree_or_greedy = |m: &Method| matches!(m, Method::Trees | Method::Greedy { .. });
+    if kind == Kind::Custom
+        || sketch.is_some()
+        || req.limits.extra_memory.is_some()
+        || req.collective.ranks != req.topology.ranks
+        || req.topology.nodes() > 1
+        || !engines.iter().all(tree_or_greedy)
+    {
+        return None;
+    }
+    let root = req.collective.root;
+    let rooted = matches!(
+        kind,
+        Kind::Broadcast | Kind::Reduce | Kind::Gather | Kind::Scatter
+    );
+    let (topology, to) =
+        crate::topology::canonical::canonical(req.topology, rooted.then_some(root))?;
+    if to.iter().enumerate().all(|(r, &t)| r == t) {
+        return None;
+    }
+    let mut back = vec![0; to.len()];
+    for (r, &t) in to.iter().enumerate() {
+        back[t] = r;
+    }
+    let canonical_root = if rooted { to[root] } else { 0 };
+    let collective = match Collective::new(kind, req.collective.ranks, canonical_root, 1) {
+        Ok(collective) => collective,
+        Err(e) => return Some(Err(e)),
+    };
+    let canonical = Request {
+        topology: &topology,
+        collective,
+        search: req.search,
+        limits: req.limits.clone(),
+        progress: req.progress,
+    };
+    Some(
+        synthesize_as_numbered(&canonical, method, sketch).and_then(|mut synthesis| {
+            let algorithms = std::mem::take(&mut synthesis.algorithms);
+            synthesis.algorithms = algorithms
+                .iter()
+                .map(|a| {
+                    let numbered = a.renumbered(&back, root).unwrap_or_else(|| {
+                        Err(anyhow::anyhow!("a custom collective is not renumbered"))
+                    })?;
+                    crate::check::check(&numbered, req.topology)?;
+                    Ok(numbered)
+                })
+                .collect::<Result<_>>()?;
+            Ok(synthesis)
+        }),
+    )
+}
+
+/// [`synthesize_with`] on the fabric as numbered.
+fn synthesize_as_numbered(
+    req: &Request,
+    method: Method,
+    sketch: Option<&Sketch>,
+) -> Result<Synthesis> {
     // A custom collective equal to a built-in one is solved as that built-in (its symmetry,
     // bounds, engines and lowering).
     let builtin = req.collective.builtin();

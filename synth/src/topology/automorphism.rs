@@ -29,6 +29,7 @@ fn zobrist(r: usize, salt: u64) -> u64 {
 }
 
 /// A switch constraint's rank sets as fingerprints and bitsets, for fast image lookups.
+#[derive(Clone)]
 struct SwitchIndex {
     /// Sorted, deduplicated (srcs, dsts, bandwidth key) of every constraint.
     sets: Vec<(Vec<usize>, Vec<usize>, i64)>,
@@ -96,6 +97,7 @@ fn key(x: f64) -> i64 {
     (x * 1e6).round() as i64
 }
 
+#[derive(Clone)]
 struct Search {
     n: usize,
     /// `link[a * n + b]`: the (bandwidth, alpha) key of link a -> b.
@@ -295,18 +297,16 @@ impl Topology {
         if limit == 0 || from >= self.ranks || to >= self.ranks {
             return Vec::new();
         }
-        let mut search = self.searcher(limit);
-        if !search.candidates[from].contains(&to) {
-            return Vec::new();
+        map_one(self.searcher(limit), from, to, derange)
+    }
+
+    /// A search for automorphisms that fix no rank, built once for many
+    /// [`DerangementFinder::mapping`] calls (its tables cost more than one search on fabrics
+    /// with many switch constraints).
+    pub fn derangement_finder(&self, limit: usize) -> DerangementFinder {
+        DerangementFinder {
+            base: (limit > 0).then(|| self.searcher(limit)),
         }
-        if derange {
-            for (v, c) in search.candidates.iter_mut().enumerate() {
-                c.retain(|&img| img != v);
-            }
-        }
-        search.candidates[from] = vec![to];
-        search.run(0);
-        search.found
     }
 
     fn search_automorphisms(&self, limit: usize) -> (Vec<Vec<usize>>, bool) {
@@ -452,6 +452,37 @@ fn breadth_first_order(adj: &[Vec<usize>]) -> Vec<usize> {
         }
     }
     order
+}
+
+/// Runs `search` for automorphisms mapping `from` to `to` (fixing no rank if `derange`).
+fn map_one(mut search: Search, from: usize, to: usize, derange: bool) -> Vec<Vec<usize>> {
+    if from >= search.n || to >= search.n || !search.candidates[from].contains(&to) {
+        return Vec::new();
+    }
+    if derange {
+        for (v, c) in search.candidates.iter_mut().enumerate() {
+            c.retain(|&img| img != v);
+        }
+    }
+    search.candidates[from] = vec![to];
+    search.deadline = Instant::now() + TIME_BUDGET;
+    search.run(0);
+    search.found
+}
+
+/// See [`Topology::derangement_finder`].
+pub struct DerangementFinder {
+    base: Option<Search>,
+}
+
+impl DerangementFinder {
+    /// Up to the finder's limit of automorphisms that map `from` to `to` and fix no rank.
+    pub fn mapping(&self, from: usize, to: usize) -> Vec<Vec<usize>> {
+        match &self.base {
+            Some(base) if from != to => map_one(base.clone(), from, to, true),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// Work (member pairs over all switch constraints) above which `pair_ids` is skipped.

@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod automorphism;
 pub mod builtin;
+pub mod canonical;
 pub mod capacities;
 pub mod dot;
 pub mod generators;

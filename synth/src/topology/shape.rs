@@ -130,6 +130,147 @@ pub fn square_torus_side(topology: &Topology, index: &TopologyIndex) -> Option<u
     all_linked.then_some(k)
 }
 
+/// A numbering that lays `topology` out as a k×k torus in row-major order with `origin` at
+/// rank 0 (`to[r]` is rank r's place), found from the links alone, whatever the fabric's own
+/// numbering: every rank linked both ways to exactly four others, equal links, no switch
+/// constraints, k ≥ 3. Two such numberings differ by a symmetry of the torus, so the
+/// renumbered fabric is the same. `None` for any other fabric.
+pub fn square_torus_numbering(topology: &Topology, origin: usize) -> Option<Vec<usize>> {
+    let n = topology.ranks;
+    let k = (n as f64).sqrt().round() as usize;
+    if k < 3 || k * k != n || !topology.switches.is_empty() || topology.links.len() != 4 * n {
+        return None;
+    }
+    let first = topology.links.first()?;
+    if origin >= n
+        || topology
+            .links
+            .iter()
+            .any(|l| l.bandwidth != first.bandwidth || l.alpha != first.alpha)
+    {
+        return None;
+    }
+    let mut adjacent = vec![Vec::new(); n];
+    for l in &topology.links {
+        adjacent[l.src].push(l.dst);
+    }
+    if adjacent.iter().any(|a| a.len() != 4) {
+        return None;
+    }
+    let linked = |a: usize, b: usize| adjacent[a].contains(&b);
+    if topology.links.iter().any(|l| !linked(l.dst, l.src)) {
+        return None;
+    }
+    let common = |a: usize, b: usize| -> Vec<usize> {
+        adjacent[a]
+            .iter()
+            .copied()
+            .filter(|&c| linked(b, c))
+            .collect()
+    };
+    // Every way of continuing a line from `prev` through `cur`: on a torus of side 3 the
+    // straight step is linked to `prev`; of side 5 or more it shares only `cur` with it; of
+    // side 4 (a 4-cube) every other neighbour is tried.
+    let straight = |prev: usize, cur: usize| -> Vec<usize> {
+        adjacent[cur]
+            .iter()
+            .copied()
+            .filter(|&c| c != prev)
+            .filter(|&c| match k {
+                3 => linked(prev, c),
+                4 => true,
+                _ => common(prev, c).len() == 1,
+            })
+            .collect()
+    };
+    // Lines from `origin` through `next`, k ranks long, closing back on `origin`.
+    let lines = |next: usize| -> Vec<Vec<usize>> {
+        let mut done = Vec::new();
+        let mut stack = vec![vec![origin, next]];
+        while let Some(line) = stack.pop() {
+            if line.len() == k {
+                if linked(line[k - 1], origin) {
+                    done.push(line);
+                }
+                continue;
+            }
+            let (prev, cur) = (line[line.len() - 2], line[line.len() - 1]);
+            for c in straight(prev, cur) {
+                if !line.contains(&c) {
+                    let mut longer = line.clone();
+                    longer.push(c);
+                    stack.push(longer);
+                }
+            }
+        }
+        done
+    };
+    for &east in &adjacent[origin] {
+        for &south in &adjacent[origin] {
+            if south == east || common(east, south).len() < 2 {
+                continue;
+            }
+            for row in lines(east) {
+                for column in lines(south) {
+                    if let Some(to) = fill_torus(k, &row, &column, &adjacent) {
+                        return Some(to);
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The row-major numbering of a k×k torus whose first row and column are `row` and
+/// `column`, each further rank the common neighbour of its left and upper neighbours other
+/// than their own upper-left one; `None` unless every rank is placed once and every place's
+/// four torus neighbours are its links.
+fn fill_torus(
+    k: usize,
+    row: &[usize],
+    column: &[usize],
+    adjacent: &[Vec<usize>],
+) -> Option<Vec<usize>> {
+    let n = k * k;
+    let mut at = vec![usize::MAX; n];
+    at[..k].copy_from_slice(row);
+    for i in 1..k {
+        at[i * k] = column[i];
+    }
+    for i in 1..k {
+        for j in 1..k {
+            let (left, up, corner) = (
+                at[i * k + j - 1],
+                at[(i - 1) * k + j],
+                at[(i - 1) * k + j - 1],
+            );
+            let mut found = adjacent[left]
+                .iter()
+                .copied()
+                .filter(|&c| c != corner && adjacent[up].contains(&c));
+            let c = found.next()?;
+            if found.next().is_some() {
+                return None;
+            }
+            at[i * k + j] = c;
+        }
+    }
+    let mut to = vec![usize::MAX; n];
+    for (place, &r) in at.iter().enumerate() {
+        if to[r] != usize::MAX {
+            return None;
+        }
+        to[r] = place;
+    }
+    let torus_linked = (0..n).all(|x| {
+        DIRECTIONS
+            .iter()
+            .all(|&d| adjacent[at[x]].contains(&at[torus_step(k, x, d, 1)]))
+    });
+    torus_linked.then_some(to)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +286,26 @@ mod tests {
         let nodes = equal_nodes(&cluster).unwrap();
         assert_eq!(nodes.len(), 2);
         assert!(equal_nodes(&torus).is_none());
+    }
+
+    #[test]
+    fn renumbered_square_tori_are_laid_out_row_major_again() {
+        use crate::topology::toml_format::random_permutation;
+        for k in [3, 4, 5, 8] {
+            let torus = load(&format!("torus-2d:{k}x{k}")).unwrap();
+            for seed in [1, 2, 3] {
+                let twin = torus.relabeled(&random_permutation(k * k, seed));
+                let to = square_torus_numbering(&twin, 5).expect("a square torus");
+                assert_eq!(to[5], 0, "the origin comes first");
+                let again = twin.relabeled(&to);
+                assert_eq!(again.links, torus.links, "{k}x{k} seed {seed}");
+            }
+        }
+        for spec in ["torus-2d:4x8", "ring:9", "mesh-2d:4x4", "hypercube:16"] {
+            let t = load(spec).unwrap();
+            let square = square_torus_numbering(&t, 0).is_some();
+            // The 4-cube is the 4x4 torus.
+            assert_eq!(square, spec == "hypercube:16", "{spec}");
+        }
     }
 }

@@ -146,6 +146,7 @@ impl Topology {
             .collect();
         let mut reached = vec![false; self.ranks];
         reached[0] = true;
+        let mut finder = None;
         for k in 1..self.ranks {
             if reached[k] {
                 continue;
@@ -153,9 +154,12 @@ impl Topology {
             let shifted = shifts.iter().filter(|p| p[0] == k).cloned();
             // The search runs only when no shift of the numbering fits (on a 1024-rank torus
             // each search costs seconds; the shifts are enough there).
-            let searched =
-                std::iter::once_with(|| self.derangements_mapping(0, k, CANDIDATES_PER_IMAGE))
-                    .flatten();
+            let searched = std::iter::once_with(|| {
+                finder
+                    .get_or_insert_with(|| self.derangement_finder(CANDIDATES_PER_IMAGE))
+                    .mapping(0, k)
+            })
+            .flatten();
             for candidate in shifted.chain(searched) {
                 let candidate: Vec<u32> = candidate.iter().map(|&x| x as u32).collect();
                 if let Some(bigger) = group.extended(&candidate) {

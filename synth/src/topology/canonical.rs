@@ -1,0 +1,407 @@
+//! A canonical numbering of a fabric's ranks, so that a search sees the same fabric whatever
+//! numbering the user gave it (label invariance).
+//!
+//! Colour refinement with individualisation: every rank, switch constraint and node is a
+//! vertex; links (by bandwidth and alpha, in each direction), switch memberships (as source
+//! or destination) and node memberships are labelled edges. Colours are refined until stable,
+//! each new colour named by the rank of its signature (its colour and the sorted multiset of
+//! its labelled neighbours' colours) among all signatures, so colour names never depend on the
+//! numbering. While two ranks share a colour, the first shared colour's lowest-numbered rank
+//! is individualised and the colours refined again. The numbering is canonical wherever each
+//! individualised class is an orbit of the fabric's automorphisms (tori, meshes, hypercubes,
+//! clusters of identical boxes, and fabrics whose refinement separates every rank); elsewhere
+//! it is still a valid renumbering. Small fabrics are numbered exhaustively (every branch of
+//! the individualisation, the least renumbered fabric winning), square tori row-major
+//! ([`super::shape::square_torus_numbering`]). Bounded: past [`WORK_LIMIT`] refinement work the ranks
+//! keep their numbering.
+
+use super::model::{SwitchConstraint, Topology};
+
+/// Labelled incidences processed, summed over refinement rounds, before the numbering gives
+/// up (a fully connected 1024-rank fabric would need a million per round and one round per
+/// rank; such a fabric looks the same under any numbering anyway).
+pub const WORK_LIMIT: usize = 40_000_000;
+
+/// Refinement work (labelled incidences) within which every branch of the individualisation
+/// tree is explored and the branch whose renumbered fabric is least wins: canonical on every
+/// fabric, where the tree is small (a DGX-1: its refinement classes are not all orbits). The
+/// tree's total work does not depend on the numbering, so neither does the choice.
+pub const EXHAUSTIVE_WORK: usize = 3_000_000;
+
+/// The canonical numbering of `topology`'s ranks: rank `r` becomes `to[r]`. `fixed`, if any,
+/// is a rank (a collective's root) that keeps a colour of its own. `None` when the work limit
+/// was reached before every rank had a colour of its own.
+pub fn canonical_numbering(topology: &Topology, fixed: Option<usize>) -> Option<Vec<usize>> {
+    // A square torus is numbered row-major, the layout its schedules are written for.
+    if let Some(to) = super::shape::square_torus_numbering(topology, fixed.unwrap_or(0)) {
+        return Some(to);
+    }
+    let graph = Graph::of(topology);
+    let mut work = 0usize;
+    let start = graph.refine(graph.initial_colours(fixed), &mut work)?;
+    let mut exhaustive = Exhaustive {
+        graph: &graph,
+        topology,
+        work: 0,
+        best: None,
+    };
+    if exhaustive.explore(start.clone()).is_some() {
+        if let Some((_, to)) = exhaustive.best {
+            return Some(to);
+        }
+    }
+    let mut colours = start;
+    loop {
+        let Some(colour) = shared_rank_colour(&colours[..topology.ranks]) else {
+            return Some(numbering(&colours[..topology.ranks]));
+        };
+        colours = individualised(&colours, colour, first_of(&colours, colour));
+        colours = graph.refine(colours, &mut work)?;
+    }
+}
+
+/// The numbering that sorts ranks by their (all distinct) colours.
+fn numbering(colours: &[usize]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..colours.len()).collect();
+    order.sort_by_key(|&r| colours[r]);
+    let mut to = vec![0; colours.len()];
+    for (position, &r) in order.iter().enumerate() {
+        to[r] = position;
+    }
+    to
+}
+
+/// The lowest-numbered vertex of `colour`.
+fn first_of(colours: &[usize], colour: usize) -> usize {
+    colours.iter().position(|&c| c == colour).unwrap_or(0)
+}
+
+/// `colours` with `vertex` split off its class, sorting before the rest of it.
+fn individualised(colours: &[usize], colour: usize, vertex: usize) -> Vec<usize> {
+    let keys: Vec<(usize, bool)> = colours
+        .iter()
+        .enumerate()
+        .map(|(v, &c)| (c, c == colour && v != vertex))
+        .collect();
+    rank_keys(&keys)
+}
+
+/// A renumbered fabric in comparable form: links, switch constraints, nodes.
+type Certificate = (
+    Vec<(usize, usize, i64, i64)>,
+    Vec<(Vec<usize>, Vec<usize>, i64)>,
+    Vec<usize>,
+);
+
+fn certificate(topology: &Topology, to: &[usize]) -> Certificate {
+    let t = renumbered(topology, to);
+    let links = t
+        .links
+        .iter()
+        .map(|l| (l.src, l.dst, key(l.bandwidth), key(l.alpha)))
+        .collect();
+    let switches = t
+        .switches
+        .iter()
+        .map(|s| (s.srcs.clone(), s.dsts.clone(), key(s.bandwidth)))
+        .collect();
+    (links, switches, t.node_of)
+}
+
+/// The search over every branch of the individualisation tree, within [`EXHAUSTIVE_WORK`].
+struct Exhaustive<'a> {
+    graph: &'a Graph,
+    topology: &'a Topology,
+    work: usize,
+    best: Option<(Certificate, Vec<usize>)>,
+}
+
+impl Exhaustive<'_> {
+    /// Explores the subtree below `colours` (refined); `None` once past the work budget.
+    fn explore(&mut self, colours: Vec<usize>) -> Option<()> {
+        let n = self.topology.ranks;
+        let Some(colour) = shared_rank_colour(&colours[..n]) else {
+            let to = numbering(&colours[..n]);
+            let cert = certificate(self.topology, &to);
+            if self.best.as_ref().is_none_or(|(best, _)| cert < *best) {
+                self.best = Some((cert, to));
+            }
+            return Some(());
+        };
+        for v in (0..n).filter(|&v| colours[v] == colour) {
+            let next = individualised(&colours, colour, v);
+            let refined = self.graph.refine(next, &mut self.work)?;
+            if self.work > EXHAUSTIVE_WORK {
+                return None;
+            }
+            self.explore(refined)?;
+        }
+        Some(())
+    }
+}
+
+/// The least colour that two ranks share.
+fn shared_rank_colour(colours: &[usize]) -> Option<usize> {
+    let mut sorted = colours.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// The fabric as a labelled graph: ranks, then switch constraints, then nodes.
+struct Graph {
+    /// Every vertex's labelled neighbours: (edge label, neighbour).
+    adjacency: Vec<Vec<(Label, usize)>>,
+    /// Initial colour keys of the non-rank vertices (a switch's bandwidth; nodes alike).
+    kinds: Vec<Kind>,
+}
+
+/// What an incidence is, from the vertex that lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Label {
+    /// A link to the neighbour: bandwidth and alpha keys.
+    LinkOut(i64, i64),
+    /// A link from the neighbour.
+    LinkIn(i64, i64),
+    /// The rank is a source of the switch constraint (listed at the rank).
+    SourceOf,
+    /// The rank is a destination of the switch constraint (listed at the rank).
+    DestinationOf,
+    /// The switch constraint has the rank as a source (listed at the switch).
+    HasSource,
+    /// The switch constraint has the rank as a destination (listed at the switch).
+    HasDestination,
+    /// Rank and node membership.
+    Member,
+}
+
+/// The initial class of a vertex.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Rank,
+    Switch(i64),
+    Node,
+}
+
+/// A number's key at the precision fabrics are written in.
+fn key(x: f64) -> i64 {
+    (x * 1e6).round() as i64
+}
+
+impl Graph {
+    fn of(topology: &Topology) -> Graph {
+        let n = topology.ranks;
+        let switches = &topology.switches;
+        let nodes = topology.nodes();
+        let mut adjacency = vec![Vec::new(); n + switches.len() + nodes];
+        let mut kinds = vec![Kind::Rank; n];
+        for l in &topology.links {
+            let (b, a) = (key(l.bandwidth), key(l.alpha));
+            adjacency[l.src].push((Label::LinkOut(b, a), l.dst));
+            adjacency[l.dst].push((Label::LinkIn(b, a), l.src));
+        }
+        for (
+            i,
+            SwitchConstraint {
+                srcs,
+                dsts,
+                bandwidth,
+                ..
+            },
+        ) in switches.iter().enumerate()
+        {
+            let s = n + i;
+            kinds.push(Kind::Switch(key(*bandwidth)));
+            for &r in srcs {
+                adjacency[r].push((Label::SourceOf, s));
+                adjacency[s].push((Label::HasSource, r));
+            }
+            for &r in dsts {
+                adjacency[r].push((Label::DestinationOf, s));
+                adjacency[s].push((Label::HasDestination, r));
+            }
+        }
+        kinds.extend(std::iter::repeat_n(Kind::Node, nodes));
+        if nodes > 1 {
+            for (r, &node) in topology.node_of.iter().enumerate() {
+                let v = n + switches.len() + node;
+                adjacency[r].push((Label::Member, v));
+                adjacency[v].push((Label::Member, r));
+            }
+        }
+        Graph { adjacency, kinds }
+    }
+
+    /// Colours from the vertices' kinds, `fixed` in a colour of its own.
+    fn initial_colours(&self, fixed: Option<usize>) -> Vec<usize> {
+        let keys: Vec<(Kind, bool)> = self
+            .kinds
+            .iter()
+            .enumerate()
+            .map(|(v, &k)| (k, Some(v) != fixed))
+            .collect();
+        rank_keys(&keys)
+    }
+
+    /// Refines `colours` until stable; `None` past the work limit.
+    fn refine(&self, mut colours: Vec<usize>, work: &mut usize) -> Option<Vec<usize>> {
+        let mut classes = distinct(&colours);
+        loop {
+            let signatures: Vec<(usize, Vec<(Label, usize)>)> = self
+                .adjacency
+                .iter()
+                .enumerate()
+                .map(|(v, neighbours)| {
+                    let mut seen: Vec<(Label, usize)> =
+                        neighbours.iter().map(|&(l, u)| (l, colours[u])).collect();
+                    seen.sort_unstable();
+                    (colours[v], seen)
+                })
+                .collect();
+            *work += self.adjacency.iter().map(Vec::len).sum::<usize>() + colours.len();
+            if *work > WORK_LIMIT {
+                return None;
+            }
+            let next = rank_keys(&signatures);
+            let count = distinct(&next);
+            colours = next;
+            if count == classes {
+                return Some(colours);
+            }
+            classes = count;
+        }
+    }
+}
+
+/// Each key replaced by the rank of its value among the distinct values.
+fn rank_keys<K: Ord + Clone>(keys: &[K]) -> Vec<usize> {
+    let mut sorted: Vec<&K> = keys.iter().collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    keys.iter()
+        .map(|k| sorted.binary_search(&k).unwrap_or(0))
+        .collect()
+}
+
+fn distinct(colours: &[usize]) -> usize {
+    let mut sorted = colours.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    sorted.len()
+}
+
+/// `topology` renumbered canonically (see [`canonical_numbering`]), with its switch
+/// constraints and nodes listed in the new numbering's order, and the numbering; `None` where
+/// the numbering gave up.
+pub fn canonical(topology: &Topology, fixed: Option<usize>) -> Option<(Topology, Vec<usize>)> {
+    let to = canonical_numbering(topology, fixed)?;
+    Some((renumbered(topology, &to), to))
+}
+
+/// `topology` with rank `r` renamed `to[r]`, nodes numbered by their first rank and switch
+/// constraints sorted by their members: nothing of the old numbering is left.
+fn renumbered(topology: &Topology, to: &[usize]) -> Topology {
+    let mut t = topology.relabeled(to);
+    let mut node_ids = vec![usize::MAX; topology.nodes()];
+    let mut next = 0;
+    for r in 0..t.ranks {
+        let node = t.node_of[r];
+        if node_ids[node] == usize::MAX {
+            node_ids[node] = next;
+            next += 1;
+        }
+        t.node_of[r] = node_ids[node];
+    }
+    t.switches.sort_by(|a, b| {
+        (&a.srcs, &a.dsts, key(a.bandwidth)).cmp(&(&b.srcs, &b.dsts, key(b.bandwidth)))
+    });
+    t
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::toml_format::random_permutation;
+
+    fn load(spec: &str) -> Topology {
+        crate::topology::load(spec).unwrap()
+    }
+
+    /// The fabric's structure without its names.
+    fn form(topology: &Topology) -> Certificate {
+        certificate(topology, &(0..topology.ranks).collect::<Vec<_>>())
+    }
+
+    /// The canonical fabric of every renumbering is the canonical fabric of the original.
+    fn assert_invariant(topology: &Topology) {
+        let (canonical, to) = super::canonical(topology, None).expect("numbered");
+        let mut seen = to.clone();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..topology.ranks).collect::<Vec<_>>(),
+            "a permutation"
+        );
+        for seed in [1, 7, 42] {
+            let twin = topology.relabeled(&random_permutation(topology.ranks, seed));
+            assert_ne!(
+                &twin, topology,
+                "{}: the renumbering changes the ranks",
+                topology.name
+            );
+            let (twin_canonical, _) = super::canonical(&twin, None).expect("numbered");
+            assert!(
+                form(&twin_canonical) == form(&canonical),
+                "{} seed {seed}",
+                topology.name
+            );
+        }
+    }
+
+    #[test]
+    fn renumbered_fabrics_have_one_canonical_form() {
+        for spec in [
+            "torus-2d:4x8",
+            "mesh-2d:6x6",
+            "hypercube:32",
+            "torus-3d:3x3x4",
+            "random:24:1",
+            "random:40:5",
+            "dgx1",
+            "dgx-a100x2",
+            "ring:9",
+        ] {
+            assert_invariant(&load(spec));
+        }
+    }
+
+    #[test]
+    fn a_torus_and_its_transpose_have_one_canonical_form() {
+        let (a, _) = super::canonical(&load("torus-2d:4x8"), None).unwrap();
+        let (b, _) = super::canonical(&load("torus-2d:8x4"), None).unwrap();
+        assert_eq!(a.links, b.links);
+    }
+
+    #[test]
+    fn a_fixed_rank_keeps_its_place_among_renumberings() {
+        let ring = load("ring:8");
+        let (canonical, to) = super::canonical(&ring, Some(3)).unwrap();
+        let perm = random_permutation(8, 5);
+        let twin = ring.relabeled(&perm);
+        let (twin_canonical, twin_to) = super::canonical(&twin, Some(perm[3])).unwrap();
+        assert!(form(&twin_canonical) == form(&canonical));
+        assert_eq!(
+            twin_to[perm[3]], to[3],
+            "the root lands on the same canonical rank"
+        );
+    }
+
+    #[test]
+    fn different_fabrics_stay_different() {
+        let (a, _) = super::canonical(&load("torus-2d:4x4"), None).unwrap();
+        let (b, _) = super::canonical(&load("hypercube:16"), None).unwrap();
+        // The 4x4 torus and the 4-cube are isomorphic; the ring and the line are not.
+        assert_eq!(a.links, b.links);
+        let (c, _) = super::canonical(&load("ring:8"), None).unwrap();
+        let (d, _) = super::canonical(&load("line:8"), None).unwrap();
+        assert_ne!(c.links, d.links);
+    }
+}

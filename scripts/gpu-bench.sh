@@ -28,8 +28,10 @@ if [ ! -x "$BIN" ]; then
   exit 2
 fi
 
-# NVRTC lives in the CUDA toolkit (or a pip wheel), not in the driver: find it.
+# NVRTC lives in the CUDA toolkit (or a pip wheel, such as the one scripts/setup installs), not
+# in the driver: find it.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+         "${SYNTH_NVRTC_DIR:-$HOME/.cache/synth/nvrtc}/nvidia/cuda_nvrtc/lib" \
          $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do
   if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then
     export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

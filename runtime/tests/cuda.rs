@@ -1,7 +1,10 @@
 //! The CUDA executor. Everything that needs no GPU runs everywhere: the schedule derived from
 //! a program (send/receive pairing into copies, staging, stream waits) is executed on host
 //! memory in many dependency-respecting orders and must give the collective's exact result,
-//! and its DAG must order every pair of conflicting memory accesses. Tests that need a GPU
+//! and its DAG must order every pair of conflicting memory accesses. The driver calls that
+//! issue it (recorded through the launcher's `Driver` trait) must capture every stream, order
+//! every pair of steps the verifier orders, and compute the collective when run on host
+//! memory in any order their streams and events allow. Tests that need a GPU
 //! (feature `cuda`) skip with a notice when there is no driver or device.
 
 #![allow(clippy::needless_range_loop)]
@@ -9,17 +12,23 @@
 mod common;
 
 use common::fixture;
+use common::recorder::{Call, Recorder};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use rand::Rng;
 use rand::SeedableRng;
 use runtime::builders::{
     direct_allgather, direct_alltoall, ring_allgather, ring_allreduce, ring_reduce_scatter,
 };
 use runtime::cuda::data::input_value;
+use runtime::cuda::launch::{CopyCall, EventId, KernelCall, Launcher, StreamId};
 use runtime::cuda::schedule::{piece, Action, Loc, NodeKind, Schedule};
+use runtime::cuda::{Dtype, KERNEL_THREADS};
+use runtime::ir::StepRef;
 use runtime::ir::{Buffer, Program};
 use runtime::semantics::Semantics;
 use runtime::{verify, xml};
+use std::collections::HashMap;
 
 fn programs() -> Vec<Program> {
     let mut v = vec![
@@ -360,6 +369,379 @@ fn sliced_schedules_replay_the_program_per_piece() {
     assert_eq!(piece(10, 4, 0), (0, 2));
     assert_eq!(piece(10, 4, 3), (7, 10));
     assert_eq!(piece(3, 4, 0), (0, 0));
+}
+
+/// A copy or kernel launch of a recorded issue, with what it is ordered after.
+#[derive(Debug)]
+struct Work {
+    /// Threadblock stream.
+    stream: usize,
+    /// 1-based position among the work of its stream.
+    pos: usize,
+    /// Per stream (root last), how many of its works are ordered before this one starts
+    /// (its own stream: this one included).
+    clock: Vec<usize>,
+    /// The schedule node.
+    node: usize,
+    call: Call,
+}
+
+impl Work {
+    /// Whether `self` finishes before `other` starts (stream order and events).
+    fn before(&self, other: &Work) -> bool {
+        other.clock[self.stream] >= self.pos
+    }
+}
+
+fn stream_index(s: StreamId, ns: usize) -> usize {
+    match s {
+        StreamId::Root => ns,
+        StreamId::Tb(i) => i,
+    }
+}
+
+/// Checks the shape of a captured issue (capture on the root stream, fork and join of every
+/// stream, every waited event recorded once before) and orders its work by vector clocks.
+fn trace(l: &Launcher, calls: &[Call]) -> Vec<Work> {
+    let ns = l.sched.streams.len();
+    assert_eq!(calls.first(), Some(&Call::BeginCapture));
+    assert_eq!(calls.last(), Some(&Call::EndCapture));
+    let inner = &calls[1..calls.len() - 1];
+    assert_eq!(
+        inner.first(),
+        Some(&Call::Record(EventId::Fork, StreamId::Root))
+    );
+    let mut clocks = vec![vec![0usize; ns + 1]; ns + 1];
+    let mut events: HashMap<EventId, Vec<usize>> = HashMap::new();
+    let mut started = vec![false; ns];
+    let mut joined = vec![false; ns];
+    let mut work = Vec::new();
+    for (i, c) in inner.iter().enumerate() {
+        let on = match c {
+            Call::Record(_, s) | Call::Wait(s, _) => stream_index(*s, ns),
+            Call::Copy(s, _) | Call::Launch(s, _) => *s,
+            _ => panic!("call {i}: {c:?} inside the capture"),
+        };
+        if on < ns {
+            assert!(!joined[on], "call {i}: {c:?} after stream {on} joined");
+            if !started[on] {
+                assert_eq!(
+                    c,
+                    &Call::Wait(StreamId::Tb(on), EventId::Fork),
+                    "stream {on} starts by joining the capture"
+                );
+                started[on] = true;
+            }
+        }
+        match c {
+            Call::Record(e, s) => {
+                assert!(
+                    events.insert(*e, clocks[on].clone()).is_none(),
+                    "{e:?} recorded twice"
+                );
+                match e {
+                    EventId::Fork => assert_eq!(*s, StreamId::Root),
+                    EventId::Join(j) => {
+                        assert_eq!(*s, StreamId::Tb(*j));
+                        assert_eq!(
+                            inner.get(i + 1),
+                            Some(&Call::Wait(StreamId::Root, *e)),
+                            "the root waits for every join"
+                        );
+                        joined[*j] = true;
+                    }
+                    EventId::Node(v) => assert_eq!(*s, StreamId::Tb(l.sched.nodes[*v].stream)),
+                }
+            }
+            Call::Wait(_, e) => {
+                let at = events
+                    .get(e)
+                    .unwrap_or_else(|| panic!("call {i}: waits for {e:?} before its record"));
+                for (a, b) in clocks[on].iter_mut().zip(at) {
+                    *a = (*a).max(*b);
+                }
+            }
+            Call::Copy(_, CopyCall { node, .. }) | Call::Launch(_, KernelCall { node, .. }) => {
+                assert_eq!(l.sched.nodes[*node].stream, on, "node {node} on its stream");
+                clocks[on][on] += 1;
+                work.push(Work {
+                    stream: on,
+                    pos: clocks[on][on],
+                    clock: clocks[on].clone(),
+                    node: *node,
+                    call: c.clone(),
+                });
+            }
+            _ => unreachable!(),
+        }
+    }
+    assert!(joined.iter().all(|&j| j), "every stream joins the root");
+    assert!(
+        inner.iter().all(|c| !matches!(
+            c,
+            Call::Record(EventId::Node(_), StreamId::Root)
+                | Call::Wait(StreamId::Root, EventId::Node(_))
+        )),
+        "the root stream only forks and joins"
+    );
+    work
+}
+
+/// The verifier's order of step instances (pass, flat step): program order (a threadblock's
+/// pass j + 1 after its pass j), dependencies and send → receive; transitively closed.
+/// Returns the flat index of each step and, per instance, the instances before it.
+fn program_order(p: &Program, passes: usize) -> (HashMap<StepRef, usize>, Vec<Vec<bool>>) {
+    let mut flat = HashMap::new();
+    let mut tbs = Vec::new();
+    for g in &p.gpus {
+        for (tb, t) in g.threadblocks.iter().enumerate() {
+            let first = flat.len();
+            for step in 0..t.steps.len() {
+                flat.insert(
+                    StepRef {
+                        rank: g.rank,
+                        tb,
+                        step,
+                    },
+                    flat.len(),
+                );
+            }
+            tbs.push((first, t.steps.len()));
+        }
+    }
+    let n = flat.len();
+    let id = |pass: usize, x: usize| pass * n + x;
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); passes * n];
+    for pass in 0..passes {
+        for &(first, len) in &tbs {
+            for k in 1..len {
+                preds[id(pass, first + k)].push(id(pass, first + k - 1));
+            }
+            if pass > 0 && len > 0 {
+                preds[id(pass, first)].push(id(pass - 1, first + len - 1));
+            }
+        }
+        for (at, &x) in &flat {
+            for d in &p.step(*at).unwrap().deps {
+                let y = flat[&StepRef {
+                    rank: at.rank,
+                    tb: d.tb,
+                    step: d.step,
+                }];
+                preds[id(pass, x)].push(id(pass, y));
+            }
+        }
+        for (s, r) in p.transfer_pairs() {
+            preds[id(pass, flat[&r])].push(id(pass, flat[&s]));
+        }
+    }
+    // Closure in a topological order (Kahn).
+    let total = passes * n;
+    let mut indeg: Vec<usize> = preds.iter().map(|v| v.len()).collect();
+    let mut succ = vec![Vec::new(); total];
+    for (v, ps) in preds.iter().enumerate() {
+        for &u in ps {
+            succ[u].push(v);
+        }
+    }
+    let mut ready: Vec<usize> = (0..total).filter(|&v| indeg[v] == 0).collect();
+    let mut before = vec![vec![false; total]; total];
+    let mut done = 0;
+    while let Some(v) = ready.pop() {
+        done += 1;
+        for &u in &preds[v] {
+            before[v][u] = true;
+            let bu = before[u].clone();
+            for (a, b) in before[v].iter_mut().zip(bu) {
+                *a |= b;
+            }
+        }
+        for &w in &succ[v] {
+            indeg[w] -= 1;
+            if indeg[w] == 0 {
+                ready.push(w);
+            }
+        }
+    }
+    assert_eq!(done, total, "{}: the program order has a cycle", p.name);
+    (flat, before)
+}
+
+/// The step instances a node implements: a direct copy both the send and the receive, a copy
+/// to staging the send, every other node its own step.
+fn owners(
+    s: &Schedule,
+    v: usize,
+    flat: &HashMap<StepRef, usize>,
+    sender: &HashMap<StepRef, StepRef>,
+) -> Vec<usize> {
+    let n = &s.nodes[v];
+    let base = n.pass * flat.len();
+    let own = base + flat[&n.step];
+    let send = || base + flat[&sender[&n.step]];
+    match n.kind {
+        NodeKind::Direct => vec![send(), own],
+        NodeKind::ToStage => vec![send()],
+        _ => vec![own],
+    }
+}
+
+/// Fake device allocations: space `i` of rank `r` at `(4r + i + 1) << 32`.
+fn fake_bases(p: &Program) -> Vec<[u64; 4]> {
+    (0..p.ngpus as u64)
+        .map(|r| std::array::from_fn(|i| (4 * r + i as u64 + 1) << 32))
+        .collect()
+}
+
+/// (rank, space, element) of a fake address.
+fn decode(addr: u64, es: usize) -> (usize, usize, usize) {
+    let a = (addr >> 32) as usize - 1;
+    (a / 4, a % 4, (addr & 0xffff_ffff) as usize / es)
+}
+
+/// Runs recorded f32 work on host memory as the driver would: copies move bytes, kernels
+/// compute `out = a + b` row by row (units of 16 bytes for the vectorized ones).
+fn run_work(mem: &mut [[Vec<f32>; 4]], c: &Call) {
+    match c {
+        Call::Copy(_, cp) => {
+            let (sr, ss, se) = decode(cp.src, 4);
+            let (dr, ds, de) = decode(cp.dst, 4);
+            let data = mem[sr][ss][se..se + cp.bytes / 4].to_vec();
+            mem[dr][ds][de..de + cp.bytes / 4].copy_from_slice(&data);
+        }
+        Call::Launch(_, k) => {
+            let per = if k.kernel.ends_with("_vec") { 4 } else { 1 };
+            let [out, a, b, n, stride] = k.args;
+            let (o, a, b) = (decode(out, 4), decode(a, 4), decode(b, 4));
+            for row in 0..k.grid.1 as usize {
+                for e in 0..n as usize * per {
+                    let i = row * stride as usize * per + e;
+                    let x = mem[a.0][a.1][a.2 + i] + mem[b.0][b.1][b.2 + i];
+                    mem[o.0][o.1][o.2 + i] = x;
+                }
+            }
+        }
+        other => panic!("{other:?} is no work"),
+    }
+}
+
+/// A random order of the work in which each runs after everything ordered before it.
+fn random_work_order(work: &[Work], streams: usize, rng: &mut StdRng) -> Vec<usize> {
+    let mut done = vec![0usize; streams + 1];
+    let mut left: Vec<usize> = (0..work.len()).collect();
+    let mut order = Vec::new();
+    while !left.is_empty() {
+        let ready: Vec<usize> = (0..left.len())
+            .filter(|&i| {
+                let w = &work[left[i]];
+                (0..=streams).all(|t| done[t] + usize::from(t == w.stream) >= w.clock[t])
+            })
+            .collect();
+        assert!(!ready.is_empty(), "the recorded work cannot all run");
+        let i = ready[rng.gen_range(0..ready.len())];
+        let v = left.swap_remove(i);
+        done[work[v].stream] += 1;
+        order.push(v);
+    }
+    order
+}
+
+#[test]
+fn launcher_captures_the_schedule_in_the_verifiers_order() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for p in programs() {
+        let sender: HashMap<StepRef, StepRef> = p
+            .transfer_pairs()
+            .into_iter()
+            .map(|(s, r)| (r, s))
+            .collect();
+        for inplace in p.modes() {
+            for slices in [1, 3] {
+                let s = Schedule::new(&p, inplace, slices).unwrap();
+                let (flat, before) = program_order(&p, slices);
+                // f32 chunks of 8 elements take the vectorized kernels, of 7 the scalar ones.
+                for chunk in [8, 7] {
+                    let what =
+                        format!("{} inplace={inplace} slices={slices} chunk={chunk}", p.name);
+                    let l = Launcher::new(s.clone(), Dtype::F32, chunk, fake_bases(&p));
+                    let mut rec = Recorder::default();
+                    l.capture(&mut rec).unwrap();
+                    let mut direct = Recorder::default();
+                    l.issue(&mut direct).unwrap();
+                    assert_eq!(direct.calls, rec.calls[1..rec.calls.len() - 1], "{what}");
+                    let work = trace(&l, &rec.calls);
+                    let own: Vec<Vec<usize>> = work
+                        .iter()
+                        .map(|w| owners(&s, w.node, &flat, &sender))
+                        .collect();
+                    for (i, u) in work.iter().enumerate() {
+                        for (j, v) in work.iter().enumerate() {
+                            if u.node == v.node {
+                                continue; // one node's rows: one stream, in order
+                            }
+                            let ordered =
+                                own[i].iter().any(|&a| own[j].iter().any(|&b| before[b][a]));
+                            assert!(
+                                !ordered || u.before(v),
+                                "{what}: {:?} must finish before {:?} starts",
+                                u.call,
+                                v.call
+                            );
+                        }
+                    }
+                    for _ in 0..3 {
+                        let mut mem = host_memory(&p, &s, chunk);
+                        for v in random_work_order(&work, s.streams.len(), &mut rng) {
+                            run_work(&mut mem, &work[v].call);
+                        }
+                        assert_eq!(wrong(&p, &s, &mem, chunk), 0, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn launcher_passes_kernel_shapes_and_addresses() {
+    let p = ring_reduce_scatter(&[0, 1, 2, 3], 1, false);
+    let s = Schedule::new(&p, false, 1).unwrap();
+    let l = Launcher::new(s.clone(), Dtype::F16, 8, fake_bases(&p));
+    let mut rec = Recorder::default();
+    l.issue(&mut rec).unwrap();
+    let launches: Vec<&KernelCall> = rec
+        .calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Launch(_, k) => Some(k),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        launches.len(),
+        s.nodes
+            .iter()
+            .filter(|n| matches!(n.action, Action::Reduce { .. }))
+            .count()
+    );
+    for k in launches {
+        let Action::Reduce { out, a, b, count } = s.nodes[k.node].action else {
+            panic!("a launch for a copy");
+        };
+        // 8 f16 elements per chunk = one 16-byte unit: vectorized, one row.
+        assert_eq!(k.kernel, "reduce_f16_vec");
+        assert_eq!(
+            k.args,
+            [
+                l.addr(out, 0, 0),
+                l.addr(a, 0, 0),
+                l.addr(b, 0, 0),
+                count as u64,
+                1
+            ]
+        );
+        assert_eq!((k.grid, k.block), ((1, 1, 1), (KERNEL_THREADS, 1, 1)));
+    }
 }
 
 #[cfg(feature = "cuda")]

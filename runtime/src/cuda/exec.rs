@@ -2,8 +2,10 @@
 //! time). See the module documentation of [`crate::cuda`].
 
 use super::data::{input_chunk, wrong_in_output_chunk, Dtype};
-use super::schedule::{piece, Action, Loc, Schedule};
-use super::{kernel_names, kernel_shape, kernel_source, CudaOptions, KERNEL_THREADS};
+use super::launch::{CopyCall, Driver, EventId, KernelCall, Launcher, StreamId};
+use super::nvrtc::{self, NvrtcError};
+use super::schedule::Schedule;
+use super::{kernel_names, CudaOptions, KERNEL_ARGS};
 use crate::cpu::{elements_for, sweep_modes, RunPoint, SweepRow};
 use crate::ir::{Buffer, Program};
 use crate::semantics::Semantics;
@@ -14,7 +16,7 @@ use cudarc::driver::{result, CudaContext, CudaEvent, CudaStream};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// What [`available`] found.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,24 +64,16 @@ struct Devices {
     _modules: Vec<Arc<cudarc::driver::CudaModule>>,
 }
 
-fn ptx() -> Result<cudarc::nvrtc::Ptx> {
-    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
-    let r = PTX.get_or_init(|| {
-        // SAFETY: only tries to open the shared library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err("NVRTC (libnvrtc.so) could not be loaded: add the CUDA toolkit's lib64 folder to LD_LIBRARY_PATH".into());
-        }
-        let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
-        let (major, minor) = ctx.compute_capability().map_err(|e| e.to_string())?;
-        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch),
-            ..Default::default()
-        };
-        cudarc::nvrtc::compile_ptx_with_opts(kernel_source(), opts)
-            .map(|p| p.to_src())
-            .map_err(|e| format!("NVRTC failed to compile the reduction kernels: {e}"))
-    });
+/// PTX (or why not) per compute capability.
+type PtxCache = HashMap<(i32, i32), Result<String, NvrtcError>>;
+
+/// PTX of the reduction kernels for a compute capability, compiled once per capability.
+fn ptx_for(capability: (i32, i32)) -> Result<cudarc::nvrtc::Ptx> {
+    static PTX: LazyLock<Mutex<PtxCache>> = LazyLock::new(Default::default);
+    let mut cache = PTX.lock().unwrap_or_else(|e| e.into_inner());
+    let r = cache
+        .entry(capability)
+        .or_insert_with(|| nvrtc::compile(capability));
     match r {
         Ok(src) => Ok(cudarc::nvrtc::Ptx::from_src(src.clone())),
         Err(e) => Err(anyhow!("{e}")),
@@ -124,10 +118,11 @@ impl Devices {
                 }
             }
         }
-        let ptx = ptx()?;
         let mut kernels = Vec::new();
         let mut modules = Vec::new();
         for c in &ctxs {
+            let capability = drv(c.compute_capability(), "compute capability")?;
+            let ptx = ptx_for(capability)?;
             let m = drv(
                 c.load_module(ptx.clone()),
                 "cannot load the reduction kernels",
@@ -203,19 +198,102 @@ impl Drop for DevBuf {
     }
 }
 
-/// Everything one mode of one program needs on the GPUs, sized for one chunk size.
-struct Instance<'a> {
+/// The streams and events of one [`Instance`]: the real [`Driver`].
+struct Streams<'a> {
     dev: &'a Devices,
-    sched: Schedule,
-    dtype: Dtype,
-    chunk: usize,
-    bufs: Vec<[DevBuf; 4]>,
-    streams: Vec<Arc<CudaStream>>,
+    /// Per threadblock stream, its device.
+    tb_dev: Vec<usize>,
+    tbs: Vec<Arc<CudaStream>>,
     root: Arc<CudaStream>,
-    waits: Vec<Vec<usize>>,
     node_events: Vec<Option<CudaEvent>>,
     fork: CudaEvent,
     joins: Vec<CudaEvent>,
+    /// The graph of the last capture.
+    captured: Option<sys::CUgraph>,
+}
+
+impl Streams<'_> {
+    fn stream(&self, s: StreamId) -> &Arc<CudaStream> {
+        match s {
+            StreamId::Root => &self.root,
+            StreamId::Tb(i) => &self.tbs[i],
+        }
+    }
+
+    fn event(&self, e: EventId) -> Result<&CudaEvent> {
+        match e {
+            EventId::Fork => Ok(&self.fork),
+            EventId::Join(i) => Ok(&self.joins[i]),
+            EventId::Node(v) => self.node_events[v]
+                .as_ref()
+                .with_context(|| format!("internal error: node {v} has no event")),
+        }
+    }
+}
+
+impl Driver for Streams<'_> {
+    fn begin_capture(&mut self) -> Result<()> {
+        drv(self.root.context().bind_to_thread(), "bind")?;
+        // SAFETY: the root stream is valid and not capturing.
+        unsafe {
+            result::stream::begin_capture(
+                self.root.cu_stream(),
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        }
+        .map_err(|e| anyhow!("begin capture: {e}"))
+    }
+
+    fn end_capture(&mut self) -> Result<()> {
+        drv(self.root.context().bind_to_thread(), "bind")?;
+        // SAFETY: ends the capture begun on the root stream.
+        let g = unsafe { result::stream::end_capture(self.root.cu_stream()) }
+            .map_err(|e| anyhow!("end capture: {e}"))?;
+        self.captured = Some(g);
+        Ok(())
+    }
+
+    fn record(&mut self, event: EventId, stream: StreamId) -> Result<()> {
+        drv(self.event(event)?.record(self.stream(stream)), "record")
+    }
+
+    fn wait(&mut self, stream: StreamId, event: EventId) -> Result<()> {
+        drv(self.stream(stream).wait(self.event(event)?), "wait")
+    }
+
+    fn copy(&mut self, stream: usize, c: &CopyCall) -> Result<()> {
+        let s = &self.tbs[stream];
+        drv(s.context().bind_to_thread(), "bind")?;
+        // SAFETY: both ranges lie inside live allocations (sized by the schedule); the
+        // stream is valid and bound.
+        unsafe { sys::cuMemcpyAsync(c.dst, c.src, c.bytes, s.cu_stream()) }
+            .result()
+            .map_err(|e| anyhow!("copy: {e}"))
+    }
+
+    fn launch(&mut self, stream: usize, k: &KernelCall) -> Result<()> {
+        let s = &self.tbs[stream];
+        drv(s.context().bind_to_thread(), "bind")?;
+        let f = *self.dev.kernels[self.tb_dev[stream]]
+            .get(&k.kernel)
+            .with_context(|| format!("missing kernel {}", k.kernel))?;
+        let mut args = k.args;
+        let mut params: [*mut c_void; KERNEL_ARGS] =
+            std::array::from_fn(|i| &mut args[i] as *mut u64 as *mut c_void);
+        // SAFETY: the kernel takes (ptr, ptr, ptr, u64, u64); the pointers address
+        // `rows × units` valid units of live allocations.
+        unsafe { result::launch_kernel(f, k.grid, k.block, 0, s.cu_stream(), &mut params) }
+            .map_err(|e| anyhow!("kernel launch: {e}"))
+    }
+}
+
+/// Everything one mode of one program needs on the GPUs, sized for one chunk size.
+struct Instance<'a> {
+    dev: &'a Devices,
+    plan: Launcher,
+    /// The allocations at the plan's addresses.
+    bufs: Vec<[DevBuf; 4]>,
+    gpu: Streams<'a>,
     graph: Option<(sys::CUgraph, sys::CUgraphExec)>,
 }
 
@@ -223,7 +301,7 @@ impl Drop for Instance<'_> {
     fn drop(&mut self) {
         let _ = self.dev.sync_all();
         if let Some((g, e)) = self.graph.take() {
-            let _ = self.root.context().bind_to_thread();
+            let _ = self.gpu.root.context().bind_to_thread();
             // SAFETY: created by capture/instantiate below and no longer running.
             unsafe {
                 let _ = result::graph::exec_destroy(e);
@@ -247,26 +325,26 @@ impl<'a> Instance<'a> {
                 DevBuf::new(ctx, sizes[3] * chunk * es)?,
             ]);
         }
-        let streams = sched
+        let bases = bufs.iter().map(|b| b.each_ref().map(|b| b.ptr)).collect();
+        let tb_dev: Vec<usize> = sched
             .streams
             .iter()
-            .map(|&(rank, _)| drv(dev.ctx_of_rank(rank).new_stream(), "stream"))
+            .map(|&(rank, _)| dev.rank_dev[rank])
+            .collect();
+        let plan = Launcher::new(sched, dtype, chunk, bases);
+        let tbs = tb_dev
+            .iter()
+            .map(|&d| drv(dev.ctxs[d].new_stream(), "stream"))
             .collect::<Result<Vec<_>>>()?;
         let root = drv(dev.ctx_of_rank(0).new_stream(), "stream")?;
-        let waits = sched.waits();
-        let mut needed = vec![false; sched.nodes.len()];
-        for w in &waits {
-            for &d in w {
-                needed[d] = true;
-            }
-        }
-        let node_events = sched
+        let node_events = plan
+            .sched
             .nodes
             .iter()
-            .zip(&needed)
-            .map(|(n, &need)| {
-                if need {
-                    let ctx = streams[n.stream].context();
+            .zip(&plan.has_event)
+            .map(|(n, &has)| {
+                if has {
+                    let ctx = tbs[n.stream].context();
                     drv(ctx.new_event(None), "event").map(Some)
                 } else {
                     Ok(None)
@@ -274,199 +352,72 @@ impl<'a> Instance<'a> {
             })
             .collect::<Result<Vec<_>>>()?;
         let fork = drv(root.context().new_event(None), "event")?;
-        let joins = streams
+        let joins = tbs
             .iter()
             .map(|s| drv(s.context().new_event(None), "event"))
             .collect::<Result<Vec<_>>>()?;
         Ok(Instance {
             dev,
-            sched,
-            dtype,
-            chunk,
+            plan,
             bufs,
-            streams,
-            root,
-            waits,
-            node_events,
-            fork,
-            joins,
+            gpu: Streams {
+                dev,
+                tb_dev,
+                tbs,
+                root,
+                node_events,
+                fork,
+                joins,
+                captured: None,
+            },
             graph: None,
         })
     }
 
-    fn addr(&self, l: Loc, k: usize, elem: usize) -> CUdeviceptr {
-        let b = &self.bufs[l.rank][l.space.index()];
-        let off = ((l.chunk + k) * self.chunk + elem) * self.dtype.size();
-        debug_assert!(off <= b.bytes);
-        b.ptr + off as u64
-    }
-
-    /// Issues the whole DAG once: every stream forks from the root stream and joins it.
-    fn issue(&self) -> Result<()> {
-        drv(self.fork.record(&self.root), "record")?;
-        for s in &self.streams {
-            drv(s.wait(&self.fork), "wait")?;
-        }
-        let slices = self.sched.slices;
-        for (v, n) in self.sched.nodes.iter().enumerate() {
-            let s = &self.streams[n.stream];
-            for &d in &self.waits[v] {
-                let ev = self.node_events[d].as_ref().expect("planned event");
-                drv(s.wait(ev), "wait")?;
-            }
-            drv(s.context().bind_to_thread(), "bind")?;
-            let (lo, hi) = piece(self.chunk, slices, n.pass);
-            let len = hi - lo;
-            // Rows: with one pass the chunks of a step are one contiguous run.
-            let (rows, n_row) = match n.action {
-                Action::Copy { count, .. } | Action::Reduce { count, .. } => {
-                    if slices == 1 {
-                        (1, count * self.chunk)
-                    } else {
-                        (count, len)
-                    }
-                }
-            };
-            if n_row > 0 {
-                match n.action {
-                    Action::Copy { src, dst, .. } => {
-                        self.issue_copy(s, src, dst, rows, lo, n_row)?
-                    }
-                    Action::Reduce { out, a, b, .. } => {
-                        self.issue_reduce(s, [out, a, b], rows, lo, n_row)?
-                    }
-                }
-            }
-            if let Some(ev) = &self.node_events[v] {
-                drv(ev.record(s), "record")?;
-            }
-        }
-        for (s, ev) in self.streams.iter().zip(&self.joins) {
-            drv(ev.record(s), "record")?;
-            drv(self.root.wait(ev), "wait")?;
-        }
-        Ok(())
-    }
-
-    /// Issues `dst ← src` on stream `s`: `rows` rows of `n_row` elements from element `lo`
-    /// of each chunk (nothing where source and destination are the same memory).
-    fn issue_copy(
-        &self,
-        s: &CudaStream,
-        src: Loc,
-        dst: Loc,
-        rows: usize,
-        lo: usize,
-        n_row: usize,
-    ) -> Result<()> {
-        let es = self.dtype.size();
-        for k in 0..rows {
-            let (sp, dp) = (self.addr(src, k, lo), self.addr(dst, k, lo));
-            if sp != dp {
-                // SAFETY: both ranges lie inside live allocations (sized
-                // by the schedule); the stream is valid and bound.
-                unsafe { sys::cuMemcpyAsync(dp, sp, n_row * es, s.cu_stream()) }
-                    .result()
-                    .map_err(|e| anyhow!("copy: {e}"))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Launches the reduction kernel `out ← a + b` on stream `s`: `rows` rows of
-    /// `n_row` elements from element `lo` of each chunk.
-    fn issue_reduce(
-        &self,
-        s: &CudaStream,
-        [out, a, b]: [Loc; 3],
-        rows: usize,
-        lo: usize,
-        n_row: usize,
-    ) -> Result<()> {
-        let ptrs = [
-            self.addr(out, 0, lo),
-            self.addr(a, 0, lo),
-            self.addr(b, 0, lo),
-        ];
-        let (vec, units, stride) = kernel_shape(self.dtype, ptrs, n_row, self.chunk, rows);
-        let (vname, sname) = kernel_names(self.dtype);
-        let dev = self.dev.rank_dev[out.rank];
-        let f = self.dev.kernels[dev][if vec { &vname } else { &sname }];
-        let blocks = units.div_ceil(KERNEL_THREADS as u64).clamp(1, 1024) as u32;
-        let (mut p0, mut p1, mut p2, mut p3, mut p4) = (ptrs[0], ptrs[1], ptrs[2], units, stride);
-        let mut params: [*mut c_void; 5] = [
-            &mut p0 as *mut u64 as *mut c_void,
-            &mut p1 as *mut u64 as *mut c_void,
-            &mut p2 as *mut u64 as *mut c_void,
-            &mut p3 as *mut u64 as *mut c_void,
-            &mut p4 as *mut u64 as *mut c_void,
-        ];
-        // SAFETY: the kernel takes (ptr, ptr, ptr, u64, u64); the pointers
-        // address `rows × units` valid units of live allocations.
-        unsafe {
-            result::launch_kernel(
-                f,
-                (blocks, rows as u32, 1),
-                (KERNEL_THREADS, 1, 1),
-                0,
-                s.cu_stream(),
-                &mut params,
-            )
-        }
-        .map_err(|e| anyhow!("kernel launch: {e}"))?;
-        Ok(())
-    }
-
+    /// Captures one issue of the schedule into a graph, instantiated and uploaded.
     fn capture(&mut self) -> Result<()> {
-        drv(self.root.context().bind_to_thread(), "bind")?;
-        // SAFETY: the root stream is valid and not capturing.
-        unsafe {
-            result::stream::begin_capture(
-                self.root.cu_stream(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        }
-        .map_err(|e| anyhow!("begin capture: {e}"))?;
-        let issued = self.issue();
-        drv(self.root.context().bind_to_thread(), "bind")?;
-        // SAFETY: ends the capture begun above.
-        let g = unsafe { result::stream::end_capture(self.root.cu_stream()) };
-        issued.context("while capturing")?;
-        let g = g.map_err(|e| anyhow!("end capture: {e}"))?;
+        self.plan
+            .capture(&mut self.gpu)
+            .context("while capturing")?;
+        let g = self
+            .gpu
+            .captured
+            .take()
+            .context("internal error: no captured graph")?;
         // SAFETY: g is the graph just captured.
         let e = unsafe { result::graph::instantiate(g, sys::CUgraphInstantiate_flags(0)) }
             .map_err(|e| anyhow!("graph instantiate: {e}"))?;
-        // SAFETY: valid exec and stream.
-        unsafe { result::graph::upload(e, self.root.cu_stream()) }
-            .map_err(|e| anyhow!("graph upload: {e}"))?;
         self.graph = Some((g, e));
+        // SAFETY: valid exec and stream.
+        unsafe { result::graph::upload(e, self.gpu.root.cu_stream()) }
+            .map_err(|e| anyhow!("graph upload: {e}"))?;
         Ok(())
     }
 
     /// One run of the program, issued on the root stream (asynchronous).
-    fn launch(&self) -> Result<()> {
+    fn launch(&mut self) -> Result<()> {
         match self.graph {
             Some((_, e)) => {
-                drv(self.root.context().bind_to_thread(), "bind")?;
+                drv(self.gpu.root.context().bind_to_thread(), "bind")?;
                 // SAFETY: valid exec and stream.
-                unsafe { result::graph::launch(e, self.root.cu_stream()) }
+                unsafe { result::graph::launch(e, self.gpu.root.cu_stream()) }
                     .map_err(|e| anyhow!("graph launch: {e}"))
             }
-            None => self.issue(),
+            None => self.plan.issue(&mut self.gpu),
         }
     }
 
     /// Poisons every buffer with NaN and writes the inputs.
     fn init(&self, p: &Program, sem: &Semantics, seed: u64, bound: i32) -> Result<()> {
-        let es = self.dtype.size();
-        for rank in 0..self.sched.ngpus {
+        let es = self.plan.dtype.size();
+        for rank in 0..self.plan.sched.ngpus {
             let ctx = self.dev.ctx_of_rank(rank);
             drv(ctx.bind_to_thread(), "bind")?;
             for b in &self.bufs[rank] {
                 if b.bytes == 0 {
                     continue;
                 }
-                let bits = self.dtype.poison_bits();
+                let bits = self.plan.dtype.poison_bits();
                 // SAFETY: fills a live allocation on the null stream of the bound context.
                 let r = unsafe {
                     if es == 4 {
@@ -480,13 +431,20 @@ impl<'a> Instance<'a> {
             drv(ctx.synchronize(), "synchronize")?;
             let in_chunks = sem.extent(Buffer::Input).unwrap_or(0);
             for k in 0..in_chunks {
-                let loc = Schedule::resolve(p, self.sched.inplace, rank, Buffer::Input, k)
+                let loc = Schedule::resolve(p, self.plan.sched.inplace, rank, Buffer::Input, k)
                     .context("input chunk outside the buffer")?;
                 // A custom collective may start a chunk with another rank's data.
                 let v = sem.initial_input(rank, k);
-                let host = input_chunk(self.dtype, seed, v.rank, v.chunk, self.chunk, bound);
+                let host = input_chunk(
+                    self.plan.dtype,
+                    seed,
+                    v.rank,
+                    v.chunk,
+                    self.plan.chunk,
+                    bound,
+                );
                 // SAFETY: the destination range lies inside the rank's allocation.
-                unsafe { result::memcpy_htod_sync(self.addr(loc, 0, 0), &host) }
+                unsafe { result::memcpy_htod_sync(self.plan.addr(loc, 0, 0), &host) }
                     .map_err(|e| anyhow!("upload: {e}"))?;
             }
         }
@@ -497,23 +455,23 @@ impl<'a> Instance<'a> {
     fn check(&self, p: &Program, sem: &Semantics, seed: u64, bound: i32) -> Result<usize> {
         let out_chunks = sem.extent(Buffer::Output).unwrap_or(0);
         let mut wrong = 0;
-        let bytes = self.chunk * self.dtype.size();
-        for rank in 0..self.sched.ngpus {
+        let bytes = self.plan.chunk * self.plan.dtype.size();
+        for rank in 0..self.plan.sched.ngpus {
             drv(self.dev.ctx_of_rank(rank).bind_to_thread(), "bind")?;
             let mut host = vec![0u8; out_chunks * bytes];
             for k in 0..out_chunks {
-                let loc = Schedule::resolve(p, self.sched.inplace, rank, Buffer::Output, k)
+                let loc = Schedule::resolve(p, self.plan.sched.inplace, rank, Buffer::Output, k)
                     .context("output chunk outside the buffer")?;
                 // SAFETY: the source range lies inside the rank's allocation.
                 unsafe {
                     result::memcpy_dtoh_sync(
                         &mut host[k * bytes..(k + 1) * bytes],
-                        self.addr(loc, 0, 0),
+                        self.plan.addr(loc, 0, 0),
                     )
                 }
                 .map_err(|e| anyhow!("download: {e}"))?;
             }
-            let (dtype, chunk) = (self.dtype, self.chunk);
+            let (dtype, chunk) = (self.plan.dtype, self.plan.chunk);
             wrong += host
                 .par_chunks(bytes.max(1))
                 .enumerate()
@@ -524,12 +482,12 @@ impl<'a> Instance<'a> {
     }
 
     /// Median time of `iters` runs after `warmup` runs, in microseconds.
-    fn time(&self, warmup: usize, iters: usize) -> Result<f64> {
+    fn time(&mut self, warmup: usize, iters: usize) -> Result<f64> {
         for _ in 0..warmup {
             self.launch()?;
         }
         self.dev.sync_all()?;
-        let ctx = self.root.context();
+        let ctx = self.gpu.root.context();
         let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
         let mut times = Vec::with_capacity(iters);
         let starts = (0..iters)
@@ -539,9 +497,9 @@ impl<'a> Instance<'a> {
             .map(|_| drv(ctx.new_event(flags), "event"))
             .collect::<Result<Vec<_>>>()?;
         for i in 0..iters {
-            drv(starts[i].record(&self.root), "record")?;
+            drv(starts[i].record(&self.gpu.root), "record")?;
             self.launch()?;
-            drv(ends[i].record(&self.root), "record")?;
+            drv(ends[i].record(&self.gpu.root), "record")?;
         }
         self.dev.sync_all()?;
         for i in 0..iters {

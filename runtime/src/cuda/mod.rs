@@ -6,17 +6,21 @@
 //! peer access where the hardware allows it); otherwise every rank is a separate set of
 //! buffers on GPU 0.
 //!
-//! Everything that needs no GPU (the schedule, the kernel source, data encodings, the
-//! reference check, reports) is always compiled and tested; the driver-facing part is behind
-//! the `cuda` cargo feature and loads libcuda and NVRTC at run time (cudarc's dynamic loading),
-//! so no build needs CUDA.
+//! Everything that needs no GPU (the schedule, the order of driver calls that issues it, the
+//! kernel source, data encodings, the reference check, reports) is always compiled and
+//! tested; the driver-facing part is behind the `cuda` cargo feature and loads libcuda and
+//! NVRTC at run time (cudarc's dynamic loading), so no build needs CUDA. Compiling the
+//! kernels ([`nvrtc`]) needs NVRTC but no GPU.
 
 pub mod data;
+pub mod launch;
 pub mod report;
 pub mod schedule;
 
 #[cfg(feature = "cuda")]
 mod exec;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
 
 #[cfg(feature = "cuda")]
 pub use exec::{available, copy_ceiling, sweep, CeilingRow, DeviceInfo};
@@ -70,6 +74,10 @@ impl Default for CudaOptions {
 
 /// Threads per block of the reduction kernels.
 pub const KERNEL_THREADS: u32 = 256;
+
+/// Parameters of every reduction kernel: `(out, a, b, n, stride)`, three pointers and two
+/// 64-bit counts, each passed as 64 bits (see [`launch::KernelCall::args`]).
+pub const KERNEL_ARGS: usize = 5;
 
 /// Names of the reduction kernels of a type: (vectorized, scalar). The vectorized one moves
 /// 16 bytes per thread and load; it needs 16-byte aligned rows whose length and stride are

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod recorder;
+
 use runtime::cpu::{self, DataType, ReduceOp, RunOptions};
 use runtime::ir::Program;
 use std::path::PathBuf;

@@ -134,10 +134,11 @@ fn dgx1_allgather_allreduce_catalog() {
     };
     let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
     check_catalog(&manifest, &dir, &kinds);
-    // Allgather: the bandwidth-optimal (3,7,6) serves the largest sizes, near the bound.
+    // Allgather: a bandwidth-optimal algorithm (R/C = 7/6: SMT's (3,7,6) or the rings'
+    // (7,7,6), whichever simulates faster) serves the largest sizes, near the bound.
     let ag = &manifest.collectives[0];
     let last = ag.ranges.last().unwrap();
-    assert_eq!((last.steps, last.rounds, last.chunks), (3, 7, 6));
+    assert_eq!(6 * last.rounds as usize, 7 * last.chunks, "R/C of {last:?}");
     let big = last.points.last().unwrap();
     assert!(big.busbw > 0.97 * ag.bound_busbw, "{} GB/s", big.busbw);
     // Rebuilding into the same folder replaces the old files instead of adding to them.

@@ -1,5 +1,6 @@
-//! The README's two opening commands: they must share one cargo profile (so a first run
-//! builds the solvers once, not once per profile), and `.ci/run` must run the second.
+//! The README's two opening commands: the first runs synth, the second the test script that
+//! `.ci/run` runs; every cargo command of both builds in one profile (so a first run builds
+//! the solvers once, not once per profile).
 
 use std::path::PathBuf;
 
@@ -10,8 +11,8 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The cargo invocations of the README's first shell block, in order.
-fn readme_cargo_commands() -> Vec<String> {
+/// The command lines of the README's first shell block, in order.
+fn readme_commands() -> Vec<String> {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
     let block = readme
         .split("```sh")
@@ -20,6 +21,15 @@ fn readme_cargo_commands() -> Vec<String> {
         .expect("the README starts with a ```sh block");
     block
         .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The cargo invocations of a script or command line.
+fn cargo_commands(text: &str) -> Vec<String> {
+    text.lines()
         .filter(|l| !l.trim_start().starts_with('#'))
         .filter_map(|l| l.find("cargo ").map(|i| l[i..].trim().to_string()))
         .collect()
@@ -35,38 +45,48 @@ fn profile(command: &str) -> &'static str {
 }
 
 #[test]
-fn the_two_readme_commands_share_one_build_profile() {
-    let commands = readme_cargo_commands();
+fn the_readme_commands_and_the_test_script_share_one_build_profile() {
+    let commands = readme_commands();
     assert_eq!(commands.len(), 2, "expected two commands, got {commands:?}");
-    assert!(commands[0].starts_with("cargo run"), "{}", commands[0]);
-    assert!(commands[1].starts_with("cargo test"), "{}", commands[1]);
-    assert_eq!(
-        profile(&commands[0]),
-        profile(&commands[1]),
-        "`{}` and `{}` build in different profiles, so a first run compiles HiGHS twice",
-        commands[0],
+    let run = cargo_commands(&commands[0]);
+    assert!(
+        run.len() == 1 && run[0].starts_with("cargo run"),
+        "{}",
+        commands[0]
+    );
+    assert!(
+        commands[1].ends_with("scripts/test"),
+        "the test command runs scripts/test: {}",
         commands[1]
     );
+    let script = std::fs::read_to_string(repo_root().join("scripts/test")).expect("scripts/test");
+    let checks = cargo_commands(&script);
+    assert!(
+        checks.iter().any(|c| c.starts_with("cargo test")),
+        "{checks:?}"
+    );
+    assert!(
+        checks.iter().any(|c| c.starts_with("cargo clippy")),
+        "{checks:?}"
+    );
+    for check in checks.iter().filter(|c| !c.starts_with("cargo fmt")) {
+        assert_eq!(
+            profile(check),
+            profile(&run[0]),
+            "`{check}` and `{}` build in different profiles, so a first run compiles HiGHS twice",
+            run[0]
+        );
+    }
 }
 
 #[test]
-fn ci_runs_the_readme_test_command_and_lints_in_the_same_profile() {
-    let commands = readme_cargo_commands();
+fn ci_runs_the_readme_test_script() {
     let ci = std::fs::read_to_string(repo_root().join(".ci/run")).expect(".ci/run");
-    let test_command = &commands[1];
     assert!(
         ci.lines()
-            .any(|l| l.trim().ends_with(test_command.as_str())),
-        ".ci/run does not run the README's test command `{test_command}`"
-    );
-    let clippy = ci
-        .lines()
-        .find(|l| l.contains("cargo clippy"))
-        .expect(".ci/run runs clippy");
-    assert_eq!(
-        profile(clippy),
-        profile(test_command),
-        "clippy in another profile builds the solvers' build scripts again"
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .any(|l| l.trim().ends_with("scripts/test")),
+        ".ci/run does not run scripts/test"
     );
 }
 

@@ -81,6 +81,10 @@ const POLL: Duration = Duration::from_millis(10);
 /// The runs in progress (their process group and private folder), for the signal handler.
 static RUNNING: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
+/// Set by the signal handler before it kills the programs: a program that ends then was
+/// killed by it, and the handler, not the caller, decides the exit (130).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Kills `pgid`'s whole process group (the program and whatever it forked).
 fn kill_group(pgid: u32) {
     // SAFETY: killpg has no memory effects; a group that is gone gives ESRCH, ignored.
@@ -95,6 +99,7 @@ fn install_signal_cleanup() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
             let running = RUNNING.lock().map(|r| r.clone()).unwrap_or_default();
             for (pgid, dir) in running {
                 kill_group(pgid);
@@ -194,6 +199,11 @@ pub fn run_script(script: &str, args: &[String], time_limit: f64) -> Result<Vec<
             }
         }
     };
+    // Interrupted: the handler is cleaning up and exits 130; reporting the killed program
+    // as a failure here would race it to the exit code.
+    while INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(POLL);
+    }
     kill_group(pgid);
     let _ = child.wait();
     unregister(pgid);

@@ -8,7 +8,6 @@ use crate::collective::Kind;
 use crate::progress::Progress;
 use crate::simulate::{SimOptions, DEFAULT_LOCAL_BANDWIDTH};
 use crate::synthesize::Search;
-use crate::topology;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use runtime::ir::Flavor;
@@ -21,6 +20,8 @@ pub struct CatalogArgs {
     /// Topology: a built-in name (e.g. `dgx1`, `dgx-a100`) or a TOML / nvidia-smi file.
     #[arg(long)]
     topo: String,
+    #[command(flatten)]
+    nodes: super::nodes_args::NodesArgs,
     /// Collectives, comma-separated.
     #[arg(
         long,
@@ -145,7 +146,7 @@ fn options(args: &CatalogArgs, topology: &crate::topology::Topology) -> Result<O
 
 /// Runs `synth catalog`.
 pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let topo = topology::load(&args.topo)?;
+    let topo = args.nodes.load(&args.topo)?;
     let kinds = kinds(args)?;
     let options = options(args, &topo)?;
     let dir = args

@@ -556,7 +556,12 @@ mod tests {
         let f = lint_environment(&s, env);
         assert_eq!(f.len(), 1);
         assert!(f[0].problem.starts_with("NCCL_MAX_NCHANNELS=4"), "{f:?}");
-        let legacy = settings(Flavor::Legacy, Path::new("/d"), &["a".into(); 5], 2);
+        let legacy = settings(
+            Flavor::Legacy,
+            Path::new("/d"),
+            &vec!["a".to_string(); 5],
+            2,
+        );
         assert_eq!(legacy[1].var, "MSCCL_CONFIG");
         let f = lint_environment(&legacy, |v| {
             (v == "NCCL_ALGO").then(|| "ring,tree".to_string())

@@ -92,12 +92,11 @@ pub fn run(args: &ImportArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
     let mut written = Vec::new();
-    let expected: Topology;
-    if nodes == 1 {
+    let expected: Topology = if nodes == 1 {
         std::fs::write(target, toml_out::node_toml(&parts, &name, &source))
             .with_context(|| format!("{}: cannot write", target.display()))?;
         written.push(target.clone());
-        expected = parts.topology(&name);
+        parts.topology(&name)
     } else {
         let Some(nic) = &parts.nic else {
             let why = parts
@@ -119,8 +118,8 @@ pub fn run(args: &ImportArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         written.push(node_path);
         written.push(target.clone());
         let node = parts.topology(&name);
-        expected = topology::multinode::compose(&node, nodes, nic, network, &name)?;
-    }
+        topology::multinode::compose(&node, nodes, nic, network, &name)?
+    };
     // The files must read back as the fabric imported.
     let loaded = topology::load(&target.display().to_string())?;
     let sorted = |t: &Topology| {

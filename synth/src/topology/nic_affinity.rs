@@ -71,7 +71,7 @@ pub fn affinity(
     let mut serves = Vec::new();
     for (gpus, group) in &groups {
         let (gc, nc) = (gpus.len(), group.len());
-        let this = if nc % gc == 0 {
+        let this = if nc.is_multiple_of(gc) {
             let k = nc / gc;
             for (i, &g) in gpus.iter().enumerate() {
                 for &j in &group[i * k..(i + 1) * k] {
@@ -79,11 +79,11 @@ pub fn affinity(
                 }
             }
             NicPlacement::PerGpu(k)
-        } else if gc % nc == 0 {
+        } else if gc.is_multiple_of(nc) {
             let b = gc / nc;
             for (i, &j) in group.iter().enumerate() {
                 let block = gpus[i * b..(i + 1) * b].to_vec();
-                if block[0] % b != 0 || block.windows(2).any(|w| w[1] != w[0] + 1) {
+                if !block[0].is_multiple_of(b) || block.windows(2).any(|w| w[1] != w[0] + 1) {
                     return Err(irregular(format!(
                         "NIC {} would serve GPUs {block:?}, not a block of {b} consecutive GPUs",
                         nics[j].0
@@ -91,7 +91,7 @@ pub fn affinity(
                 }
                 serves.push((nics[j].0.clone(), block));
             }
-            if n % b != 0 {
+            if !n.is_multiple_of(b) {
                 return Err(irregular(format!("blocks of {b} GPUs among {n}")));
             }
             NicPlacement::PerNode(n / b)

@@ -178,6 +178,26 @@ pub fn parts(m: &Machine, opts: &Options) -> Result<Parts, XmlError> {
         }
     }
     let nvswitch = switch_part(&switch_links, &per_link);
+    if let Some(sw) = &nvswitch {
+        for (&g, &port) in sw.members.iter().zip(&sw.ports) {
+            crate::topology::check_bandwidth(port).map_err(|e| {
+                XmlError::Machine(format!("GPU {}'s NVSwitch port: {e}", m.gpus[g].dev))
+            })?;
+        }
+    }
+    if let Some((i, j)) = (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .find(|&(i, j)| {
+            crate::topology::check_bandwidth(counts[i][j] as f64 * per_link[i].unwrap_or(0.0))
+                .is_err()
+                && counts[i][j] > 0
+        })
+    {
+        return Err(XmlError::Machine(format!(
+            "GPUs {} and {}: {} NVLinks are past any real machine",
+            m.gpus[i].dev, m.gpus[j].dev, counts[i][j]
+        )));
+    }
     let pair_rate = |i: usize, j: usize| per_link[i].unwrap_or(0.0).min(per_link[j].unwrap_or(0.0));
     let nvlink_bandwidth = (0..n)
         .flat_map(|i| (0..n).map(move |j| (i, j)))
@@ -244,9 +264,9 @@ fn nvlink_components(counts: &[Vec<u32>], nvswitch: Option<&SwitchPart>) -> Vec<
         let (ra, rb) = (find(comp, a), find(comp, b));
         comp[ra.max(rb)] = ra.min(rb);
     };
-    for i in 0..n {
-        for j in 0..n {
-            if counts[i][j] > 0 {
+    for (i, row) in counts.iter().enumerate() {
+        for (j, &k) in row.iter().enumerate() {
+            if k > 0 {
                 join(&mut comp, i, j);
             }
         }
@@ -320,8 +340,14 @@ fn pcie(
         return (links, Vec::new());
     }
     let pcie: BTreeSet<(usize, usize)> = links.iter().map(|l| (l.src, l.dst)).collect();
-    let mut switches: Vec<SwitchConstraint> = Vec::new();
-    let mut add = |name: String, srcs: Vec<usize>, dsts: Vec<usize>, bandwidth: f64| {
+    // Constraints are listed innermost first on the sending side (GPU slots, then switches),
+    // then the sockets, then outermost first on the receiving side, so that the flow network
+    // (`flow::network`, which keeps a link's constraints in list order within each side)
+    // nests them as the PCIe tree does.
+    let mut ups: Vec<(usize, SwitchConstraint)> = Vec::new();
+    let mut downs: Vec<(usize, SwitchConstraint)> = Vec::new();
+    let mut sockets: Vec<SwitchConstraint> = Vec::new();
+    let binding = |srcs: &[usize], dsts: &[usize], bandwidth: f64| {
         let covered: Vec<&Link> = links
             .iter()
             .filter(|l| srcs.contains(&l.src) && dsts.contains(&l.dst))
@@ -332,22 +358,7 @@ fn pcie(
             .iter()
             .all(|&s| dsts.iter().all(|&d| pcie.contains(&(s, d))));
         let binds = covered.len() > 1 || covered.iter().any(|l| l.bandwidth > bandwidth);
-        if covered.is_empty() || !all_pcie || !binds {
-            return;
-        }
-        if let Some(s) = switches
-            .iter_mut()
-            .find(|s| s.srcs == srcs && s.dsts == dsts)
-        {
-            s.bandwidth = s.bandwidth.min(bandwidth);
-            return;
-        }
-        switches.push(SwitchConstraint {
-            name,
-            srcs,
-            dsts,
-            bandwidth,
-        });
+        !covered.is_empty() && all_pcie && binds
     };
     let mut hops: BTreeMap<(usize, super::BusId), f64> = BTreeMap::new();
     for g in &m.gpus {
@@ -370,19 +381,61 @@ fn pcie(
         if peers.is_empty() {
             continue;
         }
-        add(format!("pcie-{busid}-up"), below.clone(), peers.clone(), bw);
-        add(format!("pcie-{busid}-down"), peers, below, bw);
+        let k = below.len();
+        if binding(&below, &peers, bw) {
+            ups.push((
+                k,
+                SwitchConstraint {
+                    name: format!("pcie-{busid}-up"),
+                    srcs: below.clone(),
+                    dsts: peers.clone(),
+                    bandwidth: bw,
+                },
+            ));
+        }
+        if binding(&peers, &below, bw) {
+            downs.push((
+                k,
+                SwitchConstraint {
+                    name: format!("pcie-{busid}-down"),
+                    srcs: peers,
+                    dsts: below,
+                    bandwidth: bw,
+                },
+            ));
+        }
     }
     let cpus: BTreeSet<usize> = m.gpus.iter().map(|g| g.place.cpu).collect();
+    let on = |c: usize| -> Vec<usize> { (0..n).filter(|&g| m.gpus[g].place.cpu == c).collect() };
     for &a in &cpus {
         for &b in &cpus {
-            if a == b {
-                continue;
-            }
-            let on =
-                |c: usize| -> Vec<usize> { (0..n).filter(|&g| m.gpus[g].place.cpu == c).collect() };
             let bw = cpu_rate(a).min(cpu_rate(b));
-            add(format!("cpu{a}-to-cpu{b}"), on(a), on(b), bw);
+            if a != b && binding(&on(a), &on(b), bw) {
+                sockets.push(SwitchConstraint {
+                    name: format!("cpu{a}-to-cpu{b}"),
+                    srcs: on(a),
+                    dsts: on(b),
+                    bandwidth: bw,
+                });
+            }
+        }
+    }
+    ups.sort_by_key(|(k, _)| *k);
+    downs.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
+    let mut switches: Vec<SwitchConstraint> = Vec::new();
+    let all = ups
+        .into_iter()
+        .map(|(_, s)| s)
+        .chain(sockets)
+        .chain(downs.into_iter().map(|(_, s)| s));
+    for c in all {
+        // Two hops over the same GPUs (a switch with one GPU below): the narrower.
+        match switches
+            .iter_mut()
+            .find(|s| s.srcs == c.srcs && s.dsts == c.dsts)
+        {
+            Some(s) => s.bandwidth = s.bandwidth.min(c.bandwidth),
+            None => switches.push(c),
         }
     }
     (links, switches)
@@ -398,12 +451,15 @@ fn nearness(g: &Place, nic: &Place) -> usize {
     }
 }
 
+/// Each used NIC by name with the ranks it serves.
+type NicServes = Vec<(String, Vec<usize>)>;
+
 /// The NICs each GPU uses (its nearest), as [`NicFacts`] (see [`nic_affinity`]).
 fn nics(
     m: &Machine,
     alpha: f64,
     notes: &mut Vec<String>,
-) -> Result<(Option<NicFacts>, Vec<(String, Vec<usize>)>), String> {
+) -> Result<(Option<NicFacts>, NicServes), String> {
     if m.nets.is_empty() {
         return Ok((None, Vec::new()));
     }

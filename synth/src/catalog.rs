@@ -78,6 +78,7 @@ pub const ALGO_DIR: &str = "algos";
 pub use crate::select::{Point, TIE};
 pub use report::readme;
 
+pub mod deploy;
 mod report;
 
 /// How a catalog is built.

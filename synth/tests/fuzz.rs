@@ -214,6 +214,19 @@ fn topology_toml() {
 }
 
 #[test]
+fn nccl_topology_dump() {
+    let path = scratch("system.xml");
+    fuzz(files("synth/tests/data/nccl-topo", ".xml"), |text| {
+        std::fs::write(&path, text).unwrap();
+        one_line(text, topology::load(path.to_str().unwrap()))?;
+        one_line(
+            text,
+            topology::load_nodes(path.to_str().unwrap(), Some(2), None),
+        )
+    });
+}
+
+#[test]
 fn nvidia_smi_topo_m() {
     let path = scratch("nvsmi.txt");
     fuzz(vec![NVSMI.to_string()], |text| {

@@ -8,7 +8,6 @@ use crate::collective::Kind;
 use crate::progress::Progress;
 use crate::simulate::{SimOptions, DEFAULT_LOCAL_BANDWIDTH};
 use crate::synthesize::Search;
-use crate::topology;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use runtime::ir::Flavor;
@@ -21,6 +20,8 @@ pub struct CatalogArgs {
     /// Topology: a built-in name (e.g. `dgx1`, `dgx-a100`) or a TOML / nvidia-smi file.
     #[arg(long)]
     topo: String,
+    #[command(flatten)]
+    nodes: super::nodes_args::NodesArgs,
     /// Collectives, comma-separated.
     #[arg(
         long,
@@ -62,6 +63,11 @@ pub struct CatalogArgs {
     /// (`runtime` in its TOML; rccl on the AMD built-ins), else nccl.
     #[arg(long, value_parser = ["nccl", "rccl", "legacy"])]
     flavor: Option<String>,
+    /// Also write a deployable folder: the XML files in DIR/algos, `env.sh` with the exact
+    /// settings the runtime of the flavour needs, `deploy.json` with the lint of every file
+    /// and setting and the sizes that fall back to NCCL.
+    #[arg(long, value_name = "DIR")]
+    deploy: Option<PathBuf>,
     /// Bandwidth of local copies and reductions in the simulator, GB/s per GPU.
     #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
     local_bw: f64,
@@ -145,7 +151,7 @@ fn options(args: &CatalogArgs, topology: &crate::topology::Topology) -> Result<O
 
 /// Runs `synth catalog`.
 pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let topo = topology::load(&args.topo)?;
+    let topo = args.nodes.load(&args.topo)?;
     let kinds = kinds(args)?;
     let options = options(args, &topo)?;
     let dir = args
@@ -157,10 +163,117 @@ pub fn run(args: &CatalogArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let result = catalog::build(&topo, &kinds, &dir, &options, &progress);
     progress.finish();
     let manifest = result?;
+    let deployment = match &args.deploy {
+        Some(d) => {
+            let d = catalog::deploy::check_dir(d, &dir)?;
+            Some((catalog::deploy::deploy(&manifest, &dir, &d)?, d))
+        }
+        None => None,
+    };
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&manifest)?)?;
-        return Ok(());
+        match &deployment {
+            Some((d, _)) => writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"manifest": manifest, "deploy": d})
+                )?
+            )?,
+            None => writeln!(out, "{}", serde_json::to_string_pretty(&manifest)?)?,
+        }
+    } else {
+        print_catalog(&manifest, &dir, out)?;
+        if let Some((d, path)) = &deployment {
+            print_deployment(d, path, out)?;
+        }
     }
+    if let Some((d, path)) = &deployment {
+        if let Some(first) = d.findings.first() {
+            bail!(
+                "--deploy: {} lint finding(s) (see {}), first: {}: {}",
+                d.findings.len(),
+                path.join("deploy.json").display(),
+                first.subject,
+                crate::util::escape_line_breaks(&first.problem)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The deployment: settings, fallbacks, lint.
+fn print_deployment(
+    d: &catalog::deploy::Deployment,
+    dir: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(
+        out,
+        "deployed {} files to {} ({} runtime); source {}:",
+        d.files.len(),
+        d.algo_dir,
+        d.flavor,
+        dir.join("env.sh").display()
+    )?;
+    for s in &d.settings {
+        if s.minimum {
+            writeln!(out, "  {} at least {} where set", s.var, s.value)?;
+        } else {
+            writeln!(out, "  export {}={}", s.var, s.value)?;
+        }
+    }
+    for f in &d.falls_back_to_nccl {
+        let ranges: Vec<String> = f
+            .ranges
+            .iter()
+            .map(|[a, b]| {
+                format!(
+                    "[{a}, {}]",
+                    if *b == 0 {
+                        "∞".to_string()
+                    } else {
+                        b.to_string()
+                    }
+                )
+            })
+            .collect();
+        writeln!(
+            out,
+            "  {} {}: NCCL runs {}",
+            f.collective,
+            if f.inplace {
+                "in place"
+            } else {
+                "out of place"
+            },
+            if ranges.is_empty() {
+                "no size".to_string()
+            } else {
+                ranges.join(", ")
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "  lint: {}",
+        if d.findings.is_empty() {
+            "every file and setting passes".to_string()
+        } else {
+            format!("{} finding(s)", d.findings.len())
+        }
+    )?;
+    for f in &d.findings {
+        writeln!(out, "    {}: {}", f.subject, f.problem)?;
+    }
+    Ok(())
+}
+
+/// The catalog's ranges as a table.
+fn print_catalog(
+    manifest: &catalog::Manifest,
+    dir: &std::path::Path,
+    out: &mut dyn Write,
+) -> Result<()> {
     writeln!(
         out,
         "catalog of {} ({} ranks) in {}; MSCCL_ALGO_DIR={}",

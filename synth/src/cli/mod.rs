@@ -10,10 +10,13 @@ pub mod limits;
 mod lower_args;
 mod lower_cmd;
 mod method_args;
+mod nodes_args;
 mod run_cmd;
 mod simulate_cmd;
 mod synth_cmd;
 mod topo_cmd;
+mod topo_fit;
+mod topo_import;
 
 use clap::{Args, Parser, Subcommand};
 use std::io::Write;
@@ -66,6 +69,8 @@ struct BoundsArgs {
     /// Topology: a built-in name (e.g. `dgx1`, `ring:8`) or a TOML / nvidia-smi file.
     #[arg(long)]
     topo: String,
+    #[command(flatten)]
+    nodes: nodes_args::NodesArgs,
     /// Collective name, or a custom collective file (.toml/.json).
     #[arg(long)]
     coll: String,
@@ -86,7 +91,8 @@ where
         None => synth_cmd::run(&cli.synth, cli.json, out),
         Some(Command::Topo(args)) => topo_cmd::run(&args, cli.json, out),
         Some(Command::Bounds(args)) => {
-            synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out)
+            let topo = args.nodes.load(&args.topo)?;
+            synth_cmd::bounds(topo, &args.coll, args.root, cli.json, out)
         }
         Some(Command::Bench(args)) => bench_cmd::run(&args, cli.json, out),
         Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),

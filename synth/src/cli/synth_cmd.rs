@@ -10,7 +10,7 @@ use crate::select::{Point, Row, Rule, Runs, Simulation};
 use crate::simulate::SimOptions;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
-use crate::topology::{self, Topology};
+use crate::topology::Topology;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -33,6 +33,8 @@ pub struct SynthArgs {
     /// Topology: a built-in name (`dgx1`, `ring:8`, `dgx-a100x2`, ...) or a TOML / nvidia-smi file.
     #[arg(long)]
     topo: Option<String>,
+    #[command(flatten)]
+    nodes: super::nodes_args::NodesArgs,
     /// Collective (allgather, reducescatter, allreduce, alltoall, broadcast, reduce, gather,
     /// scatter) or a custom collective file (.toml/.json).
     #[arg(long)]
@@ -168,7 +170,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     args.lowering.check()?;
     let progress = Progress::new(true);
     progress.message("loading the topology and the collective");
-    let topo = topology::load(required(&args.topo, "--topo")?)?;
+    let topo = args.nodes.load(required(&args.topo, "--topo")?)?;
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
     let lowering = args.lowering.for_problem(&topo, collective.kind)?;
     let (search, limits) = search_and_limits(args, started)?;
@@ -234,6 +236,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut written = files.len() + xml_files.iter().map(Vec::len).sum::<usize>();
     if args.emit_dsl && synthesis.algorithms[0].collective.kind != Kind::Custom {
         let spec = required(&args.topo, "--topo")?;
+        if args.nodes.nodes.is_some() {
+            bail!("--emit-dsl names the topology by its spec and does not take --nodes: write a TOML with [multinode]");
+        }
         written += crate::dsl::emit::write_programs(&synthesis.algorithms, spec, &args.out)?.len();
     }
     eprintln!("wrote {written} files to {}", args.out.display());
@@ -846,15 +851,13 @@ const BOUNDS_LP_SECONDS: u64 = 60;
 /// `synth bounds`: the lower bounds of a collective on a topology: steps and rounds per chunk
 /// (what the main command reports for the engine `auto` picks), and the bandwidth optimum.
 pub fn bounds(
-    topo: &str,
+    topo: Topology,
     coll: &str,
     root: Option<usize>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
     let progress = Progress::new(true);
-    progress.message("loading the topology");
-    let topo = topology::load(topo)?;
     let collective = load_collective(coll, &topo, root)?;
     let deadline = Instant::now() + Duration::from_secs(BOUNDS_LP_SECONDS);
     progress.deadline(deadline);

@@ -1,4 +1,4 @@
-//! `synth topo list | show NAME | dot NAME`.
+//! `synth topo list | show NAME | dot NAME | import FILE | fit TABLES`.
 
 use crate::topology;
 use clap::{Args, Subcommand};
@@ -25,6 +25,12 @@ enum TopoAction {
         /// Built-in name or file.
         name: String,
     },
+    /// Write a topology TOML from NCCL's topology dump (`NCCL_TOPO_DUMP_FILE`) or
+    /// `nvidia-smi topo -m` text, for one node or several joined by a network.
+    Import(super::topo_import::ImportArgs),
+    /// Fit alpha and bandwidth per link class to nccl-tests output and write them into a
+    /// topology TOML, with the residuals of the fit.
+    Fit(super::topo_fit::FitArgs),
 }
 
 /// Runs `synth topo`.
@@ -53,6 +59,8 @@ pub fn run(args: &TopoArgs, json: bool, out: &mut dyn Write) -> anyhow::Result<(
                 write!(out, "{summary}")?;
             }
         }
+        TopoAction::Import(a) => super::topo_import::run(a, json, out)?,
+        TopoAction::Fit(a) => super::topo_fit::run(a, json, out)?,
         TopoAction::Dot { name } => {
             let topo = topology::load(name)?;
             if json {

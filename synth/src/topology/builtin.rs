@@ -211,5 +211,6 @@ pub(crate) fn lookup(spec: &str, depth: usize) -> Result<Option<Loaded>> {
     Ok(Some(Loaded {
         topology,
         nic: None,
+        nic_problem: None,
     }))
 }

@@ -3,7 +3,8 @@
 //! integer capacities, Graphviz).
 //!
 //! [`load`] is the one entry point: `load("dgx1")`, `load("ring:12")`, `load("dgx-a100x4")`,
-//! `load("my-fabric.toml")`, `load("nvsmi:topo.txt")`.
+//! `load("my-fabric.toml")`, `load("nvsmi:topo.txt")`, `load("system.xml")` (NCCL's
+//! topology dump); [`load_nodes`] joins copies of a node with NIC facts.
 
 pub mod analysis;
 pub mod automorphism;
@@ -11,10 +12,14 @@ pub mod builtin;
 pub mod canonical;
 pub mod capacities;
 pub mod dot;
+pub mod fit;
 pub mod generators;
 pub mod index;
 pub mod model;
 pub mod multinode;
+pub mod nccl_tests;
+pub mod nccl_xml;
+pub mod nic_affinity;
 pub mod nvsmi;
 pub mod shape;
 pub mod summary;
@@ -99,6 +104,8 @@ pub(crate) struct Loaded {
     pub topology: Topology,
     /// The file's `[nic]` facts, if it has them.
     pub nic: Option<NicFacts>,
+    /// Why a file that lists NICs gives no NIC facts (irregular affinity, mixed speeds).
+    pub nic_problem: Option<String>,
 }
 
 /// Loads a topology: a built-in name (`dgx1`, `ring:12`, `torus-2d:4x4`, `dgx-a100x4`,
@@ -109,6 +116,47 @@ pub(crate) struct Loaded {
 pub fn load(spec: &str) -> Result<Topology> {
     let topology = resolve(spec, None, 0)?.topology;
     // The name goes into every algorithm's name, and so into the XML's `name` attribute.
+    check_name(spec, &topology)?;
+    Ok(topology)
+}
+
+/// Loads `spec` as [`load`] does; with `nodes`, `nodes` copies of it (a node with NIC facts:
+/// a built-in, a TOML with `[nic]`, an NCCL dump with NICs) joined by `network` (default
+/// fat-tree), named `<name>x<nodes>` (`:rail` added for a rail network).
+pub fn load_nodes(spec: &str, nodes: Option<usize>, network: Option<Network>) -> Result<Topology> {
+    let Some(k) = nodes else {
+        if network.is_some() {
+            bail!("--network needs --nodes");
+        }
+        return load(spec);
+    };
+    let loaded = resolve(spec, None, 0)?;
+    let node = loaded.topology;
+    if node.nodes() > 1 {
+        bail!(
+            "{spec}: already has {} nodes; --nodes joins copies of one node",
+            node.nodes()
+        );
+    }
+    if let Some(problem) = loaded.nic_problem {
+        bail!("{problem}");
+    }
+    let Some(nic) = loaded.nic else {
+        bail!("{spec}: no NIC facts (a [nic] table, or NICs in the NCCL dump), so --nodes cannot join copies of it");
+    };
+    let network = network.unwrap_or(Network::FatTree);
+    let name = match network {
+        Network::FatTree => format!("{}x{k}", node.name),
+        Network::Rail => format!("{}x{k}:rail", node.name),
+    };
+    let topology = multinode::compose(&node, k, &nic, network, &name)
+        .map_err(|e| anyhow!("{spec} x {k} nodes: {e}"))?;
+    check_name(spec, &topology)?;
+    Ok(topology)
+}
+
+/// Checks that the topology's name can go into MSCCL XML names.
+fn check_name(spec: &str, topology: &Topology) -> Result<()> {
     if let Some(c) = topology
         .name
         .chars()
@@ -117,7 +165,7 @@ pub fn load(spec: &str) -> Result<Topology> {
         let shown: String = topology.name.chars().take(40).collect();
         bail!("{spec}: name: {shown:?} holds {c:?}, which MSCCL XML names cannot carry");
     }
-    Ok(topology)
+    Ok(())
 }
 
 /// Every built-in name with a one-line description (single nodes, then multi-node examples;
@@ -153,10 +201,7 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
         }
         let path = join(path);
         let text = read(&path)?;
-        return load_nvsmi(&path, &text, &opts).map(|topology| Loaded {
-            topology,
-            nic: None,
-        });
+        return load_nvsmi(&path, &text, &opts);
     }
     if let Some(l) = builtin::lookup(spec, depth)? {
         return Ok(l);
@@ -164,12 +209,11 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
     let path = join(spec);
     if path.is_file() {
         let text = read(&path)?;
+        if nccl_xml::looks_like_nccl_xml(&text) {
+            return load_nccl_xml(&path, &text, &nccl_xml::fabric::Options::default());
+        }
         if nvsmi::looks_like_nvsmi(&text) {
-            let topology = load_nvsmi(&path, &text, &NvsmiOptions::default())?;
-            return Ok(Loaded {
-                topology,
-                nic: None,
-            });
+            return load_nvsmi(&path, &text, &NvsmiOptions::default());
         }
         let src = toml_format::Source {
             label: path.display().to_string(),
@@ -184,6 +228,7 @@ pub(crate) fn resolve(spec: &str, base: Option<&Path>, depth: usize) -> Result<L
         || spec.contains('\\')
         || spec.ends_with(".toml")
         || spec.ends_with(".txt")
+        || spec.ends_with(".xml")
     {
         bail!("{}: no such file", path.display());
     }
@@ -198,8 +243,73 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| anyhow!("{}: cannot read: {e}", path.display()))
 }
 
-fn load_nvsmi(path: &Path, text: &str, opts: &NvsmiOptions) -> Result<Topology> {
-    parse_nvsmi(text, &stem(path), opts).map_err(|e| {
+/// Reads an NCCL topology dump at `path` into a node with its NIC facts; errors are one
+/// line `PATH:LINE: NCCL topology: <element>: reason`.
+pub(crate) fn load_nccl_xml(
+    path: &Path,
+    text: &str,
+    opts: &nccl_xml::fabric::Options,
+) -> Result<Loaded> {
+    let parts = nccl_xml_parts(path, text, opts)?;
+    let topology = parts.topology(&stem(path));
+    topology
+        .validate()
+        .map_err(|e| anyhow!("{}: NCCL topology: {e}", path.display()))?;
+    Ok(Loaded {
+        topology,
+        nic: parts.nic,
+        nic_problem: parts
+            .nic_problem
+            .map(|e| format!("{}: {e}", path.display())),
+    })
+}
+
+/// The fabric parts of the NCCL topology dump `text` read from `path`.
+pub fn nccl_xml_parts(
+    path: &Path,
+    text: &str,
+    opts: &nccl_xml::fabric::Options,
+) -> Result<nccl_xml::fabric::Parts> {
+    use nccl_xml::XmlError;
+    let located = |e: XmlError| match e {
+        XmlError::Syntax { line, reason } => {
+            anyhow!(
+                "{}:{line}: NCCL topology: malformed XML: {reason}",
+                path.display()
+            )
+        }
+        XmlError::Element {
+            line,
+            element,
+            reason,
+        } => anyhow!(
+            "{}:{line}: NCCL topology: <{element}>: {reason}",
+            path.display()
+        ),
+        XmlError::Machine(reason) => anyhow!("{}: NCCL topology: {reason}", path.display()),
+    };
+    let machine = nccl_xml::read(text).map_err(located)?;
+    nccl_xml::fabric::parts(&machine, opts).map_err(located)
+}
+
+/// Reads `nvidia-smi topo -m` text at `path`: the NVLink fabric and, from the NIC columns,
+/// its NIC facts.
+pub(crate) fn load_nvsmi(path: &Path, text: &str, opts: &NvsmiOptions) -> Result<Loaded> {
+    let topology = nvsmi_error(path, parse_nvsmi(text, &stem(path), opts))?;
+    let (nic, nic_problem) = match nvsmi_error(path, nvsmi::parse_nvsmi_nics(text, opts)) {
+        Ok(a) => (a.map(|a| a.facts), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(Loaded {
+        topology,
+        nic,
+        nic_problem,
+    })
+}
+
+/// An nvidia-smi parse error as one line `PATH:LINE: nvidia-smi topo -m: reason`.
+fn nvsmi_error<T>(path: &Path, r: Result<T>) -> Result<T> {
+    r.map_err(|e| {
         let msg = e.to_string();
         let located = msg.strip_prefix("line ").and_then(|rest| {
             let (no, reason) = rest.split_once(": ")?;

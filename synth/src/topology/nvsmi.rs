@@ -2,8 +2,10 @@
 //!
 //! The matrix has a header row `GPU0 GPU1 ...` (followed by NIC and affinity columns) and one
 //! row per GPU and per NIC. A cell `NV#` means `#` bonded NVLinks between the two GPUs; `X`,
-//! `SYS`, `NODE`, `PHB`, `PXB`, `PIX` and the like mean no NVLink. NIC rows and columns, the
-//! CPU/NUMA affinity columns and the legend are ignored.
+//! `SYS`, `NODE`, `PHB`, `PXB`, `PIX` and the like mean no NVLink. The NIC columns
+//! (`NIC0`, or `mlx5_0` in older versions, named by the `NIC Legend`) give each GPU's
+//! nearest NICs (`PIX` < `PXB` < `PHB` < `NODE` < `SYS`), which [`parse_nvsmi_nics`] turns
+//! into NIC facts; the CPU/NUMA affinity columns are ignored.
 //!
 //! On NVSwitch systems nvidia-smi reports every pair as `NV#` with the GPU's full link count
 //! (e.g. `NV12` on a DGX-A100). When a GPU's `NV` counts add up to more than
@@ -27,6 +29,10 @@ pub struct NvsmiOptions {
     pub link_bandwidth: f64,
     /// Alpha of every link in µs.
     pub alpha: f64,
+    /// GB/s of one NIC (nvidia-smi does not say; 25 = HDR InfiniBand, 200 Gb/s).
+    pub nic_bandwidth: f64,
+    /// NIC latency in µs.
+    pub nic_alpha: f64,
 }
 
 impl Default for NvsmiOptions {
@@ -34,6 +40,8 @@ impl Default for NvsmiOptions {
         NvsmiOptions {
             link_bandwidth: 25.0,
             alpha: 0.7,
+            nic_bandwidth: 25.0,
+            nic_alpha: super::multinode::DEFAULT_NIC_ALPHA,
         }
     }
 }
@@ -211,6 +219,103 @@ fn nvlink_cell(no: usize, first: &str, j: usize, cell: &str) -> Result<u32> {
     Ok(k)
 }
 
+/// How far a GPU is from a NIC by its `topo -m` cell (smaller is nearer), `None` for a
+/// cell that names no PCIe path.
+fn nic_distance(cell: &str) -> Option<u8> {
+    match cell {
+        "PIX" => Some(0),
+        "PXB" => Some(1),
+        "PHB" => Some(2),
+        "NODE" => Some(3),
+        "SYS" => Some(4),
+        _ => None,
+    }
+}
+
+/// The NIC facts of `nvidia-smi topo -m` text: the NIC columns of the header (up to `CPU
+/// Affinity`), named by the `NIC Legend` where there is one, and in each GPU row the cells
+/// under them; each GPU uses its nearest NICs (see [`super::nic_affinity`]). `None` when
+/// the matrix has no NIC columns. Errors say `line N: reason`.
+pub fn parse_nvsmi_nics(
+    text: &str,
+    opts: &NvsmiOptions,
+) -> Result<Option<super::nic_affinity::Affinity>> {
+    super::check_bandwidth(opts.nic_bandwidth).map_err(|e| anyhow!("NIC {e}"))?;
+    let lines: Vec<String> = text.lines().map(strip_ansi).collect();
+    let h = header_line(&lines).ok_or_else(|| anyhow!("no header row starting with GPU0"))?;
+    let n = gpu_count(&lines[h], h)?;
+    let header: Vec<&str> = lines[h].split_whitespace().collect();
+    let columns: Vec<String> = header[n..]
+        .iter()
+        .take_while(|t| !matches!(**t, "CPU" | "NUMA" | "GPU"))
+        .map(|t| t.to_string())
+        .collect();
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let legend: std::collections::HashMap<String, String> = lines
+        .iter()
+        .filter_map(|l| {
+            let (k, v) = l.trim().split_once(':')?;
+            let k = k.trim();
+            (k.starts_with("NIC") && k[3..].bytes().all(|b| b.is_ascii_digit()))
+                .then(|| (k.to_string(), v.trim().to_string()))
+        })
+        .collect();
+    let m = columns.len();
+    let mut nearest: Vec<Option<std::collections::BTreeSet<usize>>> = vec![None; n];
+    for (no, line) in lines.iter().enumerate().skip(h + 1) {
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let Some(first) = tokens.first() else {
+            continue;
+        };
+        if first.starts_with("Legend") {
+            break;
+        }
+        let Some(i) = gpu_index(first).filter(|&i| i < n) else {
+            continue;
+        };
+        if tokens.len() < n + m + 1 {
+            bail!(
+                "line {}: row {first} has {} cells, expected {} GPU and {m} NIC cells",
+                no + 1,
+                tokens.len() - 1,
+                n
+            );
+        }
+        let mut dist = Vec::with_capacity(m);
+        for (j, cell) in tokens[n + 1..=n + m].iter().enumerate() {
+            let d = nic_distance(cell).ok_or_else(|| {
+                anyhow!(
+                    "line {}: {first} column {}: unknown NIC cell '{cell}' (expected PIX, PXB, PHB, NODE or SYS)",
+                    no + 1,
+                    columns[j]
+                )
+            })?;
+            dist.push(d);
+        }
+        let best = *dist.iter().min().expect("m > 0");
+        nearest[i] = Some((0..m).filter(|&j| dist[j] == best).collect());
+    }
+    let nearest: Vec<_> = nearest
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.ok_or_else(|| anyhow!("no row for GPU{i}")))
+        .collect::<Result<_>>()?;
+    let nics: Vec<(String, f64)> = columns
+        .iter()
+        .map(|c| {
+            (
+                legend.get(c).cloned().unwrap_or_else(|| c.clone()),
+                opts.nic_bandwidth,
+            )
+        })
+        .collect();
+    super::nic_affinity::affinity(&nearest, &nics, opts.nic_alpha)
+        .map(Some)
+        .map_err(|e| anyhow!("{e}"))
+}
+
 /// Checks that GPU i has as many NVLinks to GPU j as j to i.
 fn check_symmetric(counts: &[Vec<u32>]) -> Result<()> {
     for (i, row) in counts.iter().enumerate() {
@@ -269,6 +374,44 @@ mod tests {
         assert_eq!(t.links.len(), 6);
         assert_eq!(t.switches.len(), 6);
         assert_eq!(t.link(0, 1).unwrap().bandwidth, 300.0);
+    }
+
+    #[test]
+    fn nic_rows_become_nic_facts() {
+        // A DGX-H100 as nvidia-smi prints it: NIC0 is an Ethernet port nearest no GPU.
+        let mut text = String::from("\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\tNIC2\tNIC3\tNIC4\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
+        text += "GPU0\t X \tNV18\tNV18\tNV18\tSYS\tPIX\tNODE\tSYS\tSYS\t0-55\t0\t\tN/A\n";
+        text += "GPU1\tNV18\t X \tNV18\tNV18\tSYS\tNODE\tPIX\tSYS\tSYS\t0-55\t0\t\tN/A\n";
+        text += "GPU2\tNV18\tNV18\t X \tNV18\tSYS\tSYS\tSYS\tPIX\tNODE\t56-111\t1\t\tN/A\n";
+        text += "GPU3\tNV18\tNV18\tNV18\t X \tSYS\tSYS\tSYS\tNODE\tPIX\t56-111\t1\t\tN/A\n";
+        text += "NIC0\tSYS\tSYS\tSYS\tSYS\t X \tSYS\tSYS\tSYS\tSYS\n\nLegend:\n\n  X    = Self\n\n";
+        text += "NIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n  NIC2: mlx5_2\n  NIC3: mlx5_3\n  NIC4: mlx5_4\n";
+        let opts = NvsmiOptions {
+            nic_bandwidth: 50.0,
+            ..NvsmiOptions::default()
+        };
+        let a = parse_nvsmi_nics(&text, &opts).unwrap().unwrap();
+        assert_eq!(a.facts.placement, super::super::NicPlacement::PerGpu(1));
+        assert_eq!(a.facts.bandwidth, 50.0);
+        assert_eq!(a.serves[0], ("mlx5_1".to_string(), vec![0]));
+        assert_eq!(a.notes.len(), 1, "{:?}", a.notes);
+        // One NIC on the first socket shared by all four GPUs.
+        let mut shared = String::from("\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\n");
+        for (g, cell) in ["PXB", "PXB", "SYS", "SYS"].iter().enumerate() {
+            let nv: Vec<&str> = (0..4)
+                .map(|h| if h == g { " X " } else { "NV18" })
+                .collect();
+            shared += &format!("GPU{g}\t{}\t{cell}\t0-55\n", nv.join("\t"));
+        }
+        let a = parse_nvsmi_nics(&shared, &opts).unwrap().unwrap();
+        assert_eq!(a.facts.placement, super::super::NicPlacement::PerNode(1));
+        let bad = text.replace("\tPIX\tNODE\tSYS\tSYS\t0-55", "\tPIX\tNV2\tSYS\tSYS\t0-55");
+        let e = parse_nvsmi_nics(&bad, &opts).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 2: GPU0 column NIC2: unknown NIC cell 'NV2'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -617,7 +617,11 @@ pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result
         Some(seed) => topology.relabeled(&random_permutation(topology.ranks, *seed.get_ref())),
         None => topology,
     };
-    Ok(Loaded { topology, nic })
+    Ok(Loaded {
+        topology,
+        nic,
+        nic_problem: None,
+    })
 }
 
 /// The file's `runtime` (`"nccl"`, `"rccl"` or `"legacy"`), checked.

@@ -6,6 +6,7 @@ mod bench_zoo;
 mod catalog_cmd;
 mod compile_cmd;
 mod draw_cmd;
+mod file_notes;
 pub mod limits;
 mod lower_args;
 mod lower_cmd;

@@ -261,13 +261,26 @@ def Print():
     print(f"{len(_prog().events)} operations recorded", file=sys.stderr)
 
 
+_failed = False  # set when the script raised: its first error is the one reported
+
+
 def _write_trace():
+    if _failed:
+        return
+    try:
+        described = [p._describe() for p in _programs]
+    except BaseException as e:  # a custom collective's own check() or init_buffers() failed
+        _one_line_errors(type(e), e, e.__traceback__)
+        sys.stderr.flush()
+        os._exit(1)
     with open(_TRACE, "w") as f:
-        json.dump([p._describe() for p in _programs], f)
+        json.dump(described, f)
 
 
 def _one_line_errors(kind, value, tb):
     """Under synth compile, an exception becomes one line: file:line: type: message."""
+    global _failed
+    _failed = True
     where, mine = ("<unknown>", 0), None
     if isinstance(value, SyntaxError) and value.filename:
         where = mine = (value.filename, value.lineno or 0)

@@ -43,8 +43,24 @@ pub struct CompileArgs {
     args: Vec<String>,
 }
 
-/// Runs `synth compile`.
+/// Runs `synth compile`; with `--json`, a failure is a document too (`ok: false`, the
+/// one-line `error` and its `detail`).
 pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let result = compile(args, json, out);
+    if let (Err(e), true) = (&result, json) {
+        let doc = json!({
+            "file": args.file,
+            "ok": false,
+            "error": format!("{e:#}").replace('\n', " "),
+            "detail": super::error_detail(e),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    }
+    result
+}
+
+/// Compiles every program of `args.file`.
+fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if !args.stdout && !args.check {
         super::lower_args::check_out(&args.out)?;
     }

@@ -108,6 +108,7 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
             "topology": loaded.as_ref().map(|l| &l.topology.name),
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(|e| e.to_string()),
+            "detail": result.as_ref().err().map_or(&[][..], |e| e.detail()),
             "ngpus": program.ngpus,
             "collective": format!("{:?}", program.collective),
             "steps": program.step_count(),
@@ -122,10 +123,7 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
         }
         return Ok(());
     }
-    if result.is_err() {
-        notes.print_stderr();
-    }
-    result.map_err(|e| anyhow::anyhow!("{}: {e}", args.file))?;
+    result.map_err(|e| anyhow::Error::new(e).context(args.file.clone()))?;
     if let Some(l) = &loaded {
         let a = &l.algorithm;
         writeln!(

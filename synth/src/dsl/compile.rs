@@ -38,6 +38,7 @@ fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
         &t.loc,
         format!("the compiled program fails verification: {e}"),
     )
+    .with_detail(e.detail().to_vec())
 }
 
 /// Schedules and replicates (one threadblock per peer where `pair`).

@@ -70,6 +70,7 @@ fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         frontend::run_script(&args.file, &args.args, args.time_limit)?
     };
     let mut docs = Vec::new();
+    let mut stems = std::collections::HashSet::new();
     for t in &programs {
         let custom = t.collective.kind.starts_with("custom");
         let flavor = super::lower_args::resolve_flavor(args.flavor.as_deref(), None, custom)?;
@@ -96,7 +97,8 @@ fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             out.write_all(xml.as_bytes())?;
             continue;
         }
-        let path = write_xml(&args.out, &program, &xml)?;
+        let stem = unique_stem(&mut stems, &program.name);
+        let path = write_xml(&args.out, &stem, &xml)?;
         let compiled = Compiled {
             program: &program,
             replayed: &replayed,
@@ -118,11 +120,27 @@ fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Writes a compiled program's XML as `DIR/NAME.xml`; returns the path.
-fn write_xml(dir: &Path, program: &Program, xml: &str) -> Result<String> {
+/// The file stem of a program: its name's, or with `-2`, `-3`, ... where an earlier program
+/// of the same script took it (a note on stderr says so).
+fn unique_stem(taken: &mut std::collections::HashSet<String>, name: &str) -> String {
+    let base = file_stem(name);
+    let mut stem = base.clone();
+    let mut k = 1;
+    while !taken.insert(stem.clone()) {
+        k += 1;
+        stem = format!("{base}-{k}");
+    }
+    if k > 1 {
+        eprintln!("note: another program of this script is named `{name}`: this one is written as {stem}.xml");
+    }
+    stem
+}
+
+/// Writes a compiled program's XML as `DIR/STEM.xml`; returns the path.
+fn write_xml(dir: &Path, stem: &str, xml: &str) -> Result<String> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
-    let path = dir.join(format!("{}.xml", file_stem(&program.name)));
+    let path = dir.join(format!("{stem}.xml"));
     std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(path.display().to_string())
 }

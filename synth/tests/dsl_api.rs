@@ -2,7 +2,8 @@
 //! (`tests/dsl_api/`): `Ref.get_dst_rank/get_dst_index/get_origin_rank/get_origin_index/
 //! print_chunk_info`, `group` of a span in either order, `msccl.collectives`,
 //! `msccl.topologies.nvidia`, the in-place allgather slot named from the sender, a custom
-//! collective marked in place (buffers kept apart), and two programs with one name. Each
+//! collective marked in place (buffers kept apart), two programs with one name, and
+//! instances of manual threadblocks laid out slice after slice that stay deadlock-free. Each
 //! compiles, verifies and runs with #wrong 0 with 1, 2 and 4 instances in every flavour
 //! that loads it.
 
@@ -39,8 +40,11 @@ fn compile(name: &str, args: &[String], flavor: Flavor) -> Program {
         .unwrap_or_else(|e| panic!("{name} {args:?} {flavor:?}: {e}"))
 }
 
-const PROGRAMS: [(&str, &[&str]); 3] = [
+const PROGRAMS: [(&str, &[&str]); 4] = [
     ("alltoall_by_destination.py", &["4"]),
+    // Manual threadblocks, copies slice after slice: with 2 and 4 instances each send stays
+    // one message (cut into single chunks, both ranks' sends filled the connections).
+    ("allreduce_pairs_blocked.py", &["4"]),
     ("allgather_inplace_dgx1.py", &[]),
     ("custom_inplace_tonext.py", &["4"]),
 ];

@@ -143,18 +143,18 @@ pub fn error_detail(e: &anyhow::Error) -> &[String] {
 fn dispatch(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<()> {
     match &cli.command {
         None => synth_cmd::run(&cli.synth, cli.json, out),
-        Some(Command::Topo(args)) => topo_cmd::run(&args, cli.json, out),
+        Some(Command::Topo(args)) => topo_cmd::run(args, cli.json, out),
         Some(Command::Bounds(args)) => {
             synth_cmd::bounds(&args.topo, &args.coll, args.root, cli.json, out)
         }
-        Some(Command::Bench(args)) => bench_cmd::run(&args, cli.json, out),
-        Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),
-        Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
-        Some(Command::Lower(args)) => lower_cmd::run(&args, cli.json, out),
-        Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
-        Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
-        Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),
-        Some(Command::Draw(args)) => draw_cmd::run(&args, cli.json, out),
+        Some(Command::Bench(args)) => bench_cmd::run(args, cli.json, out),
+        Some(Command::Verify(args)) => run_cmd::verify(args, cli.json, out),
+        Some(Command::Run(args)) => run_cmd::run(args, cli.json, out),
+        Some(Command::Lower(args)) => lower_cmd::run(args, cli.json, out),
+        Some(Command::Simulate(args)) => simulate_cmd::run(args, cli.json, out),
+        Some(Command::Catalog(args)) => catalog_cmd::run(args, cli.json, out),
+        Some(Command::Compile(args)) => compile_cmd::run(args, cli.json, out),
+        Some(Command::Draw(args)) => draw_cmd::run(args, cli.json, out),
     }
 }
 

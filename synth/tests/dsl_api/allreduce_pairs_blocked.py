@@ -1,17 +1,19 @@
 # One-step allreduce with manual threadblocks: every rank sends its whole buffer to every
-# other rank's scratch in one message, then reduces locally. Copies are laid out slice after
-# slice (interleaved_replication=False), so each send stays one message per instance and two
-# ranks that both send before they receive never fill their connections.
-# Args: RANKS INSTANCES
+# other rank's scratch in one message, then reduces locally. Copies laid out slice after
+# slice (LAYOUT blocked: interleaved_replication=False) keep each send one message per
+# instance, so two ranks that both send before they receive never fill their connections;
+# interleaved copies would cut each send into single chunks, which do fill them, so synth
+# lays them out slice after slice as well (LAYOUT interleaved).
+# Args: RANKS LAYOUT INSTANCES
 import sys
 
 from msccl.language import *
 from msccl.language.collectives import AllReduce
 from msccl.topologies import fully_connected
 
-n, instances = int(sys.argv[1]), int(sys.argv[2])
+n, layout, instances = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 with MSCCLProgram("allreduce_pairs_blocked", fully_connected(n), AllReduce(n, n, True), instances,
-                  interleaved_replication=False, threadblock_policy=ThreadblockPolicy.manual):
+                  interleaved_replication=layout == "interleaved", threadblock_policy=ThreadblockPolicy.manual):
     for r in range(n):
         for peer in range(n):
             if peer != r:

@@ -171,9 +171,6 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         other => bail!("unknown --backend `{other}` (cpu or cuda)"),
     }
     let (program, _, notes) = super::lower_cmd::read_any_noted(&args.file, None)?;
-    if !json {
-        notes.print_stderr();
-    }
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
@@ -230,9 +227,6 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     // One line and a non-zero exit without a usable GPU.
     runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let (program, _, notes) = super::lower_cmd::read_any_noted(&args.file, None)?;
-    if !json {
-        notes.print_stderr();
-    }
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = Dtype::parse(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;
@@ -282,6 +276,9 @@ fn report(
     let wrong: usize = rows.iter().map(|r| r.wrong).sum();
     if wrong > 0 {
         bail!("{file}: {wrong} wrong elements");
+    }
+    if !json {
+        notes.print_stderr();
     }
     Ok(())
 }

@@ -51,9 +51,6 @@ struct Row {
 pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let file = args.file.display().to_string();
     let (program, _, notes) = super::lower_cmd::read_any_noted(&file, Some(&args.topo))?;
-    if !json {
-        notes.print_stderr();
-    }
     let topo = topology::load(&args.topo)?;
     if program.ngpus != topo.ranks {
         bail!(
@@ -88,7 +85,9 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    print_rows(&program, &topo, &bound, &rows, out)
+    print_rows(&program, &topo, &bound, &rows, out)?;
+    notes.print_stderr();
+    Ok(())
 }
 
 /// Simulates `program` at each of `sizes`, and NCCL's baselines (those defined for its

@@ -141,6 +141,15 @@ pub fn read_str_dialect(text: &str) -> Result<(Program, Dialect), XmlError> {
     Ok((program, dialect))
 }
 
+/// A reason cut to 75 characters, so that three fit in one line of an error.
+fn shorten(reason: &str) -> String {
+    const MOST: usize = 75;
+    match reason.char_indices().nth(MOST) {
+        Some((at, _)) => format!("{}...", &reason[..at]),
+        None => reason.to_string(),
+    }
+}
+
 /// The error when no flavour would load the file: each flavour's first reason, one line.
 fn refused_by_all(dialect: &Dialect) -> Result<(), XmlError> {
     if !dialect.refused_by_all() {
@@ -150,7 +159,14 @@ fn refused_by_all(dialect: &Dialect) -> Result<(), XmlError> {
     let reasons: Vec<String> = dialect
         .refusals
         .iter()
-        .map(|r| format!("{} (line {}): {}", r.flavor.name(), r.line, r.reason))
+        .map(|r| {
+            format!(
+                "{} (line {}): {}",
+                r.flavor.name(),
+                r.line,
+                shorten(&r.reason)
+            )
+        })
         .collect();
     Err(XmlError::new(
         first.line,

@@ -630,6 +630,12 @@ impl Program {
         self.threadblocks().map(|(_, _, tb)| tb.steps.len()).sum()
     }
 
+    /// False for a custom collective read without its conditions (another tool's file): its
+    /// result cannot be checked, only its structure, deadlock freedom and races.
+    pub fn postcondition_known(&self) -> bool {
+        self.collective != Collective::Custom || self.custom.is_some()
+    }
+
     /// The modes (in-place = true) this program declares itself valid for.
     pub fn modes(&self) -> Vec<bool> {
         let mut modes = Vec::new();

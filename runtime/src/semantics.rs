@@ -218,9 +218,22 @@ impl Semantics {
     /// The semantics of a program in one mode.
     pub fn of(p: &Program, inplace: bool) -> Result<Semantics, String> {
         match (p.collective, &p.custom) {
-            (Collective::Custom, Some(c)) => Semantics::custom(c, p.ngpus, p.nchunksperloop, inplace),
-            (Collective::Custom, None) => Err(
-                "coll=\"custom\" without its pre- and postcondition (synth writes them in a leading <!-- synth-custom ... --> comment)".into(),
+            (Collective::Custom, Some(c)) => {
+                Semantics::custom(c, p.ngpus, p.nchunksperloop, inplace)
+            }
+            // Conditions unknown (a file another tool wrote): every buffer the file uses has
+            // nchunksperloop chunks (the legacy runtime's rule), inputs hold their own
+            // values, and no output is required to hold anything.
+            (Collective::Custom, None) => Semantics::custom(
+                &CustomCollective {
+                    input_chunks: p.nchunksperloop,
+                    output_chunks: p.nchunksperloop,
+                    pre: Vec::new(),
+                    post: Vec::new(),
+                },
+                p.ngpus,
+                p.nchunksperloop,
+                inplace,
             ),
             (c, _) => Semantics::new(c, p.ngpus, p.nchunksperloop, p.root, inplace),
         }

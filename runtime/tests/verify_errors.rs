@@ -35,7 +35,16 @@ fn deadlock_when_both_sides_receive_first() {
     for g in &mut p.gpus {
         g.threadblocks[1].steps.swap(0, 1);
     }
-    assert_message(&p, "out-of-place: deadlock: rank 0 tb 1 step 0 (r) waits to receive from rank 1 on channel 0; rank 1 tb 1 step 0 (r) waits to receive from rank 0 on channel 0");
+    // One line: the first blocked threadblock and a count; the detail lists them all.
+    assert_message(&p, "out-of-place: deadlock: rank 0 tb 1 step 0 (r) waits to receive from rank 1 on channel 0; 1 more threadblocks blocked (all listed with --verbose or in --json)");
+    let e = verify(&p).unwrap_err();
+    assert_eq!(
+        e.detail(),
+        [
+            "rank 0 tb 1 step 0 (r) waits to receive from rank 1 on channel 0",
+            "rank 1 tb 1 step 0 (r) waits to receive from rank 0 on channel 0"
+        ]
+    );
 }
 
 #[test]

@@ -94,14 +94,17 @@ fn missing_attribute_is_rejected() {
         Some("hasdep"),
         "Attribute hasdep of node step not found",
     );
+    // Without outofplace only the legacy runtime loads a file, and it never selects one
+    // with maxBytes="0": no runtime takes it, and the error says why for each.
     let e = error(&replace_first(&base(), " outofplace=\"1\"", ""));
     assert_error(
         &e,
         1,
-        "algo",
-        Some("outofplace"),
-        "Attribute outofplace of node algo not found",
+        "",
+        None,
+        "no MSCCL runtime loads this file: nccl (line 1): Attribute outofplace of node algo not found; rccl (line 1): Attribute outofplace of node algo not found; legacy (line 1): maxBytes=\"0\"",
     );
+    assert!(e.to_string().len() <= 300, "{e}");
 }
 
 #[test]
@@ -267,14 +270,15 @@ fn runtime_step_checks() {
         Some("coll"),
         "MSCCL: unsupported collective: allgatherv",
     );
-    // `custom` (legacy runtime) is read only with synth's conditions comment.
+    // `custom` loads only on the legacy runtime, which refuses an i_chunks other than 0 or
+    // nchunksperloop (and never selects maxBytes="0").
     let e = error(&replace_first(&b, "coll=\"allgather\"", "coll=\"custom\""));
     assert_error(
         &e,
         1,
-        "algo",
-        Some("coll"),
-        "coll=\"custom\" needs the collective's pre- and postcondition",
+        "",
+        None,
+        "no MSCCL runtime loads this file: nccl (line 1): MSCCL: unsupported collective: custom",
     );
     let e = error(&replace_first(&b, "s_chunks=\"0\"", "s_chunks=\"-1\""));
     assert_error(
@@ -302,15 +306,13 @@ fn checks_the_runtime_leaves_out() {
         "<tb id=\"1\" send=\"5\"",
     ));
     assert_error(&e, 6, "tb", Some("send"), "send=5 is not a rank (ngpus 2)");
-    // i_chunks vs nchunksperloop
-    let e = error(&replace_first(&b, "i_chunks=\"1\"", "i_chunks=\"2\""));
-    assert_error(
-        &e,
-        2,
-        "gpu",
-        Some("i_chunks"),
-        "Inconsistency between i_chunks/o_chunks (2/2) and nchunksperloop (2)",
-    );
+    // i_chunks vs nchunksperloop: only the legacy runtime checks it.
+    let (_, dialect) =
+        xml::read_str_dialect(&replace_first(&b, "i_chunks=\"1\"", "i_chunks=\"2\"")).unwrap();
+    assert_eq!(dialect.accepting(), vec![Flavor::Nccl, Flavor::Rccl]);
+    let legacy = dialect.refusal(Flavor::Legacy).unwrap();
+    assert_eq!(legacy.line, 1, "maxBytes=0 comes first");
+    assert_eq!(legacy.more, 1, "and the inconsistency");
     // off + cnt beyond the extent
     let e = error(&replace_first(
         &b,
@@ -447,7 +449,7 @@ fn unreadable_file_names_the_runtime_message() {
 /// that many copies (rank 1 has no threadblocks): 3 + Σ (1 + steps) elements load for rank 0.
 fn local_copies(steps: &[usize]) -> String {
     let mut text = String::from(
-        "<algo name=\"x\" proto=\"Simple\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"allgather\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"0\">\n  <gpu id=\"0\" i_chunks=\"1\" o_chunks=\"2\" s_chunks=\"0\">\n",
+        "<algo name=\"x\" proto=\"Simple\" nchannels=\"1\" nchunksperloop=\"2\" ngpus=\"2\" coll=\"allgather\" inplace=\"0\" outofplace=\"1\" minBytes=\"0\" maxBytes=\"1048576\">\n  <gpu id=\"0\" i_chunks=\"1\" o_chunks=\"2\" s_chunks=\"0\">\n",
     );
     for (t, &n) in steps.iter().enumerate() {
         text += &format!("    <tb id=\"{t}\" send=\"-1\" recv=\"-1\" chan=\"0\">\n");

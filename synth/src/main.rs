@@ -9,8 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = synth::cli::run(std::env::args_os(), &mut stdout) {
-        let text = format!("{e:#}").replace('\n', " ");
-        eprintln!("error: {text}");
+        synth::cli::print_error(&e);
         std::process::exit(1);
     }
 }

@@ -397,13 +397,17 @@ fn custom_collective_xml_passes_the_legacy_chunk_consistency() {
         "i_chunks=\"2\" o_chunks=\"0\"",
         1,
     );
+    // The legacy runtime, the only one that loads coll="custom", refuses it.
     let e = runtime::xml::read_str(&before).unwrap_err();
     assert!(
         e.message.contains(
-            "Inconsistency between i_chunks/o_chunks (2/0) and nchunksperloop (3) for collective custom"
+            "no MSCCL runtime loads this file: nccl (line 2): MSCCL: unsupported collective: custom"
+        ) && e.message.contains(
+            "legacy (line 3): Inconsistency between i_chunks/o_chunks (2/0) and nchunksperloop (3)"
         ),
         "{e}"
     );
+    assert!(e.to_string().len() <= 300, "{e}");
 }
 
 /// DSL issue: `dependence_nop` hoists the dependencies of a chain of local reduces onto its

@@ -95,6 +95,7 @@ class MSCCLProgram:
         self.file, self.line = _caller()
         self.events = []
         self._scratch = {}
+        self._live = None  # symbolic buffers, built when a program first asks for a chunk
 
     def __enter__(self):
         global _current
@@ -130,6 +131,19 @@ class MSCCLProgram:
     def _record(self, event):
         event["file"], event["line"] = _caller()
         self.events.append(event)
+        if self._live is not None:
+            _apply(self._live, self.collective, event)
+
+    def _chunk_at(self, rank, buffer, index):
+        """What slot `index` of `rank`'s `buffer` holds now (a Chunk, ReduceChunk or None),
+        following the program's copies and reduces as msccl-tools does."""
+        if self._live is None:
+            self._live = _initial_buffers(self.collective)
+            for e in self.events:
+                _apply(self._live, self.collective, e)
+        name, index = _canon(self.collective, rank, _buffer_name(buffer), index)
+        buf = self._live[rank].get(name, [])
+        return buf[index] if 0 <= index < len(buf) else None
 
     def _scratch_len(self, rank, name):
         return self._scratch.get((rank, name), 0)
@@ -137,6 +151,76 @@ class MSCCLProgram:
     def _grow(self, rank, name, end):
         if name not in ("input", "output"):
             self._scratch[(rank, name)] = max(self._scratch_len(rank, name), end)
+
+
+def _canon(coll, rank, name, index):
+    """msccl-tools' aliasing of a slot of `rank` (its collectives' get_buffer_index): in
+    place, allreduce, alltoall and broadcast use the input for the output, allgather's input
+    is the rank's slice of the output, reduce-scatter's output the rank's slice of the
+    input; a custom collective keeps its buffers apart."""
+    if not coll.inplace or coll.kind is None:
+        return name, index
+    f = coll.chunk_factor
+    if coll.kind == "allgather":
+        return ("output", index + rank * f) if name == "input" else (name, index)
+    if coll.kind == "reducescatter":
+        return ("input", index + rank * f) if name == "output" else (name, index)
+    return ("input", index) if name == "output" else (name, index)
+
+
+def _initial_buffers(coll):
+    """Per rank, buffer name -> list of slot values at the start, as msccl-tools' collectives
+    fill them: Chunk(origin rank, origin index, destination rank, destination index)."""
+    if coll.kind is None:
+        return [{getattr(k, "value", k): list(v) for k, v in b.items()} for b in coll.init_buffers()]
+    n, f = coll.num_ranks, coll.chunk_factor
+    state = []
+    for r in range(n):
+        if coll.kind == "alltoall":
+            inp = [Chunk(r, k, k // f, k % f + r * f) for k in range(n * f)]
+            out = [None] * (n * f)
+        elif coll.kind == "allgather":
+            inp = [Chunk(r, c, -1, r * f + c) for c in range(f)]
+            out = [None] * (n * f)
+            if coll.inplace:
+                out[r * f:(r + 1) * f] = inp
+        elif coll.kind == "reducescatter":
+            inp = [Chunk(r, k, k // f, k % f) for k in range(n * f)]
+            out = [None] * f
+        else:  # allreduce, broadcast
+            inp = [Chunk(r, c, -1, c) for c in range(f)]
+            out = [None] * f
+        state.append({"input": inp, "output": out})
+    return state
+
+
+def _apply(state, coll, e):
+    """Applies one recorded copy or reduce to the symbolic buffers."""
+    def slots(rank, name, index, size):
+        name, index = _canon(coll, rank, name, index)
+        buf = state[rank].setdefault(name, [])
+        while len(buf) < index + size:
+            buf.append(None)
+        return buf, index
+
+    if e["op"] == "copy":
+        (sr, sb, si, n), (dr, db, di) = e["src"], e["dst"]
+        src, si = slots(sr, sb, si, n)
+        # msccl-tools names an in-place destination slot with the sender's rank.
+        db, di = _canon(coll, sr, db, di)
+        dst, di = slots(dr, db, di, n)
+        dst[di:di + n] = src[si:si + n]
+    elif e["op"] == "reduce":
+        (dr, db, di, n), (sr, sb, si, _) = e["dst"], e["src"]
+        src, si = slots(sr, sb, si, n)
+        dst, di = slots(dr, db, di, n)
+        for j in range(n):
+            a, b = dst[di + j], src[si + j]
+            if a is None or b is None:
+                continue  # synth reports the empty slot when it compiles the program
+            left = a.chunks if isinstance(a, ReduceChunk) else [a]
+            right = b.chunks if isinstance(b, ReduceChunk) else [b]
+            dst[di + j] = ReduceChunk(dr, left + right)
 
 
 def _prog():
@@ -171,7 +255,9 @@ class Ref:
         self.prog._record({"op": "copy", "src": self._desc(), "dst": [dst, name, index],
                            "sendtb": sendtb, "recvtb": recvtb, "ch": ch})
         self.prog._grow(dst, name, index + self.size)
-        return Ref(self.prog, dst, buffer, index, self.size)
+        # The slot as msccl-tools names it: in place, from the sender's rank slice.
+        name, index = _canon(self.prog.collective, self.rank, name, index)
+        return Ref(self.prog, dst, _buffer_of(name), index, self.size)
 
     def reduce(self, other, buffer=None, index=-1, sendtb=-1, recvtb=-1, ch=-1):
         if isinstance(other, Ref):
@@ -193,18 +279,57 @@ class Ref:
                 for k in range(num)]
 
     def group(self, other):
-        if (other.rank, _buffer_name(other.buffer)) != (self.rank, _buffer_name(self.buffer)) \
-                or self.index + self.size != other.index:
-            raise ValueError("group needs two adjacent chunk references of one buffer")
-        return Ref(self.prog, self.rank, self.buffer, self.index, self.size + other.size)
+        """The span from the lower of the two references to the end of the higher one, in
+        either order (as msccl-tools)."""
+        if other.rank != self.rank:
+            raise ValueError(f"cannot group chunks of ranks {self.rank} and {other.rank}")
+        if _buffer_name(other.buffer) != _buffer_name(self.buffer):
+            raise ValueError(f"cannot group chunks of buffers {_buffer_name(self.buffer)} "
+                             f"and {_buffer_name(other.buffer)}")
+        first = min(self.index, other.index)
+        end = max(self.index + self.size, other.index + other.size)
+        return Ref(self.prog, self.rank, self.buffer, first, end - first)
+
+    def _chunk(self, index):
+        _int(index, "index")
+        return self.prog._chunk_at(self.rank, self.buffer, self.index + index)
+
+    def get_origin_index(self, index=0):
+        """The input index the chunk at slot `index` of this reference started at."""
+        return self._chunk(index).origin_index
+
+    def get_origin_rank(self, index=0):
+        """The rank the chunk at slot `index` of this reference started on."""
+        return self._chunk(index).origin_rank
+
+    def get_dst_index(self, index=0):
+        """The output index the collective sends the chunk at slot `index` to."""
+        return self._chunk(index).dst_index
+
+    def get_dst_rank(self, index=0):
+        """The rank the collective sends the chunk at slot `index` to (-1: every rank)."""
+        return self._chunk(index).dst_rank
+
+    def print_chunk_info(self, index=0):
+        """Prints the chunk at slot `index` of this reference."""
+        print(self._chunk(index))
 
     def __repr__(self):
         return f"Ref(rank={self.rank}, buffer={_buffer_name(self.buffer)}, index={self.index}, size={self.size})"
 
 
+def _buffer_of(name):
+    """Buffer.input / Buffer.output for their names, a scratch name as it is."""
+    return Buffer(name) if name in ("input", "output") else name
+
+
 def chunk(rank, buffer, index, size=1):
-    """A reference to `size` slots of `rank`'s `buffer` starting at `index`."""
-    return Ref(_prog(), _int(rank, "rank"), buffer, _int(index, "index"), _int(size, "size"))
+    """A reference to `size` slots of `rank`'s `buffer` starting at `index` (in place, the
+    slot the collective aliases it to, as msccl-tools)."""
+    prog = _prog()
+    _int(rank, "rank")
+    name, index = _canon(prog.collective, rank, _buffer_name(buffer), _int(index, "index"))
+    return Ref(prog, rank, _buffer_of(name), index, _int(size, "size"))
 
 
 def create_scratch(rank, name):
@@ -261,13 +386,26 @@ def Print():
     print(f"{len(_prog().events)} operations recorded", file=sys.stderr)
 
 
+_failed = False  # set when the script raised: its first error is the one reported
+
+
 def _write_trace():
+    if _failed:
+        return
+    try:
+        described = [p._describe() for p in _programs]
+    except BaseException as e:  # a custom collective's own check() or init_buffers() failed
+        _one_line_errors(type(e), e, e.__traceback__)
+        sys.stderr.flush()
+        os._exit(1)
     with open(_TRACE, "w") as f:
-        json.dump([p._describe() for p in _programs], f)
+        json.dump(described, f)
 
 
 def _one_line_errors(kind, value, tb):
     """Under synth compile, an exception becomes one line: file:line: type: message."""
+    global _failed
+    _failed = True
     where, mine = ("<unknown>", 0), None
     if isinstance(value, SyntaxError) and value.filename:
         where = mine = (value.filename, value.lineno or 0)

@@ -23,7 +23,8 @@ class Chunk:
         return hash(self._key())
 
     def __repr__(self):
-        return f"Chunk({self.origin_rank}, {self.origin_index})"
+        return (f"Chunk(origin_rank={self.origin_rank}, origin_index={self.origin_index}, "
+                f"dst_rank={self.dst_rank}, dst_index={self.dst_index})")
 
 
 class ReduceChunk:
@@ -88,10 +89,8 @@ class Collective:
         state = []
         for rank_bufs in bufs:
             state.append({getattr(k, "value", k): list(v) for k, v in rank_bufs.items()})
-        alias = {"output": "input"} if self.inplace else {}
-
+        # msccl-tools keeps a custom collective's input and output apart, in place or not.
         def slots(rank, name, index, size):
-            name = alias.get(name, name)
             buf = state[rank].setdefault(name, [])
             while len(buf) < index + size:
                 buf.append(None)
@@ -134,8 +133,6 @@ class Collective:
                 d[name] = values
                 if name in ("input", "output"):
                     d[Buffer(name)] = values
-            if self.inplace:
-                d["output"] = d[Buffer.output] = d.get("input", [])
             view.buffers.append(d)
         return bool(self.check(view))
 
@@ -160,7 +157,7 @@ class Collective:
             state = self._custom_state(events)
             post = []
             for rank, bufs in enumerate(state):
-                out = bufs.get("input" if self.inplace else "output", [])
+                out = bufs.get("output", [])
                 for index, value in enumerate(out[:sizes["output"]]):
                     if value is not None:
                         post.append({"rank": rank, "chunk": index,

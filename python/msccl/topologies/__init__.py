@@ -60,28 +60,16 @@ def star(num_nodes, non_blocking=True):
                     spec=f"star:{num_nodes}")
 
 
-_DGX1 = [
-    [0, 2, 1, 1, 2, 0, 0, 0],
-    [2, 0, 1, 2, 0, 1, 0, 0],
-    [1, 1, 0, 2, 0, 0, 2, 0],
-    [1, 2, 2, 0, 0, 0, 0, 1],
-    [2, 0, 0, 0, 0, 2, 1, 1],
-    [0, 1, 0, 0, 2, 0, 1, 2],
-    [0, 0, 2, 0, 1, 1, 0, 2],
-    [0, 0, 0, 1, 1, 2, 2, 0],
-]
-
-
 def dgx1():
-    return Topology("dgx1", [row[:] for row in _DGX1], spec="dgx1")
+    """The DGX-1 NVLink graph (also in `msccl.topologies.nvidia`)."""
+    from .nvidia import dgx1 as _dgx1
+    return _dgx1()
 
 
 def nvlink_only(nvidia_smi_topo=None):
-    """The NVLink graph of a DGX-1 (reading nvidia-smi output is not supported)."""
-    if nvidia_smi_topo is not None:
-        raise ValueError("nvlink_only(nvidia_smi_topo) is not supported; use "
-                         "msccl.topologies.named('your.toml') or synth's nvidia-smi import")
-    return dgx1()
+    """The NVLink graph of a DGX-1 (also in `msccl.topologies.nvidia`)."""
+    from .nvidia import nvlink_only as _nvlink_only
+    return _nvlink_only(nvidia_smi_topo)
 
 
 def named(spec, ranks=None):

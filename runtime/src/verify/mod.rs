@@ -111,8 +111,9 @@ pub enum VerifyError {
         /// Its count.
         recv_count: usize,
     },
-    /// No threadblock can make progress.
-    #[error("{mode}: deadlock: {}", .waits.join("; "))]
+    /// No threadblock can make progress. The message names the first blocked threadblock
+    /// and counts the rest; [`VerifyError::detail`] lists every one.
+    #[error("{mode}: deadlock: {}", deadlock_summary(.waits))]
     Deadlock {
         /// Mode.
         mode: Mode,
@@ -208,6 +209,29 @@ impl Default for VerifyOptions {
 /// Verifies a program with the default options.
 pub fn verify(p: &Program) -> Result<(), VerifyError> {
     verify_with(p, &VerifyOptions::default())
+}
+
+/// The one-line summary of a deadlock: the first blocked threadblock and how many more.
+fn deadlock_summary(waits: &[String]) -> String {
+    match waits {
+        [] => "no threadblock can run".to_string(),
+        [one] => one.clone(),
+        [first, rest @ ..] => format!(
+            "{first}; {} more threadblocks blocked (all listed with --verbose or in --json)",
+            rest.len()
+        ),
+    }
+}
+
+impl VerifyError {
+    /// The lines beyond the one-line message: every blocked threadblock of a deadlock (empty
+    /// for other errors).
+    pub fn detail(&self) -> &[String] {
+        match self {
+            VerifyError::Deadlock { waits, .. } => waits,
+            _ => &[],
+        }
+    }
 }
 
 /// Verifies a program: structure, then symbolic execution in each declared mode.

@@ -2,14 +2,19 @@
 //! three flavours ([`Flavor`]), and a reader that mirrors the runtimes' lexical rules and
 //! checks everything their parser leaves unchecked (§1.12).
 
+mod dialect;
 mod lexer;
 mod reader;
 mod writer;
 
 pub use crate::ir::Flavor;
 pub use crate::limits::{Limits, MAX_NAME};
+pub use dialect::{Defaulted, Dialect, Refusal};
 pub use lexer::{parse_document, parse_streaming, Element};
-pub use reader::{read_file, read_str, CUSTOM_COMMENT};
+pub use reader::{
+    read_file, read_file_dialect, read_str, read_str_dialect, CUSTOM_COMMENT,
+    LEGACY_DEFAULT_MAX_BYTES,
+};
 pub use writer::{
     legacy_max_bytes, writable, write, write_to, WriteError, WriteProblem,
     LEGACY_MIN_COVERED_BYTES, LEGACY_SCRATCH_BYTES, LEGACY_UNLIMITED_MAX_BYTES,

@@ -3,9 +3,12 @@
 //! [`Program`]: `nop`s fold into the dependencies of the next step and XML step numbers
 //! become in-memory indices.
 
+use super::dialect::Dialect;
 use super::lexer::{parse_streaming, Element};
 use super::{XmlError, MAX_NGPUS, MAX_REDUCE_FUSION};
-use crate::ir::{Buffer, Collective, Dep, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
+use crate::ir::{
+    Buffer, Collective, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock,
+};
 use crate::limits::{self, Limits};
 use crate::semantics::Semantics;
 use std::collections::HashMap;
@@ -26,6 +29,11 @@ const MAX_DEPID: i64 = limits::MAX_DEPID as i64;
 
 /// Reads an MSCCL XML file.
 pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
+    read_file_dialect(path).map(|(p, _)| p)
+}
+
+/// Reads an MSCCL XML file, with what each runtime flavour would do with it.
+pub fn read_file_dialect(path: impl AsRef<Path>) -> Result<(Program, Dialect), XmlError> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| {
         XmlError::new(
@@ -38,17 +46,26 @@ pub fn read_file(path: impl AsRef<Path>) -> Result<Program, XmlError> {
             ),
         )
     })?;
-    read_str(&text)
+    read_str_dialect(&text)
 }
 
-/// Reads MSCCL XML text into a [`Program`], rejecting anything a runtime would reject or
-/// mis-execute. Each `<gpu>` element is turned into its part of the program as soon as it
-/// is read, so the document is never held as a tree.
+/// Reads MSCCL XML text into a [`Program`] (see [`read_str_dialect`]).
 pub fn read_str(text: &str) -> Result<Program, XmlError> {
+    read_str_dialect(text).map(|(p, _)| p)
+}
+
+/// Reads MSCCL XML text of any runtime's dialect into a [`Program`]: it accepts what at least
+/// one runtime flavour loads, defaults a missing attribute as the flavour that accepts the
+/// file does, and says in the [`Dialect`] which flavours would refuse it and why. What no
+/// runtime loads, or what one would load but mis-execute, is an error. Each `<gpu>` element
+/// is turned into its part of the program as soon as it is read, so the document is never
+/// held as a tree.
+pub fn read_str_dialect(text: &str) -> Result<(Program, Dialect), XmlError> {
+    let mut dialect = Dialect::default();
     let mut header: Option<Header> = None;
     let mut gpus: Vec<Option<Gpu>> = Vec::new();
     let mut elements = ElementCount::default();
-    let start = |top: &Element| -> Result<Header, XmlError> {
+    let mut start = |top: &Element| -> Result<Header, XmlError> {
         if top.name != "algo" {
             return Err(XmlError::new(
                 top.line,
@@ -58,8 +75,11 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
             ));
         }
         let custom = custom_comment(text)?;
-        read_algo(top, custom)
+        let h = read_algo(top, custom, &mut dialect)?;
+        refused_by_all(&dialect)?;
+        Ok(h)
     };
+    let mut gpu_dialect = Dialect::default();
     let top = parse_streaming(text, |top, child| {
         if header.is_none() {
             let h = start(top)?;
@@ -69,7 +89,7 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         let h = header.as_ref().expect("set above");
         expect_name(&child, "gpu")?;
         elements.add(&child);
-        let gpu = read_gpu(&child, h)?;
+        let gpu = read_gpu(&child, h, &mut gpu_dialect)?;
         let rank = gpu.rank;
         if gpus[rank].replace(gpu).is_some() {
             return Err(XmlError::new(
@@ -90,12 +110,19 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         }
     };
     elements.check()?;
+    for r in gpu_dialect.refusals {
+        dialect.refuse(&[r.flavor], r.line, r.reason);
+        if let Some(kept) = dialect.refusals.iter_mut().find(|k| k.flavor == r.flavor) {
+            kept.more += r.more;
+        }
+    }
+    refused_by_all(&dialect)?;
     let gpus = gpus
         .into_iter()
         .enumerate()
         .map(|(rank, g)| g.unwrap_or_else(|| empty_gpu(rank)))
         .collect();
-    Ok(Program {
+    let program = Program {
         name: header.name,
         collective: header.sem.collective,
         root: header.sem.root,
@@ -110,7 +137,43 @@ pub fn read_str(text: &str) -> Result<Program, XmlError> {
         custom: (header.sem.collective == Collective::Custom)
             .then_some(header.custom)
             .flatten(),
-    })
+    };
+    Ok((program, dialect))
+}
+
+/// A reason cut to 75 characters, so that three fit in one line of an error.
+fn shorten(reason: &str) -> String {
+    const MOST: usize = 75;
+    match reason.char_indices().nth(MOST) {
+        Some((at, _)) => format!("{}...", &reason[..at]),
+        None => reason.to_string(),
+    }
+}
+
+/// The error when no flavour would load the file: each flavour's first reason, one line.
+fn refused_by_all(dialect: &Dialect) -> Result<(), XmlError> {
+    if !dialect.refused_by_all() {
+        return Ok(());
+    }
+    let first = &dialect.refusals[0];
+    let reasons: Vec<String> = dialect
+        .refusals
+        .iter()
+        .map(|r| {
+            format!(
+                "{} (line {}): {}",
+                r.flavor.name(),
+                r.line,
+                shorten(&r.reason)
+            )
+        })
+        .collect();
+    Err(XmlError::new(
+        first.line,
+        "",
+        None,
+        format!("no MSCCL runtime loads this file: {}", reasons.join("; ")),
+    ))
 }
 
 /// What the runtimes' parser holds when it loads a rank (msccl-ir.md §1.1): the `algo`, every
@@ -322,11 +385,26 @@ struct Header {
     custom: Option<crate::ir::CustomCollective>,
 }
 
+/// The executor and RCCL: the runtimes that need `outofplace`, `minBytes` and `maxBytes`.
+const EXECUTORS: [Flavor; 2] = [Flavor::Nccl, Flavor::Rccl];
+
+/// The legacy runtime's `maxBytes` when the attribute is missing (exclusive): 128 MiB.
+pub const LEGACY_DEFAULT_MAX_BYTES: u64 = 1 << 27;
+
 fn read_algo(
     el: &Element,
     custom: Option<crate::ir::CustomCollective>,
+    dialect: &mut Dialect,
 ) -> Result<Header, XmlError> {
-    let name = attr(el, "name")?.to_string();
+    let missing = |key: &str| format!("Attribute {key} of node algo not found");
+    // Only the legacy runtime reads `name`.
+    let name = match el.attr("name") {
+        Some(n) => n.to_string(),
+        None => {
+            dialect.refuse(&[Flavor::Legacy], el.line, missing("name"));
+            String::new()
+        }
+    };
     let proto = attr(el, "proto")?;
     let protocol = Protocol::from_name(proto).ok_or_else(|| {
         err(
@@ -342,8 +420,26 @@ fn read_algo(
     let coll = attr(el, "coll")?;
     let collective = Collective::from_xml_name(coll)
         .ok_or_else(|| err(el, "coll", format!("MSCCL: unsupported collective: {coll}")))?;
+    for flavor in Flavor::ALL {
+        if collective.xml_name(flavor) != Some(coll) {
+            let why = match flavor {
+                Flavor::Legacy => format!("MSCCL: collective type {coll} is not supported."),
+                _ => format!("MSCCL: unsupported collective: {coll}"),
+            };
+            dialect.refuse(&[flavor], el.line, why);
+        }
+    }
     let inplace = flag(el, "inplace")?;
-    let outofplace = flag(el, "outofplace")?;
+    // The legacy runtime has no `outofplace`: it selects a file only when `inplace` equals
+    // the call's in-placeness.
+    let outofplace = match el.attr("outofplace") {
+        Some(_) => flag(el, "outofplace")?,
+        None => {
+            dialect.refuse(&EXECUTORS, el.line, missing("outofplace"));
+            dialect.defaulted_to("algo outofplace", u8::from(!inplace), Flavor::Legacy);
+            !inplace
+        }
+    };
     if !inplace && !outofplace {
         return Err(err(
             el,
@@ -351,8 +447,27 @@ fn read_algo(
             "inplace and outofplace are both 0: the algorithm is never selected",
         ));
     }
-    let min_bytes = int_in(el, "minBytes", 0, i64::MAX)? as u64;
-    let max_bytes = int_in(el, "maxBytes", 0, i64::MAX)? as u64;
+    let min_bytes = match el.attr("minBytes") {
+        Some(_) => int_in(el, "minBytes", 0, i64::MAX)? as u64,
+        None => {
+            dialect.refuse(&EXECUTORS, el.line, missing("minBytes"));
+            dialect.defaulted_to("algo minBytes", 0, Flavor::Legacy);
+            0
+        }
+    };
+    let max_bytes = match el.attr("maxBytes") {
+        Some(_) => int_in(el, "maxBytes", 0, i64::MAX)? as u64,
+        None => {
+            // Legacy's default bound is exclusive; the program holds the inclusive one.
+            dialect.refuse(&EXECUTORS, el.line, missing("maxBytes"));
+            dialect.defaulted_to(
+                "algo maxBytes",
+                format!("{LEGACY_DEFAULT_MAX_BYTES} (exclusive: calls under 128 MiB)"),
+                Flavor::Legacy,
+            );
+            LEGACY_DEFAULT_MAX_BYTES - 1
+        }
+    };
     if max_bytes != 0 && min_bytes > max_bytes {
         return Err(err(
             el,
@@ -360,15 +475,42 @@ fn read_algo(
             format!("maxBytes {max_bytes} is below minBytes {min_bytes}"),
         ));
     }
+    if max_bytes == 0 {
+        dialect.refuse(
+            &[Flavor::Legacy],
+            el.line,
+            "maxBytes=\"0\": the legacy runtime never selects it (its range is minBytes <= size < maxBytes)",
+        );
+    }
+    if let Some(v) = el.attr("nthreads") {
+        match parse_decimal(v) {
+            Ok(n) if n % 32 == 0 => {}
+            _ => dialect.refuse(
+                &[Flavor::Legacy],
+                el.line,
+                format!("MSCCL nthreads must be a multiplication of 32 (nthreads=\"{v}\")"),
+            ),
+        }
+    }
     let root = match el.attr("root") {
         Some(_) => int_in(el, "root", 0, ngpus as i64 - 1)? as usize,
         None => 0,
     };
     let sem = match (collective, &custom) {
         (Collective::Custom, Some(c)) => Semantics::custom(c, ngpus, nchunks, false),
-        (Collective::Custom, None) => return Err(err(el, "coll", format!(
-            "coll=\"custom\" needs the collective's pre- and postcondition, which synth writes in a leading <!-- {CUSTOM_COMMENT} {{...}} --> comment; this file has none"
-        ))),
+        // No conditions: the layout is what the GPUs declare, checked by the legacy rule
+        // (every used buffer has nchunksperloop chunks); nothing is required of the output.
+        (Collective::Custom, None) => Semantics::custom(
+            &crate::ir::CustomCollective {
+                input_chunks: nchunks,
+                output_chunks: nchunks,
+                pre: Vec::new(),
+                post: Vec::new(),
+            },
+            ngpus,
+            nchunks,
+            false,
+        ),
         _ => Semantics::new(collective, ngpus, nchunks, root, false),
     }
     .map_err(|m| err(el, "nchunksperloop", m))?;
@@ -389,7 +531,7 @@ fn read_algo(
 // ---------------------------------------------------------------------------------------
 // <gpu>
 
-fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
+fn read_gpu(el: &Element, h: &Header, dialect: &mut Dialect) -> Result<Gpu, XmlError> {
     let rank = int_in(el, "id", 0, h.ngpus as i64 - 1)? as usize;
     let input_chunks = int_in(el, "i_chunks", 0, MAX_OFFSET + 1)? as usize;
     let output_chunks = int_in(el, "o_chunks", 0, MAX_OFFSET + 1)? as usize;
@@ -412,7 +554,7 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
         ));
     }
     let scratch_chunks = s as usize;
-    let (input_chunks, output_chunks) = check_extents(el, h, input_chunks, output_chunks)?;
+    let (input_chunks, output_chunks) = check_extents(el, h, input_chunks, output_chunks, dialect);
     let mut gpu = Gpu {
         rank,
         input_chunks,
@@ -420,7 +562,7 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
         scratch_chunks,
         threadblocks: Vec::new(),
     };
-    let raws = read_threadblocks(el, h, &gpu)?;
+    let raws = read_threadblocks(el, h, &gpu, dialect)?;
     check_dependencies(&raws, rank)?;
     let maps: Vec<Vec<Option<usize>>> = raws.iter().map(index_map).collect();
     gpu.threadblocks = raws.iter().map(|tb| to_threadblock(tb, &maps)).collect();
@@ -432,23 +574,32 @@ fn read_gpu(el: &Element, h: &Header) -> Result<Gpu, XmlError> {
 /// output multiplier (ngpus for reduce-scatter, else 1) must equal nchunksperloop. For
 /// built-in collectives that is the semantics' extent; a custom collective (multipliers 1,
 /// loaded only by the legacy runtime) declares nchunksperloop for every buffer it uses,
-/// whatever its conditions' counts. Returns the extents of the program in memory: a custom
-/// collective's from its conditions.
-fn check_extents(el: &Element, h: &Header, i: usize, o: usize) -> Result<(usize, usize), XmlError> {
+/// whatever its conditions' counts. The executor and RCCL do not check this, so a mismatch
+/// is a legacy refusal. Returns the extents of the program in memory: a custom collective's
+/// from its conditions.
+fn check_extents(
+    el: &Element,
+    h: &Header,
+    i: usize,
+    o: usize,
+    dialect: &mut Dialect,
+) -> (usize, usize) {
     let custom = h.sem.collective == Collective::Custom;
     let extent = |b: Buffer| h.sem.extent(b).unwrap_or(0);
     let declared = |b: Buffer| if custom { h.sem.nchunks } else { extent(b) };
     let (full_i, full_o) = (declared(Buffer::Input), declared(Buffer::Output));
     for (key, v, full) in [("i_chunks", i, full_i), ("o_chunks", o, full_o)] {
         if v != 0 && v != full {
-            return Err(err(el, key, format!(
+            dialect.refuse(&[Flavor::Legacy], el.line, format!(
                 "Inconsistency between i_chunks/o_chunks ({i}/{o}) and nchunksperloop ({}) for collective {}: {key} must be 0 or {full}",
                 h.sem.nchunks, h.sem.collective
-            )));
+            ));
         }
     }
-    let in_memory = |v: usize, b: Buffer| if v == 0 { 0 } else { extent(b) };
-    Ok((in_memory(i, Buffer::Input), in_memory(o, Buffer::Output)))
+    // The executor checks offsets against the declared count; the buffer itself has the
+    // collective's extent.
+    let in_memory = |v: usize, b: Buffer| v.min(extent(b));
+    (in_memory(i, Buffer::Input), in_memory(o, Buffer::Output))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -476,6 +627,7 @@ fn read_threadblocks<'a>(
     gpu_el: &'a Element<'a>,
     h: &Header,
     gpu: &Gpu,
+    dialect: &mut Dialect,
 ) -> Result<Vec<RawTb<'a>>, XmlError> {
     let mut by_id: HashMap<usize, RawTb<'a>> = HashMap::new();
     let mut links: HashMap<(usize, usize, bool), usize> = HashMap::new();
@@ -495,7 +647,16 @@ fn read_threadblocks<'a>(
             ));
         }
         let id = id as usize;
-        let tb = read_tb(el, h, gpu)?;
+        for flavor in Flavor::ALL {
+            let limit = Limits::of(flavor).max_tbs;
+            if id >= limit {
+                dialect.refuse(&[flavor], el.line, format!(
+                    "MSCCL: too many thread blocks are requested (thread block {id} on GPU {}; at most {limit})",
+                    gpu.rank
+                ));
+            }
+        }
+        let tb = read_tb(el, h, gpu, dialect)?;
         for (p, is_send) in [(tb.send, true), (tb.recv, false)] {
             let Some(p) = p else { continue };
             let on_channel = peers.entry((tb.chan, is_send)).or_insert(0);
@@ -542,7 +703,12 @@ fn read_threadblocks<'a>(
         .collect()
 }
 
-fn read_tb<'a>(el: &'a Element<'a>, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, XmlError> {
+fn read_tb<'a>(
+    el: &'a Element<'a>,
+    h: &Header,
+    gpu: &Gpu,
+    dialect: &mut Dialect,
+) -> Result<RawTb<'a>, XmlError> {
     let send = peer(el, "send", gpu.rank, h.ngpus)?;
     let recv = peer(el, "recv", gpu.rank, h.ngpus)?;
     let chan = int(el, "chan")?;
@@ -570,9 +736,24 @@ fn read_tb<'a>(el: &'a Element<'a>, h: &Header, gpu: &Gpu) -> Result<RawTb<'a>, 
             ),
         ));
     }
+    for flavor in Flavor::ALL {
+        let limit = Limits::of(flavor).max_steps;
+        if el.children.len() > limit {
+            dialect.refuse(&[flavor], el.line, format!(
+                "MSCCL: too many steps are requested: thread block {} on GPU {} has {} (at most {limit})",
+                el.attr("id").unwrap_or("?"), gpu.rank, el.children.len()
+            ));
+        }
+    }
     for (pos, sel) in el.children.iter().enumerate() {
         expect_name(sel, "step")?;
         let step = read_step(sel, pos, &tb, gpu)?;
+        if step.op.is_fused() {
+            dialect.refuse(&[Flavor::Rccl], sel.line, format!(
+                "MSCCL: this version of MSCCL build doesn't support full Ops (step type {}; RCCL runs only s, r, cpy, re, nop)",
+                step.op
+            ));
+        }
         tb.steps.push(step);
     }
     check_nop_chains(&tb)?;

@@ -43,8 +43,24 @@ pub struct CompileArgs {
     args: Vec<String>,
 }
 
-/// Runs `synth compile`.
+/// Runs `synth compile`; with `--json`, a failure is a document too (`ok: false`, the
+/// one-line `error` and its `detail`).
 pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
+    let result = compile(args, json, out);
+    if let (Err(e), true) = (&result, json) {
+        let doc = json!({
+            "file": args.file,
+            "ok": false,
+            "error": format!("{e:#}").replace('\n', " "),
+            "detail": super::error_detail(e),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    }
+    result
+}
+
+/// Compiles every program of `args.file`.
+fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     if !args.stdout && !args.check {
         super::lower_args::check_out(&args.out)?;
     }
@@ -54,6 +70,7 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         frontend::run_script(&args.file, &args.args, args.time_limit)?
     };
     let mut docs = Vec::new();
+    let mut stems = std::collections::HashSet::new();
     for t in &programs {
         let custom = t.collective.kind.starts_with("custom");
         let flavor = super::lower_args::resolve_flavor(args.flavor.as_deref(), None, custom)?;
@@ -80,7 +97,8 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             out.write_all(xml.as_bytes())?;
             continue;
         }
-        let path = write_xml(&args.out, &program, &xml)?;
+        let stem = unique_stem(&mut stems, &program.name);
+        let path = write_xml(&args.out, &stem, &xml)?;
         let compiled = Compiled {
             program: &program,
             replayed: &replayed,
@@ -102,11 +120,27 @@ pub fn run(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Writes a compiled program's XML as `DIR/NAME.xml`; returns the path.
-fn write_xml(dir: &Path, program: &Program, xml: &str) -> Result<String> {
+/// The file stem of a program: its name's, or with `-2`, `-3`, ... where an earlier program
+/// of the same script took it (a note on stderr says so).
+fn unique_stem(taken: &mut std::collections::HashSet<String>, name: &str) -> String {
+    let base = file_stem(name);
+    let mut stem = base.clone();
+    let mut k = 1;
+    while !taken.insert(stem.clone()) {
+        k += 1;
+        stem = format!("{base}-{k}");
+    }
+    if k > 1 {
+        eprintln!("note: another program of this script is named `{name}`: this one is written as {stem}.xml");
+    }
+    stem
+}
+
+/// Writes a compiled program's XML as `DIR/STEM.xml`; returns the path.
+fn write_xml(dir: &Path, stem: &str, xml: &str) -> Result<String> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
-    let path = dir.join(format!("{}.xml", file_stem(&program.name)));
+    let path = dir.join(format!("{stem}.xml"));
     std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(path.display().to_string())
 }

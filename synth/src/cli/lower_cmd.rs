@@ -2,6 +2,7 @@
 //! msccl-tools JSON with `msccl_type`) to verified MSCCL XML without solving again (SCCL's
 //! `ncclize`), and the reading of algorithm files shared by `verify` and `simulate`.
 
+use super::file_notes::FileNotes;
 use super::lower_args::{check_out, write_xml, LowerArgs};
 use crate::algo_file::{self, Format, Loaded};
 use crate::lower::{lower_verified, LowerOptions};
@@ -82,16 +83,23 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Reads any file `verify` and `simulate` accept: MSCCL XML or program JSON as a program;
-/// an algorithm file (synth's or msccl-tools') is checked and lowered out of place with the
-/// default options (and returned beside its program).
-pub fn read_any(path: &str, topo: Option<&str>) -> Result<(Program, Option<Loaded>)> {
+/// Reads a program from any file `verify`, `run` and `simulate` take (MSCCL XML, program
+/// JSON, algorithm JSON lowered with the default options), with the file's notes (which
+/// runtimes load an XML file, defaults, whether the postcondition is known).
+pub fn read_any_noted(
+    path: &str,
+    topo: Option<&str>,
+) -> Result<(Program, Option<Loaded>, FileNotes)> {
     match algo_file::detect(path)? {
-        Format::Xml | Format::Program => Ok((super::run_cmd::read_program(path)?, None)),
+        Format::Xml | Format::Program => {
+            let (program, notes) = super::run_cmd::read_program(path)?;
+            Ok((program, None, notes))
+        }
         Format::Algorithm | Format::Msccl => {
             let loaded = algo_file::read_algorithm(path, topo)?;
             let program = lower_default(path, &loaded)?;
-            Ok((program, Some(loaded)))
+            let notes = FileNotes::new(&program, None);
+            Ok((program, Some(loaded), notes))
         }
     }
 }

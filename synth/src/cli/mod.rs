@@ -6,6 +6,7 @@ mod bench_zoo;
 mod catalog_cmd;
 mod compile_cmd;
 mod draw_cmd;
+mod file_notes;
 pub mod limits;
 mod lower_args;
 mod lower_cmd;
@@ -32,6 +33,10 @@ pub struct Cli {
     /// Print one JSON document to stdout instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// On an error, print its full detail on stderr after the one-line message (every
+    /// blocked threadblock of a deadlock).
+    #[arg(long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,21 +92,75 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let cli = Cli::try_parse_from(args).map_err(clap_error)?;
-    match cli.command {
+    dispatch(&cli, out).map_err(|e| {
+        if cli.verbose {
+            let detail = error_detail(&e).to_vec();
+            if !detail.is_empty() {
+                return e.context(Verbose(detail));
+            }
+        }
+        e
+    })
+}
+
+/// Under `--verbose`, the detail lines of an error, printed after its one-line message.
+#[derive(Debug, Clone)]
+pub struct Verbose(pub Vec<String>);
+
+impl std::fmt::Display for Verbose {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} lines of detail", self.0.len())
+    }
+}
+
+/// Prints an error as the binary does: `error: ` and one line on stderr, then under
+/// `--verbose` its detail lines, indented.
+pub fn print_error(e: &anyhow::Error) {
+    let (text, detail) = match e.downcast_ref::<Verbose>() {
+        // The marker is the outermost context: the message is the chain under it.
+        Some(Verbose(lines)) => {
+            let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+            (causes.join(": "), lines.as_slice())
+        }
+        None => (format!("{e:#}"), &[][..]),
+    };
+    eprintln!("error: {}", text.replace('\n', " "));
+    for line in detail {
+        eprintln!("  {line}");
+    }
+}
+
+/// The lines beyond an error's one-line message (`--verbose`; in `--json` documents): every
+/// blocked threadblock of a deadlock, from the verifier or from a compiled DSL program.
+pub fn error_detail(e: &anyhow::Error) -> &[String] {
+    for cause in e.chain() {
+        if let Some(d) = cause.downcast_ref::<crate::dsl::DslError>() {
+            return &d.detail;
+        }
+        if let Some(v) = cause.downcast_ref::<runtime::verify::VerifyError>() {
+            return v.detail();
+        }
+    }
+    &[]
+}
+
+/// Runs the command `cli` names.
+fn dispatch(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<()> {
+    match &cli.command {
         None => synth_cmd::run(&cli.synth, cli.json, out),
-        Some(Command::Topo(args)) => topo_cmd::run(&args, cli.json, out),
+        Some(Command::Topo(args)) => topo_cmd::run(args, cli.json, out),
         Some(Command::Bounds(args)) => {
             let topo = args.nodes.load(&args.topo)?;
             synth_cmd::bounds(topo, &args.coll, args.root, cli.json, out)
         }
-        Some(Command::Bench(args)) => bench_cmd::run(&args, cli.json, out),
-        Some(Command::Verify(args)) => run_cmd::verify(&args, cli.json, out),
-        Some(Command::Run(args)) => run_cmd::run(&args, cli.json, out),
-        Some(Command::Lower(args)) => lower_cmd::run(&args, cli.json, out),
-        Some(Command::Simulate(args)) => simulate_cmd::run(&args, cli.json, out),
-        Some(Command::Catalog(args)) => catalog_cmd::run(&args, cli.json, out),
-        Some(Command::Compile(args)) => compile_cmd::run(&args, cli.json, out),
-        Some(Command::Draw(args)) => draw_cmd::run(&args, cli.json, out),
+        Some(Command::Bench(args)) => bench_cmd::run(args, cli.json, out),
+        Some(Command::Verify(args)) => run_cmd::verify(args, cli.json, out),
+        Some(Command::Run(args)) => run_cmd::run(args, cli.json, out),
+        Some(Command::Lower(args)) => lower_cmd::run(args, cli.json, out),
+        Some(Command::Simulate(args)) => simulate_cmd::run(args, cli.json, out),
+        Some(Command::Catalog(args)) => catalog_cmd::run(args, cli.json, out),
+        Some(Command::Compile(args)) => compile_cmd::run(args, cli.json, out),
+        Some(Command::Draw(args)) => draw_cmd::run(args, cli.json, out),
     }
 }
 

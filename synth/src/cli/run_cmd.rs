@@ -1,6 +1,7 @@
 //! `synth verify FILE.xml` and `synth run FILE.xml`: check any MSCCL XML file, and execute it
 //! on the CPU executor with real data, nccl-tests style.
 
+use super::file_notes::FileNotes;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use runtime::cpu::{
@@ -59,32 +60,32 @@ impl RunArgs {
     }
 }
 
-/// Reads a program from MSCCL XML (or our JSON form).
-pub fn read_program(path: &str) -> Result<Program> {
+/// Reads a program from MSCCL XML (any runtime's dialect) or our JSON form, with its notes.
+pub fn read_program(path: &str) -> Result<(Program, FileNotes)> {
     if path.ends_with(".json") {
         let text = std::fs::read_to_string(path).with_context(|| format!("{path}: cannot read"))?;
-        return serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e));
+        let program: Program =
+            serde_json::from_str(&text).map_err(|e| crate::util::json_error(path, &e))?;
+        let notes = FileNotes::new(&program, None);
+        return Ok((program, notes));
     }
-    runtime::xml::read_file(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))
+    let (program, dialect) =
+        runtime::xml::read_file_dialect(path).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    let notes = FileNotes::new(&program, Some(dialect));
+    Ok((program, notes))
 }
 
 /// Reads `synth verify`'s file in whichever format it is: a program as it is, an algorithm
 /// file lowered with the default options (with the algorithm, for the report).
-fn read_verify_input(args: &VerifyArgs) -> Result<(Program, Option<crate::algo_file::Loaded>)> {
-    use crate::algo_file::{detect, read_algorithm, Format};
-    Ok(match detect(&args.file)? {
-        Format::Xml | Format::Program => (read_program(&args.file)?, None),
-        Format::Algorithm | Format::Msccl => {
-            let loaded = read_algorithm(&args.file, args.topo.as_deref())?;
-            let program = super::lower_cmd::lower_default(&args.file, &loaded)?;
-            (program, Some(loaded))
-        }
-    })
+fn read_verify_input(
+    args: &VerifyArgs,
+) -> Result<(Program, Option<crate::algo_file::Loaded>, FileNotes)> {
+    super::lower_cmd::read_any_noted(&args.file, args.topo.as_deref())
 }
 
 /// Runs `synth verify`.
 pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> {
-    let (program, loaded) = match read_verify_input(args) {
+    let (program, loaded, notes) = match read_verify_input(args) {
         Ok(read) => read,
         Err(e) if json => {
             // `--json` always prints a document, also when the file cannot be read.
@@ -107,9 +108,14 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
             "topology": loaded.as_ref().map(|l| &l.topology.name),
             "ok": result.is_ok(),
             "error": result.as_ref().err().map(|e| e.to_string()),
+            "detail": result.as_ref().err().map_or(&[][..], |e| e.detail()),
             "ngpus": program.ngpus,
             "collective": format!("{:?}", program.collective),
             "steps": program.step_count(),
+            "notes": notes.lines(),
+            "runtimes": notes.json()["runtimes"],
+            "defaulted": notes.json()["defaulted"],
+            "postcondition_known": notes.postcondition_known,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         if result.is_err() {
@@ -117,7 +123,7 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
         }
         return Ok(());
     }
-    result.map_err(|e| anyhow::anyhow!("{}: {e}", args.file))?;
+    result.map_err(|e| anyhow::Error::new(e).context(args.file.clone()))?;
     if let Some(l) = &loaded {
         let a = &l.algorithm;
         writeln!(
@@ -146,6 +152,9 @@ pub fn verify(args: &VerifyArgs, json: bool, out: &mut dyn Write) -> Result<()> 
         program.inplace,
         program.outofplace
     )?;
+    for line in notes.lines() {
+        writeln!(out, "  {line}")?;
+    }
     Ok(())
 }
 
@@ -161,7 +170,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         other => bail!("unknown --backend `{other}` (cpu or cuda)"),
     }
-    let program = super::lower_cmd::read_any(&args.file, None)?.0;
+    let (program, _, notes) = super::lower_cmd::read_any_noted(&args.file, None)?;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
@@ -181,7 +190,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     };
     let rounded = rounded(&program, &options.sizes, dtype.size());
     let rows = sweep(&program, &options).map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
-    report(&args.file, &rows, &rounded, json, out)
+    report(&args.file, &rows, &rounded, &notes, json, out)
 }
 
 /// A size asked for that runs as another: the buffer holds whole elements in each of the
@@ -217,7 +226,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     use runtime::cuda::{CudaOptions, Dtype};
     // One line and a non-zero exit without a usable GPU.
     runtime::cuda::available().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
-    let program = super::lower_cmd::read_any(&args.file, None)?.0;
+    let (program, _, notes) = super::lower_cmd::read_any_noted(&args.file, None)?;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = Dtype::parse(&args.dtype)
         .with_context(|| format!("unknown --dtype `{}` (f32, f16 or bf16)", args.dtype))?;
@@ -234,7 +243,7 @@ fn run_cuda(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let rounded = rounded(&program, &options.sizes, dtype.size());
     let rows = runtime::cuda::sweep(&program, &options)
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
-    report(&args.file, &rows, &rounded, json, out)
+    report(&args.file, &rows, &rounded, &notes, json, out)
 }
 
 /// Says on stderr which sizes ran as another, prints the rows (nccl-tests' table, or JSON
@@ -243,6 +252,7 @@ fn report(
     file: &str,
     rows: &[SweepRow],
     rounded: &[Rounded],
+    notes: &FileNotes,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
@@ -254,7 +264,11 @@ fn report(
         );
     }
     if json {
-        let doc = serde_json::json!({"file": file, "rows": rows, "rounded": rounded});
+        let doc = serde_json::json!({
+            "file": file, "rows": rows, "rounded": rounded, "notes": notes.lines(),
+            "runtimes": notes.json()["runtimes"],
+            "postcondition_known": notes.postcondition_known,
+        });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
         write!(out, "{}", format_table(rows))?;
@@ -262,6 +276,9 @@ fn report(
     let wrong: usize = rows.iter().map(|r| r.wrong).sum();
     if wrong > 0 {
         bail!("{file}: {wrong} wrong elements");
+    }
+    if !json {
+        notes.print_stderr();
     }
     Ok(())
 }

@@ -50,12 +50,7 @@ struct Row {
 /// Runs `synth simulate`.
 pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let file = args.file.display().to_string();
-    let program = match crate::algo_file::detect(&file)? {
-        crate::algo_file::Format::Xml => {
-            runtime::xml::read_file(&args.file).map_err(|e| anyhow!("{file}: {e}"))?
-        }
-        _ => super::lower_cmd::read_any(&file, Some(&args.topo))?.0,
-    };
+    let (program, _, notes) = super::lower_cmd::read_any_noted(&file, Some(&args.topo))?;
     let topo = topology::load(&args.topo)?;
     if program.ngpus != topo.ranks {
         bail!(
@@ -83,11 +78,16 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             "bound_busbw_large": bound.busbw(),
             "bound_binding_cut": bound.binding,
             "rows": rows,
+            "notes": notes.lines(),
+            "runtimes": notes.json()["runtimes"],
+            "postcondition_known": notes.postcondition_known,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
-    print_rows(&program, &topo, &bound, &rows, out)
+    print_rows(&program, &topo, &bound, &rows, out)?;
+    notes.print_stderr();
+    Ok(())
 }
 
 /// Simulates `program` at each of `sizes`, and NCCL's baselines (those defined for its

@@ -349,7 +349,12 @@ impl Tracer {
     ) -> DslResult<()> {
         let s = self.resolve(src.0, src.1, src.2, src.3, false, &loc)?;
         let values = self.read(&s, "copy", &loc)?;
-        let d = self.resolve(dst_rank, dst_buffer, dst_index, src.3, true, &loc)?;
+        let (dst_buffer, dst_index) = self.collective.copy_target(src.0, dst_buffer, dst_index);
+        let d = self.resolve(dst_rank, &dst_buffer, dst_index, src.3, true, &loc)?;
+        if s == d {
+            // A copy onto itself does nothing (as in msccl-tools).
+            return Ok(());
+        }
         self.check_pair(&s, &d, "copy", &loc)?;
         for ((r, b, i), v) in d.slots().zip(values) {
             self.state.insert((r, b, i), v);

@@ -281,6 +281,19 @@ impl Collective {
         }
     }
 
+    /// The logical slot `copy(dst, buffer, index)` writes, as msccl-tools names it: in
+    /// place, an allgather's input slot and a reduce-scatter's output slot are the ones of
+    /// the *sender's* rank slice (msccl-tools maps them with the sending chunk's rank), so
+    /// `c.copy(dst, Buffer.input, i)` on rank r lands in output slot `r·f + i` of `dst`.
+    pub fn copy_target(&self, sender: usize, buffer: &Buffer, index: usize) -> (Buffer, usize) {
+        let f = self.chunk_factor;
+        match (self.inplace, self.kind, buffer) {
+            (true, Kind::AllGather, Buffer::Input) => (Buffer::Output, sender * f + index),
+            (true, Kind::ReduceScatter, Buffer::Output) => (Buffer::Input, sender * f + index),
+            _ => (buffer.clone(), index),
+        }
+    }
+
     /// The IR semantics of one instance (initial contents and postcondition).
     pub fn semantics(&self) -> Semantics {
         if let Some(c) = &self.conditions {

@@ -19,17 +19,26 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     }
     // One threadblock per peer is compact, but when both sides queue several messages to
     // each other before receiving it can fill the connections (the verifier's bounded
-    // FIFOs); then one threadblock per peer and direction.
-    let compact = build(t, &dag, true)?;
-    match runtime::verify::verify(&compact) {
-        Ok(()) => Ok(compact),
-        Err(runtime::verify::VerifyError::Deadlock { .. }) => {
-            let split = build(t, &dag, false)?;
-            runtime::verify::verify(&split).map_err(|e| unverified(t, e))?;
-            Ok(split)
-        }
-        Err(e) => Err(unverified(t, e)),
+    // FIFOs); then one threadblock per peer and direction. Interleaved instances cut steps
+    // into pieces, which multiplies the messages queued; where that deadlocks, the copies
+    // are laid out slice after slice instead (steps stay whole where they can).
+    let interleaved = t.options.interleaved_replication;
+    let mut layouts = vec![(true, interleaved), (false, interleaved)];
+    if interleaved && t.options.instances > 1 {
+        layouts.extend([(true, false), (false, false)]);
     }
+    let mut first_error = None;
+    for (pair, interleaved) in layouts {
+        let program = build(t, &dag, pair, interleaved)?;
+        match runtime::verify::verify(&program) {
+            Ok(()) => return Ok(program),
+            Err(e @ runtime::verify::VerifyError::Deadlock { .. }) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(unverified(t, first_error.unwrap_or(e))),
+        }
+    }
+    Err(unverified(t, first_error.expect("a deadlock was met")))
 }
 
 /// The error of a compiled program that fails verification.
@@ -38,18 +47,15 @@ fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
         &t.loc,
         format!("the compiled program fails verification: {e}"),
     )
+    .with_detail(e.detail().to_vec())
 }
 
-/// Schedules and replicates (one threadblock per peer where `pair`).
-fn build(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Program> {
+/// Schedules and replicates (one threadblock per peer where `pair`; copies interleaved
+/// where `interleaved`).
+fn build(t: &Tracer, dag: &Dag, pair: bool, interleaved: bool) -> DslResult<Program> {
     let gpus = schedule::schedule(t, dag, pair)?;
     let instances = t.options.instances;
-    let (gpus, custom) = replicate::replicate(
-        gpus,
-        &t.collective,
-        instances,
-        t.options.interleaved_replication,
-    );
+    let (gpus, custom) = replicate::replicate(gpus, &t.collective, instances, interleaved);
     let inplace = t.collective.inplace;
     let program = Program {
         name: t.name.clone(),

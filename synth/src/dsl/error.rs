@@ -43,6 +43,9 @@ pub struct DslError {
     pub loc: Loc,
     /// What is wrong (one line).
     pub message: String,
+    /// Further lines shown only on request (`--verbose`, `--json`): every blocked
+    /// threadblock of a deadlock.
+    pub detail: Vec<String>,
 }
 
 impl DslError {
@@ -52,7 +55,14 @@ impl DslError {
         DslError {
             loc: loc.clone(),
             message: message.split_whitespace().collect::<Vec<_>>().join(" "),
+            detail: Vec::new(),
         }
+    }
+
+    /// The error with `detail` lines.
+    pub fn with_detail(mut self, detail: Vec<String>) -> DslError {
+        self.detail = detail;
+        self
     }
 }
 

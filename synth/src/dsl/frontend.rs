@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The package files, relative to the `python/` folder of the repository.
-const PACKAGE: [(&str, &str); 6] = [
+const PACKAGE: [(&str, &str); 8] = [
     (
         "msccl/__init__.py",
         include_str!("../../../python/msccl/__init__.py"),
@@ -35,6 +35,14 @@ const PACKAGE: [(&str, &str); 6] = [
     (
         "msccl/topologies/distributed.py",
         include_str!("../../../python/msccl/topologies/distributed.py"),
+    ),
+    (
+        "msccl/topologies/nvidia.py",
+        include_str!("../../../python/msccl/topologies/nvidia.py"),
+    ),
+    (
+        "msccl/collectives.py",
+        include_str!("../../../python/msccl/collectives.py"),
     ),
 ];
 

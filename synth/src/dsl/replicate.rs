@@ -23,6 +23,11 @@ struct SlotMap {
     slice: usize,
     /// Scratch chunks of one copy, per rank.
     scratch: Vec<usize>,
+    /// Steps stay whole: copies are laid out slice after slice (not interleaved) and no
+    /// step's input or output slots cross a slice, so every step maps to one contiguous
+    /// run (cutting it would multiply the messages on each connection, and two ranks that
+    /// both send before they receive would fill their connections).
+    whole: bool,
 }
 
 impl SlotMap {
@@ -68,12 +73,23 @@ pub(crate) fn replicate(
             }
         }
     }
+    let slice = coll.slice();
+    let within_slices = gpus
+        .iter()
+        .flat_map(|g| g.threadblocks.iter().flat_map(|t| &t.steps))
+        .all(|s| {
+            [s.src, s.dst].iter().all(|slot| {
+                slot.buffer == Buffer::Scratch
+                    || slot.offset / slice == (slot.offset + s.count.max(1) - 1) / slice
+            })
+        });
     let map = SlotMap {
         instances,
         interleaved,
         granule: granule.max(1),
-        slice: coll.slice(),
+        slice,
         scratch: gpus.iter().map(|g| g.scratch_chunks).collect(),
+        whole: !interleaved && within_slices,
     };
     let custom = coll.replicated_conditions(instances, |k, i| map.user(k, i));
     let gpus = gpus
@@ -125,9 +141,9 @@ pub(crate) fn replicate(
 }
 
 /// The pieces of a step in copy `i`: `count / g` steps of g slots (one step when there is
-/// one copy); the first piece keeps the step's dependencies.
+/// one copy or steps stay whole); the first piece keeps the step's dependencies.
 fn split(s: &Step, rank: usize, i: usize, map: &SlotMap) -> Vec<Step> {
-    let unit = if map.instances == 1 {
+    let unit = if map.instances == 1 || map.whole {
         s.count
     } else {
         map.granule

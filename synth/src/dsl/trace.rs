@@ -251,10 +251,13 @@ fn collective(c: &TraceCollective, loc: &Loc) -> DslResult<Collective> {
                 "custom collective {name}: its check() fails on the program's final buffers"
             )));
         }
+        // msccl-tools keeps a custom collective's input and output apart whatever its
+        // `inplace` flag (only the built-in collectives alias them), so the program is one
+        // for distinct buffers and is written out of place.
         Collective::custom(
             ranks,
             index(c.chunk_factor, "chunk_factor", loc)?,
-            c.inplace,
+            false,
             conditions,
         )
         .map_err(|e| bad(format!("custom collective {name}: {e}")))

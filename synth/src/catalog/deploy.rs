@@ -56,6 +56,35 @@ pub struct Fallback {
     pub ranges: Vec<[u64; 2]>,
 }
 
+impl Fallback {
+    /// `COLL in place: NCCL runs [a, b], ...` (or `no size`), as the deploy files and the
+    /// command's summary say it.
+    pub fn describe(&self) -> String {
+        let ranges: Vec<String> = self
+            .ranges
+            .iter()
+            .map(|&[a, b]| match b {
+                0 => format!("[{a}, ∞]"),
+                b => format!("[{a}, {b}]"),
+            })
+            .collect();
+        format!(
+            "{} {}: NCCL runs {}",
+            self.collective,
+            if self.inplace {
+                "in place"
+            } else {
+                "out of place"
+            },
+            if ranges.is_empty() {
+                "no size".to_string()
+            } else {
+                ranges.join(", ")
+            }
+        )
+    }
+}
+
 /// What `--deploy` wrote (`deploy.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Deployment {
@@ -485,30 +514,8 @@ fn env_sh(d: &Deployment) -> String {
     for f in &d.falls_back_to_nccl {
         by_coll.insert((f.collective.clone(), f.inplace), f);
     }
-    for ((coll, inplace), f) in by_coll {
-        let ranges: Vec<String> = f
-            .ranges
-            .iter()
-            .map(|[a, b]| {
-                format!(
-                    "[{a}, {}]",
-                    if *b == 0 {
-                        "∞".to_string()
-                    } else {
-                        b.to_string()
-                    }
-                )
-            })
-            .collect();
-        t += &format!(
-            "# {coll} {}: NCCL runs {}\n",
-            if inplace { "in place" } else { "out of place" },
-            if ranges.is_empty() {
-                "no size".to_string()
-            } else {
-                ranges.join(", ")
-            }
-        );
+    for f in by_coll.values() {
+        t += &format!("# {}\n", f.describe());
     }
     for f in &d.findings {
         t += &format!(

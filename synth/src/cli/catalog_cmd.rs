@@ -223,35 +223,7 @@ fn print_deployment(
         }
     }
     for f in &d.falls_back_to_nccl {
-        let ranges: Vec<String> = f
-            .ranges
-            .iter()
-            .map(|[a, b]| {
-                format!(
-                    "[{a}, {}]",
-                    if *b == 0 {
-                        "∞".to_string()
-                    } else {
-                        b.to_string()
-                    }
-                )
-            })
-            .collect();
-        writeln!(
-            out,
-            "  {} {}: NCCL runs {}",
-            f.collective,
-            if f.inplace {
-                "in place"
-            } else {
-                "out of place"
-            },
-            if ranges.is_empty() {
-                "no size".to_string()
-            } else {
-                ranges.join(", ")
-            }
-        )?;
+        writeln!(out, "  {}", f.describe())?;
     }
     writeln!(
         out,

@@ -998,6 +998,7 @@ mod tests {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -14,9 +14,23 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     }
     let fused = t.options.flavor != Flavor::Rccl;
     let mut dag = Dag::build(t, fused);
-    if t.options.instr_fusion && fused {
+    let fuse = t.options.instr_fusion && fused;
+    if fuse {
         dag.fuse(t.options.policy);
     }
+    let first = attempt(t, &dag);
+    if first.is_err() && fuse {
+        // Fused chains need threadblocks (and so channels) of their own; without fusion a
+        // program may still fit the runtimes' channels.
+        if let Ok(program) = attempt(t, &Dag::build(t, fused)) {
+            return Ok(program);
+        }
+    }
+    first
+}
+
+/// Compiles the DAG `dag` with the first layout that verifies (see [`compile`]).
+fn attempt(t: &Tracer, dag: &Dag) -> DslResult<Program> {
     // The schedule orders every copy so that no connection overfills (it cannot deadlock),
     // but one threadblock per peer can leave no such order (both sides must send several
     // messages before they receive); then one threadblock per peer and direction, and for
@@ -29,7 +43,7 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     }
     let mut first_error = None;
     for (pair, interleaved) in layouts {
-        let program = match build(t, &dag, pair, interleaved) {
+        let program = match build(t, dag, pair, interleaved) {
             Ok(p) => p,
             Err(e) => {
                 first_error.get_or_insert(e);

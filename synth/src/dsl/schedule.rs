@@ -16,6 +16,7 @@ use super::error::{DslError, DslResult};
 use super::replicate::{self, SlotMap};
 use super::Policy;
 use runtime::ir::{self, Dep, Gpu, Op, Slot, Step, Threadblock};
+use runtime::limits::Limits;
 use runtime::verify::DEFAULT_FIFO_DEPTH;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
@@ -382,12 +383,17 @@ struct Assignment {
 }
 
 impl Assignment {
+    /// The channels the assignment uses (at least one).
+    fn channels(&self) -> usize {
+        let channels = self.channel_of.values().chain(self.tb_channel.values());
+        channels.max().map_or(1, |c| c + 1)
+    }
+
     /// The assignment of every copy in `all` (the DAG of [`replicate::instances`], `origin`
     /// naming each instruction's original): copy i gets threadblocks of its own on the
     /// channels of copy 0 shifted by i × the channels of one copy.
     fn replicate(self, all: &Dag, origin: &[usize], instances: usize, policy: Policy) -> Self {
-        let channels = self.channel_of.values().chain(self.tb_channel.values());
-        let per_copy = channels.max().map_or(1, |c| c + 1);
+        let per_copy = self.channels();
         let key = |k: TbKey, i: usize| match policy {
             Policy::Manual => (k.0, i),
             Policy::Auto => (k.0 + i * per_copy, k.1),
@@ -483,15 +489,23 @@ fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
     Ok(a)
 }
 
-/// Pass 4 for the automatic policy: each transfer chain goes on the first channel (or its
-/// pinned one) where every instruction fits a threadblock with one send and one receive peer.
-fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assignment> {
+/// Pass 4 for the automatic policy. A transfer chain's flow is the set of connections
+/// (sender, receiver) it uses. Each chain goes on its pinned channel, else on the channel of
+/// an earlier chain with the same flow, else on the channel below `cap` where its busiest
+/// connection carries the fewest chains so far, the least such channel first (so transfers
+/// that could run in parallel get threadblocks of their own instead of queueing on one),
+/// else on the first channel where it fits; in each case every instruction must fit a
+/// threadblock with one send and one receive peer.
+fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool, cap: usize) -> DslResult<Assignment> {
     let mut a = Assignment::default();
     let fresh = Lane {
         pair,
         ..Lane::default()
     };
     let limit = chains.len() + 1;
+    // The channel of each flow, and the chains on each (connection, channel).
+    let mut flows: HashMap<Vec<(usize, usize)>, usize> = HashMap::new();
+    let mut load: HashMap<((usize, usize), usize), usize> = HashMap::new();
     for members in chains {
         let first = &dag.instrs[members[0]];
         if members.len() == 1 && first.send.is_none() && first.recv.is_none() {
@@ -500,9 +514,24 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assign
             continue;
         }
         let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
+        let mut flow: Vec<(usize, usize)> = members
+            .iter()
+            .filter_map(|&m| dag.instrs[m].send.map(|to| (dag.instrs[m].rank, to)))
+            .collect();
+        flow.sort_unstable();
+        flow.dedup();
+        let busiest = |c: usize| flow.iter().map(|&e| load.get(&(e, c)).copied().unwrap_or(0)).max();
+        let mut by_load: Vec<usize> = (0..cap).collect();
+        by_load.sort_by_key(|&c| (busiest(c), c));
         let candidates: Vec<usize> = match pinned {
             Some(c) => vec![c],
-            None => (0..limit).collect(),
+            None => flows
+                .get(&flow)
+                .copied()
+                .into_iter()
+                .chain(by_load)
+                .chain(cap..limit)
+                .collect(),
         };
         let mut placed = false;
         for c in candidates {
@@ -525,6 +554,10 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assign
                     a.tb_of.insert(m, (c, t));
                     a.channel_of.insert(m, c);
                 }
+                for &e in &flow {
+                    *load.entry((e, c)).or_default() += 1;
+                }
+                flows.entry(flow.clone()).or_insert(c);
                 placed = true;
                 break;
             }
@@ -602,8 +635,23 @@ pub(crate) fn schedule(t: &Tracer, one: &Dag, pair: bool, map: &SlotMap) -> DslR
     let chains = chains(one);
     let a = match t.options.policy {
         Policy::Manual => assign_manual(one, &chains)?,
-        Policy::Auto => assign_auto(one, &chains, pair)?,
+        Policy::Auto => {
+            let cap = (Limits::PORTABLE.max_channels / map.instances).max(1);
+            assign_auto(one, &chains, pair, cap)?
+        }
     };
+    let most = Limits::PORTABLE.max_channels;
+    if a.channels() * map.instances > most {
+        return Err(DslError::new(
+            &t.loc,
+            format!(
+                "one instance needs {} channels, so {} instances need {}, more than the runtimes' {most}; use fewer instances or pin ch",
+                a.channels(),
+                map.instances,
+                a.channels() * map.instances
+            ),
+        ));
+    }
     let (all, origin) = replicate::instances(one, map);
     let dag = &all;
     let mut a = a.replicate(dag, &origin, map.instances, t.options.policy);

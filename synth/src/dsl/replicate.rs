@@ -51,9 +51,10 @@ impl SlotMap {
             }
         }
         let within_slices = live().all(|x| {
-            [x.src, x.dst].iter().filter(|s| user(s)).all(|s| {
-                s.index / slice == (s.index + x.count.max(1) - 1) / slice
-            })
+            [x.src, x.dst]
+                .iter()
+                .filter(|s| user(s))
+                .all(|s| s.index / slice == (s.index + x.count.max(1) - 1) / slice)
         });
         SlotMap {
             instances,

@@ -165,8 +165,7 @@ impl InstrGraph {
         // Per connection, ready sends waiting for room.
         let mut parked: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
         let heads = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
-            dag.instrs[k].prev.is_none()
-                || queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
+            dag.instrs[k].prev.is_none() || queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
         };
         let mut deg = self.indeg.clone();
         let mut ready: BinaryHeap<_> = (0..n)
@@ -489,13 +488,16 @@ fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
     Ok(a)
 }
 
+/// A chain's threadblocks on one channel: the lanes it changes, and each member's threadblock.
+type Trial = (HashMap<usize, Lane>, Vec<(usize, usize)>);
+
 /// Pass 4 for the automatic policy. A transfer chain's flow is the set of connections
 /// (sender, receiver) it uses. Each chain goes on its pinned channel, else on the channel of
-/// an earlier chain with the same flow, else on the channel below `cap` where its busiest
-/// connection carries the fewest chains so far, the least such channel first (so transfers
-/// that could run in parallel get threadblocks of their own instead of queueing on one),
-/// else on the first channel where it fits; in each case every instruction must fit a
-/// threadblock with one send and one receive peer.
+/// an earlier chain with the same flow, else on the channel below `cap` where the busiest
+/// threadblock it lands in holds the fewest instructions so far, the least such channel
+/// first (so transfers that could run in parallel get threadblocks of their own instead of
+/// queueing on one), else on the first channel where it fits; in each case every
+/// instruction must fit a threadblock with one send and one receive peer.
 fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool, cap: usize) -> DslResult<Assignment> {
     let mut a = Assignment::default();
     let fresh = Lane {
@@ -503,9 +505,9 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool, cap: usize) -> DslR
         ..Lane::default()
     };
     let limit = chains.len() + 1;
-    // The channel of each flow, and the chains on each (connection, channel).
+    // The channel of each flow, and the instructions on each (rank, channel, threadblock).
     let mut flows: HashMap<Vec<(usize, usize)>, usize> = HashMap::new();
-    let mut load: HashMap<((usize, usize), usize), usize> = HashMap::new();
+    let mut load: HashMap<(usize, usize, usize), usize> = HashMap::new();
     for members in chains {
         let first = &dag.instrs[members[0]];
         if members.len() == 1 && first.send.is_none() && first.recv.is_none() {
@@ -513,61 +515,55 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool, cap: usize) -> DslR
             a.channel_of.insert(members[0], 0);
             continue;
         }
-        let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
         let mut flow: Vec<(usize, usize)> = members
             .iter()
             .filter_map(|&m| dag.instrs[m].send.map(|to| (dag.instrs[m].rank, to)))
             .collect();
         flow.sort_unstable();
         flow.dedup();
-        let busiest = |c: usize| flow.iter().map(|&e| load.get(&(e, c)).copied().unwrap_or(0)).max();
-        let mut by_load: Vec<usize> = (0..cap).collect();
-        by_load.sort_by_key(|&c| (busiest(c), c));
-        let candidates: Vec<usize> = match pinned {
-            Some(c) => vec![c],
-            None => flows
-                .get(&flow)
-                .copied()
-                .into_iter()
-                .chain(by_load)
-                .chain(cap..limit)
-                .collect(),
-        };
-        let mut placed = false;
-        for c in candidates {
-            let mut trial: HashMap<usize, Lane> = HashMap::new();
+        let trial = |c: usize| -> Option<Trial> {
+            let mut lanes: HashMap<usize, Lane> = HashMap::new();
             let mut ids = Vec::new();
-            let fits = members.iter().all(|&m| {
+            for &m in members {
                 let i = &dag.instrs[m];
-                let lane = trial
+                let lane = lanes
                     .entry(i.rank)
                     .or_insert_with(|| a.lanes.get(&(i.rank, c)).unwrap_or(&fresh).clone());
-                lane.place(i.send, i.recv)
-                    .map(|t| ids.push((m, t)))
-                    .is_some()
-            });
-            if fits {
-                for (rank, lane) in trial {
-                    a.lanes.insert((rank, c), lane);
-                }
-                for (m, t) in ids {
-                    a.tb_of.insert(m, (c, t));
-                    a.channel_of.insert(m, c);
-                }
-                for &e in &flow {
-                    *load.entry((e, c)).or_default() += 1;
-                }
-                flows.entry(flow.clone()).or_insert(c);
-                placed = true;
-                break;
+                ids.push((m, lane.place(i.send, i.recv)?));
             }
-        }
-        if !placed {
+            Some((lanes, ids))
+        };
+        let busiest = |c: usize, ids: &[(usize, usize)]| {
+            let on = |&(m, t): &(usize, usize)| load.get(&(dag.instrs[m].rank, c, t));
+            ids.iter().filter_map(on).max().copied().unwrap_or(0)
+        };
+        let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
+        let choice = match pinned {
+            Some(c) => trial(c).map(|t| (c, t)),
+            None => flows
+                .get(&flow)
+                .and_then(|&c| trial(c).map(|t| (c, t)))
+                .or_else(|| {
+                    let fits = (0..cap).filter_map(|c| trial(c).map(|t| (c, t)));
+                    fits.min_by_key(|(c, t)| (busiest(*c, &t.1), *c))
+                })
+                .or_else(|| (cap..limit).find_map(|c| trial(c).map(|t| (c, t)))),
+        };
+        let Some((c, (lanes, ids))) = choice else {
             return Err(DslError::new(
                 &first.loc,
                 format!("no threadblock on channel {} can take this transfer: a threadblock has one send peer and one receive peer (pin another ch)", pinned.unwrap_or(0)),
             ));
+        };
+        for (rank, lane) in lanes {
+            a.lanes.insert((rank, c), lane);
         }
+        for (m, t) in ids {
+            a.tb_of.insert(m, (c, t));
+            a.channel_of.insert(m, c);
+            *load.entry((dag.instrs[m].rank, c, t)).or_default() += 1;
+        }
+        flows.entry(flow).or_insert(c);
     }
     Ok(a)
 }

@@ -3,15 +3,14 @@
 # rank talks to one peer per round on the threadblock named after that peer, which both
 # sends and receives. Rounds after the first move several chunks in one operation, so with
 # several instances every operation spans rank slices and is cut into pieces.
-# Args: RANKS (a power of two) INSTANCES [POLICY: manual|auto]
+# Args: RANKS (a power of two) POLICY (manual|auto) INSTANCES
 import sys
 
 from msccl.language import *
 from msccl.language.collectives import AllGather
 from msccl.topologies import fully_connected
 
-n, instances = int(sys.argv[1]), int(sys.argv[2])
-policy = sys.argv[3] if len(sys.argv) > 3 else "manual"
+n, policy, instances = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 manual = policy == "manual"
 tb_policy = ThreadblockPolicy.manual if manual else ThreadblockPolicy.auto
 

@@ -5,15 +5,15 @@
 # rank) is owned by local GPU c // NODES and crosses the network towards node c % NODES.
 # The automatic schedule (default) leaves threadblocks and channels to the compiler; "manual"
 # pins a channel per kind of ring (as a hand-tuned program would) for comparison.
-# Args: G NODES INSTANCES [auto|manual]
+# Args: G NODES SCHEDULE (auto|manual) INSTANCES
 import sys
 
 from msccl.language import *
 from msccl.language.collectives import AllReduce
 from msccl.topologies import fully_connected
 
-g, nodes, instances = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-manual = len(sys.argv) > 4 and sys.argv[4] == "manual"
+g, nodes, instances = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[4])
+manual = sys.argv[3] == "manual"
 n = g * nodes
 chunks = g * nodes
 

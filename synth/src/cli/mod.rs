@@ -2,6 +2,7 @@
 //! `--json` and writes one JSON document to stdout instead of its table.
 
 mod bench_cmd;
+mod bench_small;
 mod bench_zoo;
 mod catalog_cmd;
 mod compile_cmd;
@@ -11,6 +12,7 @@ pub mod limits;
 mod lower_args;
 mod lower_cmd;
 mod method_args;
+mod model_args;
 mod nodes_args;
 mod run_cmd;
 mod simulate_cmd;

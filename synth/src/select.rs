@@ -165,7 +165,10 @@ impl Simulation<'_> {
                     if sizes.is_empty() {
                         continue;
                     }
-                    for (i, p) in at.into_iter().zip(self.together(program, &sizes, protocol)?) {
+                    for (i, p) in at
+                        .into_iter()
+                        .zip(self.together(program, &sizes, protocol)?)
+                    {
                         best[i] = Some(best[i].take().map_or(p.clone(), |b| b.faster(p)));
                     }
                 }
@@ -266,7 +269,9 @@ impl Baselines {
             let simple = simulation.points(&program, Protocol::Simple, &all);
             for protocol in ALL_PROTOCOLS {
                 let at: Vec<usize> = (all.iter().copied())
-                    .filter(|&i| chosen[i].is_some_and(|c| c.algo == algo && c.protocol == protocol))
+                    .filter(|&i| {
+                        chosen[i].is_some_and(|c| c.algo == algo && c.protocol == protocol)
+                    })
                     .collect();
                 let points = if protocol == Protocol::Simple {
                     at.iter().map(|&i| simple[i].clone()).collect()
@@ -276,7 +281,9 @@ impl Baselines {
                     simulation.points(&program, protocol, &at)
                 };
                 for (i, point) in at.into_iter().zip(points) {
-                    choice[i] = point.zip(chosen[i]).map(|(point, choice)| NcclPoint { choice, point });
+                    choice[i] = point
+                        .zip(chosen[i])
+                        .map(|(point, choice)| NcclPoint { choice, point });
                 }
             }
             Some(simple)

@@ -327,12 +327,19 @@ fn nccl_model_is_plausible() {
     // LL: a fraction of Simple's latency, a quarter of its bandwidth.
     let ll_small = time(Collective::AllReduce, Algo::Ring, Protocol::LL, 1024).unwrap();
     let ll_big = time(Collective::AllReduce, Algo::Ring, Protocol::LL, GB).unwrap();
-    assert!(ll_small < small && ll_big > 3.0 * big, "{ll_small} {ll_big}");
+    assert!(
+        ll_small < small && ll_big > 3.0 * big,
+        "{ll_small} {ll_big}"
+    );
     assert!(time(Collective::AllGather, Algo::Tree, Protocol::Simple, GB).is_err());
     assert!(time(Collective::AllToAll, Algo::Ring, Protocol::Simple, GB).is_err());
     assert!(time(Collective::AllReduce, Algo::Nvls, Protocol::Simple, GB).is_err());
-    let (_, choice) = baseline::nccl_model_busbw(Collective::AllReduce, &topo, GB, &tuning).unwrap();
-    assert_eq!((choice.algo, choice.protocol), (Algo::Ring, Protocol::Simple));
+    let (_, choice) =
+        baseline::nccl_model_busbw(Collective::AllReduce, &topo, GB, &tuning).unwrap();
+    assert_eq!(
+        (choice.algo, choice.protocol),
+        (Algo::Ring, Protocol::Simple)
+    );
 }
 
 /// NCCL's tuner picks as NCCL does: tree/LL for a tiny allreduce across nodes, ring/Simple
@@ -343,7 +350,10 @@ fn nccl_tuner_choices_are_sane() {
     let tuning = ModelParams::default().nccl;
     let choose = |fabric: &str, coll, size| {
         let topo = topology::load(fabric).unwrap();
-        let c = Tuner::new(coll, &topo, &tuning).unwrap().choose(size).unwrap();
+        let c = Tuner::new(coll, &topo, &tuning)
+            .unwrap()
+            .choose(size)
+            .unwrap();
         (c.algo, c.protocol)
     };
     for fabric in ["dgx-a100x2", "dgx-h100x2", "dgx-a100x4"] {
@@ -360,8 +370,16 @@ fn nccl_tuner_choices_are_sane() {
     }
     for fabric in ["dgx-a100", "ring:8", "torus-2d:4x4", "dgx1"] {
         for coll in [Collective::AllGather, Collective::AllReduce] {
-            assert_eq!(choose(fabric, coll, 1 << 10).1, Protocol::LL, "{fabric} {coll}");
-            assert_eq!(choose(fabric, coll, GB).1, Protocol::Simple, "{fabric} {coll}");
+            assert_eq!(
+                choose(fabric, coll, 1 << 10).1,
+                Protocol::LL,
+                "{fabric} {coll}"
+            );
+            assert_eq!(
+                choose(fabric, coll, GB).1,
+                Protocol::Simple,
+                "{fabric} {coll}"
+            );
         }
     }
     assert_eq!(choose("dgx-h100", Collective::AllReduce, GB).0, Algo::Nvls);
@@ -419,7 +437,9 @@ fn ll_wins_small_and_loses_large_on_the_same_fabric() {
 fn model_parameters_reach_the_simulator() {
     let topo = topology::load("dgx-a100").unwrap();
     let p = baseline::ring(Collective::AllReduce, &topo, &BaselineOptions::default()).unwrap();
-    let base = simulate(&p, &topo, 1 << 20, &SimOptions::default()).unwrap().time_us;
+    let base = simulate(&p, &topo, 1 << 20, &SimOptions::default())
+        .unwrap()
+        .time_us;
     let text = "[launch_us]\nsimple = 108.4\nll = 3.6\nll128 = 10\n";
     let model = ModelParams::parse(text, std::path::Path::new("m.toml")).unwrap();
     let opts = SimOptions {
@@ -687,11 +707,23 @@ fn cli_model_file_errors_name_the_file_and_field() {
     let topo = topology::load("ring:4").unwrap();
     let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
     let xml = dir.join("ring.xml");
-    std::fs::write(&xml, runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap()).unwrap();
+    std::fs::write(
+        &xml,
+        runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap(),
+    )
+    .unwrap();
     let xml = xml.to_str().unwrap().to_string();
     let cases = [
-        ("unknown.toml", "fifo_depth = 2\nfifo_dept = 3\n", "fifo_dept"),
-        ("range.toml", "[wire_efficiency]\nsimple = 1\nll = 1.5\nll128 = 0.9\n", "wire_efficiency.ll"),
+        (
+            "unknown.toml",
+            "fifo_depth = 2\nfifo_dept = 3\n",
+            "fifo_dept",
+        ),
+        (
+            "range.toml",
+            "[wire_efficiency]\nsimple = 1\nll = 1.5\nll128 = 0.9\n",
+            "wire_efficiency.ll",
+        ),
         ("syntax.toml", "[nccl\nll_max_bw = 1\n", "line 1"),
         ("type.toml", "[nccl]\nll_max_bw = \"fast\"\n", "ll_max_bw"),
     ];
@@ -702,8 +734,24 @@ fn cli_model_file_errors_name_the_file_and_field() {
         let commands: [Vec<&str>; 4] = [
             vec!["simulate", &xml, "--topo", "ring:4", "--sizes", "1K"],
             vec!["--topo", "ring:4", "--coll", "allgather"],
-            vec!["catalog", "--topo", "ring:4", "--colls", "allgather", "--out", "/nonexistent/x"],
-            vec!["bench", "--cases", "small", "--fabrics", "ring:4", "--coll", "allgather"],
+            vec![
+                "catalog",
+                "--topo",
+                "ring:4",
+                "--colls",
+                "allgather",
+                "--out",
+                "/nonexistent/x",
+            ],
+            vec![
+                "bench",
+                "--cases",
+                "small",
+                "--fabrics",
+                "ring:4",
+                "--coll",
+                "allgather",
+            ],
         ];
         for args in commands {
             let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
@@ -716,7 +764,10 @@ fn cli_model_file_errors_name_the_file_and_field() {
             let line = stderr.trim_end();
             assert_eq!(line.lines().count(), 1, "{args:?} {name}: {stderr}");
             assert!(line.len() <= 300 && !line.contains("panicked"), "{line}");
-            assert!(line.contains(name) && line.contains(field), "{args:?}: {line}");
+            assert!(
+                line.contains(name) && line.contains(field),
+                "{args:?}: {line}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

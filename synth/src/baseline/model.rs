@@ -35,9 +35,9 @@
 use super::orders::{ring_orders, tree_parents};
 use super::relay;
 use crate::simulate::max_min_rates;
+use crate::simulate::NcclTuning;
 use crate::topology::Topology;
 use anyhow::{anyhow, bail, Result};
-use crate::simulate::NcclTuning;
 use runtime::ir::{Collective, Protocol};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -257,12 +257,14 @@ impl Tuner {
         };
         let (algbw, lat) = match algo {
             Algo::Ring => {
-                let ring = self.ring.ok_or_else(|| anyhow!("no NCCL ring for {coll}"))?;
+                let ring = self
+                    .ring
+                    .ok_or_else(|| anyhow!("no NCCL ring for {coll}"))?;
                 let bus = match protocol {
                     Protocol::Simple => ring.bus,
                     Protocol::LL => {
-                        let quarter = nodes > 1
-                            || matches!(coll, Collective::AllReduce | Collective::Reduce);
+                        let quarter =
+                            nodes > 1 || matches!(coll, Collective::AllReduce | Collective::Reduce);
                         let f = if quarter { 0.25 } else { 1.0 / 3.0 };
                         (ring.bus * f).min(t.ll_max_bw)
                     }

@@ -45,7 +45,11 @@ pub(super) fn plot(
         ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
         ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
         ("NCCL p2p (simulated)", |b| b.p2p, RGBColor(0, 90, 160)),
-        ("NCCL's choice (simulated)", |b| b.nccl_busbw, RGBColor(200, 0, 0)),
+        (
+            "NCCL's choice (simulated)",
+            |b| b.nccl_busbw,
+            RGBColor(200, 0, 0),
+        ),
         ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
     ];
     for (label, get, color) in baseline_series {

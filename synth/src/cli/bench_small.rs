@@ -146,7 +146,11 @@ pub fn small(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             let built = catalog::build(topology, &[kind], &out_dir, &options, &progress);
             progress.finish();
             let new: Vec<SmallRow> = match built {
-                Ok(m) => m.collectives.iter().flat_map(|c| rows_of(fabric, c)).collect(),
+                Ok(m) => m
+                    .collectives
+                    .iter()
+                    .flat_map(|c| rows_of(fabric, c))
+                    .collect(),
                 Err(e) => vec![SmallRow {
                     fabric: fabric.to_string(),
                     collective: kind.to_string(),

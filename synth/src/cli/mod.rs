@@ -62,7 +62,7 @@ enum Command {
     /// the cut bound.
     Simulate(simulate_cmd::SimulateArgs),
     /// Build a catalog: the best synthesized algorithm per size range as MSCCL XML files.
-    Catalog(catalog_cmd::CatalogArgs),
+    Catalog(Box<catalog_cmd::CatalogArgs>),
     /// Compile a hand-written MSCCLang program (.py) to verified MSCCL XML.
     Compile(compile_cmd::CompileArgs),
     /// Draw a synthesized algorithm (JSON): which chunk crosses which link in which step,

@@ -153,7 +153,16 @@ fn print_rows(
     writeln!(
         out,
         "{:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9}",
-        "size(B)", "time(us)", "algbw", "busbw", "ring", "tree", "p2p", "model", "model-pick", "bound"
+        "size(B)",
+        "time(us)",
+        "algbw",
+        "busbw",
+        "ring",
+        "tree",
+        "p2p",
+        "model",
+        "model-pick",
+        "bound"
     )?;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
     for r in rows {

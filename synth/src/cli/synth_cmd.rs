@@ -767,11 +767,7 @@ struct Simulated {
 }
 
 impl Simulated {
-    fn of(
-        program: &runtime::ir::Program,
-        topo: &Topology,
-        sim: &SimOptions,
-    ) -> Result<Simulated> {
+    fn of(program: &runtime::ir::Program, topo: &Topology, sim: &SimOptions) -> Result<Simulated> {
         Ok(Simulated {
             name: program.name.clone(),
             points: compared(topo, sim).curve(program)?,

@@ -117,7 +117,10 @@ impl<'a> Layout<'a> {
         let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
         caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
         let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
-        caps.extend(std::iter::repeat_n(opts.model.local_bandwidth * 1e3, p.ngpus));
+        caps.extend(std::iter::repeat_n(
+            opts.model.local_bandwidth * 1e3,
+            p.ngpus,
+        ));
         let protocol = opts.protocol_of(p);
         let mut classes = Classes {
             alpha_factor: [

@@ -247,6 +247,26 @@ pub enum ModelError {
     },
 }
 
+/// The 1-based line of a TOML error: the line of an unknown field's key (the parser's span
+/// covers its whole table), else where the span starts.
+fn error_line(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> usize {
+    let unknown = (message.strip_prefix("unknown field `")).and_then(|rest| rest.split('`').next());
+    if let Some(key) = unknown {
+        let found = text.lines().position(|l| {
+            let l = l.trim_start();
+            l.strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        });
+        if let Some(i) = found {
+            return i + 1;
+        }
+    }
+    span.map_or(1, |s| {
+        let start = s.start.min(text.len());
+        text[..start].matches('\n').count() + 1
+    })
+}
+
 impl ModelParams {
     /// Reads a TOML model file: any subset of the fields, the rest defaulted.
     pub fn load(path: &Path) -> Result<ModelParams, ModelError> {
@@ -260,20 +280,26 @@ impl ModelParams {
     /// Parses the TOML `text` of the file `path` (see [`ModelParams::load`]).
     pub fn parse(text: &str, path: &Path) -> Result<ModelParams, ModelError> {
         let params: ModelParams = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map_or(1, |s| text[..s.start.min(text.len())].lines().count().max(1));
+            let message = e.message().replace('\n', " ");
+            let line = error_line(text, &message, e.span());
+            let at = (text.lines().nth(line - 1).map(str::trim))
+                .filter(|l| !l.is_empty())
+                .map_or(String::new(), |l| {
+                    format!(" (`{}`)", l.chars().take(60).collect::<String>())
+                });
             ModelError::Parse {
                 path: path.to_path_buf(),
                 line,
-                message: e.message().replace('\n', " "),
+                message: format!("{message}{at}"),
             }
         })?;
-        params.validate().map_err(|(field, reason)| ModelError::Invalid {
-            path: path.to_path_buf(),
-            field,
-            reason,
-        })?;
+        params
+            .validate()
+            .map_err(|(field, reason)| ModelError::Invalid {
+                path: path.to_path_buf(),
+                field,
+                reason,
+            })?;
         Ok(params)
     }
 
@@ -319,12 +345,16 @@ impl ModelParams {
             let t = &self.nccl;
             non_negative(&format!("nccl.ring_base_us.{name}"), t.ring_base_us.get(p))?;
             non_negative(&format!("nccl.tree_base_us.{name}"), t.tree_base_us.get(p))?;
-            for (kind, hop) in [("nvlink", t.ring_hop_us.nvlink), ("network", t.ring_hop_us.network)]
-            {
+            for (kind, hop) in [
+                ("nvlink", t.ring_hop_us.nvlink),
+                ("network", t.ring_hop_us.network),
+            ] {
                 positive(&format!("nccl.ring_hop_us.{kind}.{name}"), hop.get(p))?;
             }
-            for (kind, hop) in [("nvlink", t.tree_hop_us.nvlink), ("network", t.tree_hop_us.network)]
-            {
+            for (kind, hop) in [
+                ("nvlink", t.tree_hop_us.nvlink),
+                ("network", t.tree_hop_us.network),
+            ] {
                 non_negative(&format!("nccl.tree_hop_us.{kind}.{name}"), hop.get(p))?;
             }
             for (i, &c) in t.tree_correction.get(p).iter().enumerate() {
@@ -369,8 +399,8 @@ mod tests {
 
     #[test]
     fn a_partial_file_keeps_the_other_defaults() {
-        let p = parse("fifo_depth = 4\n[nccl.ring_base_us]\nsimple = 1\nll = 2\nll128 = 3\n")
-            .unwrap();
+        let p =
+            parse("fifo_depth = 4\n[nccl.ring_base_us]\nsimple = 1\nll = 2\nll128 = 3\n").unwrap();
         assert_eq!(p.fifo_depth, 4);
         assert_eq!(p.nccl.ring_base_us.get(Protocol::LL), 2.0);
         assert_eq!(p.slice_bytes, ModelParams::default().slice_bytes);

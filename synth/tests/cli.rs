@@ -1275,7 +1275,7 @@ fn alltoall_is_compared_with_nccl_p2p() {
         .lines()
         .find(|l| l.starts_with("simulated at 1 GB"))
         .unwrap_or_else(|| panic!("no comparison line: {stdout}"));
-    assert!(line.contains("NCCL ring -, tree -, p2p "), "{line}");
+    assert!(line.contains("NCCL Simple ring -, tree -, p2p "), "{line}");
     let p2p: f64 = line.rsplit("p2p ").next().unwrap().parse().unwrap();
     assert!(p2p > 10.0 && p2p < 150.0, "{line}");
     let json = synth(&[&args[..], &[dir.to_str().unwrap(), "--json"]].concat());

@@ -202,9 +202,12 @@ pub(super) fn run_main_command(
         .output()?)
 }
 
-/// The largest of NCCL's ring, tree and point-to-point busbw in a row of the main command's
-/// `at_1gb` (those present).
+/// NCCL's busbw in a row of the main command's `at_1gb`: its choice (`nccl_busbw`), else
+/// the largest of its ring, tree and point-to-point busbw (those present).
 pub(super) fn nccl_best(row: &serde_json::Value) -> Option<f64> {
+    if let Some(choice) = row["nccl_busbw"].as_f64() {
+        return Some(choice);
+    }
     [&row["ring"], &row["tree"], &row["p2p"]]
         .iter()
         .filter_map(|v| v.as_f64())

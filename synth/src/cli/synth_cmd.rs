@@ -747,6 +747,10 @@ struct Versus {
     tree: Option<f64>,
     /// NCCL's point-to-point busbw at 1 GB (alltoall, gather, scatter), where defined.
     p2p: Option<f64>,
+    /// NCCL's choice at 1 GB (`algo/protocol`) and its simulated busbw.
+    nccl_choice: Option<String>,
+    /// NCCL's choice's busbw at 1 GB.
+    nccl_busbw: Option<f64>,
     /// The bandwidth bound (busbw at 1 GB).
     bound: f64,
     /// Whether the bound is the exact optimum.
@@ -829,6 +833,8 @@ fn compare_with_nccl(
         ring: at(COMPARE_BYTES).ring,
         tree: at(COMPARE_BYTES).tree,
         p2p: at(COMPARE_BYTES).p2p,
+        nccl_choice: at(COMPARE_BYTES).nccl_choice.clone(),
+        nccl_busbw: at(COMPARE_BYTES).nccl_busbw,
         at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,

@@ -787,18 +787,11 @@ fn reduce_broadcast(req: &Request, cuts: &mut Vec<crate::engine::Cut>) -> Result
         }) {
             continue;
         }
-        let of = |algorithms: &[Algorithm]| -> Vec<usize> {
-            (0..algorithms.len())
-                .filter(|&i| algorithms[i].origin.family == *family)
-                .collect()
-        };
-        let xs: Vec<&Algorithm> = of(&reduce.algorithms)
-            .into_iter()
-            .map(|i| &reduce.algorithms[i])
+        let xs: Vec<&Algorithm> = (reduce.algorithms.iter())
+            .filter(|a| a.origin.family == *family)
             .collect();
-        let ys: Vec<&Algorithm> = of(&broadcast.algorithms)
-            .into_iter()
-            .map(|i| &broadcast.algorithms[i])
+        let ys: Vec<&Algorithm> = (broadcast.algorithms.iter())
+            .filter(|a| a.origin.family == *family)
             .collect();
         let pairs = [
             (

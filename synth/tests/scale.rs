@@ -79,7 +79,7 @@ fn allreduce_bound_counts_every_transfer() {
         "line:4",
         "star:5",
         "torus-2d:3x4",
-        "hypercube:3",
+        "hypercube:8",
         "random:8:2",
         "dgx1",
         "dgx-a100",

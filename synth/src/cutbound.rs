@@ -105,6 +105,71 @@ fn flow_term(coll: Collective, topology: &Topology, root: usize) -> Option<(f64,
     ))
 }
 
+/// The allreduce's transfer term (µs per byte of nccl-tests size): every rank's result
+/// holds every input, so each byte position needs at least 2(n−1) transfers over links in
+/// all (one-way gossip among n ranks takes 2n−2 calls; reduced or copied, a transfer
+/// carries one value per position), and all links together carry at most their joint
+/// capacity. The cuts alone allow more on fabrics where every rank has few links (ring:5:
+/// 80 GB/s busbw by the cuts, 50 by this term, which reduce-scatter + allgather reach).
+/// `None` without links.
+fn transfers_term(topology: &Topology) -> Option<f64> {
+    let total = joint_capacity(topology);
+    let n = topology.ranks as f64;
+    (total > 0.0).then(|| 2.0 * (n - 1.0) / (total * 1e3))
+}
+
+/// Links up to which [`joint_capacity`] solves its LP (past them, the linear-time bound).
+const JOINT_LP_LINKS: usize = 20_000;
+
+/// What all links can carry together (GB/s) under their bandwidths and every switch
+/// constraint: an LP (HiGHS) up to [`JOINT_LP_LINKS`] links; past them, or if the solver
+/// fails, a bound in linear time: each link governed by switch constraints counted under one
+/// of them (its first, or its last: the smaller total), a constraint's links at most its
+/// bandwidth.
+fn joint_capacity(topology: &Topology) -> f64 {
+    let governing = topology.governing_constraints(&topology.out_link_ids());
+    let total = |pick: fn(&[usize]) -> Option<&usize>| {
+        let mut free = 0.0;
+        let mut under = vec![0.0; topology.switches.len()];
+        for (link, constraints) in topology.links.iter().zip(&governing) {
+            match pick(constraints) {
+                Some(&j) => under[j] += link.bandwidth,
+                None => free += link.bandwidth,
+            }
+        }
+        let switched: f64 = under
+            .iter()
+            .zip(&topology.switches)
+            .map(|(load, sw)| load.min(sw.bandwidth))
+            .sum();
+        free + switched
+    };
+    let linear = total(<[usize]>::first).min(total(<[usize]>::last));
+    if topology.links.len() > JOINT_LP_LINKS {
+        return linear;
+    }
+    let mut vars = ProblemVariables::new();
+    let xs: Vec<_> = (topology.links.iter())
+        .map(|l| vars.add(variable().min(0.0).max(l.bandwidth)))
+        .collect();
+    let mut per_switch: Vec<Expression> = vec![Expression::from(0.0); topology.switches.len()];
+    for (&x, constraints) in xs.iter().zip(&governing) {
+        for &j in constraints {
+            per_switch[j] += x;
+        }
+    }
+    let sum: Expression = xs.iter().map(|&x| Expression::from(x)).sum();
+    let mut model = vars.maximise(sum.clone()).using(highs);
+    model.set_verbose(false);
+    for (expr, sw) in per_switch.into_iter().zip(&topology.switches) {
+        model = model.with(expr.leq(sw.bandwidth));
+    }
+    match model.solve() {
+        Ok(solution) => solution.eval(&sum).min(linear),
+        Err(_) => linear,
+    }
+}
+
 /// The ranks whose inflow the allgather flow check needs: one per orbit of the fabric's
 /// translations on large fabrics (every rank on small ones, where that is cheaper).
 pub fn allgather_targets(topology: &Topology) -> Vec<usize> {
@@ -158,6 +223,13 @@ impl CutBound {
                     worst = v;
                     binding = format!("{name} {dir}");
                 }
+            }
+        }
+        if coll == Collective::AllReduce {
+            if let Some(v) = transfers_term(topology).filter(|&v| v > worst) {
+                worst = v;
+                binding = "every byte crosses 2(n-1) links in all (one-way gossip)".into();
+                exact = false;
             }
         }
         CutBound {

@@ -5,6 +5,7 @@
 
 pub mod algo_file;
 pub mod algorithm;
+pub mod allreduce_shapes;
 pub mod baseline;
 pub mod bounds;
 pub mod catalog;

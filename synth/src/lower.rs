@@ -15,7 +15,7 @@ use crate::collective::Kind;
 use anyhow::{bail, Context, Result};
 use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use runtime::limits::{self, Limits};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -598,7 +598,7 @@ impl<'a> Lowering<'a> {
         let place = |r: usize| place_of(self.algorithm, r);
         sends.sort_by_key(|s| (place(s.src), place(s.dst)));
         // All sends read the state before the step.
-        let sources: Vec<Slot> = sends
+        let mut sources: Vec<Slot> = sends
             .iter()
             .map(|s| {
                 self.location
@@ -612,6 +612,9 @@ impl<'a> Lowering<'a> {
                     })
             })
             .collect::<Result<_>>()?;
+        if step.reduce {
+            self.stage_reduced_sources(&sends, &mut sources);
+        }
         let runs = messages(&sends, self.span, count, |a| {
             self.channels.base_of(a, step_index)
         });
@@ -619,6 +622,35 @@ impl<'a> Lowering<'a> {
             self.lower_run(step_index, step.reduce, &sends, &sources, &run);
         }
         Ok(())
+    }
+
+    /// Where a rank of a reducing step sends an address from the slot it also reduces into
+    /// in that step (a one-shot allreduce in place), the value before the step is copied to
+    /// scratch first and sent from there, so that every send reads the state before the
+    /// step (in address order, so that a rank's staged slots stay consecutive).
+    fn stage_reduced_sources(&mut self, sends: &[Send], sources: &mut [Slot]) {
+        let receiving: FxHashSet<(usize, usize)> = sends.iter().map(|s| (s.dst, s.chunk)).collect();
+        let mut order: Vec<usize> = (0..sends.len())
+            .filter(|&i| receiving.contains(&(sends[i].src, sends[i].chunk)))
+            .collect();
+        order.sort_by_key(|&i| (sends[i].src, sends[i].chunk));
+        let mut staged: FxHashMap<(usize, usize), Slot> = FxHashMap::default();
+        for i in order {
+            let (rank, address, current) = (sends[i].src, sends[i].chunk, sources[i]);
+            let post = self.posts.contains(address, rank);
+            if accumulator_slot(&self.layout, Some(current), address, post) != Some(current) {
+                continue;
+            }
+            let code = &mut self.code[rank];
+            sources[i] = *staged.entry((rank, address)).or_insert_with(|| {
+                let slot = code.scratch_slot();
+                code.ops.push((
+                    TbKey::Local { part: 0 },
+                    Step::new(Op::Copy, current, slot, 1),
+                ));
+                slot
+            });
+        }
     }
 
     /// Lowers one run of sends over a link (indices into `sends`, read from `sources`):
@@ -1089,12 +1121,23 @@ fn accumulator(
     post: bool,
     block: usize,
 ) -> Slot {
+    accumulator_slot(layout, current, address, post)
+        .unwrap_or_else(|| rc.scratch_for(address, block))
+}
+
+/// [`accumulator`] where it is a slot already known; `None` where it is new scratch.
+fn accumulator_slot(
+    layout: &Layout,
+    current: Option<Slot>,
+    address: usize,
+    post: bool,
+) -> Option<Slot> {
     if post || layout.kind == Kind::AllReduce {
-        return layout.output(address);
+        return Some(layout.output(address));
     }
     match current {
-        Some(slot) if slot.buffer == Buffer::Scratch || layout.inplace => slot,
-        _ => rc.scratch_for(address, block),
+        Some(slot) if slot.buffer == Buffer::Scratch || layout.inplace => Some(slot),
+        _ => None,
     }
 }
 

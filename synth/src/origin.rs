@@ -68,6 +68,19 @@ pub enum Family {
         /// Whether each link's sends were reordered by list scheduling.
         retimed: bool,
     },
+    /// The one-shot allreduce: every rank receives every other rank's whole input and
+    /// reduces it locally ([`crate::allreduce_shapes`]).
+    OneShot,
+    /// The two-shot allreduce over all pairs: each rank reduces its slice from every rank,
+    /// then sends it to every rank ([`crate::allreduce_shapes`]).
+    TwoShot,
+    /// An allreduce made of a reduce to one rank then a broadcast from it (trees).
+    ReduceBroadcast {
+        /// The reduce's family.
+        reduce: Box<Family>,
+        /// The broadcast's family.
+        broadcast: Box<Family>,
+    },
     /// An allreduce composed of a reduce-scatter and an allgather.
     Composed {
         /// The reduce-scatter half's family.
@@ -122,6 +135,11 @@ impl Family {
             Family::RailShortcutRings => "rail-srings",
             Family::RailShortcutRelay { retimed: false } => "rail-srelay",
             Family::RailShortcutRelay { retimed: true } => "rail-srelay-lst",
+            Family::OneShot => "oneshot",
+            Family::TwoShot => "twoshot",
+            Family::ReduceBroadcast { broadcast, .. } => {
+                return Some(broadcast.tag().map_or("rb".into(), |b| format!("rb-{b}")));
+            }
             Family::Composed {
                 reduce_scatter,
                 allgather,

@@ -683,10 +683,9 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                 .zip(&b.algorithms)
                 .map(|(x, y)| compose(x, y, req.topology, req.limits.deadline))
                 .collect::<Result<_>>()?;
-            let composed = composed
-                .into_iter()
-                .filter(|c| rounds.is_none_or(|r| c.rounds() as usize <= r))
-                .collect();
+            let mut composed = with_shapes(composed, shapes_at(req.topology, chunks, &mut notes));
+            composed.retain(|c| rounds.is_none_or(|r| c.rounds() as usize <= r));
+            composed.sort_by_key(|c| c.num_steps());
             (composed, a.complete && b.complete)
         }
         Search::Pareto => {
@@ -706,7 +705,14 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                 }
                 _ => frontier_and_structures(all, alike),
             };
-            (kept, a.complete && b.complete)
+            let mut shapes = shapes_at(req.topology, 1, &mut notes);
+            if req.topology.ranks <= TREE_ALLREDUCE_RANKS && method != Method::Milp {
+                match reduce_broadcast(req, &mut cuts) {
+                    Ok(trees) => shapes.extend(trees),
+                    Err(e) => notes.push(format!("reduce + broadcast trees: {e:#}")),
+                }
+            }
+            (with_shapes(kept, shapes), a.complete && b.complete)
         }
     };
     Ok(Synthesis {
@@ -720,7 +726,133 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
     })
 }
 
-/// The allreduce's lower bounds: the reduce-scatter's and the allgather's added.
+/// The most ranks on which the allreduce also searches a reduce and a broadcast to pair
+/// as trees (those searches would otherwise double the time of large fabrics' searches).
+pub const TREE_ALLREDUCE_RANKS: usize = 64;
+
+/// The one-shot and two-shot allreduce at `chunks` pieces per slice where the fabric
+/// links every pair ([`crate::allreduce_shapes`]); a failure is a note.
+fn shapes_at(topology: &Topology, chunks: usize, notes: &mut Vec<String>) -> Vec<Algorithm> {
+    let made = [
+        crate::allreduce_shapes::one_shot(topology, chunks),
+        crate::allreduce_shapes::two_shot(topology, chunks),
+    ];
+    let mut shapes = Vec::new();
+    for shape in made {
+        match shape.and_then(|s| {
+            s.map(|a| crate::check::check(&a, topology).map(|()| a))
+                .transpose()
+                .map_err(anyhow::Error::from)
+        }) {
+            Ok(a) => shapes.extend(a),
+            Err(e) => notes.push(format!("allreduce shapes: {e:#}")),
+        }
+    }
+    shapes
+}
+
+/// `algorithms` with every one of `shapes` added, each in place of an algorithm of the
+/// same schedule (an engine's answer that is the two-shot goes by the shape's name).
+fn with_shapes(mut algorithms: Vec<Algorithm>, shapes: Vec<Algorithm>) -> Vec<Algorithm> {
+    for shape in shapes {
+        algorithms.retain(|a| !same_schedule(a, &shape));
+        algorithms.push(shape);
+    }
+    algorithms
+}
+
+/// Allreduce as a reduce to rank 0 then a broadcast from it, each by tree packing (packed
+/// trees and the constructions that fit; the reduce up the trees of the reversed fabric),
+/// pipelined by pieces through the lowering's per-slot dependencies: per family found for
+/// both, its fewest-steps pair and its fewest-rounds-per-chunk pair.
+fn reduce_broadcast(req: &Request, cuts: &mut Vec<crate::engine::Cut>) -> Result<Vec<Algorithm>> {
+    let (method, sketch) = (Method::Trees, None);
+    let n = req.topology.ranks;
+    let search = |kind: Kind| -> Result<Found> {
+        let collective = Collective::new(kind, n, 0, 1)?;
+        let plan = Plan::new(req.topology, &collective, method, sketch)?;
+        Ok(plan
+            .run(Search::Pareto, &req.limits, req.progress, req.topology)?
+            .1)
+    };
+    let (reduce, broadcast) = (search(Kind::Reduce)?, search(Kind::Broadcast)?);
+    cuts.extend(reduce.cuts.iter().chain(&broadcast.cuts).cloned());
+    let rounds = |a: &&Algorithm| (a.rounds_per_chunk(), a.num_steps());
+    let steps = |a: &&Algorithm| (a.num_steps(), a.rounds_per_chunk());
+    let mut made: Vec<Algorithm> = Vec::new();
+    for x in &reduce.algorithms {
+        let family = &x.origin.family;
+        if made.iter().any(|m| {
+            matches!(&m.origin.family, Family::ReduceBroadcast { reduce, .. } if **reduce == *family)
+        }) {
+            continue;
+        }
+        let xs: Vec<&Algorithm> = (reduce.algorithms.iter())
+            .filter(|a| a.origin.family == *family)
+            .collect();
+        let ys: Vec<&Algorithm> = (broadcast.algorithms.iter())
+            .filter(|a| a.origin.family == *family)
+            .collect();
+        let pairs = [
+            (
+                xs.iter().copied().min_by_key(steps),
+                ys.iter().copied().min_by_key(steps),
+                false,
+            ),
+            (
+                xs.iter().copied().min_by_key(rounds),
+                ys.iter().copied().min_by_key(rounds),
+                true,
+            ),
+        ];
+        for (x, y, pipelined) in pairs {
+            let (Some(x), Some(y)) = (x, y) else { continue };
+            let composed = reduce_then_broadcast(x, y, req.topology, req.limits.deadline)?;
+            let composed = if pipelined {
+                pipelined_pieces(composed, req.topology, req.limits.deadline)?
+            } else {
+                composed
+            };
+            if !made.iter().any(|m| same_schedule(m, &composed)) {
+                made.push(composed);
+            }
+        }
+    }
+    Ok(made)
+}
+
+/// Pieces in flight per step of a pipelined reduce + broadcast: the allreduce is refined
+/// until it has at least this many pieces per step, so that the pipeline's fill and drain
+/// (a piece per step) take a small part of the time.
+const PIPELINE_PIECES_PER_STEP: usize = 4;
+
+/// `algorithm` refined so that its pieces pipeline through its steps (each piece forwarded
+/// as soon as it is reduced or received, by the lowering's per-slot dependencies):
+/// [`PIPELINE_PIECES_PER_STEP`] pieces per step, or fewer where more would put more
+/// transfers on a link than a program holds; checked.
+fn pipelined_pieces(
+    algorithm: Algorithm,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
+    let c = algorithm.chunks();
+    let n = topology.ranks;
+    let wanted = (PIPELINE_PIECES_PER_STEP * algorithm.num_steps()).div_ceil(n * c);
+    let most = runtime::limits::Limits::PORTABLE.link_transfers();
+    let busiest = crate::load::busiest_link_transfers(&[&algorithm]).max(1);
+    let k = wanted.min(most / busiest).max(1);
+    if k == 1 {
+        return Ok(algorithm);
+    }
+    let refined = algorithm.refined(c * k).renamed();
+    check_in_time(&refined, topology, deadline, "pipelined ")?;
+    Ok(refined)
+}
+
+/// The allreduce's lower bounds: rounds per chunk, the reduce-scatter's and the
+/// allgather's added (a bound for the composed halves); steps, the diameter (every rank
+/// needs the farthest rank's input; the one-shot takes one step on a fabric that links
+/// every pair), which the halves' steps added can only exceed.
 fn two_phase_bounds(rs: &Plan, ag: &Plan, req: &Request) -> Result<BoundsReport> {
     let deadline = req.limits.deadline;
     let (rs_bounds, ag_bounds) = (
@@ -728,7 +860,7 @@ fn two_phase_bounds(rs: &Plan, ag: &Plan, req: &Request) -> Result<BoundsReport>
         ag.bounds(req.progress, deadline)?,
     );
     let bounds = BoundsReport {
-        steps: rs_bounds.steps + ag_bounds.steps,
+        steps: (rs_bounds.steps + ag_bounds.steps).min(req.topology.diameter().unwrap_or(1).max(1)),
         rounds_per_chunk: (rs_bounds.rounds_per_chunk + ag_bounds.rounds_per_chunk).to_string(),
     };
     req.progress.bound(&format!(
@@ -854,13 +986,56 @@ fn compose(
     deadline: Instant,
 ) -> Result<Algorithm> {
     let c = num_integer::lcm(rs.chunks(), ag.chunks());
+    let family = Family::Composed {
+        reduce_scatter: Box::new(rs.origin.family.clone()),
+        allgather: Box::new(ag.origin.family.clone()),
+    };
+    joined(rs, ag, (c, c), family, topology, deadline)
+}
+
+/// A reduce to rank 0 then a broadcast from it as one allreduce: both refined to the least
+/// common multiple of their piece counts and the ranks, each of the allreduce's addresses
+/// one of their pieces (every address of an allreduce ends on every rank, like a
+/// broadcast's).
+fn reduce_then_broadcast(
+    reduce: &Algorithm,
+    broadcast: &Algorithm,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
+    let n = topology.ranks;
+    let pieces = num_integer::lcm(num_integer::lcm(reduce.chunks(), broadcast.chunks()), n);
+    let family = Family::ReduceBroadcast {
+        reduce: Box::new(reduce.origin.family.clone()),
+        broadcast: Box::new(broadcast.origin.family.clone()),
+    };
+    joined(
+        reduce,
+        broadcast,
+        (pieces, pieces / n),
+        family,
+        topology,
+        deadline,
+    )
+}
+
+/// `rs` then `ag`, each refined to `pieces`, as one allreduce of `family` at `c` pieces
+/// per slice (its addresses the halves' refined addresses), checked.
+fn joined(
+    rs: &Algorithm,
+    ag: &Algorithm,
+    (pieces, c): (usize, usize),
+    family: Family,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
     // A channel hint survives only where neither half is re-split and both agree.
-    let piece_channels = if rs.chunks() == c && ag.chunks() == c {
+    let piece_channels = if rs.chunks() == pieces && ag.chunks() == pieces {
         rs.piece_channels.max(ag.piece_channels)
     } else {
         None
     };
-    let (x, y) = (rs.refined(c), ag.refined(c));
+    let (x, y) = (rs.refined(pieces), ag.refined(pieces));
     // Each half keeps its message sizes (one chunk per message where it sets none).
     let message_chunks = (x.message_chunks.is_some() || y.message_chunks.is_some()).then(|| {
         let mut m = x.message_chunks_or_one();
@@ -869,10 +1044,6 @@ fn compose(
     });
     let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c)?;
     let steps = x.steps.into_iter().chain(y.steps).collect::<Vec<_>>();
-    let family = Family::Composed {
-        reduce_scatter: Box::new(rs.origin.family.clone()),
-        allgather: Box::new(ag.origin.family.clone()),
-    };
     let mut algorithm = Algorithm {
         piece_channels,
         message_chunks,

@@ -194,7 +194,7 @@ fn in_place_alltoall_with_more_than_64_local_copies_lowers() {
 }
 
 /// `auto` past one box runs tree packing and the greedy engine, keeps both engines'
-/// algorithms and simulates them against NCCL at 1 KB, 64 KB, 1 MB and 1 GB: on a 2-D torus
+/// algorithms and simulates them against NCCL at 1 KB, 64 KB, 1 MB, 16 MB and 1 GB: on a 2-D torus
 /// the greedy schedule (diameter-deep) wins the small sizes and never loses to NCCL's ring,
 /// and the best at 1 GB is the tree packing's.
 #[test]
@@ -221,7 +221,7 @@ fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
     assert!(files.iter().any(|f| f.contains("-trees-")), "{files:?}");
     let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
     let bytes: Vec<u64> = sizes.iter().map(|s| s["bytes"].as_u64().unwrap()).collect();
-    assert_eq!(bytes, vec![1 << 10, 64 << 10, 1 << 20, 1 << 30]);
+    assert_eq!(bytes, vec![1 << 10, 64 << 10, 1 << 20, 16 << 20, 1 << 30]);
     for s in sizes {
         let (best, ring) = (s["busbw"].as_f64().unwrap(), s["ring"].as_f64().unwrap());
         assert!(best >= ring, "loses to NCCL ring: {s}");
@@ -234,9 +234,9 @@ fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
         sizes[0]
     );
     assert!(
-        !sizes[3]["algorithm"].as_str().unwrap().contains("-greedy"),
+        !sizes[4]["algorithm"].as_str().unwrap().contains("-greedy"),
         "{}",
-        sizes[3]
+        sizes[4]
     );
     assert!(
         doc["at_1gb"]["busbw"].as_f64().unwrap() >= 0.99 * doc["at_1gb"]["bound"].as_f64().unwrap()

@@ -68,6 +68,36 @@ fn allreduce_bound_is_not_the_two_phase_figure() {
 }
 
 #[test]
+fn allreduce_bound_counts_every_transfer() {
+    // ring:5: the cuts allow 80 GB/s busbw; every byte needs 2(n-1) = 8 transfers over 10
+    // links of 25 GB/s: 50, which reduce-scatter + allgather reach.
+    let b = busbw_bound("ring:5", runtime::ir::Collective::AllReduce);
+    assert!((b.busbw() - 50.0).abs() < 1e-9, "{}", b.busbw());
+    // Sound: never below what the composed halves reach (each at its exact optimum).
+    for spec in [
+        "ring:5",
+        "line:4",
+        "star:5",
+        "torus-2d:3x4",
+        "hypercube:8",
+        "random:8:2",
+        "dgx1",
+        "dgx-a100",
+        "dgx-h100",
+        "dgx-a100x2",
+        "mi250-16",
+    ] {
+        let topology = topology::load(spec).unwrap();
+        let bound = CutBound::new(runtime::ir::Collective::AllReduce, &topology, 0).busbw();
+        let halves = synth::cutbound::two_phase_allreduce_busbw(&topology, None);
+        assert!(
+            bound >= halves * (1.0 - 1e-9),
+            "{spec}: {bound} below {halves}"
+        );
+    }
+}
+
+#[test]
 fn every_bound_holds_for_the_synthesized_algorithms() {
     let sim = SimOptions::default();
     for spec in [

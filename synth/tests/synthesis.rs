@@ -401,9 +401,13 @@ fn allreduce_halves_pair_by_provenance() {
     assert!(pair.name.contains("-bucket-s"), "{}", pair.name);
     for a in &s.algorithms {
         assert!(a.name.len() <= MAX_NAME, "{}", a.name);
-        // Every composed half comes from a family, none from a bare name.
+        // Every composed half comes from a family, none from a bare name: reduce-scatter +
+        // allgather, or reduce + broadcast over trees.
         assert!(
-            matches!(a.origin.family, Family::Composed { .. }),
+            matches!(
+                a.origin.family,
+                Family::Composed { .. } | Family::ReduceBroadcast { .. }
+            ),
             "{:?}",
             a.origin
         );

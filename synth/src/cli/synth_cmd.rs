@@ -643,8 +643,8 @@ const COMPARE_ALLTOALL_MAX_RANKS: usize = 64;
 const COMPARE_BYTES: u64 = 1 << 30;
 
 /// Every size at which the main command simulates its algorithms against NCCL: the latency
-/// side (1 KB, 64 KB), the middle (1 MB) and the bandwidth side (1 GB).
-const COMPARE_SIZES: [u64; 4] = [1 << 10, 64 << 10, 1 << 20, COMPARE_BYTES];
+/// side (1 KB, 64 KB), the middle (1 MB, 16 MB) and the bandwidth side (1 GB).
+const COMPARE_SIZES: [u64; 5] = [1 << 10, 64 << 10, 1 << 20, 16 << 20, COMPARE_BYTES];
 
 /// `1 KB`, `64 KB`, `1 MB`, `1 GB` (binary units, as everywhere in synth).
 fn size_label(bytes: u64) -> String {
@@ -970,6 +970,11 @@ fn steps_and_rounds_per_chunk(
         };
         steps += b.steps;
         rpc += b.rounds_per_chunk;
+    }
+    if collective.kind == Kind::AllReduce {
+        // Not two phases in general: the one-shot takes one step where every pair is
+        // linked; every rank needs the farthest rank's input (the diameter).
+        steps = steps.min(topo.diameter().unwrap_or(1).max(1));
     }
     Ok((steps, rpc))
 }

@@ -65,6 +65,7 @@ fn fan_out(n: usize, to: &[usize]) -> Program {
         max_bytes: 0,
         gpus,
         custom: None,
+        compute: None,
     }
 }
 

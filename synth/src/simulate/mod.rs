@@ -32,7 +32,10 @@
 //!   in), and forwarding (`rcs`, `rrs`, `rrcs`) starts once the whole message is in.
 //! * **Local steps.** `cpy` and `re` move `count` chunk-slices through the rank's memory at
 //!   [`SimOptions::local_bandwidth`] (shared by the rank's concurrent local steps); `nop`
-//!   costs nothing.
+//!   costs nothing. A `compute` step (synth's extension) moves its kernel's element
+//!   streams (`Kernel::streams`, a copy being two) through the same memory.
+//! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
+//!   time, and a step reading input waits for the tile holding its slice.
 //!
 //! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
@@ -83,6 +86,21 @@ pub struct SimOptions {
     pub slicing: Slicing,
     /// Messages a connection holds before a send waits (as the verifier and CPU executor).
     pub fifo_depth: usize,
+    /// A producer writing the input buffer in tiles while the program runs (`None`: the
+    /// input is there at the start).
+    #[serde(default)]
+    pub producer: Option<Producer>,
+}
+
+/// A producer (a matmul, say) that writes the input buffer in `tiles` equal tiles, in
+/// order, over `time_us`: tile `t` is out at `(t + 1) · time_us / tiles`, and a step waits
+/// for the tile holding the last input byte it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Producer {
+    /// Tiles (at least 1).
+    pub tiles: usize,
+    /// Time to produce all of them, in µs.
+    pub time_us: f64,
 }
 
 impl Default for SimOptions {
@@ -91,6 +109,7 @@ impl Default for SimOptions {
             local_bandwidth: DEFAULT_LOCAL_BANDWIDTH,
             slicing: Slicing::Runtime,
             fifo_depth: runtime::verify::DEFAULT_FIFO_DEPTH,
+            producer: None,
         }
     }
 }

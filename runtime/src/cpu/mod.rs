@@ -430,7 +430,11 @@ impl<T: Element> Slice<'_, '_, T> {
     /// `compute`: the program's kernel on the destination chunks and the state buffers'
     /// elements at the same indices.
     fn compute(&self, st: &plan::StepPlan) {
-        let kernel = self.sh.mem.kernel().expect("verified: the program has a compute");
+        let kernel = self
+            .sh
+            .mem
+            .kernel()
+            .expect("verified: the program has a compute");
         let mut state = vec![T::of(0.0); kernel.buffers.len()];
         for k in 0..st.count {
             let start = (st.dst_chunk + k) * self.sh.chunk + self.offset;

@@ -652,7 +652,10 @@ impl<'a> Execution<'a> {
                 src
             }
             Op::Compute => {
-                self.read(at, step.dst, step.count, &mut src)?;
+                // Read without the undefined-data check: the compute's own error says more.
+                let (region, start) = self.range(at, step.dst, step.count)?;
+                let base = self.region_base[at.rank][region.index()] + start;
+                src.extend_from_slice(&self.mem[base..base + step.count]);
                 self.compute(at, step.dst, &mut src)?;
                 src
             }

@@ -77,9 +77,9 @@ struct StepInfo {
     deps: u32,
     count: u32,
     op: Op,
-    /// The last input chunk it reads (NONE if it reads no input): with a producer
-    /// ([`super::Producer`]) it waits for the tile holding that chunk's slice.
-    input_last: u32,
+    /// Whether it reads the input buffer: with a producer ([`super::Producer`]) it waits
+    /// for the tile holding its slice.
+    reads_input: bool,
 }
 
 /// A program laid out for the event loop: every threadblock's steps (op, count,
@@ -113,8 +113,8 @@ pub(super) struct Layout<'a> {
     /// Bytes a compute step moves per byte of its chunks, as a copy's bytes (a copy reads
     /// and writes one stream; see [`runtime::compute::Kernel::streams`]).
     compute_weight: f64,
-    /// The producer of the input, and the input buffer's chunks.
-    producer: Option<(super::Producer, usize)>,
+    /// The producer of the input.
+    producer: Option<super::Producer>,
 }
 
 impl<'a> Layout<'a> {
@@ -183,28 +183,25 @@ impl<'a> Layout<'a> {
             wire: wire_overhead(p.protocol),
             depth: opts.fifo_depth.max(1),
             compute_weight,
-            producer: opts.producer.map(|pr| {
-                let chunks = p.gpus.iter().map(|g| g.input_chunks).max().unwrap_or(0);
-                (pr, chunks.max(1))
-            }),
+            producer: opts.producer,
         })
     }
 
     /// When the input step `i` reads in slice `iter` is produced (0 without a producer):
-    /// tile `t` of `k` is out at `(t + 1) · T / k`, and a slice waits for the tile holding
-    /// its last byte.
+    /// tile `t` of `k` (the t-th k-th of every chunk, in the order the program's slices
+    /// consume them) is out at `(t + 1) · T / k`; a slice waits for the tile holding its
+    /// last byte.
     fn release(&self, i: usize, iter: usize, slices: &[f64]) -> f64 {
-        let last = self.steps[i].input_last;
-        let Some((producer, chunks)) = self.producer else {
+        let Some(producer) = self.producer else {
             return 0.0;
         };
-        if last == NONE {
+        if !self.steps[i].reads_input {
             return 0.0;
         }
         let chunk: f64 = slices.iter().sum();
-        let end = last as f64 * chunk + slices[..=iter].iter().sum::<f64>();
+        let end = slices[..=iter].iter().sum::<f64>();
         let k = producer.tiles.max(1) as f64;
-        let tile = (end * k / (chunks as f64 * chunk) - 1e-9).ceil().clamp(1.0, k);
+        let tile = (end * k / chunk - 1e-9).ceil().clamp(1.0, k);
         tile * producer.time_us / k
     }
 
@@ -301,7 +298,7 @@ impl Steps {
             deps: self.deps.len() as u32,
             count: 0,
             op: Op::Nop,
-            input_last: NONE,
+            reads_input: false,
         });
         Ok(())
     }
@@ -379,7 +376,7 @@ impl Steps {
             deps: dep_start,
             count: u32::try_from(s.count).unwrap_or(u32::MAX),
             op: s.op,
-            input_last: input_last(s),
+            reads_input: reads_input(s),
         });
         Ok(())
     }
@@ -914,16 +911,9 @@ impl<'a, 'p> Sim<'a, 'p> {
     }
 }
 
-/// The last input chunk a step reads, or NONE.
-fn input_last(s: &runtime::ir::Step) -> u32 {
+/// Whether a step reads the input buffer.
+fn reads_input(s: &runtime::ir::Step) -> bool {
     let reads_dst = matches!(s.op, Op::Reduce | Op::Compute);
-    [
-        (s.op.reads_src(), s.src),
-        (reads_dst, s.dst),
-    ]
-    .iter()
-    .filter(|(reads, slot)| *reads && slot.buffer == runtime::ir::Buffer::Input)
-    .map(|(_, slot)| u32::try_from(slot.offset + s.count - 1).unwrap_or(NONE - 1))
-    .max()
-    .unwrap_or(NONE)
+    (s.op.reads_src() && s.src.buffer == runtime::ir::Buffer::Input)
+        || (reads_dst && s.dst.buffer == runtime::ir::Buffer::Input)
 }

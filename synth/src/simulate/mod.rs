@@ -92,9 +92,10 @@ pub struct SimOptions {
     pub producer: Option<Producer>,
 }
 
-/// A producer (a matmul, say) that writes the input buffer in `tiles` equal tiles, in
-/// order, over `time_us`: tile `t` is out at `(t + 1) · time_us / tiles`, and a step waits
-/// for the tile holding the last input byte it reads.
+/// A producer (a matmul, say) that writes the input buffer in `tiles` equal tiles over
+/// `time_us`, in the order the program consumes its slices (tile `t`: the t-th of `tiles`
+/// parts of every chunk): tile `t` is out at `(t + 1) · time_us / tiles`, and a step
+/// reading input waits for the tile holding the last byte of its slice.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Producer {
     /// Tiles (at least 1).
@@ -190,6 +191,16 @@ pub fn simulate_sizes(
         .par_iter()
         .map(|&size| run_at(&layout, program, size, options))
         .collect()
+}
+
+/// The slicing a program overlapped with `producer` runs at, at `size_bytes`: the runtime's
+/// slice, or a tile's part of a chunk where that is smaller (a producer-consumer kernel
+/// consumes a tile as it comes).
+pub fn tile_slicing(program: &Program, size_bytes: u64, producer: &Producer) -> Slicing {
+    let nchunks = program.nchunksperloop.max(1) as u64;
+    let chunk = elements_for(size_bytes, program.nchunksperloop) / nchunks * ELEMENT_BYTES;
+    let tile = (chunk / producer.tiles.max(1) as u64).max(ELEMENT_BYTES);
+    Slicing::Bytes(tile.min(runtime_slice_bytes(program.protocol)))
 }
 
 /// One-line errors for inputs that cannot be simulated (see [`simulate`]).

@@ -548,9 +548,11 @@ mod tests {
         assert_eq!(k.buffers, vec!["m", "v", "p"]);
         let mut state = [0.5f64, 0.25, 2.0];
         let out = k.apply(3.0, &mut state, 0);
-        let m = 0.9 * 0.5 + 0.1 * 3.0;
-        let v = 0.999 * 0.25 + 0.001 * 9.0;
-        let p = 2.0 - 1e-3 * (m / 0.1) / ((v / (1.0 - 0.999f64)).sqrt() + 1e-8);
+        let m = 0.9 * 0.5 + (1.0 - 0.9) * 3.0;
+        let v = 0.999 * 0.25 + (1.0 - 0.999) * 3.0 * 3.0;
+        let p = 2.0
+            - 1e-3 * (m / (1.0 - 0.9f64.powf(1.0)))
+                / ((v / (1.0 - 0.999f64.powf(1.0))).sqrt() + 1e-8);
         assert_eq!((state[0], state[1]), (m, v));
         assert!((out - p).abs() < 1e-12 && state[2] == out);
     }

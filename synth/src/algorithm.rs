@@ -74,6 +74,12 @@ pub struct Algorithm {
     /// that carry one transfer at a time ([`crate::layout::retime`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serial_links: bool,
+    /// The place of each rank in the order the lowering breaks ties between ranks in (a
+    /// step's sends across links, a rank's threadblocks by peer). Set by
+    /// [`Algorithm::renumbered`] to the numbering the algorithm was made in, so that a
+    /// renumbered algorithm lowers to the same program renumbered; `None`: rank ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_order: Option<Vec<usize>>,
 }
 
 impl Algorithm {
@@ -96,6 +102,7 @@ impl Algorithm {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         }
     }
 
@@ -218,6 +225,7 @@ impl Algorithm {
                 .as_ref()
                 .map(|m| m.iter().rev().copied().collect()),
             serial_links: self.serial_links,
+            rank_order: self.rank_order.clone(),
         }
         .renamed()
     }
@@ -253,6 +261,11 @@ impl Algorithm {
             Ok(collective) => collective,
             Err(e) => return Some(Err(e)),
         };
+        // Ties between ranks stay broken as in the numbering the algorithm was made in.
+        let mut order = vec![0; n];
+        for (r, &b) in back.iter().enumerate() {
+            order[b] = self.rank_order.as_ref().map_or(r, |o| o[r]);
+        }
         let steps = self
             .steps
             .iter()
@@ -280,6 +293,7 @@ impl Algorithm {
             step_groups: self.step_groups.clone(),
             message_chunks: self.message_chunks.clone(),
             serial_links: self.serial_links,
+            rank_order: Some(order),
         }))
     }
 
@@ -399,6 +413,7 @@ impl Algorithm {
                 .as_ref()
                 .map(|m| m.iter().map(|&x| x * k).collect()),
             serial_links: self.serial_links,
+            rank_order: self.rank_order.clone(),
         }
     }
 
@@ -523,6 +538,7 @@ mod tests {
             step_groups: None,
             message_chunks: Some(vec![2, 1]),
             serial_links: false,
+            rank_order: None,
         };
         let reduce = Collective::new(Kind::Reduce, 3, 0, 2).unwrap();
         assert_eq!(a.reversed(reduce, true).message_chunks, Some(vec![1, 2]));

@@ -180,9 +180,14 @@ pub struct Baseline {
     pub tree: Option<f64>,
     /// NCCL's point-to-point algorithm, simulated (alltoall, gather, scatter).
     pub p2p: Option<f64>,
+    /// NCCL's own choice of algorithm and protocol (`ring/LL`, ...).
+    pub nccl: Option<String>,
+    /// NCCL's choice, simulated.
+    pub nccl_busbw: Option<f64>,
     /// The cut bound at this size.
     pub bound: f64,
-    /// The least simulated time of the baselines (µs), at their own rounded sizes.
+    /// The simulated time of NCCL's choice (µs; the least of its Simple baselines where it
+    /// has none).
     pub best_time_us: Option<f64>,
 }
 
@@ -195,6 +200,8 @@ pub struct Range {
     pub max_bytes: u64,
     /// The winning candidate's label.
     pub algorithm: String,
+    /// The protocol its files run (`proto`).
+    pub protocol: Protocol,
     /// Steps, rounds, chunks, instances and chunks per loop of the winner.
     pub steps: usize,
     /// Rounds R.
@@ -538,26 +545,30 @@ fn grid<'a>(topology: &'a Topology, options: &'a Options) -> Simulation<'a> {
         sizes: &options.sizes,
         options: options.sim,
         runs: Runs::OneByOne,
+        protocols: &crate::select::ALL_PROTOCOLS,
     }
 }
 
-/// Whether `b` is preferred over `a` at `size` bytes.
+/// A candidate under one protocol.
+type Winner = (usize, Protocol);
+
+/// Whether `b` is preferred over `a` at `size` bytes (each under its protocol).
 fn prefers_second(
-    a: &Candidate,
-    b: &Candidate,
+    (a, pa): (&Candidate, Protocol),
+    (b, pb): (&Candidate, Protocol),
     simulation: &Simulation,
     size: u64,
 ) -> Result<bool> {
-    let ta = simulation.point(&a.outofplace, size)?.time_us;
-    let tb = simulation.point(&b.outofplace, size)?.time_us;
+    let ta = simulation.point_with(&a.outofplace, size, pa)?.time_us;
+    let tb = simulation.point_with(&b.outofplace, size, pb)?.time_us;
     Ok(preferred(&[a.preference(), b.preference()], &[ta, tb]) == Some(1))
 }
 
 /// The least size in `(lo, hi]` at which `b` is preferred over `a`, knowing `a` is at `lo`
 /// and `b` at `hi` (bisection; assumes one switch in between).
 fn switch_point(
-    a: &Candidate,
-    b: &Candidate,
+    a: (&Candidate, Protocol),
+    b: (&Candidate, Protocol),
     simulation: &Simulation,
     (mut lo, mut hi): (u64, u64),
 ) -> Result<u64> {
@@ -656,18 +667,20 @@ fn baselines(table: &Table, bound: &CutBound) -> Vec<Baseline> {
             ring: busbw(&row.ring),
             tree: busbw(&row.tree),
             p2p: busbw(&row.p2p),
+            nccl: row.nccl.as_ref().map(|n| n.choice.label()),
+            nccl_busbw: row.nccl.as_ref().map(|n| n.point.busbw),
             bound: bound.busbw_at(row.size),
             best_time_us: row.nccl_least_time_us(),
         })
         .collect()
 }
 
-/// A run of adjacent grid sizes with the same winner (`None`: left to NCCL): the winner, the
-/// first and the last grid index.
-type Span = (Option<usize>, usize, usize);
+/// A run of adjacent grid sizes with the same winner and protocol (`None`: left to NCCL):
+/// the winner, the first and the last grid index.
+type Span = (Option<Winner>, usize, usize);
 
 /// Adjacent grid sizes with the same winner, as spans.
-fn spans(winners: &[Option<usize>]) -> Vec<Span> {
+fn spans(winners: &[Option<Winner>]) -> Vec<Span> {
     let mut spans: Vec<Span> = Vec::new();
     for (i, &w) in winners.iter().enumerate() {
         match spans.last_mut() {
@@ -689,9 +702,10 @@ fn range_starts(
     let mut starts = vec![1u64];
     for pair in spans.windows(2) {
         let start = match (pair[0].0, pair[1].0) {
-            (Some(a), Some(b)) => {
+            (Some((a, pa)), Some((b, pb))) => {
                 let bounds = (sizes[pair[0].2], sizes[pair[1].1]);
-                switch_point(&candidates[a], &candidates[b], simulation, bounds)?
+                let (a, b) = ((&candidates[a], pa), (&candidates[b], pb));
+                switch_point(a, b, simulation, bounds)?
             }
             // Next to NCCL, a range ends at the last grid size its winner won.
             _ => sizes[pair[0].2] + 1,
@@ -720,8 +734,10 @@ struct RangeFiles<'a> {
     out: &'a Path,
     /// The XML dialect.
     flavor: Flavor,
-    /// `COLL-KK-LABEL`: the file name without the mode suffix and extension.
+    /// `COLL-KK-LABEL-PROTO`: the file name without the mode suffix and extension.
     stem: String,
+    /// The protocol the files name (`proto`).
+    protocol: Protocol,
     /// Smallest size (inclusive).
     min_bytes: u64,
     /// Largest size (inclusive); 0 = no upper limit.
@@ -743,6 +759,7 @@ impl RangeFiles<'_> {
         let mut p = program.clone();
         p.min_bytes = self.min_bytes;
         p.max_bytes = self.max_bytes;
+        p.protocol = self.protocol;
         // The XML name: at most 63 plain characters (msccl-ir.md §1.13).
         p.name = format!("{stem}{suffix}").chars().take(63).collect();
         match runtime::xml::write(&p, self.flavor) {
@@ -812,7 +829,7 @@ fn write_ranges(
     for (k, &(w, first, last)) in spans.iter().enumerate() {
         let min_bytes = starts[k];
         let max_bytes = starts.get(k + 1).map_or(0, |next| next - 1);
-        let Some(w) = w else {
+        let Some((w, protocol)) = w else {
             written.left_to_nccl.push([min_bytes, max_bytes]);
             uncovered.push(uncovered_label(min_bytes, max_bytes));
             continue;
@@ -825,7 +842,12 @@ fn write_ranges(
         let files = RangeFiles {
             out,
             flavor,
-            stem: format!("{name}-{k:02}-{}", short.replace([':', '/', ' '], "_")),
+            stem: format!(
+                "{name}-{k:02}-{}-{}",
+                short.replace([':', '/', ' '], "_"),
+                protocol.name().to_lowercase()
+            ),
+            protocol,
             min_bytes,
             max_bytes,
         };
@@ -837,6 +859,7 @@ fn write_ranges(
             min_bytes,
             max_bytes,
             algorithm: c.label.clone(),
+            protocol,
             steps: c.steps,
             rounds: c.rounds,
             chunks: c.chunks,
@@ -856,8 +879,8 @@ fn write_ranges(
     Ok(written)
 }
 
-/// The note on the grid sizes where NCCL's own algorithms beat the catalog's choice in the
-/// same simulator, if any.
+/// The note on the grid sizes where NCCL's choice beats the catalog's in the same
+/// simulator, if any (none: such sizes are left to NCCL).
 fn beaten_note(baselines: &[Baseline], ranges: &[Range]) -> Option<String> {
     let chosen = |size: u64| {
         ranges
@@ -875,7 +898,7 @@ fn beaten_note(baselines: &[Baseline], ranges: &[Range]) -> Option<String> {
         .collect();
     (!beaten.is_empty()).then(|| {
         format!(
-            "NCCL's own algorithms (simulated) are faster than the chosen algorithm at: {}",
+            "NCCL's choice (simulated) is faster than the chosen algorithm at: {}",
             beaten.join(", ")
         )
     })
@@ -927,7 +950,9 @@ fn build_one(
         notes.push(format!("no NCCL baseline for {name} on this fabric"));
     }
     let baselines = baselines(&table, &bound);
-    let winners: Vec<Option<usize>> = table.rows.iter().map(|row| row.best).collect();
+    let winners: Vec<Option<Winner>> = (table.rows.iter().enumerate())
+        .map(|(i, row)| row.best.map(|w| (w, candidates[w].points[i].protocol)))
+        .collect();
     let spans = spans(&winners);
     let starts = range_starts(&spans, &candidates, &simulation)?;
     let target = (out, options.flavor);

@@ -538,6 +538,7 @@ mod tests {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         }
     }
 

@@ -67,9 +67,9 @@ impl Default for LowerOptions {
 }
 
 /// Which threadblock an instruction runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-/// Ordered so that threadblocks that others depend on (local copies, receives) get the low
-/// ids: the runtime stores a dependency's threadblock id in an int8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Ordered ([`TbKey::order`]) so that threadblocks that others depend on (local copies,
+/// receives) get the low ids: the runtime stores a dependency's threadblock id in an int8.
 enum TbKey {
     /// Local copies, [`LOCAL_STEPS`] per threadblock (`part` is set by `build_gpu`).
     Local {
@@ -83,6 +83,23 @@ enum TbKey {
         peer: usize,
         channel: usize,
     },
+}
+
+impl TbKey {
+    /// The threadblock order: local copies, receives, sends, each by the peer's place in
+    /// `place` ([`Algorithm::rank_order`]) and then channel.
+    fn order(&self, place: impl Fn(usize) -> usize) -> (u8, usize, usize) {
+        match *self {
+            TbKey::Local { part } => (0, part, 0),
+            TbKey::Recv { peer, channel } => (1, place(peer), channel),
+            TbKey::Send { peer, channel } => (2, place(peer), channel),
+        }
+    }
+}
+
+/// Where rank `r` comes in the order `algorithm`'s lowering breaks ties between ranks in.
+fn place_of(algorithm: &Algorithm, r: usize) -> usize {
+    algorithm.rank_order.as_ref().map_or(r, |o| o[r])
 }
 
 /// One rank's instructions in algorithm order, before threadblock ids are fixed.
@@ -578,7 +595,8 @@ impl<'a> Lowering<'a> {
         let mut sends = step.sends.clone();
         // Grouped by link; within a link the algorithm's order is kept (engines put the
         // sends that feed the longest paths first).
-        sends.sort_by_key(|s| (s.src, s.dst));
+        let place = |r: usize| place_of(self.algorithm, r);
+        sends.sort_by_key(|s| (place(s.src), place(s.dst)));
         // All sends read the state before the step.
         let sources: Vec<Slot> = sends
             .iter()
@@ -719,7 +737,10 @@ impl<'a> Lowering<'a> {
             .code
             .into_iter()
             .enumerate()
-            .map(|(rank, rc)| build_gpu(rank, rc, input_extent, output_extent))
+            .map(|(rank, rc)| {
+                let place = |r: usize| place_of(algorithm, r);
+                build_gpu(rank, rc, input_extent, output_extent, place)
+            })
             .collect();
         peers::spread_peer_channels(&mut gpus);
         let kind = coll.kind;
@@ -1082,10 +1103,16 @@ fn accumulator(
 const LOCAL_STEPS: usize = Limits::PORTABLE.max_steps;
 
 /// Assigns threadblock ids, computes dependencies and extents for one rank.
-fn build_gpu(rank: usize, mut rc: RankCode, input_extent: usize, output_extent: usize) -> Gpu {
+fn build_gpu(
+    rank: usize,
+    mut rc: RankCode,
+    input_extent: usize,
+    output_extent: usize,
+    place: impl Fn(usize) -> usize,
+) -> Gpu {
     number_local_parts(&mut rc.ops);
     let mut keys: Vec<TbKey> = rc.ops.iter().map(|(k, _)| *k).collect();
-    keys.sort();
+    keys.sort_by_key(|k| k.order(&place));
     keys.dedup();
     let tb_of: FxHashMap<TbKey, usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     let mut threadblocks = empty_threadblocks(&keys, &rc.ops, &tb_of);

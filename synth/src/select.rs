@@ -1,7 +1,9 @@
-//! Simulate-and-pick, the last stage of a synthesis: every lowered candidate and NCCL's
-//! baselines (ring, tree and point-to-point, those [`crate::baseline`] defines for the
-//! collective) simulated at a list of message sizes, and the best candidate per size, as a
-//! typed [`Table`]. Nothing here prints or writes: the main command and the catalog report
+//! Simulate-and-pick, the last stage of a synthesis: every lowered candidate under every
+//! protocol of [`Simulation::protocols`] (its best protocol per size is its [`Point`]) and
+//! NCCL's baselines (ring, tree and point-to-point with Simple, those [`crate::baseline`]
+//! defines for the collective, and at each size NCCL's own choice of algorithm × protocol
+//! by its tuner, [`NcclPoint`]) simulated at a list of message sizes, and the best candidate
+//! per size, as a typed [`Table`]. Nothing here prints or writes: the main command and the catalog report
 //! the table in their own ways.
 //!
 //! The two callers differ, and each difference is a parameter, not a compromise:
@@ -12,7 +14,7 @@
 //! * **Which candidate wins** ([`Rule`]): the main command takes the highest busbw (the
 //!   first candidate on a tie); the catalog the least time, prefers within [`TIE`] of it the
 //!   candidate that is valid at more sizes ([`Preference`]), and leaves a size to NCCL where
-//!   one of its baselines is faster by more than [`TIE`].
+//!   NCCL's choice is faster by more than [`TIE`].
 //! * **The baselines' root** (the collective's root for the main command, 0 for the
 //!   catalog) and the sizes, simulator options, lowering (flavour, protocol, instances) of
 //!   the candidates, which the callers choose.
@@ -21,12 +23,15 @@
 //! each program before lowering the next (the main command holds at most two programs of a
 //! 1024-rank fabric); [`Simulation::table`] then simulates the baselines and picks.
 
-use crate::baseline::{self, BaselineOptions};
+use crate::baseline::{self, Algo, BaselineOptions, Choice, Tuner};
 use crate::simulate::{simulate, simulate_sizes, SimOptions, SimResult};
 use crate::topology::Topology;
 use anyhow::Result;
-use runtime::ir::{Collective, Program};
+use runtime::ir::{Collective, Program, Protocol};
 use serde::Serialize;
+
+/// Every protocol of the MSCCL runtimes, the candidates' default.
+pub const ALL_PROTOCOLS: [Protocol; 3] = [Protocol::Simple, Protocol::LL, Protocol::LL128];
 
 /// Relative time difference under which two candidates count as equally fast (the
 /// catalog's [`Rule::LeastTime`]).
@@ -48,18 +53,40 @@ pub struct Point {
     pub time_us: f64,
     /// nccl-tests busbw in GB/s at the simulated size.
     pub busbw: f64,
+    /// The protocol simulated.
+    pub protocol: Protocol,
 }
 
 impl Point {
-    /// The point of a simulation run at the asked `size`.
-    fn of(size: u64, run: &SimResult) -> Point {
+    /// The point of a simulation run at the asked `size` with `protocol`.
+    fn of(size: u64, run: &SimResult, protocol: Protocol) -> Point {
         Point {
             size,
             simulated_bytes: run.size_bytes,
             time_us: run.time_us,
             busbw: run.busbw,
+            protocol,
         }
     }
+
+    /// The faster of two points (the first on a tie).
+    fn faster(self, other: Point) -> Point {
+        if other.time_us < self.time_us {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// NCCL's choice at one size: the algorithm and protocol its tuner picks, simulated (NVLS:
+/// its model, [`Tuner::nvls_time_us`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct NcclPoint {
+    /// What NCCL runs.
+    pub choice: Choice,
+    /// Its figures.
+    pub point: Point,
 }
 
 /// How a program is simulated at the sizes of a [`Simulation`].
@@ -81,45 +108,91 @@ pub struct Simulation<'a> {
     pub topology: &'a Topology,
     /// nccl-tests sizes in bytes, in the order of the table's rows.
     pub sizes: &'a [u64],
-    /// Simulator options.
+    /// Simulator options (with `protocol` unset: each program under [`Self::protocols`]).
     pub options: SimOptions,
     /// How a program meets the sizes.
     pub runs: Runs,
+    /// The protocols a candidate is simulated with (LL only up to
+    /// [`crate::simulate::ModelParams::ll_max_bytes`] where another is listed).
+    pub protocols: &'a [Protocol],
 }
 
 impl Simulation<'_> {
-    /// `program` at one `size`.
-    pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
-        let run = simulate(program, self.topology, size, &self.options)?;
-        Ok(Point::of(size, &run))
+    /// Whether `protocol` is simulated at `size`.
+    fn applies(&self, protocol: Protocol, size: u64) -> bool {
+        protocol != Protocol::LL
+            || size <= self.options.model.ll_max_bytes
+            || self.protocols.iter().all(|&p| p == Protocol::LL)
     }
 
-    /// `program` at every size, or the error of a failing size (with [`Runs::OneByOne`], the
-    /// first).
+    /// `program` under `protocol` at one `size`.
+    pub fn point_with(&self, program: &Program, size: u64, protocol: Protocol) -> Result<Point> {
+        let options = self.options.with_protocol(protocol);
+        let run = simulate(program, self.topology, size, &options)?;
+        Ok(Point::of(size, &run, protocol))
+    }
+
+    /// `program` at one `size`, under its fastest protocol.
+    pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
+        let mut best: Option<Point> = None;
+        for &protocol in self.protocols.iter().filter(|&&p| self.applies(p, size)) {
+            let p = self.point_with(program, size, protocol)?;
+            best = Some(best.map_or(p.clone(), |b| b.faster(p)));
+        }
+        best.ok_or_else(|| anyhow::anyhow!("no protocol to simulate"))
+    }
+
+    /// `program` under `protocol` at `sizes` (a failure fails them all).
+    fn together(&self, program: &Program, sizes: &[u64], protocol: Protocol) -> Result<Vec<Point>> {
+        let options = self.options.with_protocol(protocol);
+        let runs = simulate_sizes(program, self.topology, sizes, &options)?;
+        Ok((sizes.iter().zip(&runs))
+            .map(|(&s, r)| Point::of(s, r, protocol))
+            .collect())
+    }
+
+    /// `program` at every size under its fastest protocol, or the error of a failing size
+    /// (with [`Runs::OneByOne`], the first).
     pub fn curve(&self, program: &Program) -> Result<Vec<Point>> {
         match self.runs {
             Runs::Together => {
-                let runs = simulate_sizes(program, self.topology, self.sizes, &self.options)?;
-                Ok(self
-                    .sizes
-                    .iter()
-                    .zip(&runs)
-                    .map(|(&s, r)| Point::of(s, r))
-                    .collect())
+                let mut best: Vec<Option<Point>> = vec![None; self.sizes.len()];
+                for &protocol in self.protocols {
+                    let at: Vec<usize> = (0..self.sizes.len())
+                        .filter(|&i| self.applies(protocol, self.sizes[i]))
+                        .collect();
+                    let sizes: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
+                    if sizes.is_empty() {
+                        continue;
+                    }
+                    for (i, p) in at
+                        .into_iter()
+                        .zip(self.together(program, &sizes, protocol)?)
+                    {
+                        best[i] = Some(best[i].take().map_or(p.clone(), |b| b.faster(p)));
+                    }
+                }
+                (best.into_iter())
+                    .map(|p| p.ok_or_else(|| anyhow::anyhow!("no protocol to simulate")))
+                    .collect()
             }
             Runs::OneByOne => self.sizes.iter().map(|&s| self.point(program, s)).collect(),
         }
     }
 
-    /// `program` at each size, `None` where its simulation failed.
-    fn points(&self, program: &Program) -> Vec<Option<Point>> {
+    /// `program` under `protocol` at the sizes of index `at`, `None` where its simulation
+    /// failed.
+    fn points(&self, program: &Program, protocol: Protocol, at: &[usize]) -> Vec<Option<Point>> {
         match self.runs {
-            Runs::Together => match self.curve(program) {
-                Ok(points) => points.into_iter().map(Some).collect(),
-                Err(_) => vec![None; self.sizes.len()],
-            },
-            Runs::OneByOne => (self.sizes.iter())
-                .map(|&s| self.point(program, s).ok())
+            Runs::Together => {
+                let sizes: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
+                match self.together(program, &sizes, protocol) {
+                    Ok(points) => points.into_iter().map(Some).collect(),
+                    Err(_) => vec![None; at.len()],
+                }
+            }
+            Runs::OneByOne => (at.iter())
+                .map(|&i| self.point_with(program, self.sizes[i], protocol).ok())
                 .collect(),
         }
     }
@@ -145,6 +218,7 @@ impl Simulation<'_> {
                     ring: Baselines::at(&nccl.ring, i),
                     tree: Baselines::at(&nccl.tree, i),
                     p2p: Baselines::at(&nccl.p2p, i),
+                    nccl: nccl.choice.get(i).cloned().flatten(),
                     best: None,
                 };
                 row.best = rule.best(&row);
@@ -164,33 +238,81 @@ struct Baselines {
     ring: Option<Vec<Option<Point>>>,
     tree: Option<Vec<Option<Point>>>,
     p2p: Option<Vec<Option<Point>>>,
+    /// NCCL's choice at each size (`None`: nothing chosen, or its simulation failed).
+    choice: Vec<Option<NcclPoint>>,
     /// Whether any of the three is defined.
     defined: bool,
 }
 
 impl Baselines {
     /// Builds NCCL's ring, tree and point-to-point programs (on the channels NCCL would
-    /// pick) and simulates those that exist, one after the other, so that one baseline
-    /// program is held at a time.
+    /// pick) and simulates those that exist with Simple, one after the other, so that one
+    /// baseline program is held at a time; then NCCL's choice per size (the ring or tree
+    /// program under the chosen protocol, or the NVLS model).
     fn simulate(simulation: &Simulation, collective: Collective, root: usize) -> Baselines {
         let options = BaselineOptions {
             channels: None,
             root,
         };
         let topology = simulation.topology;
+        let sizes = simulation.sizes;
+        let tuner = Tuner::new(collective, topology, &simulation.options.model.nccl).ok();
+        let chosen: Vec<Option<Choice>> = (sizes.iter())
+            .map(|&s| tuner.as_ref().and_then(|t| t.choose(s)))
+            .collect();
+        let mut choice: Vec<Option<NcclPoint>> = vec![None; sizes.len()];
         let mut defined = false;
-        let mut run = |program: Result<Program>| {
+        let all: Vec<usize> = (0..sizes.len()).collect();
+        let mut run = |algo: Algo, program: Result<Program>| {
             let program = program.ok()?;
             defined = true;
-            Some(simulation.points(&program))
+            let simple = simulation.points(&program, Protocol::Simple, &all);
+            for protocol in ALL_PROTOCOLS {
+                let at: Vec<usize> = (all.iter().copied())
+                    .filter(|&i| {
+                        chosen[i].is_some_and(|c| c.algo == algo && c.protocol == protocol)
+                    })
+                    .collect();
+                let points = if protocol == Protocol::Simple {
+                    at.iter().map(|&i| simple[i].clone()).collect()
+                } else if at.is_empty() {
+                    Vec::new()
+                } else {
+                    simulation.points(&program, protocol, &at)
+                };
+                for (i, point) in at.into_iter().zip(points) {
+                    choice[i] = point
+                        .zip(chosen[i])
+                        .map(|(point, choice)| NcclPoint { choice, point });
+                }
+            }
+            Some(simple)
         };
-        let ring = run(baseline::ring(collective, topology, &options));
-        let tree = run(baseline::tree(collective, topology, &options));
-        let p2p = run(baseline::p2p(collective, topology, &options));
+        let ring = run(Algo::Ring, baseline::ring(collective, topology, &options));
+        let tree = run(Algo::Tree, baseline::tree(collective, topology, &options));
+        let p2p = run(Algo::P2p, baseline::p2p(collective, topology, &options));
+        for (i, &size) in sizes.iter().enumerate() {
+            let Some(c) = chosen[i].filter(|c| c.algo == Algo::Nvls) else {
+                continue;
+            };
+            let Some(time_us) = tuner.as_ref().and_then(|t| t.nvls_time_us(size)) else {
+                continue;
+            };
+            let algbw = size as f64 / (time_us * 1e3);
+            let point = Point {
+                size,
+                simulated_bytes: size,
+                time_us,
+                busbw: algbw * collective.busbw_factor(topology.ranks),
+                protocol: c.protocol,
+            };
+            choice[i] = Some(NcclPoint { choice: c, point });
+        }
         Baselines {
             ring,
             tree,
             p2p,
+            choice,
             defined,
         }
     }
@@ -289,6 +411,8 @@ pub struct Row {
     /// NCCL's point-to-point algorithm (alltoall, gather, scatter), where defined and
     /// simulated.
     pub p2p: Option<Point>,
+    /// NCCL's own choice of algorithm and protocol, simulated.
+    pub nccl: Option<NcclPoint>,
     /// The index of the best candidate by the [`Rule`], if any.
     pub best: Option<usize>,
 }
@@ -300,8 +424,12 @@ impl Row {
         Some((i, self.candidates.get(i)?.as_ref()?))
     }
 
-    /// The least simulated time of NCCL's baselines (µs, each at its own rounded size).
+    /// The simulated time of what NCCL runs (µs): its tuner's choice, or where its tuner
+    /// chose nothing, the least of its Simple baselines (each at its own rounded size).
     pub fn nccl_least_time_us(&self) -> Option<f64> {
+        if let Some(n) = &self.nccl {
+            return Some(n.point.time_us);
+        }
         [&self.ring, &self.tree, &self.p2p]
             .into_iter()
             .flatten()
@@ -329,6 +457,7 @@ mod tests {
             simulated_bytes: 1024,
             time_us,
             busbw,
+            protocol: Protocol::Simple,
         })
     }
 
@@ -339,6 +468,7 @@ mod tests {
             ring,
             tree: None,
             p2p: None,
+            nccl: None,
             best: None,
         }
     }

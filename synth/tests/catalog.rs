@@ -60,7 +60,18 @@ fn check_catalog(manifest: &Manifest, dir: &Path, kinds: &[Kind]) {
             assert_eq!(inside.len(), 1, "size {size} is in {} ranges", inside.len());
             if inside[0].2 {
                 let r = ranges.iter().find(|r| r.min_bytes == inside[0].0).unwrap();
-                assert!(r.points.iter().any(|p| p.size == size));
+                let p = r.points.iter().find(|p| p.size == size).expect("point");
+                // Never slower than NCCL's choice (within the tie), and run with the
+                // range's protocol.
+                assert_eq!(p.protocol, r.protocol);
+                if let Some(nccl) = c.baselines[i].best_time_us {
+                    assert!(
+                        p.time_us <= nccl * (1.0 + catalog::TIE),
+                        "{} at {size}: {} us vs NCCL's choice {nccl} us",
+                        c.collective,
+                        p.time_us
+                    );
+                }
             } else {
                 let best = c.baselines[i].best_time_us.expect("NCCL was simulated");
                 let ours = c
@@ -86,6 +97,7 @@ fn check_catalog(manifest: &Manifest, dir: &Path, kinds: &[Kind]) {
                 assert_eq!(p.collective, kind.to_ir().unwrap());
                 assert_eq!(p.ngpus, manifest.ranks);
                 assert_eq!(p.nchunksperloop, r.nchunksperloop);
+                assert_eq!(p.protocol, r.protocol, "{}", path.display());
                 listed.push(path.file_name().unwrap().to_string_lossy().to_string());
             }
         }
@@ -159,6 +171,39 @@ fn dgx1_allgather_allreduce_catalog() {
         .collect();
     on_disk.sort();
     assert_eq!(on_disk, expected);
+}
+
+/// Small and medium sizes: each range runs its best protocol, and the catalog is never
+/// slower than NCCL's choice (its algorithm and protocol) where it serves a size; where
+/// NCCL's choice is faster the size is left to NCCL (`check_catalog`).
+#[test]
+fn small_sizes_catalog_is_never_slower_than_nccls_choice() {
+    for (fabric, kind) in [
+        ("ring:6", Kind::AllReduce),
+        ("dgx-h100", Kind::AllReduce),
+        ("dgx-a100x2", Kind::AllGather),
+    ] {
+        let topo = topology::load(fabric).unwrap();
+        let dir = temp_dir(&format!("small-{}", fabric.replace(':', "_")));
+        let kinds = [kind];
+        let options = Options {
+            search: Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            instances: vec![1],
+            time_limit: 30.0,
+            sizes: runtime::cpu::parse_sizes("1K:64M:4").unwrap(),
+            ..Options::default()
+        };
+        let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
+        check_catalog(&manifest, &dir, &kinds);
+        let c = &manifest.collectives[0];
+        // NCCL's choice is known at every size, and named.
+        assert!(c.baselines.iter().all(|b| b.nccl.is_some()), "{fabric}");
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(readme.contains("NCCL's choice"), "{fabric}");
+    }
 }
 
 #[test]

@@ -1,16 +1,26 @@
 //! The simulator, the NCCL baselines, NCCL's model and the cut bounds.
 
 use runtime::ir::{Buffer, Collective, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
-use synth::baseline::{self, Algo, BaselineOptions};
+use synth::baseline::{self, Algo, BaselineOptions, Tuner};
 use synth::cutbound::{self, CutBound};
-use synth::simulate::{simulate, simulate_sizes, SimOptions, Slicing};
+use synth::select::{Runs, Simulation, ALL_PROTOCOLS};
+use synth::simulate::{simulate, simulate_sizes, ModelParams, PerProtocol, SimOptions, Slicing};
 use synth::topology::{self, Link, SwitchConstraint, Topology};
 
 const GB: u64 = 1 << 30;
 
+/// Whole chunks and no launch latency: a time is the transfers' alone.
 fn whole() -> SimOptions {
     SimOptions {
         slicing: Slicing::WholeChunks,
+        model: ModelParams {
+            launch_us: PerProtocol {
+                simple: 0.0,
+                ll: 0.0,
+                ll128: 0.0,
+            },
+            ..ModelParams::default()
+        },
         ..SimOptions::default()
     }
 }
@@ -305,17 +315,140 @@ fn baselines_never_beat_the_bound() {
 #[test]
 fn nccl_model_is_plausible() {
     let topo = topology::load("dgx-a100x2").unwrap();
-    let small =
-        baseline::nccl_model_time_us(Collective::AllReduce, Algo::Ring, &topo, 1024).unwrap();
-    let big = baseline::nccl_model_time_us(Collective::AllReduce, Algo::Ring, &topo, GB).unwrap();
+    let tuning = ModelParams::default().nccl;
+    let time = |coll, algo, protocol, size| {
+        baseline::nccl_model_time_us(coll, algo, protocol, &topo, size, &tuning)
+    };
+    let small = time(Collective::AllReduce, Algo::Ring, Protocol::Simple, 1024).unwrap();
+    let big = time(Collective::AllReduce, Algo::Ring, Protocol::Simple, GB).unwrap();
     assert!(small > 8.4 && big > small);
     // At 1 GiB the ring runs near its bus bandwidth (200 GB/s on 8 NICs).
     let busbw = GB as f64 / (big * 1e3) * Collective::AllReduce.busbw_factor(16);
     assert!(busbw > 180.0 && busbw <= 200.0, "{busbw}");
-    assert!(baseline::nccl_model_time_us(Collective::AllGather, Algo::Tree, &topo, GB).is_err());
-    assert!(baseline::nccl_model_time_us(Collective::AllToAll, Algo::Ring, &topo, GB).is_err());
-    let (_, algo) = baseline::nccl_model_busbw(Collective::AllReduce, &topo, GB).unwrap();
-    assert_eq!(algo, Algo::Ring);
+    // LL: a fraction of Simple's latency, a quarter of its bandwidth.
+    let ll_small = time(Collective::AllReduce, Algo::Ring, Protocol::LL, 1024).unwrap();
+    let ll_big = time(Collective::AllReduce, Algo::Ring, Protocol::LL, GB).unwrap();
+    assert!(
+        ll_small < small && ll_big > 3.0 * big,
+        "{ll_small} {ll_big}"
+    );
+    assert!(time(Collective::AllGather, Algo::Tree, Protocol::Simple, GB).is_err());
+    assert!(time(Collective::AllToAll, Algo::Ring, Protocol::Simple, GB).is_err());
+    assert!(time(Collective::AllReduce, Algo::Nvls, Protocol::Simple, GB).is_err());
+    let (_, choice) =
+        baseline::nccl_model_busbw(Collective::AllReduce, &topo, GB, &tuning).unwrap();
+    assert_eq!(
+        (choice.algo, choice.protocol),
+        (Algo::Ring, Protocol::Simple)
+    );
+}
+
+/// NCCL's tuner picks as NCCL does: tree/LL for a tiny allreduce across nodes, ring/Simple
+/// at 1 GB, LL for small single-node collectives, NVLS only on an NVSwitch box that can
+/// reduce (dgx-h100, not dgx-a100), point-to-point for alltoall.
+#[test]
+fn nccl_tuner_choices_are_sane() {
+    let tuning = ModelParams::default().nccl;
+    let choose = |fabric: &str, coll, size| {
+        let topo = topology::load(fabric).unwrap();
+        let c = Tuner::new(coll, &topo, &tuning)
+            .unwrap()
+            .choose(size)
+            .unwrap();
+        (c.algo, c.protocol)
+    };
+    for fabric in ["dgx-a100x2", "dgx-h100x2", "dgx-a100x4"] {
+        assert_eq!(
+            choose(fabric, Collective::AllReduce, 1 << 10),
+            (Algo::Tree, Protocol::LL),
+            "{fabric}"
+        );
+        assert_eq!(
+            choose(fabric, Collective::AllReduce, GB),
+            (Algo::Ring, Protocol::Simple),
+            "{fabric}"
+        );
+    }
+    for fabric in ["dgx-a100", "ring:8", "torus-2d:4x4", "dgx1"] {
+        for coll in [Collective::AllGather, Collective::AllReduce] {
+            assert_eq!(
+                choose(fabric, coll, 1 << 10).1,
+                Protocol::LL,
+                "{fabric} {coll}"
+            );
+            assert_eq!(
+                choose(fabric, coll, GB).1,
+                Protocol::Simple,
+                "{fabric} {coll}"
+            );
+        }
+    }
+    assert_eq!(choose("dgx-h100", Collective::AllReduce, GB).0, Algo::Nvls);
+    assert_ne!(choose("dgx-a100", Collective::AllReduce, GB).0, Algo::Nvls);
+    assert_ne!(choose("dgx-h100", Collective::AllGather, GB).0, Algo::Nvls);
+    assert_eq!(
+        choose("dgx-a100", Collective::AllToAll, 1 << 10),
+        (Algo::P2p, Protocol::Simple)
+    );
+}
+
+/// The same program runs faster under LL than under Simple at 1 KB (a fraction of the
+/// per-hop latency) and slower at 16 MB (half the wire carries data), on built-in and
+/// generated fabrics; the selection names the faster protocol per size.
+#[test]
+fn ll_wins_small_and_loses_large_on_the_same_fabric() {
+    for fabric in ["dgx-a100", "ring:8", "torus-2d:4x4", "dgx-a100x2"] {
+        let topo = topology::load(fabric).unwrap();
+        for coll in [Collective::AllReduce, Collective::AllGather] {
+            let p = baseline::ring(coll, &topo, &BaselineOptions::default()).unwrap();
+            let at = |size, protocol| {
+                let opts = SimOptions::default().with_protocol(protocol);
+                simulate(&p, &topo, size, &opts).unwrap().time_us
+            };
+            let (small, large) = (1 << 10, 16 << 20);
+            assert!(
+                at(small, Protocol::LL) < at(small, Protocol::Simple),
+                "{fabric} {coll}: LL {} vs Simple {} at 1 KB",
+                at(small, Protocol::LL),
+                at(small, Protocol::Simple)
+            );
+            assert!(
+                at(large, Protocol::LL) > at(large, Protocol::Simple),
+                "{fabric} {coll} at 16 MB"
+            );
+            let sizes = [small, large];
+            let simulation = Simulation {
+                topology: &topo,
+                sizes: &sizes,
+                options: SimOptions::default(),
+                runs: Runs::Together,
+                protocols: &ALL_PROTOCOLS,
+            };
+            let curve = simulation.curve(&p).unwrap();
+            assert_eq!(curve[0].protocol, Protocol::LL, "{fabric} {coll}");
+            assert_ne!(curve[1].protocol, Protocol::LL, "{fabric} {coll}");
+            assert_eq!(curve[0].time_us, at(small, Protocol::LL));
+        }
+    }
+}
+
+/// A model file changes the simulation: a deeper FIFO never slows a program, a larger
+/// launch latency adds to its time.
+#[test]
+fn model_parameters_reach_the_simulator() {
+    let topo = topology::load("dgx-a100").unwrap();
+    let p = baseline::ring(Collective::AllReduce, &topo, &BaselineOptions::default()).unwrap();
+    let base = simulate(&p, &topo, 1 << 20, &SimOptions::default())
+        .unwrap()
+        .time_us;
+    let text = "[launch_us]\nsimple = 108.4\nll = 3.6\nll128 = 10\n";
+    let model = ModelParams::parse(text, std::path::Path::new("m.toml")).unwrap();
+    let opts = SimOptions {
+        model,
+        ..SimOptions::default()
+    };
+    let slower = simulate(&p, &topo, 1 << 20, &opts).unwrap().time_us;
+    assert!((slower - base - 100.0).abs() < 1e-6, "{base} {slower}");
 }
 
 #[test]
@@ -564,4 +697,79 @@ fn cli_simulate_compares_with_rings_over_every_link_and_relayed_rings() {
         assert!((low..=high).contains(&ring), "{name}: ring {ring}");
         assert!((busbw - ring).abs() < 1e-6, "{name}: {busbw} vs {ring}");
     }
+}
+
+/// `--model FILE` on every command that simulates: a malformed file, an unknown field or a
+/// value out of range is a one-line error naming the file and the field, exit 1.
+#[test]
+fn cli_model_file_errors_name_the_file_and_field() {
+    let dir = std::env::temp_dir().join(format!("synth-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topo = topology::load("ring:4").unwrap();
+    let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
+    let xml = dir.join("ring.xml");
+    std::fs::write(
+        &xml,
+        runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap(),
+    )
+    .unwrap();
+    let xml = xml.to_str().unwrap().to_string();
+    let cases = [
+        (
+            "unknown.toml",
+            "fifo_depth = 2\nfifo_dept = 3\n",
+            "fifo_dept",
+        ),
+        (
+            "range.toml",
+            "[wire_efficiency]\nsimple = 1\nll = 1.5\nll128 = 0.9\n",
+            "wire_efficiency.ll",
+        ),
+        ("syntax.toml", "[nccl\nll_max_bw = 1\n", "line 1"),
+        ("type.toml", "[nccl]\nll_max_bw = \"fast\"\n", "ll_max_bw"),
+    ];
+    for (name, text, field) in cases {
+        let file = dir.join(name);
+        std::fs::write(&file, text).unwrap();
+        let model = file.to_str().unwrap();
+        let commands: [Vec<&str>; 4] = [
+            vec!["simulate", &xml, "--topo", "ring:4", "--sizes", "1K"],
+            vec!["--topo", "ring:4", "--coll", "allgather"],
+            vec![
+                "catalog",
+                "--topo",
+                "ring:4",
+                "--colls",
+                "allgather",
+                "--out",
+                "/nonexistent/x",
+            ],
+            vec![
+                "bench",
+                "--cases",
+                "small",
+                "--fabrics",
+                "ring:4",
+                "--coll",
+                "allgather",
+            ],
+        ];
+        for args in commands {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
+                .args(&args)
+                .args(["--model", model])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?} {name}: {stderr}");
+            let line = stderr.trim_end();
+            assert_eq!(line.lines().count(), 1, "{args:?} {name}: {stderr}");
+            assert!(line.len() <= 300 && !line.contains("panicked"), "{line}");
+            assert!(
+                line.contains(name) && line.contains(field),
+                "{args:?}: {line}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -17,7 +17,7 @@ pub mod programs;
 pub mod relay;
 pub mod search;
 
-pub use model::{nccl_model_busbw, nccl_model_time_us, Algo};
+pub use model::{nccl_model_busbw, nccl_model_time_us, Algo, Choice, Tuner};
 pub use orders::{ring_orders, tree_parents};
 pub use p2p::p2p_program;
 pub use programs::{ring_program, tree_allreduce_program};

@@ -41,10 +41,15 @@ pub(super) fn plot(
             Palette99::pick(i).stroke_width(2),
         ));
     }
-    let baseline_series: [BaselineLine; 4] = [
+    let baseline_series: [BaselineLine; 5] = [
         ("NCCL ring (simulated)", |b| b.ring, RGBColor(0, 0, 0)),
         ("NCCL tree (simulated)", |b| b.tree, RGBColor(120, 120, 120)),
         ("NCCL p2p (simulated)", |b| b.p2p, RGBColor(0, 90, 160)),
+        (
+            "NCCL's choice (simulated)",
+            |b| b.nccl_busbw,
+            RGBColor(200, 0, 0),
+        ),
         ("cut bound", |b| Some(b.bound), RGBColor(220, 0, 0)),
     ];
     for (label, get, color) in baseline_series {
@@ -150,10 +155,13 @@ fn readme_intro(s: &mut String, manifest: &Manifest, options: &Options) {
          algorithm runs) at sizes whose element count is not such a multiple. Ranges are \
          inclusive `[minBytes, maxBytes]` (executor semantics), disjoint, start at 1 B, and \
          the last has `maxBytes = 0` (no upper limit), so every size is covered. Busbw in GB/s \
-         (1e9 B/s); NCCL's ring, tree and point-to-point algorithms are simulated the same way; the bound is the cut bound \
+         (1e9 B/s); every candidate is simulated under Simple, LL and LL128 (LL up to the model's \
+         `ll_max_bytes`) and runs its fastest; NCCL's choice is the algorithm and protocol its \
+         tuner picks, simulated the same way (NVLS: its model); NCCL's ring, tree and \
+         point-to-point algorithms are also shown with Simple; the bound is the cut bound \
          at that size.\n",
         options.instances,
-        options.sim.local_bandwidth,
+        options.sim.model.local_bandwidth,
         TIE * 100.0
     );
 }
@@ -195,9 +203,9 @@ fn readme_collective(s: &mut String, c: &CollectiveCatalog) {
 fn readme_ranges(s: &mut String, c: &CollectiveCatalog) {
     let _ = writeln!(
         s,
-        "| range (bytes) | algorithm | steps | rounds | chunks | instances | chunks/loop | busbw (first … last grid size) | file |"
+        "| range (bytes) | algorithm | protocol | steps | rounds | chunks | instances | chunks/loop | busbw (first … last grid size) | file |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
     for r in &c.ranges {
         let at = |p: &Point| format!("{:.2} @ {}", p.busbw, bytes_label(p.size));
         let bw: Vec<String> = match (r.points.first(), r.points.last()) {
@@ -207,7 +215,7 @@ fn readme_ranges(s: &mut String, c: &CollectiveCatalog) {
         };
         let _ = writeln!(
             s,
-            "| {} – {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} – {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.min_bytes,
             if r.max_bytes == 0 {
                 "unlimited".to_string()
@@ -215,6 +223,7 @@ fn readme_ranges(s: &mut String, c: &CollectiveCatalog) {
                 r.max_bytes.to_string()
             },
             r.algorithm,
+            r.protocol.name(),
             r.steps,
             r.rounds,
             r.chunks,
@@ -234,9 +243,9 @@ fn readme_ranges(s: &mut String, c: &CollectiveCatalog) {
 fn readme_sizes(s: &mut String, c: &CollectiveCatalog) {
     let _ = writeln!(
         s,
-        "\n| size | chosen | simulated size | time (us) | busbw | NCCL ring | NCCL tree | NCCL p2p | bound |"
+        "\n| size | chosen | protocol | simulated size | time (us) | busbw | NCCL's choice | its busbw | NCCL ring (Simple) | NCCL tree (Simple) | NCCL p2p | bound |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for b in &c.baselines {
         let Some((r, p)) = c
             .ranges
@@ -247,12 +256,15 @@ fn readme_sizes(s: &mut String, c: &CollectiveCatalog) {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.2} |",
             bytes_label(b.size),
             r.algorithm,
+            p.protocol.name(),
             p.simulated_bytes,
             p.time_us,
             p.busbw,
+            b.nccl.as_deref().unwrap_or("-"),
+            cell(b.nccl_busbw),
             cell(b.ring),
             cell(b.tree),
             cell(b.p2p),

@@ -19,8 +19,10 @@ pub struct BenchArgs {
     /// Cases to time: dgx1-allgather-pareto, dgx1-reducescatter-pareto,
     /// dgx1-alltoall-8-8-3, `scale` (the main command's default allgather on the scale
     /// fabrics, each in its own process: wall and CPU time, peak memory, simulated busbw
-    /// against the exact optimum and NCCL ring) or `zoo` (the same on fabrics like users',
-    /// each also under a random renumbering of its ranks) (comma-separated).
+    /// against the exact optimum and NCCL ring), `zoo` (the same on fabrics like users',
+    /// each also under a random renumbering of its ranks) or `small` (1 KB to 64 MB on the
+    /// benchmark fabrics: synth's best algorithm and protocol against NCCL's choice)
+    /// (comma-separated).
     #[arg(long, default_value = "dgx1-allgather-pareto,dgx1-alltoall-8-8-3")]
     cases: String,
     /// Runs per case.
@@ -30,14 +32,19 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 900.0, allow_negative_numbers = true, value_parser = super::limits::seconds)]
     pub(super) time_limit: f64,
     /// With `--cases scale`: the fabrics (comma-separated; default: the ten of the scale
-    /// issue); with `--cases zoo`: the zoo fabrics to run (default: all).
+    /// issue); with `--cases zoo`: the zoo fabrics to run (default: all); with `--cases
+    /// small`: any fabrics (default: dgx1, dgx-a100, dgx-h100, dgx-a100x2, dgx-a100x4,
+    /// mi250-16, torus-2d:8x8).
     #[arg(long)]
     pub(super) fabrics: Option<String>,
     /// With `--cases scale`: the collective each fabric runs (default allgather); with
     /// `--cases zoo`: the collectives (comma-separated; default allgather, reducescatter,
-    /// allreduce).
+    /// allreduce); with `--cases small`: the collectives (default allreduce, allgather,
+    /// reducescatter, alltoall).
     #[arg(long)]
     pub(super) coll: Option<String>,
+    #[command(flatten)]
+    pub(super) model: super::model_args::ModelArgs,
 }
 
 /// Runs `synth bench`.
@@ -48,6 +55,9 @@ pub fn run(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     }
     if args.cases.split(',').any(|c| c.trim() == "zoo") {
         return super::bench_zoo::zoo(args, json, out);
+    }
+    if args.cases.split(',').any(|c| c.trim() == "small") {
+        return super::bench_small::small(args, json, out);
     }
     for case in args
         .cases
@@ -192,9 +202,12 @@ pub(super) fn run_main_command(
         .output()?)
 }
 
-/// The largest of NCCL's ring, tree and point-to-point busbw in a row of the main command's
-/// `at_1gb` (those present).
+/// NCCL's busbw in a row of the main command's `at_1gb`: its choice (`nccl_busbw`), else
+/// the largest of its ring, tree and point-to-point busbw (those present).
 pub(super) fn nccl_best(row: &serde_json::Value) -> Option<f64> {
+    if let Some(choice) = row["nccl_busbw"].as_f64() {
+        return Some(choice);
+    }
     [&row["ring"], &row["tree"], &row["p2p"]]
         .iter()
         .filter_map(|v| v.as_f64())

@@ -6,7 +6,6 @@ use super::limits;
 use crate::catalog::{self, bytes_label, Options};
 use crate::collective::Kind;
 use crate::progress::Progress;
-use crate::simulate::{SimOptions, DEFAULT_LOCAL_BANDWIDTH};
 use crate::synthesize::Search;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -68,9 +67,8 @@ pub struct CatalogArgs {
     /// and setting and the sizes that fall back to NCCL.
     #[arg(long, value_name = "DIR")]
     deploy: Option<PathBuf>,
-    /// Bandwidth of local copies and reductions in the simulator, GB/s per GPU.
-    #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
-    local_bw: f64,
+    #[command(flatten)]
+    model: super::model_args::ModelArgs,
 }
 
 fn parse_add(spec: &str) -> Result<(Kind, usize, usize, usize)> {
@@ -112,9 +110,6 @@ fn kinds(args: &CatalogArgs) -> Result<Vec<Kind>> {
 fn options(args: &CatalogArgs, topology: &crate::topology::Topology) -> Result<Options> {
     let (method, sketch) = args.encoding.resolve()?;
     let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
-    if !(args.local_bw > 0.0 && args.local_bw.is_finite()) {
-        bail!("--local-bw must be a positive number of GB/s");
-    }
     Ok(Options {
         method,
         sketch,
@@ -141,10 +136,7 @@ fn options(args: &CatalogArgs, topology: &crate::topology::Topology) -> Result<O
             .and_then(Flavor::from_name)
             .or(topology.runtime)
             .unwrap_or(Flavor::Nccl),
-        sim: SimOptions {
-            local_bandwidth: args.local_bw,
-            ..SimOptions::default()
-        },
+        sim: args.model.sim_options()?,
         extra_memory: args.encoding.extra_memory,
     })
 }

@@ -2,6 +2,7 @@
 //! `--json` and writes one JSON document to stdout instead of its table.
 
 mod bench_cmd;
+mod bench_small;
 mod bench_zoo;
 mod catalog_cmd;
 mod compile_cmd;
@@ -12,6 +13,7 @@ pub mod limits;
 mod lower_args;
 mod lower_cmd;
 mod method_args;
+mod model_args;
 mod nodes_args;
 mod run_cmd;
 mod simulate_cmd;
@@ -65,7 +67,7 @@ enum Command {
     /// the cut bound.
     Simulate(simulate_cmd::SimulateArgs),
     /// Build a catalog: the best synthesized algorithm per size range as MSCCL XML files.
-    Catalog(catalog_cmd::CatalogArgs),
+    Catalog(Box<catalog_cmd::CatalogArgs>),
     /// Compile a hand-written MSCCLang program (.py) to verified MSCCL XML.
     Compile(compile_cmd::CompileArgs),
     /// Draw a synthesized algorithm (JSON): which chunk crosses which link in which step,

@@ -5,7 +5,7 @@
 
 use crate::baseline::{self, BaselineOptions};
 use crate::cutbound::CutBound;
-use crate::simulate::{simulate, SimOptions, DEFAULT_LOCAL_BANDWIDTH};
+use crate::simulate::{simulate, SimOptions};
 use crate::topology::{self, Topology};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -27,9 +27,8 @@ pub struct SimulateArgs {
     /// default) or one size, with K/M/G suffixes.
     #[arg(long, default_value = "1K:1G")]
     sizes: String,
-    /// Bandwidth of local copies and reductions, GB/s per GPU.
-    #[arg(long, default_value_t = DEFAULT_LOCAL_BANDWIDTH)]
-    local_bw: f64,
+    #[command(flatten)]
+    model: super::model_args::ModelArgs,
 }
 
 /// One row of the table (busbw columns in GB/s; `None` where a baseline is undefined).
@@ -44,6 +43,7 @@ struct Row {
     p2p_busbw: Option<f64>,
     nccl_model_busbw: Option<f64>,
     nccl_model_algo: Option<String>,
+    nccl_model_protocol: Option<String>,
     bound_busbw: f64,
 }
 
@@ -62,10 +62,7 @@ pub fn run(args: &SimulateArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         );
     }
     let sizes = runtime::cpu::parse_sizes(&args.sizes).map_err(|e| anyhow!("--sizes: {e:#}"))?;
-    let opts = SimOptions {
-        local_bandwidth: args.local_bw,
-        ..SimOptions::default()
-    };
+    let opts = args.model.sim_options()?;
     let bound = CutBound::new(program.collective, &topo, program.root);
     let rows = simulate_rows(&program, &topo, &sizes, &opts, &bound)?;
     if json {
@@ -117,7 +114,7 @@ fn simulate_rows(
     let mut rows = Vec::with_capacity(sizes.len());
     for &size in sizes {
         let r = simulate(program, topo, size, opts)?;
-        let model = baseline::nccl_model_busbw(coll, topo, r.size_bytes).ok();
+        let model = baseline::nccl_model_busbw(coll, topo, r.size_bytes, &opts.model.nccl).ok();
         rows.push(Row {
             size: r.size_bytes,
             time_us: r.time_us,
@@ -127,7 +124,8 @@ fn simulate_rows(
             tree_busbw: sim_busbw(&tree, r.size_bytes)?,
             p2p_busbw: sim_busbw(&p2p, r.size_bytes)?,
             nccl_model_busbw: model.map(|m| m.0),
-            nccl_model_algo: model.map(|m| format!("{:?}", m.1).to_lowercase()),
+            nccl_model_algo: model.map(|m| m.1.algo.name().to_string()),
+            nccl_model_protocol: model.map(|m| m.1.protocol.name().to_string()),
             bound_busbw: bound.busbw_at(r.size_bytes),
         });
     }
@@ -154,14 +152,23 @@ fn print_rows(
     )?;
     writeln!(
         out,
-        "{:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "size(B)", "time(us)", "algbw", "busbw", "ring", "tree", "p2p", "model", "bound"
+        "{:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9}",
+        "size(B)",
+        "time(us)",
+        "algbw",
+        "busbw",
+        "ring",
+        "tree",
+        "p2p",
+        "model",
+        "model-pick",
+        "bound"
     )?;
     let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
     for r in rows {
         writeln!(
             out,
-            "{:>12} {:>12.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9} {:>9} {:>9.2}",
+            "{:>12} {:>12.2} {:>9.2} {:>9.2} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9.2}",
             r.size,
             r.time_us,
             r.algbw,
@@ -170,6 +177,10 @@ fn print_rows(
             cell(r.tree_busbw),
             cell(r.p2p_busbw),
             cell(r.nccl_model_busbw),
+            match (&r.nccl_model_algo, &r.nccl_model_protocol) {
+                (Some(a), Some(p)) => format!("{a}/{p}"),
+                _ => "-".into(),
+            },
             r.bound_busbw
         )?;
     }

@@ -81,6 +81,8 @@ pub struct SynthArgs {
     out: PathBuf,
     #[command(flatten)]
     lowering: super::lower_args::LowerArgs,
+    #[command(flatten)]
+    model: super::model_args::ModelArgs,
     /// Also draw the algorithms found as a Pareto plot (SVG): steps across, rounds per chunk
     /// up, with the lower bounds.
     #[arg(long, value_name = "FILE.svg")]
@@ -168,6 +170,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
     }
     args.lowering.check()?;
+    let sim = args.model.sim_options()?;
     let progress = Progress::new(true);
     progress.message("loading the topology and the collective");
     let topo = args.nodes.load(required(&args.topo, "--topo")?)?;
@@ -199,7 +202,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     return Ok(None);
                 }
                 progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
-                Simulated::of(p, &topo).map(Some)
+                Simulated::of(p, &topo, &sim).map(Some)
             };
             match super::lower_args::write_xml(a, &args.out, &lowering, &progress, simulate) {
                 Ok(done) => Ok(done),
@@ -389,7 +392,8 @@ fn report(
         write_plot(path, outcome.synthesis, outcome.topo)?;
     }
     progress.message("simulating NCCL's baselines");
-    let versus = compare_with_nccl(lowered, outcome.topo, outcome.synthesis)?;
+    let sim = outcome.args.model.sim_options()?;
+    let versus = compare_with_nccl(lowered, outcome.topo, outcome.synthesis, &sim)?;
     progress.finish();
     for note in &outcome.synthesis.notes {
         eprintln!("note: {note}");
@@ -549,10 +553,12 @@ fn print_versus(v: &Versus, out: &mut dyn Write) -> Result<()> {
     for at in v.sizes.iter().filter(|at| at.bytes != COMPARE_BYTES) {
         writeln!(
             out,
-            "simulated at {}: best {:.2} GB/s busbw ({}); NCCL ring {}, tree {}, p2p {}",
+            "simulated at {}: best {:.2} GB/s busbw ({}, {}); NCCL's choice {}; NCCL Simple ring {}, tree {}, p2p {}",
             size_label(at.bytes),
             at.busbw,
             at.algorithm,
+            at.protocol.map_or("-", |p| p.name()),
+            at.nccl_choice_text(),
             at.ring.map_or("-".into(), |x| format!("{x:.2}")),
             at.tree.map_or("-".into(), |x| format!("{x:.2}")),
             at.p2p.map_or("-".into(), |x| format!("{x:.2}")),
@@ -566,11 +572,13 @@ fn print_versus(v: &Versus, out: &mut dyn Write) -> Result<()> {
     });
     writeln!(
         out,
-        "simulated at 1 GB: best {:.1} GB/s busbw = {:.1}% of the {} {:.1}{two_phase}; NCCL ring {}, tree {}, p2p {}",
+        "simulated at 1 GB: best {:.1} GB/s busbw ({}) = {:.1}% of the {} {:.1}{two_phase}; NCCL's choice {}; NCCL Simple ring {}, tree {}, p2p {}",
         v.busbw,
+        v.sizes.last().and_then(|at| at.protocol).map_or("-", |p| p.name()),
         100.0 * v.busbw / v.bound,
         if v.exact { "exact optimum" } else { "bound" },
         v.bound,
+        v.sizes.last().map_or("-".into(), |at| at.nccl_choice_text()),
         v.ring.map_or("-".into(), |x| format!("{x:.1}")),
         v.tree.map_or("-".into(), |x| format!("{x:.1}")),
         v.p2p.map_or("-".into(), |x| format!("{x:.1}")),
@@ -656,7 +664,13 @@ struct AtSize {
     busbw: f64,
     /// The algorithm that reached it.
     algorithm: String,
-    /// NCCL ring's busbw, where defined.
+    /// The protocol it reached it with.
+    protocol: Option<runtime::ir::Protocol>,
+    /// NCCL's choice (`algo/protocol`, e.g. `tree/LL`), where it has one.
+    nccl_choice: Option<String>,
+    /// NCCL's choice's simulated busbw.
+    nccl_busbw: Option<f64>,
+    /// NCCL ring's busbw (Simple), where defined.
     ring: Option<f64>,
     /// NCCL tree's busbw, where defined.
     tree: Option<f64>,
@@ -678,6 +692,9 @@ impl AtSize {
             bytes: row.size,
             busbw,
             algorithm,
+            protocol: row.best_point().map(|(_, p)| p.protocol),
+            nccl_choice: row.nccl.as_ref().map(|n| n.choice.label()),
+            nccl_busbw: row.nccl.as_ref().map(|n| n.point.busbw),
             ring: busbw_of(&row.ring),
             tree: busbw_of(&row.tree),
             p2p: busbw_of(&row.p2p),
@@ -690,17 +707,27 @@ impl AtSize {
             .map(|(name, v)| (name, v.unwrap_or(0.0)))
     }
 
+    /// The busbw of what NCCL runs: its choice, else its fastest Simple baseline.
     fn nccl_best(&self) -> f64 {
-        self.nccl().iter().map(|x| x.1).fold(0.0, f64::max)
+        (self.nccl_busbw).unwrap_or_else(|| self.nccl().iter().map(|x| x.1).fold(0.0, f64::max))
     }
 
-    /// The fastest baseline's name (the first of ring, tree, p2p on a tie).
-    fn nccl_name(&self) -> &'static str {
+    /// What NCCL runs: its choice, else the fastest Simple baseline's name (the first of
+    /// ring, tree, p2p on a tie).
+    fn nccl_name(&self) -> String {
+        if let Some(c) = &self.nccl_choice {
+            return c.clone();
+        }
         let best = self.nccl_best();
-        self.nccl()
-            .iter()
-            .find(|x| x.1 == best)
-            .map_or("ring", |x| x.0)
+        (self.nccl().iter().find(|x| x.1 == best)).map_or("ring".into(), |x| x.0.to_string())
+    }
+
+    /// `ALGO/PROTO BUSBW`, or `-`.
+    fn nccl_choice_text(&self) -> String {
+        match (&self.nccl_choice, self.nccl_busbw) {
+            (Some(c), Some(b)) => format!("{c} {b:.2}"),
+            _ => "-".into(),
+        }
     }
 
     fn loses_to_nccl(&self) -> bool {
@@ -720,6 +747,10 @@ struct Versus {
     tree: Option<f64>,
     /// NCCL's point-to-point busbw at 1 GB (alltoall, gather, scatter), where defined.
     p2p: Option<f64>,
+    /// NCCL's choice at 1 GB (`algo/protocol`) and its simulated busbw.
+    nccl_choice: Option<String>,
+    /// NCCL's choice's busbw at 1 GB.
+    nccl_busbw: Option<f64>,
     /// The bandwidth bound (busbw at 1 GB).
     bound: f64,
     /// Whether the bound is the exact optimum.
@@ -740,22 +771,23 @@ struct Simulated {
 }
 
 impl Simulated {
-    fn of(program: &runtime::ir::Program, topo: &Topology) -> Result<Simulated> {
+    fn of(program: &runtime::ir::Program, topo: &Topology, sim: &SimOptions) -> Result<Simulated> {
         Ok(Simulated {
             name: program.name.clone(),
-            points: compared(topo).curve(program)?,
+            points: compared(topo, sim).curve(program)?,
         })
     }
 }
 
-/// How the main command simulates: at [`COMPARE_SIZES`] with the default simulator
-/// options, each program laid out once and its sizes run in parallel.
-fn compared(topo: &Topology) -> Simulation<'_> {
+/// How the main command simulates: at [`COMPARE_SIZES`] with the model's simulator
+/// options, under every protocol, each program laid out once and its sizes run in parallel.
+fn compared<'a>(topo: &'a Topology, sim: &SimOptions) -> Simulation<'a> {
     Simulation {
         topology: topo,
         sizes: &COMPARE_SIZES,
-        options: SimOptions::default(),
+        options: *sim,
         runs: Runs::Together,
+        protocols: &crate::select::ALL_PROTOCOLS,
     }
 }
 
@@ -776,6 +808,7 @@ fn compare_with_nccl(
     lowered: &[(Vec<String>, Option<Simulated>)],
     topo: &Topology,
     synthesis: &Synthesis,
+    sim: &SimOptions,
 ) -> Result<Option<Versus>> {
     let kind = synthesis.algorithms[0].collective.kind;
     let Some(ir) = kind.to_ir().filter(|_| compares(kind, topo.ranks)) else {
@@ -789,7 +822,7 @@ fn compare_with_nccl(
     let curves: Vec<Option<&[Point]>> = (simulated.iter())
         .map(|s| s.map(|s| s.points.as_slice()))
         .collect();
-    let table = compared(topo).table(ir, root, &curves, Rule::HighestBusbw);
+    let table = compared(topo, sim).table(ir, root, &curves, Rule::HighestBusbw);
     let sizes: Vec<AtSize> = (table.rows.iter())
         .map(|row| AtSize::of(row, &simulated))
         .collect();
@@ -800,6 +833,8 @@ fn compare_with_nccl(
         ring: at(COMPARE_BYTES).ring,
         tree: at(COMPARE_BYTES).tree,
         p2p: at(COMPARE_BYTES).p2p,
+        nccl_choice: at(COMPARE_BYTES).nccl_choice.clone(),
+        nccl_busbw: at(COMPARE_BYTES).nccl_busbw,
         at_1mb: (at(1 << 20).busbw, at(1 << 20).ring),
         bound: bound.busbw_at(COMPARE_BYTES),
         exact: bound.exact,
@@ -998,6 +1033,7 @@ mod tests {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         };
         let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();

@@ -7,21 +7,35 @@ use super::{replicate, schedule};
 use runtime::ir::{Flavor, Program};
 
 /// Compiles a traced program to an IR program and verifies it with `runtime::verify`; where
-/// one threadblock per peer deadlocks, one per peer and direction.
+/// one threadblock per peer leaves no schedule, one per peer and direction.
 pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     if t.ops.is_empty() {
         return Err(DslError::new(&t.loc, "the program has no chunk operations"));
     }
     let fused = t.options.flavor != Flavor::Rccl;
     let mut dag = Dag::build(t, fused);
-    if t.options.instr_fusion && fused {
+    let fuse = t.options.instr_fusion && fused;
+    if fuse {
         dag.fuse(t.options.policy);
     }
-    // One threadblock per peer is compact, but when both sides queue several messages to
-    // each other before receiving it can fill the connections (the verifier's bounded
-    // FIFOs); then one threadblock per peer and direction. Interleaved instances cut steps
-    // into pieces, which multiplies the messages queued; where that deadlocks, the copies
-    // are laid out slice after slice instead (steps stay whole where they can).
+    let first = attempt(t, &dag);
+    if first.is_err() && fuse {
+        // Fused chains need threadblocks (and so channels) of their own; without fusion a
+        // program may still fit the runtimes' channels.
+        if let Ok(program) = attempt(t, &Dag::build(t, fused)) {
+            return Ok(program);
+        }
+    }
+    first
+}
+
+/// Compiles the DAG `dag` with the first layout that verifies (see [`compile`]).
+fn attempt(t: &Tracer, dag: &Dag) -> DslResult<Program> {
+    // The schedule orders every copy so that no connection overfills (it cannot deadlock),
+    // but one threadblock per peer can leave no such order (both sides must send several
+    // messages before they receive); then one threadblock per peer and direction, and for
+    // interleaved instances (whose cut steps multiply the messages) copies laid out slice
+    // after slice (steps stay whole where they can).
     let interleaved = t.options.interleaved_replication;
     let mut layouts = vec![(true, interleaved), (false, interleaved)];
     if interleaved && t.options.instances > 1 {
@@ -29,16 +43,22 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
     }
     let mut first_error = None;
     for (pair, interleaved) in layouts {
-        let program = build(t, &dag, pair, interleaved)?;
+        let program = match build(t, dag, pair, interleaved) {
+            Ok(p) => p,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
         match runtime::verify::verify(&program) {
             Ok(()) => return Ok(program),
             Err(e @ runtime::verify::VerifyError::Deadlock { .. }) => {
-                first_error.get_or_insert(e);
+                first_error.get_or_insert(unverified(t, e));
             }
-            Err(e) => return Err(unverified(t, first_error.unwrap_or(e))),
+            Err(e) => return Err(first_error.unwrap_or(unverified(t, e))),
         }
     }
-    Err(unverified(t, first_error.expect("a deadlock was met")))
+    Err(first_error.expect("some layout failed"))
 }
 
 /// The error of a compiled program that fails verification.
@@ -53,9 +73,13 @@ fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
 /// Schedules and replicates (one threadblock per peer where `pair`; copies interleaved
 /// where `interleaved`).
 fn build(t: &Tracer, dag: &Dag, pair: bool, interleaved: bool) -> DslResult<Program> {
-    let gpus = schedule::schedule(t, dag, pair)?;
+    let map = replicate::SlotMap::new(t, dag, interleaved);
+    let gpus = schedule::schedule(t, dag, pair, &map)?;
+    let gpus = gpus.into_iter().map(replicate::renumber).collect();
     let instances = t.options.instances;
-    let (gpus, custom) = replicate::replicate(gpus, &t.collective, instances, interleaved);
+    let custom = t
+        .collective
+        .replicated_conditions(instances, |k, i| map.user(k, i));
     let inplace = t.collective.inplace;
     let program = Program {
         name: t.name.clone(),

@@ -64,6 +64,8 @@ pub(crate) struct Instr {
     pub alive: bool,
     /// Position of the operation in the program.
     pub order: usize,
+    /// The instance (copy of the program) it belongs to.
+    pub copy: usize,
 }
 
 impl Instr {
@@ -88,6 +90,7 @@ impl Instr {
             overwritten: 0,
             alive: true,
             order: 0,
+            copy: 0,
         }
     }
 

@@ -1,21 +1,28 @@
-//! Passes 6 and 7 after scheduling: instances and the final threadblock numbering.
+//! Pass 6 (instances), before the global order is chosen, and the final threadblock
+//! numbering.
 //!
-//! Copy i of a threadblock is a new threadblock on channel `c + i × channels of one copy`.
-//! Input and output slots are remapped so that every copy keeps the collective's meaning:
-//! with interleaved replication, blocks of g slots (g divides every offset, count and rank
-//! slice) are interleaved, block b of copy i becoming block `b × instances + i`; otherwise
-//! each rank slice holds the copies one after another. Scratch is always laid out copy after
-//! copy. With more than one copy every step is cut into pieces of g slots, so that each piece
-//! stays contiguous and both ends of every transfer (and every link of a forwarding chain)
-//! are cut alike.
+//! The instruction DAG of one copy is copied `instances` times ([`instances`]) and the
+//! scheduler orders all copies together, so every threadblock of every copy runs its steps
+//! in one global order that never overfills a connection (see `schedule`): replication
+//! cannot deadlock. Copy i of a threadblock is a new threadblock on channel
+//! `c + i × channels of one copy`. Input and output slots are remapped ([`SlotMap`]) so that
+//! every copy keeps the collective's meaning: with interleaved replication, blocks of g slots
+//! (g divides every offset, count and rank slice) are interleaved, block b of copy i becoming
+//! block `b × instances + i`; otherwise each rank slice holds the copies one after another.
+//! Scratch is always laid out copy after copy. With more than one copy every instruction is
+//! cut into pieces of g slots, so that each piece stays contiguous and both ends of every
+//! transfer (and every link of a forwarding chain) are cut alike.
 
-use super::collective::Collective;
+use super::builder::{PBuf, Tracer};
+use super::dag::{Dag, Instr, PSlot};
+use super::schedule::scratch_layout;
 use num_integer::gcd;
-use runtime::ir::{Buffer, Dep, Gpu, Slot, Step, Threadblock};
+use runtime::ir::{Buffer, Gpu, Slot, Threadblock};
 
 /// Maps slot `k` of one copy to its slot in copy `i`.
-struct SlotMap {
-    instances: usize,
+pub(crate) struct SlotMap {
+    /// Copies of the program.
+    pub instances: usize,
     interleaved: bool,
     /// Interleaving granule.
     granule: usize,
@@ -23,15 +30,44 @@ struct SlotMap {
     slice: usize,
     /// Scratch chunks of one copy, per rank.
     scratch: Vec<usize>,
-    /// Steps stay whole: copies are laid out slice after slice (not interleaved) and no
-    /// step's input or output slots cross a slice, so every step maps to one contiguous
-    /// run (cutting it would multiply the messages on each connection, and two ranks that
-    /// both send before they receive would fill their connections).
+    /// Instructions stay whole: copies are laid out slice after slice (not interleaved) and
+    /// no instruction's input or output slots cross a slice, so every instruction maps to
+    /// one contiguous run (cutting it would multiply the messages on each connection).
     whole: bool,
 }
 
 impl SlotMap {
-    fn map(&self, rank: usize, s: Slot, i: usize) -> Slot {
+    /// The slot map of `t`'s instances for the one-copy DAG `dag`.
+    pub fn new(t: &Tracer, dag: &Dag, interleaved: bool) -> SlotMap {
+        let instances = t.options.instances;
+        let slice = t.collective.slice();
+        let live = || dag.instrs.iter().filter(|x| x.alive);
+        let user = |s: &&PSlot| !matches!(s.buf, PBuf::Scratch(_));
+        let mut granule = slice;
+        for x in live() {
+            granule = gcd(granule, x.count);
+            for s in [x.src, x.dst].iter().filter(|s| user(s)) {
+                granule = gcd(granule, s.index);
+            }
+        }
+        let within_slices = live().all(|x| {
+            [x.src, x.dst]
+                .iter()
+                .filter(|s| user(s))
+                .all(|s| s.index / slice == (s.index + x.count.max(1) - 1) / slice)
+        });
+        SlotMap {
+            instances,
+            interleaved,
+            granule: granule.max(1),
+            slice,
+            scratch: scratch_layout(t, dag).1,
+            whole: !interleaved && within_slices,
+        }
+    }
+
+    /// Slot `s` of `rank` (one copy's layout) in copy `i`.
+    pub fn map(&self, rank: usize, s: Slot, i: usize) -> Slot {
         let offset = match s.buffer {
             Buffer::Scratch => i * self.scratch[rank] + s.offset,
             _ => self.user(s.offset, i),
@@ -40,7 +76,7 @@ impl SlotMap {
     }
 
     /// Input or output chunk `k` of one copy in copy `i`.
-    fn user(&self, k: usize, i: usize) -> usize {
+    pub fn user(&self, k: usize, i: usize) -> usize {
         if self.interleaved {
             let g = self.granule;
             ((k / g) * self.instances + i) * g + k % g
@@ -49,119 +85,73 @@ impl SlotMap {
             (k / f) * f * self.instances + i * f + k % f
         }
     }
+
+    /// The slots of each piece an instruction of `count` slots is cut into: all of them
+    /// with one copy or whole instructions, else the granule.
+    fn unit(&self, count: usize) -> usize {
+        if self.instances == 1 || self.whole {
+            count.max(1)
+        } else {
+            self.granule
+        }
+    }
 }
 
-/// Replicates one instance `instances` times and numbers threadblocks as msccl-tools does
-/// (sorted by send peer, receive peer, channel). Also returns a custom collective's
-/// conditions for all the copies.
-pub(crate) fn replicate(
-    gpus: Vec<Gpu>,
-    coll: &Collective,
-    instances: usize,
-    interleaved: bool,
-) -> (Vec<Gpu>, Option<runtime::ir::CustomCollective>) {
-    let one = |g: &Gpu| g.threadblocks.iter().map(|t| t.channel + 1).max();
-    let channels = gpus.iter().filter_map(one).max().unwrap_or(1);
-    let mut granule = coll.slice();
-    for g in &gpus {
-        for s in g.threadblocks.iter().flat_map(|t| &t.steps) {
-            granule = gcd(granule, s.count);
-            for slot in [s.src, s.dst] {
-                if slot.buffer != Buffer::Scratch {
-                    granule = gcd(granule, slot.offset);
-                }
+/// The DAG of every copy: each live instruction of the one-copy `dag`, per copy, cut into
+/// pieces of [`SlotMap`]'s unit (slots still in one copy's layout, `copy` naming the copy).
+/// Piece j of a transfer pairs with piece j of its partner; a piece waits for every piece of
+/// its instruction's producers in the same copy. Also returns each instruction's original.
+pub(crate) fn instances(dag: &Dag, map: &SlotMap) -> (Dag, Vec<usize>) {
+    let mut instrs: Vec<Instr> = Vec::new();
+    let mut origin = Vec::new();
+    for i in 0..map.instances {
+        // The pieces of each original instruction in this copy.
+        let mut pieces: Vec<Vec<usize>> = vec![Vec::new(); dag.instrs.len()];
+        for (k, x) in dag.instrs.iter().enumerate().filter(|(_, x)| x.alive) {
+            let unit = map.unit(x.count);
+            for p in 0..(x.count / unit).max(1) {
+                let at = |s: PSlot| PSlot {
+                    index: s.index + p * unit,
+                    ..s
+                };
+                pieces[k].push(instrs.len());
+                origin.push(k);
+                instrs.push(Instr {
+                    src: at(x.src),
+                    dst: at(x.dst),
+                    count: unit.min(x.count),
+                    copy: i,
+                    preds: Vec::new(),
+                    succs: Vec::new(),
+                    readers: Vec::new(),
+                    overwritten: 0,
+                    next: None,
+                    prev: None,
+                    ..x.clone()
+                });
+            }
+        }
+        for (k, x) in dag.instrs.iter().enumerate().filter(|(_, x)| x.alive) {
+            for (j, &n) in pieces[k].iter().enumerate() {
+                let preds = x.preds.iter().flat_map(|&p| pieces[p].iter().copied());
+                instrs[n].preds = preds.collect();
+                instrs[n].next = x.next.map(|m| pieces[m][j]);
+                instrs[n].prev = x.prev.map(|m| pieces[m][j]);
             }
         }
     }
-    let slice = coll.slice();
-    let within_slices = gpus
-        .iter()
-        .flat_map(|g| g.threadblocks.iter().flat_map(|t| &t.steps))
-        .all(|s| {
-            [s.src, s.dst].iter().all(|slot| {
-                slot.buffer == Buffer::Scratch
-                    || slot.offset / slice == (slot.offset + s.count.max(1) - 1) / slice
-            })
-        });
-    let map = SlotMap {
-        instances,
-        interleaved,
-        granule: granule.max(1),
-        slice,
-        scratch: gpus.iter().map(|g| g.scratch_chunks).collect(),
-        whole: !interleaved && within_slices,
-    };
-    let custom = coll.replicated_conditions(instances, |k, i| map.user(k, i));
-    let gpus = gpus
-        .into_iter()
-        .map(|g| {
-            let mut tbs: Vec<Threadblock> = Vec::new();
-            let per_copy = g.threadblocks.len();
-            for i in 0..instances {
-                // Each step becomes contiguous pieces; `last[t][s]` is the last piece of step s.
-                let mut last: Vec<Vec<usize>> = Vec::new();
-                let mut copies = Vec::new();
-                for tb in &g.threadblocks {
-                    let mut steps = Vec::new();
-                    let mut ends = Vec::new();
-                    for s in &tb.steps {
-                        steps.extend(split(s, g.rank, i, &map));
-                        ends.push(steps.len() - 1);
-                    }
-                    last.push(ends);
-                    copies.push(Threadblock {
-                        channel: tb.channel + i * channels,
-                        steps,
-                        ..tb.clone()
-                    });
-                }
-                for tb in &mut copies {
-                    for s in &mut tb.steps {
-                        for d in &mut s.deps {
-                            *d = Dep {
-                                tb: d.tb + i * per_copy,
-                                step: last[d.tb][d.step],
-                            };
-                        }
-                    }
-                }
-                tbs.extend(copies);
-            }
-            let scale = |c: usize| c * instances;
-            renumber(Gpu {
-                input_chunks: scale(g.input_chunks),
-                output_chunks: scale(g.output_chunks),
-                scratch_chunks: scale(g.scratch_chunks),
-                threadblocks: tbs,
-                rank: g.rank,
-            })
-        })
-        .collect();
-    (gpus, custom)
+    for n in 0..instrs.len() {
+        for p in instrs[n].preds.clone() {
+            instrs[p].succs.push(n);
+        }
+    }
+    let temp = dag.temp.clone();
+    (Dag { instrs, temp }, origin)
 }
 
-/// The pieces of a step in copy `i`: `count / g` steps of g slots (one step when there is
-/// one copy or steps stay whole); the first piece keeps the step's dependencies.
-fn split(s: &Step, rank: usize, i: usize, map: &SlotMap) -> Vec<Step> {
-    let unit = if map.instances == 1 || map.whole {
-        s.count
-    } else {
-        map.granule
-    };
-    let at = |slot: Slot, j: usize| map.map(rank, Slot::new(slot.buffer, slot.offset + j), i);
-    (0..s.count / unit)
-        .map(|p| Step {
-            src: at(s.src, p * unit),
-            dst: at(s.dst, p * unit),
-            count: unit,
-            deps: if p == 0 { s.deps.clone() } else { Vec::new() },
-            ..s.clone()
-        })
-        .collect()
-}
-
-/// Sorts threadblocks by (send peer, receive peer, channel) and renumbers dependencies.
-fn renumber(mut g: Gpu) -> Gpu {
+/// Sorts a GPU's threadblocks by (send peer, receive peer, channel), as msccl-tools numbers
+/// them, and renumbers dependencies.
+pub(crate) fn renumber(mut g: Gpu) -> Gpu {
     let key = |t: &Threadblock| {
         (
             t.send.map_or(-1, |p| p as i64),

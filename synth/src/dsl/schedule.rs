@@ -2,18 +2,24 @@
 //! channel assignment (automatic or manual), dependencies, and the send/receive-order check.
 //! The result is one instance of the program in the IR.
 //!
-//! Order: one global list of instructions (see [`order`]); every threadblock runs its
-//! instructions in that order, so both ends of every connection see its messages in the same
-//! order, and running the list front to back is a schedule that never waits on a message
-//! not yet sent (the verifier checks the program again with bounded FIFOs).
+//! Order: one global list of the instructions of every instance (see [`order`]); every
+//! threadblock runs its instructions in that order, so both ends of every connection see its
+//! messages in the same order, and running the list front to back is a schedule that never
+//! waits on a message not yet sent nor sends into a full connection FIFO. Such a program
+//! cannot deadlock: in any state, the earliest instruction of the list not yet run has run
+//! everything before it in the list, so its dependencies, its message and room on its
+//! connection are there (the verifier checks the program again with bounded FIFOs).
 
 use super::builder::{PBuf, Tracer};
 use super::dag::{Dag, Instr, PSlot, TEMP};
 use super::error::{DslError, DslResult};
+use super::replicate::{self, SlotMap};
 use super::Policy;
 use runtime::ir::{self, Dep, Gpu, Op, Slot, Step, Threadblock};
+use runtime::limits::Limits;
+use runtime::verify::DEFAULT_FIFO_DEPTH;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 /// Where an instruction runs: rank, threadblock index on that rank, step index.
 #[derive(Debug, Clone, Copy)]
@@ -35,9 +41,10 @@ fn chains(dag: &Dag) -> Vec<Vec<usize>> {
 
 /// The global order: a list schedule of the instruction graph (same-rank dependencies plus
 /// send → receive), taking the ready instruction of least depth first, then the one with the
-/// longest path to the end (with `program_order`: the one written first). A receive is ready only once every earlier send on its
-/// connection (ranks and channel) has been received, so both ends of every connection list
-/// its messages in the same order.
+/// longest path to the end (with `program_order`: the one written first). A receive is ready
+/// only once every earlier send on its connection (ranks and channel) has been received, so
+/// both ends of every connection list its messages in the same order, and a send only while
+/// its connection holds fewer than [`DEFAULT_FIFO_DEPTH`] messages sent and not received.
 fn order(
     dag: &Dag,
     channel_of: &HashMap<usize, usize>,
@@ -138,8 +145,8 @@ impl InstrGraph {
     }
 
     /// Lists the `live` instructions, the ready one of greatest `key` first, a receive
-    /// being ready only when it heads its connection's queue of sent messages; an error
-    /// when some receive can never head it.
+    /// being ready only when it heads its connection's queue of sent messages and a send only
+    /// when that queue has room; an error when some instruction can never be listed.
     fn list_schedule(
         &self,
         dag: &Dag,
@@ -148,49 +155,79 @@ impl InstrGraph {
         key: impl Fn(usize) -> Priority,
     ) -> DslResult<Vec<usize>> {
         let n = dag.instrs.len();
+        // The connection a receive listens on.
         let conn = |k: usize| {
             let i = &dag.instrs[k];
             (i.recv.unwrap_or(usize::MAX), i.rank, channel_of[&k])
         };
+        // Per connection, the receives whose sends are listed, in order.
         let mut queues: HashMap<(usize, usize, usize), VecDeque<usize>> = HashMap::new();
-        let front = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
-            queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
+        // Per connection, ready sends waiting for room.
+        let mut parked: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
+        let heads = |queues: &HashMap<_, VecDeque<usize>>, k: usize| {
+            dag.instrs[k].prev.is_none() || queues.get(&conn(k)).and_then(|q| q.front()) == Some(&k)
         };
         let mut deg = self.indeg.clone();
         let mut ready: BinaryHeap<_> = (0..n)
-            .filter(|&k| dag.instrs[k].alive && deg[k] == 0)
+            .filter(|&k| dag.instrs[k].alive && deg[k] == 0 && dag.instrs[k].prev.is_none())
             .map(&key)
             .collect();
         let mut out = Vec::with_capacity(live);
         while let Some(Reverse((_, _, _, k))) = ready.pop() {
-            out.push(k);
             let i = &dag.instrs[k];
+            if let Some(r) = i.next {
+                let held = queues.get(&conn(r)).map_or(0, |q| q.len());
+                if held >= DEFAULT_FIFO_DEPTH {
+                    parked.entry(conn(r)).or_default().push(k);
+                    continue;
+                }
+            }
+            out.push(k);
             if i.prev.is_some() {
-                let q = queues
-                    .get_mut(&conn(k))
-                    .expect("a receive is queued by its send");
+                let c = conn(k);
+                let q = queues.get_mut(&c).expect("a receive is queued by its send");
                 q.pop_front();
                 if let Some(&f) = q.front() {
                     if deg[f] == 0 {
                         ready.push(key(f));
                     }
                 }
+                ready.extend(parked.remove(&c).unwrap_or_default().into_iter().map(&key));
             }
             if let Some(r) = i.next {
                 queues.entry(conn(r)).or_default().push_back(r);
             }
             for &w in &self.succ[k] {
                 deg[w] -= 1;
-                if deg[w] == 0 && (dag.instrs[w].prev.is_none() || front(&queues, w)) {
+                if deg[w] == 0 && heads(&queues, w) {
                     ready.push(key(w));
                 }
             }
         }
         if out.len() != live {
-            return Err(misordered_receive(dag, channel_of, &out));
+            let full = parked.values().flatten().next();
+            return Err(match full {
+                Some(&k) => full_connection(dag, channel_of, k),
+                None => misordered_receive(dag, channel_of, &out),
+            });
         }
         Ok(out)
     }
+}
+
+/// The error for a list schedule that stopped with send `k` waiting for room: every way on
+/// keeps its connection full.
+fn full_connection(dag: &Dag, channel_of: &HashMap<usize, usize>, k: usize) -> DslError {
+    let i = &dag.instrs[k];
+    let to = i.send.unwrap_or(0);
+    DslError::new(
+        &i.loc,
+        format!(
+            "rank {} would send more than {DEFAULT_FIFO_DEPTH} messages to rank {to} on channel {} before rank {to} can receive any, which fills the connection; give some of them another ch or threadblock",
+            i.rank,
+            channel_of[&k],
+        ),
+    )
 }
 
 /// The error for a list schedule that stopped at `out`: a receive left out, whose
@@ -340,6 +377,51 @@ struct Assignment {
     locals: Vec<usize>,
     /// Automatic threadblocks per (rank, channel).
     lanes: HashMap<(usize, usize), Lane>,
+    /// Channels of one copy of the program.
+    per_copy: usize,
+}
+
+impl Assignment {
+    /// The channels the assignment uses (at least one).
+    fn channels(&self) -> usize {
+        let channels = self.channel_of.values().chain(self.tb_channel.values());
+        channels.max().map_or(1, |c| c + 1)
+    }
+
+    /// The assignment of every copy in `all` (the DAG of [`replicate::instances`], `origin`
+    /// naming each instruction's original): copy i gets threadblocks of its own on the
+    /// channels of copy 0 shifted by i × the channels of one copy.
+    fn replicate(self, all: &Dag, origin: &[usize], instances: usize, policy: Policy) -> Self {
+        let per_copy = self.channels();
+        let key = |k: TbKey, i: usize| match policy {
+            Policy::Manual => (k.0, i),
+            Policy::Auto => (k.0 + i * per_copy, k.1),
+        };
+        let locals: HashSet<usize> = self.locals.iter().copied().collect();
+        let mut a = Assignment {
+            per_copy,
+            ..Assignment::default()
+        };
+        for (n, x) in all.instrs.iter().enumerate() {
+            let (o, i) = (origin[n], x.copy);
+            a.channel_of.insert(n, self.channel_of[&o] + i * per_copy);
+            if let Some(&k) = self.tb_of.get(&o) {
+                a.tb_of.insert(n, key(k, i));
+            }
+            if locals.contains(&o) {
+                a.locals.push(n);
+            }
+        }
+        for i in 0..instances {
+            for (&(rank, k), &c) in &self.tb_channel {
+                a.tb_channel.insert((rank, key(k, i)), c + i * per_copy);
+            }
+            for (&(rank, c), lane) in &self.lanes {
+                a.lanes.insert((rank, c + i * per_copy), lane.clone());
+            }
+        }
+        a
+    }
 }
 
 /// Pass 4 for the manual policy: the user's threadblocks, checked.
@@ -406,15 +488,26 @@ fn assign_manual(dag: &Dag, chains: &[Vec<usize>]) -> DslResult<Assignment> {
     Ok(a)
 }
 
-/// Pass 4 for the automatic policy: each transfer chain goes on the first channel (or its
-/// pinned one) where every instruction fits a threadblock with one send and one receive peer.
-fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assignment> {
+/// A chain's threadblocks on one channel: the lanes it changes, and each member's threadblock.
+type Trial = (HashMap<usize, Lane>, Vec<(usize, usize)>);
+
+/// Pass 4 for the automatic policy. A transfer chain's flow is the set of connections
+/// (sender, receiver) it uses. Each chain goes on its pinned channel, else on the channel of
+/// an earlier chain with the same flow, else on the channel below `cap` where the busiest
+/// threadblock it lands in holds the fewest instructions so far, the least such channel
+/// first (so transfers that could run in parallel get threadblocks of their own instead of
+/// queueing on one), else on the first channel where it fits; in each case every
+/// instruction must fit a threadblock with one send and one receive peer.
+fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool, cap: usize) -> DslResult<Assignment> {
     let mut a = Assignment::default();
     let fresh = Lane {
         pair,
         ..Lane::default()
     };
     let limit = chains.len() + 1;
+    // The channel of each flow, and the instructions on each (rank, channel, threadblock).
+    let mut flows: HashMap<Vec<(usize, usize)>, usize> = HashMap::new();
+    let mut load: HashMap<(usize, usize, usize), usize> = HashMap::new();
     for members in chains {
         let first = &dag.instrs[members[0]];
         if members.len() == 1 && first.send.is_none() && first.recv.is_none() {
@@ -422,42 +515,55 @@ fn assign_auto(dag: &Dag, chains: &[Vec<usize>], pair: bool) -> DslResult<Assign
             a.channel_of.insert(members[0], 0);
             continue;
         }
-        let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
-        let candidates: Vec<usize> = match pinned {
-            Some(c) => vec![c],
-            None => (0..limit).collect(),
-        };
-        let mut placed = false;
-        for c in candidates {
-            let mut trial: HashMap<usize, Lane> = HashMap::new();
+        let mut flow: Vec<(usize, usize)> = members
+            .iter()
+            .filter_map(|&m| dag.instrs[m].send.map(|to| (dag.instrs[m].rank, to)))
+            .collect();
+        flow.sort_unstable();
+        flow.dedup();
+        let trial = |c: usize| -> Option<Trial> {
+            let mut lanes: HashMap<usize, Lane> = HashMap::new();
             let mut ids = Vec::new();
-            let fits = members.iter().all(|&m| {
+            for &m in members {
                 let i = &dag.instrs[m];
-                let lane = trial
+                let lane = lanes
                     .entry(i.rank)
                     .or_insert_with(|| a.lanes.get(&(i.rank, c)).unwrap_or(&fresh).clone());
-                lane.place(i.send, i.recv)
-                    .map(|t| ids.push((m, t)))
-                    .is_some()
-            });
-            if fits {
-                for (rank, lane) in trial {
-                    a.lanes.insert((rank, c), lane);
-                }
-                for (m, t) in ids {
-                    a.tb_of.insert(m, (c, t));
-                    a.channel_of.insert(m, c);
-                }
-                placed = true;
-                break;
+                ids.push((m, lane.place(i.send, i.recv)?));
             }
-        }
-        if !placed {
+            Some((lanes, ids))
+        };
+        let busiest = |c: usize, ids: &[(usize, usize)]| {
+            let on = |&(m, t): &(usize, usize)| load.get(&(dag.instrs[m].rank, c, t));
+            ids.iter().filter_map(on).max().copied().unwrap_or(0)
+        };
+        let pinned = members.iter().find_map(|&m| dag.instrs[m].ch);
+        let choice = match pinned {
+            Some(c) => trial(c).map(|t| (c, t)),
+            None => flows
+                .get(&flow)
+                .and_then(|&c| trial(c).map(|t| (c, t)))
+                .or_else(|| {
+                    let fits = (0..cap).filter_map(|c| trial(c).map(|t| (c, t)));
+                    fits.min_by_key(|(c, t)| (busiest(*c, &t.1), *c))
+                })
+                .or_else(|| (cap..limit).find_map(|c| trial(c).map(|t| (c, t)))),
+        };
+        let Some((c, (lanes, ids))) = choice else {
             return Err(DslError::new(
                 &first.loc,
                 format!("no threadblock on channel {} can take this transfer: a threadblock has one send peer and one receive peer (pin another ch)", pinned.unwrap_or(0)),
             ));
+        };
+        for (rank, lane) in lanes {
+            a.lanes.insert((rank, c), lane);
         }
+        for (m, t) in ids {
+            a.tb_of.insert(m, (c, t));
+            a.channel_of.insert(m, c);
+            *load.entry((dag.instrs[m].rank, c, t)).or_default() += 1;
+        }
+        flows.entry(flow).or_insert(c);
     }
     Ok(a)
 }
@@ -477,9 +583,10 @@ fn place_locals(a: &mut Assignment, dag: &Dag, position: &HashMap<usize, usize>)
         let key = match latest {
             Some(p) => a.tb_of[p],
             None => {
-                let lane = a.lanes.entry((i.rank, 0)).or_default();
+                let channel = i.copy * a.per_copy;
+                let lane = a.lanes.entry((i.rank, channel)).or_default();
                 (
-                    0,
+                    channel,
                     lane.place(None, None)
                         .expect("a local threadblock always fits"),
                 )
@@ -496,9 +603,9 @@ fn place_locals(a: &mut Assignment, dag: &Dag, position: &HashMap<usize, usize>)
     }
 }
 
-/// Scratch offsets: each rank's named buffers, name after name, then the compiler's receive
-/// slots, in one buffer `s`; returns the offsets and the total per rank.
-fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize>>, Vec<usize>) {
+/// Scratch offsets of one copy: each rank's named buffers, name after name, then the
+/// compiler's receive slots, in one buffer `s`; returns the offsets and the total per rank.
+pub(crate) fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize>>, Vec<usize>) {
     t.scratch
         .iter()
         .zip(&dag.temp)
@@ -517,26 +624,46 @@ fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize>>, Vec<usi
         .unzip()
 }
 
-/// One instance of the program in the IR (no replication yet). With `pair`, the automatic
-/// policy lets a lone send to p and a lone receive from p share a threadblock.
-pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>> {
-    let chains = chains(dag);
-    let mut a = match t.options.policy {
-        Policy::Manual => assign_manual(dag, &chains)?,
-        Policy::Auto => assign_auto(dag, &chains, pair)?,
+/// Every instance of the program in the IR, the slots of copy i laid out by `map`
+/// (threadblocks not yet renumbered). With `pair`, the automatic policy lets a lone send to
+/// p and a lone receive from p share a threadblock.
+pub(crate) fn schedule(t: &Tracer, one: &Dag, pair: bool, map: &SlotMap) -> DslResult<Vec<Gpu>> {
+    let chains = chains(one);
+    let a = match t.options.policy {
+        Policy::Manual => assign_manual(one, &chains)?,
+        Policy::Auto => {
+            let cap = (Limits::PORTABLE.max_channels / map.instances).max(1);
+            assign_auto(one, &chains, pair, cap)?
+        }
     };
+    let most = Limits::PORTABLE.max_channels;
+    if a.channels() * map.instances > most {
+        return Err(DslError::new(
+            &t.loc,
+            format!(
+                "one instance needs {} channels, so {} instances need {}, more than the runtimes' {most}; use fewer instances or pin ch",
+                a.channels(),
+                map.instances,
+                a.channels() * map.instances
+            ),
+        ));
+    }
+    let (all, origin) = replicate::instances(one, map);
+    let dag = &all;
+    let mut a = a.replicate(dag, &origin, map.instances, t.options.policy);
     let list = order(dag, &a.channel_of, t.options.program_order)?;
     let position: HashMap<usize, usize> = list.iter().enumerate().map(|(p, &k)| (k, p)).collect();
     if t.options.policy == Policy::Auto {
         place_locals(&mut a, dag, &position);
     }
-    let (layout, scratch_total) = scratch_layout(t, dag);
-    let slot = |rank: usize, s: PSlot| -> Slot {
-        match s.buf {
+    let (layout, scratch_total) = scratch_layout(t, one);
+    let slot = |rank: usize, s: PSlot, copy: usize| -> Slot {
+        let at = match s.buf {
             PBuf::Input => Slot::new(ir::Buffer::Input, s.index),
             PBuf::Output => Slot::new(ir::Buffer::Output, s.index),
             PBuf::Scratch(k) => Slot::new(ir::Buffer::Scratch, layout[rank][&k] + s.index),
-        }
+        };
+        map.map(rank, at, copy)
     };
     let (mut tbs, place) = threadblocks(dag, &list, &a, t.collective.ranks, &slot);
     add_dependencies(dag, &list, &place, &mut tbs);
@@ -554,7 +681,7 @@ pub(crate) fn schedule(t: &Tracer, dag: &Dag, pair: bool) -> DslResult<Vec<Gpu>>
         }
     }
     check_transfer_order(dag, &place, &tbs)?;
-    Ok(gpus(t, tbs, &scratch_total))
+    Ok(gpus(t, tbs, &scratch_total, map.instances))
 }
 
 /// The threadblocks of each of the `n` ranks, numbered per rank in first-use order, with
@@ -565,7 +692,7 @@ fn threadblocks(
     list: &[usize],
     a: &Assignment,
     n: usize,
-    slot: &dyn Fn(usize, PSlot) -> Slot,
+    slot: &dyn Fn(usize, PSlot, usize) -> Slot,
 ) -> (Vec<Vec<Threadblock>>, HashMap<usize, Place>) {
     let mut numbering: Vec<BTreeMap<TbKey, usize>> = vec![BTreeMap::new(); n];
     let mut tbs: Vec<Vec<Threadblock>> = vec![Vec::new(); n];
@@ -624,8 +751,14 @@ fn add_dependencies(
 }
 
 /// The GPUs of the program: each rank's threadblocks, with the collective's input and
-/// output sizes where its steps use those buffers (else 0) and its scratch size.
-fn gpus(t: &Tracer, tbs: Vec<Vec<Threadblock>>, scratch_total: &[usize]) -> Vec<Gpu> {
+/// output sizes where its steps use those buffers (else 0) and its scratch size, times the
+/// `instances`.
+fn gpus(
+    t: &Tracer,
+    tbs: Vec<Vec<Threadblock>>,
+    scratch_total: &[usize],
+    instances: usize,
+) -> Vec<Gpu> {
     let uses = |g: &[Threadblock], b: ir::Buffer| {
         g.iter().flat_map(|tb| &tb.steps).any(|s| {
             (s.op.reads_src() && s.src.buffer == b)
@@ -637,16 +770,16 @@ fn gpus(t: &Tracer, tbs: Vec<Vec<Threadblock>>, scratch_total: &[usize]) -> Vec<
         .map(|(rank, threadblocks)| Gpu {
             rank,
             input_chunks: if uses(&threadblocks, ir::Buffer::Input) {
-                t.collective.size(ir::Buffer::Input)
+                t.collective.size(ir::Buffer::Input) * instances
             } else {
                 0
             },
             output_chunks: if uses(&threadblocks, ir::Buffer::Output) {
-                t.collective.size(ir::Buffer::Output)
+                t.collective.size(ir::Buffer::Output) * instances
             } else {
                 0
             },
-            scratch_chunks: scratch_total[rank],
+            scratch_chunks: scratch_total[rank] * instances,
             threadblocks,
         })
         .collect()
@@ -697,7 +830,8 @@ fn hoist_reduce_chain_deps(g: &mut [Threadblock], position: impl Fn(usize, usize
 }
 
 /// The IR step of an instruction; `s`/`r` name the remote slot in their unused field.
-fn step(i: &Instr, dag: &Dag, slot: &dyn Fn(usize, PSlot) -> Slot) -> Step {
+fn step(i: &Instr, dag: &Dag, slot: &dyn Fn(usize, PSlot, usize) -> Slot) -> Step {
+    let slot = |rank: usize, s: PSlot| slot(rank, s, i.copy);
     let (src, dst) = match i.op {
         Op::Send => {
             let local = slot(i.rank, i.src);

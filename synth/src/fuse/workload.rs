@@ -267,10 +267,8 @@ pub fn compare(w: &Workload, rs: &Program, ag: &Program, topo: &Topology) -> Res
     let streams = w.compute.kernel()?.streams() as f64;
     let bytes = simulate::elements_for(w.size, allreduce.nchunksperloop) * simulate::ELEMENT_BYTES;
     let whole_us = bytes as f64 * streams / (w.memory_bandwidth * 1e3);
-    let base = SimOptions {
-        local_bandwidth: w.memory_bandwidth / 2.0,
-        ..SimOptions::default()
-    };
+    let mut base = SimOptions::default();
+    base.model.local_bandwidth = w.memory_bandwidth / 2.0;
     let producer_us = w.producer.map_or(0.0, |p| p.time_us);
     let overlaps: &[bool] = if w.producer.is_some() {
         &[false, true]

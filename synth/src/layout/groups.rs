@@ -206,6 +206,7 @@ mod tests {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         };
         assert_eq!(fit_groups(&a, vec![0, 1]), None);
         // With the second step inside each 8-GPU node, 62 + 14 threadblocks fit.

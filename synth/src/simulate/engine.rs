@@ -13,7 +13,7 @@
 
 use super::queue::IndexedHeap;
 use super::share::Sharing;
-use super::{wire_overhead, SimOptions, MAX_EVENTS};
+use super::{SimOptions, MAX_EVENTS};
 use crate::topology::{Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use runtime::ir::{Gpu, Op, Program, Threadblock};
@@ -129,8 +129,16 @@ impl<'a> Layout<'a> {
         let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
         caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
         let local_resource: Vec<usize> = (0..p.ngpus).map(|r| caps.len() + r).collect();
-        caps.extend(std::iter::repeat_n(opts.local_bandwidth * 1e3, p.ngpus));
+        caps.extend(std::iter::repeat_n(
+            opts.model.local_bandwidth * 1e3,
+            p.ngpus,
+        ));
+        let protocol = opts.protocol_of(p);
         let mut classes = Classes {
+            alpha_factor: [
+                opts.model.alpha_factor(protocol, false),
+                opts.model.alpha_factor(protocol, true),
+            ],
             topo,
             index: &index,
             resources: Vec::new(),
@@ -180,8 +188,8 @@ impl<'a> Layout<'a> {
             local_class,
             caps,
             links: topo.links.len(),
-            wire: wire_overhead(p.protocol),
-            depth: opts.fifo_depth.max(1),
+            wire: 1.0 / opts.model.wire_efficiency.get(protocol),
+            depth: opts.model.fifo_depth.max(1),
             compute_weight,
             producer: opts.producer,
         })
@@ -214,6 +222,8 @@ impl<'a> Layout<'a> {
 /// The classes of flows (by the resources they cross) and the connections, as a layout
 /// resolves them.
 struct Classes<'t> {
+    /// The factor on a link's alpha for the protocol: inside a node, between nodes.
+    alpha_factor: [f64; 2],
     topo: &'t Topology,
     index: &'t TopologyIndex,
     /// Resources of each class.
@@ -254,7 +264,8 @@ impl Classes<'_> {
             arrived: 0,
             taken: 0,
             started: 0,
-            alpha: topo.links[l].alpha.max(0.0),
+            alpha: topo.links[l].alpha.max(0.0)
+                * self.alpha_factor[usize::from(topo.node_of.get(s) != topo.node_of.get(r))],
             link: l,
             class,
         });

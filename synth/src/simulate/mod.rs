@@ -17,21 +17,27 @@
 //! * **Threadblocks.** Each runs its steps in order. A step starts when its dependencies (the
 //!   same step of the same slice, or later, on the other threadblock) are done, when it
 //!   receives: the paired message (k-th send ↔ k-th receive per connection) has arrived, and
-//!   when it sends: the connection holds fewer than `fifo_depth` messages not yet taken by the
-//!   receiver.
+//!   when it sends: the connection holds fewer than [`ModelParams::fifo_depth`] messages not
+//!   yet taken by the receiver.
+//! * **Protocols.** Every number that depends on the protocol is a [`ModelParams`] field
+//!   (`model.rs`, settable with `--model FILE`): the slice, the wire efficiency (LL 1/2,
+//!   LL128 120/128), the per-hop latency (the link's alpha times NCCL's ring per-hop latency
+//!   of the protocol over Simple's, by link kind) and a launch latency added once per run
+//!   (NCCL's ring base latency). [`SimOptions::protocol`] simulates a program as if its
+//!   `proto` were another.
 //! * **Transfers.** A sending step (`s`, `rcs`, `rrs`, `rrcs`) pushes `count` chunk-slices
-//!   over the link `u → v` (an error if there is none): the bytes (times the protocol's wire
-//!   overhead: ×2 for LL, ×128/120 for LL128) leave at a rate shared max-min fairly,
+//!   over the link `u → v` (an error if there is none): the bytes (divided by the
+//!   protocol's wire efficiency) leave at a rate shared max-min fairly,
 //!   recomputed at every event, with all concurrent transfers on the same link and on every
 //!   switch constraint (NVSwitch port, NIC) covering it; the step ends when its last byte
-//!   has left, and the message arrives the link's alpha (µs) later. So a lone transfer
-//!   arrives after `alpha + bytes / bw`, and a sender may go on while its message is in
+//!   has left, and the message arrives the hop latency (µs) later. So a lone Simple transfer
+//!   arrives after `launch + alpha + bytes / bw`, and a sender may go on while its message is in
 //!   flight (messages in flight count against the FIFO depth). A receiving step takes its
 //!   message from the connection when it starts; receiving costs no time beyond the
 //!   transfer (the fused reductions of `rrs`, `rrc`, `rrcs` are done as the data streams
 //!   in), and forwarding (`rcs`, `rrs`, `rrcs`) starts once the whole message is in.
 //! * **Local steps.** `cpy` and `re` move `count` chunk-slices through the rank's memory at
-//!   [`SimOptions::local_bandwidth`] (shared by the rank's concurrent local steps); `nop`
+//!   [`ModelParams::local_bandwidth`] (shared by the rank's concurrent local steps); `nop`
 //!   costs nothing. A `compute` step (synth's extension) moves its kernel's element
 //!   streams (`Kernel::streams`, a copy being two) through the same memory.
 //! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
@@ -41,8 +47,11 @@
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
 
 mod engine;
+pub mod model;
 mod queue;
 pub mod share;
+
+pub use model::{ModelError, ModelParams, NcclTuning, PerProtocol};
 
 pub use share::max_min_rates;
 
@@ -80,12 +89,12 @@ pub enum Slicing {
 /// Options of one simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SimOptions {
-    /// Bandwidth of local `cpy` / `re` steps in GB/s per rank.
-    pub local_bandwidth: f64,
+    /// The model's parameters.
+    pub model: ModelParams,
     /// Slicing of chunks.
     pub slicing: Slicing,
-    /// Messages a connection holds before a send waits (as the verifier and CPU executor).
-    pub fifo_depth: usize,
+    /// The protocol to simulate the program with, instead of its own `proto`.
+    pub protocol: Option<Protocol>,
     /// A producer writing the input buffer in tiles while the program runs (`None`: the
     /// input is there at the start).
     #[serde(default)]
@@ -107,10 +116,25 @@ pub struct Producer {
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
-            local_bandwidth: DEFAULT_LOCAL_BANDWIDTH,
+            model: ModelParams::default(),
             slicing: Slicing::Runtime,
-            fifo_depth: runtime::verify::DEFAULT_FIFO_DEPTH,
+            protocol: None,
             producer: None,
+        }
+    }
+}
+
+impl SimOptions {
+    /// The protocol `program` is simulated with.
+    pub fn protocol_of(&self, program: &Program) -> Protocol {
+        self.protocol.unwrap_or(program.protocol)
+    }
+
+    /// These options with `program` simulated under `protocol`.
+    pub fn with_protocol(&self, protocol: Protocol) -> SimOptions {
+        SimOptions {
+            protocol: Some(protocol),
+            ..*self
         }
     }
 }
@@ -136,24 +160,10 @@ pub struct SimResult {
     pub events: usize,
 }
 
-/// The runtime's slice in bytes for a protocol with NCCL's default buffers (msccl-ir.md §2.5):
-/// Simple 4 × (4 MiB / 8), LL (512 KiB / 8) / 2, LL128 (4,915,200 / 8) × 15 / 16.
+/// The runtime's slice in bytes for a protocol with NCCL's default buffers (the default
+/// [`ModelParams::slice_bytes`]).
 pub fn runtime_slice_bytes(protocol: Protocol) -> u64 {
-    match protocol {
-        Protocol::Simple => 4 * ((4u64 << 20) / 8),
-        Protocol::LL => ((512u64 << 10) / 8) / 2,
-        Protocol::LL128 => 4_915_200 / 8 * 15 / 16,
-    }
-}
-
-/// Bytes on the wire per payload byte for a protocol (LL: 8 of 16 bytes are flags; LL128:
-/// 8 of 128).
-pub fn wire_overhead(protocol: Protocol) -> f64 {
-    match protocol {
-        Protocol::Simple => 1.0,
-        Protocol::LL => 2.0,
-        Protocol::LL128 => 128.0 / 120.0,
-    }
+    ModelParams::default().slice_bytes.get(protocol)
 }
 
 /// The element count of the larger buffer that the runtime would use for `size_bytes`:
@@ -230,11 +240,9 @@ fn check_inputs(
     if sizes.contains(&0) {
         bail!("message size must be positive");
     }
-    if !(options.local_bandwidth.is_finite() && options.local_bandwidth > 0.0) {
-        bail!(
-            "local bandwidth must be positive, got {}",
-            options.local_bandwidth
-        );
+    let local = options.model.local_bandwidth;
+    if !(local.is_finite() && local > 0.0) {
+        bail!("local bandwidth must be positive, got {local}");
     }
     if let Some(l) = topology
         .links
@@ -275,7 +283,10 @@ fn run_at(
     let elements = elements_for(size_bytes, nchunks);
     let chunk_elems = elements / nchunks as u64;
     let slice_elems = match options.slicing {
-        Slicing::Runtime => (runtime_slice_bytes(program.protocol) / ELEMENT_BYTES).max(1),
+        Slicing::Runtime => {
+            let protocol = options.protocol_of(program);
+            (options.model.slice_bytes.get(protocol) / ELEMENT_BYTES).max(1)
+        }
         Slicing::WholeChunks => chunk_elems,
         Slicing::Bytes(b) => (b / ELEMENT_BYTES).max(1),
     }
@@ -286,7 +297,7 @@ fn run_at(
         .collect();
     let run = engine::run(layout, &slices)?;
     let size = elements * ELEMENT_BYTES;
-    let time_us = run.time_us;
+    let time_us = run.time_us + options.model.launch_us.get(options.protocol_of(program));
     let algbw = if time_us > 0.0 {
         size as f64 / (time_us * 1e3)
     } else {

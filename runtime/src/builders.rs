@@ -62,6 +62,7 @@ fn program(
         max_bytes: 0,
         gpus,
         custom: None,
+        compute: None,
     }
 }
 

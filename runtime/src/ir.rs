@@ -60,10 +60,13 @@ pub enum Op {
     Reduce,
     /// `nop`: no data, only dependencies.
     Nop,
+    /// synth's extension, not in MSCCL XML: `dst ← f(dst)` elementwise by the program's
+    /// [`crate::compute::Compute`], on fully reduced output chunks.
+    Compute,
 }
 
 impl Op {
-    /// Every op, in XML table order.
+    /// Every op MSCCL XML has, in XML table order ([`Op::Compute`] is synth's own).
     pub const ALL: [Op; 9] = [
         Op::Send,
         Op::Recv,
@@ -88,6 +91,7 @@ impl Op {
             Op::Copy => "cpy",
             Op::Reduce => "re",
             Op::Nop => "nop",
+            Op::Compute => "compute",
         }
     }
 
@@ -139,6 +143,7 @@ impl Op {
                 | Op::RecvReduceCopySend
                 | Op::Copy
                 | Op::Reduce
+                | Op::Compute
         )
     }
 
@@ -577,6 +582,10 @@ pub struct Program {
     /// `<!-- synth-custom {...} -->` comment that the runtimes skip and the reader parses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom: Option<CustomCollective>,
+    /// The elementwise computation its [`Op::Compute`] steps apply (synth's extension; MSCCL
+    /// XML cannot hold it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<crate::compute::Compute>,
 }
 
 impl Program {
@@ -854,6 +863,7 @@ mod tests {
             min_bytes: 0,
             max_bytes: 0,
             custom: None,
+            compute: None,
             gpus: vec![Gpu {
                 rank: 0,
                 input_chunks: 1,

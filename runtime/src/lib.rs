@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod builders;
+pub mod compute;
 pub mod cpu;
 pub mod cuda;
 pub mod ir;

@@ -161,6 +161,7 @@ fn program(
         max_bytes: 1 << 20,
         gpus,
         custom: None,
+        compute: None,
     }
 }
 

@@ -254,6 +254,7 @@ fn pairs_are_direct_unless_rendezvous_would_deadlock() {
         min_bytes: 0,
         max_bytes: 0,
         custom: None,
+        compute: None,
         gpus: (0..3)
             .map(|r| {
                 use runtime::ir::{Gpu, Op, Slot, Step, Threadblock};

@@ -19,6 +19,7 @@ pub mod dsl;
 pub mod engine;
 pub mod flow;
 pub mod frontier;
+pub mod fuse;
 pub mod greedy;
 pub mod layout;
 pub mod load;

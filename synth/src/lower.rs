@@ -789,6 +789,7 @@ impl<'a> Lowering<'a> {
             max_bytes: options.max_bytes,
             gpus,
             custom: (kind == Kind::Custom).then(|| custom_conditions(coll, layout.total)),
+            compute: None,
         })
     }
 }

@@ -1838,3 +1838,43 @@ fn custom_collectives_are_written_for_the_runtime_that_loads_them() {
     let text = std::fs::read_to_string(xml).unwrap();
     assert!(text.contains("coll=\"custom\"") && !text.contains("maxBytes=\"0\""));
 }
+
+/// `synth fuse`: the schedules as one JSON document, the best written as program JSON that
+/// `synth run` checks on the CPU executor; a malformed workload is one line naming its field.
+#[test]
+fn fuse_writes_the_best_schedule_that_runs_and_refuses_bad_workloads() {
+    let dir = temp_dir("fuse");
+    let workload = dir.join("fuse.toml");
+    std::fs::write(
+        &workload,
+        "collective = \"allreduce\"\nsize = \"64MB\"\nepilogue = \"sgd\"\nmemory_bandwidth = 1500\n[producer]\ntiles = 4\ntime_us = 100\n",
+    )
+    .unwrap();
+    let best = dir.join("best.json");
+    let (w, b) = (workload.to_str().unwrap(), best.to_str().unwrap());
+    let out = synth(&["fuse", w, "--topo", "ring:4", "--out", b, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["rows"].as_array().unwrap().len(), 8);
+    assert!(doc["xml"]
+        .as_str()
+        .unwrap()
+        .contains("copies and reductions only"));
+    let run = synth(&["run", b, "--size", "64K", "--json"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert!(report.to_string().contains("\"wrong\":0"), "{report}");
+    std::fs::write(&workload, "collective = \"allreduce\"\nsize = \"1GB\"\nepilogue = \"out = x +\"\nmemory_bandwidth = 1\n").unwrap();
+    fails_with(
+        &["fuse", w, "--topo", "ring:4"],
+        "field epilogue: compute column 10",
+    );
+}

@@ -75,6 +75,7 @@ fn fan_out(n: usize, to: &[usize]) -> Program {
         max_bytes: 0,
         gpus,
         custom: None,
+        compute: None,
     }
 }
 

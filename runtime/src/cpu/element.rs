@@ -65,7 +65,9 @@ impl fmt::Display for ReduceOp {
 }
 
 /// An element type the executor can move and reduce.
-pub trait Element: Copy + Send + Sync + PartialEq + Default + 'static {
+pub trait Element:
+    Copy + Send + Sync + PartialEq + Default + crate::compute::Real + 'static
+{
     /// The runtime data type.
     const TYPE: DataType;
     /// A small integer, exactly representable (results stay exact under any order of sums).

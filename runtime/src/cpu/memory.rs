@@ -3,6 +3,7 @@
 
 use super::element::{combine, Element, ReduceOp};
 use super::plan::{region_chunks, Loc};
+use crate::compute::{keep_draw, Kernel};
 use crate::ir::{Buffer, Program};
 use crate::semantics::{Region, Semantics};
 use rayon::prelude::*;
@@ -63,11 +64,21 @@ impl<T> Drop for RawRegion<T> {
     }
 }
 
-/// All ranks' regions plus the logical inputs used for the reference.
+/// All ranks' regions plus the logical inputs used for the reference, and for a program
+/// with a compute its state buffers (each the output buffer's size on every rank).
 pub struct Memory<T> {
     regions: Vec<[RawRegion<T>; 3]>,
     inputs: Vec<Vec<T>>,
     chunk: usize,
+    state: Vec<Vec<RawRegion<T>>>,
+    kernel: Option<Kernel>,
+}
+
+/// The initial value of element `index` of state buffer `buffer` (the same on every rank, as
+/// replicated parameters and optimizer state are): a multiple of 1/32 in [0, 1], so Adam's
+/// second moment stays non-negative.
+pub fn initial_state(buffer: usize, index: u64) -> f64 {
+    (keep_draw(0x5EED + buffer as u64, index) % 33) as f64 / 32.0
 }
 
 // SAFETY: the regions are plain heap memory; concurrent access is coordinated by the
@@ -78,7 +89,13 @@ unsafe impl<T: Sync> Sync for Memory<T> {}
 
 impl<T: Element> Memory<T> {
     /// Allocates every region poisoned (NaN) and writes random small-integer inputs.
-    pub fn new(p: &Program, sem: &Semantics, chunk: usize, seed: u64) -> Memory<T> {
+    pub fn new(
+        p: &Program,
+        sem: &Semantics,
+        chunk: usize,
+        seed: u64,
+        kernel: Option<Kernel>,
+    ) -> Memory<T> {
         let in_chunks = sem.extent(Buffer::Input).unwrap_or(0);
         let inputs: Vec<Vec<T>> = (0..p.ngpus)
             .into_par_iter()
@@ -96,10 +113,27 @@ impl<T: Element> Memory<T> {
                 })
             })
             .collect();
+        let out_len = sem.extent(Buffer::Output).unwrap_or(0) * chunk;
+        let buffers = kernel.as_ref().map_or(0, |k| k.buffers.len());
+        let state = (0..p.ngpus)
+            .map(|_| {
+                (0..buffers)
+                    .map(|b| {
+                        RawRegion::new(
+                            (0..out_len as u64)
+                                .map(|i| T::of(initial_state(b, i)))
+                                .collect(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
         let mem = Memory {
             regions,
             inputs,
             chunk,
+            state,
+            kernel,
         };
         for rank in 0..p.ngpus {
             for k in 0..in_chunks {
@@ -130,6 +164,39 @@ impl<T: Element> Memory<T> {
         }
     }
 
+    /// The compute's kernel, if the program has one.
+    pub fn kernel(&self) -> Option<&Kernel> {
+        self.kernel.as_ref()
+    }
+
+    /// A raw view of `len` elements of a rank's state buffer from element `start`.
+    pub fn state_piece(&self, rank: usize, buffer: usize, start: usize, len: usize) -> Piece<T> {
+        let r = &self.state[rank][buffer];
+        assert!(start + len <= r.len, "compute outside the output buffer");
+        // SAFETY: in bounds (checked above).
+        Piece {
+            ptr: unsafe { r.ptr.add(start) },
+            len,
+        }
+    }
+
+    /// A rank's output buffer, as f64.
+    pub fn output(&self, sem: &Semantics, rank: usize) -> Vec<f64> {
+        let c = self.chunk;
+        let mut out = Vec::new();
+        for k in 0..sem.extent(Buffer::Output).unwrap_or(0) {
+            let (region, idx) = sem.resolve(rank, Buffer::Output, k).expect("inside extent");
+            let loc = Loc {
+                region: region.index(),
+                chunk: idx,
+            };
+            // SAFETY: called between runs, when no worker touches memory.
+            let piece = unsafe { self.piece(rank, loc, idx * c, c).into_slice() };
+            out.extend(piece.iter().map(|v| v.to_f64()));
+        }
+        out
+    }
+
     /// Counts output elements that differ from the collective's reference result.
     pub fn count_wrong(&self, sem: &Semantics, op: ReduceOp) -> usize {
         let out_chunks = sem.extent(Buffer::Output).unwrap_or(0);
@@ -158,7 +225,7 @@ impl<T: Element> Memory<T> {
         let source = |e: usize| {
             &self.inputs[expected[e].rank][expected[e].chunk * c..(expected[e].chunk + 1) * c]
         };
-        if expected.len() == 1 {
+        if expected.len() == 1 && self.kernel.is_none() {
             return actual.iter().zip(source(0)).filter(|(a, b)| a != b).count();
         }
         let mut wrong = 0;
@@ -170,6 +237,18 @@ impl<T: Element> Memory<T> {
             for e in 1..expected.len() {
                 for (a, b) in reference.iter_mut().zip(&source(e)[start..end]) {
                     *a = combine(op, *a, *b);
+                }
+            }
+            if let Some(kernel) = &self.kernel {
+                // The plain schedule: the compute on the whole reduced buffer, from the
+                // initial state, in the same element type.
+                let mut state = vec![T::of(0.0); kernel.buffers.len()];
+                for (i, a) in reference.iter_mut().enumerate() {
+                    let index = (k * c + start + i) as u64;
+                    for (b, s) in state.iter_mut().enumerate() {
+                        *s = T::of(initial_state(b, index));
+                    }
+                    *a = kernel.apply(*a, &mut state, index);
                 }
             }
             wrong += actual[start..end]
@@ -214,7 +293,7 @@ mod tests {
         let p = ring_allgather(&[0, 1, 2], 1, false);
         let sem = Semantics::of(&p, false).unwrap();
         let chunk = 4;
-        let mem = Memory::<f32>::new(&p, &sem, chunk, 7);
+        let mem = Memory::<f32>::new(&p, &sem, chunk, 7, None);
         assert_eq!(mem.count_wrong(&sem, ReduceOp::Sum), 3 * 3 * chunk);
         for rank in 0..3 {
             for k in 0..3 {

@@ -21,6 +21,7 @@ pub use sweep::{
     RunPoint, SweepOptions, SweepRow, MAX_SIZE,
 };
 
+use crate::compute::Kernel;
 use crate::ir::Program;
 use crate::semantics::Semantics;
 use crate::verify::{chunk_slots, verify_with, VerifyOptions, DEFAULT_FIFO_DEPTH};
@@ -127,8 +128,32 @@ pub fn run(p: &Program, opts: &RunOptions) -> Result<RunReport> {
     run_verified(p, opts)
 }
 
+/// [`run`], also returning every rank's output buffer (as f64) after the checked run: what
+/// compares two schedules of one computation (a fused one and the plain one).
+pub fn run_with_outputs(p: &Program, opts: &RunOptions) -> Result<(RunReport, Vec<Vec<f64>>)> {
+    verify_with(
+        p,
+        &VerifyOptions {
+            fifo_depth: opts.fifo_depth.max(1),
+        },
+    )
+    .context("the program does not verify")?;
+    let mut outputs = Vec::new();
+    let report = run_checked(p, opts, Some(&mut outputs))?;
+    Ok((report, outputs))
+}
+
 /// Runs a program the caller has verified with `opts.fifo_depth`.
 fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
+    run_checked(p, opts, None)
+}
+
+/// [`run_verified`], keeping the outputs of the checked run where `outputs` is given.
+fn run_checked(
+    p: &Program,
+    opts: &RunOptions,
+    outputs: Option<&mut Vec<Vec<f64>>>,
+) -> Result<RunReport> {
     if opts.inplace && !p.inplace {
         bail!("program {} is not declared valid in place", p.name);
     }
@@ -143,11 +168,16 @@ fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
         );
     }
     let sem = Semantics::of(p, opts.inplace).map_err(anyhow::Error::msg)?;
-    // Every region, plus the logical inputs kept for the reference.
+    let kernel = p.compute.as_ref().map(|c| c.kernel()).transpose()?;
+    // Every region, plus the logical inputs kept for the reference and the state buffers.
     let inputs =
         (p.ngpus as u64).saturating_mul(sem.extent(crate::ir::Buffer::Input).unwrap_or(0) as u64);
+    let state = (p.ngpus as u64)
+        .saturating_mul(sem.extent(crate::ir::Buffer::Output).unwrap_or(0) as u64)
+        .saturating_mul(kernel.as_ref().map_or(0, |k| k.buffers.len()) as u64);
     let bytes = chunk_slots(p, &sem)
         .saturating_add(inputs)
+        .saturating_add(state)
         .saturating_mul((opts.elements / p.nchunksperloop) as u64)
         .saturating_mul(opts.dtype.size() as u64);
     if bytes > MAX_RUN_BYTES {
@@ -160,8 +190,8 @@ fn run_verified(p: &Program, opts: &RunOptions) -> Result<RunReport> {
         );
     }
     match opts.dtype {
-        DataType::F32 => run_typed::<f32>(p, sem, opts),
-        DataType::F64 => run_typed::<f64>(p, sem, opts),
+        DataType::F32 => run_typed::<f32>(p, sem, opts, kernel, outputs),
+        DataType::F64 => run_typed::<f64>(p, sem, opts, kernel, outputs),
     }
 }
 
@@ -178,10 +208,16 @@ struct Shared<'a, T> {
     runs: usize,
 }
 
-fn run_typed<T: Element>(p: &Program, sem: Semantics, opts: &RunOptions) -> Result<RunReport> {
+fn run_typed<T: Element>(
+    p: &Program,
+    sem: Semantics,
+    opts: &RunOptions,
+    kernel: Option<Kernel>,
+    mut outputs: Option<&mut Vec<Vec<f64>>>,
+) -> Result<RunReport> {
     let chunk = opts.elements / p.nchunksperloop;
     let plan = Plan::new(p, &sem)?;
-    let mem = Memory::<T>::new(p, &sem, chunk, opts.seed);
+    let mem = Memory::<T>::new(p, &sem, chunk, opts.seed, kernel);
     let iters = opts.iters.max(1);
     let runs = opts.warmup + iters;
     let shared = Shared {
@@ -211,6 +247,9 @@ fn run_typed<T: Element>(p: &Program, sem: Semantics, opts: &RunOptions) -> Resu
             let dt = start.elapsed().as_secs_f64() * 1e6;
             if run == 0 {
                 wrong = shared.mem.count_wrong(&sem, opts.op);
+                if let Some(out) = outputs.as_deref_mut() {
+                    *out = (0..p.ngpus).map(|r| shared.mem.output(&sem, r)).collect();
+                }
             }
             if run >= opts.warmup {
                 total += dt;
@@ -273,6 +312,7 @@ fn execute<T: Element>(
         Op::RecvReduceCopy => at.receive_reduce_copy(st),
         Op::Copy => at.copy(st),
         Op::Reduce => at.reduce(st),
+        Op::Compute => at.compute(st),
     }
 }
 
@@ -381,6 +421,42 @@ impl<T: Element> Slice<'_, '_, T> {
                 element::reduce_into(self.sh.op, unsafe { dst.into_mut_slice() }, unsafe {
                     src.into_slice()
                 });
+            }
+        }
+    }
+}
+
+impl<T: Element> Slice<'_, '_, T> {
+    /// `compute`: the program's kernel on the destination chunks and the state buffers'
+    /// elements at the same indices.
+    fn compute(&self, st: &plan::StepPlan) {
+        let kernel = self
+            .sh
+            .mem
+            .kernel()
+            .expect("verified: the program has a compute");
+        let mut state = vec![T::of(0.0); kernel.buffers.len()];
+        for k in 0..st.count {
+            let start = (st.dst_chunk + k) * self.sh.chunk + self.offset;
+            // SAFETY: race-free by verification, and a chunk is computed once, by one step,
+            // which alone touches the state at its indices.
+            let dst = unsafe { self.piece(st.dst(), k).into_mut_slice() };
+            let mut views: Vec<&mut [T]> = (0..state.len())
+                .map(|b| unsafe {
+                    self.sh
+                        .mem
+                        .state_piece(self.tb.rank, b, start, self.nelem)
+                        .into_mut_slice()
+                })
+                .collect();
+            for (i, x) in dst.iter_mut().enumerate() {
+                for (s, v) in state.iter_mut().zip(&views) {
+                    *s = v[i];
+                }
+                *x = kernel.apply(*x, &mut state, (start + i) as u64);
+                for (s, v) in state.iter().zip(views.iter_mut()) {
+                    v[i] = *s;
+                }
             }
         }
     }

@@ -35,6 +35,8 @@ pub struct StepPlan {
     dst: Option<Loc>,
     /// Chunks moved.
     pub count: usize,
+    /// The destination's chunk index in its buffer (a compute's element indices follow it).
+    pub dst_chunk: usize,
     /// Dependencies.
     pub deps: Vec<DepPlan>,
 }
@@ -127,6 +129,7 @@ impl Plan {
                         src: loc(s.op.reads_src(), s.src)?,
                         dst: loc(s.op.writes_dst(), s.dst)?,
                         count: s.count,
+                        dst_chunk: s.dst.offset,
                         deps,
                     });
                 }

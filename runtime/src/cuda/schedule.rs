@@ -206,6 +206,9 @@ struct Lowering<'a> {
 
 impl<'a> Lowering<'a> {
     fn new(p: &'a Program, inplace: bool) -> Result<Lowering<'a>> {
+        if p.compute.is_some() {
+            bail!("the CUDA executor does not run compute steps yet (synth's CPU executor does)");
+        }
         let sem = Semantics::of(p, inplace).map_err(anyhow::Error::msg)?;
         let mut base = Vec::new();
         let mut refs = Vec::new();

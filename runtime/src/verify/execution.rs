@@ -651,6 +651,14 @@ impl<'a> Execution<'a> {
                 self.reduce(at, step.dst, &old, &mut src)?;
                 src
             }
+            Op::Compute => {
+                // Read without the undefined-data check: the compute's own error says more.
+                let (region, start) = self.range(at, step.dst, step.count)?;
+                let base = self.region_base[at.rank][region.index()] + start;
+                src.extend_from_slice(&self.mem[base..base + step.count]);
+                self.compute(at, step.dst, &mut src)?;
+                src
+            }
         };
         if step.op.writes_dst() {
             self.write(at, step.dst, &combined);
@@ -661,6 +669,47 @@ impl<'a> Execution<'a> {
             self.src_buf = combined;
             Ok(None)
         }
+    }
+
+    /// A compute on `contents` of output chunks from `slot` on: each must hold exactly the
+    /// chunk's full reduction, not yet computed; it then holds that plus [`COMPUTED`].
+    fn compute(
+        &mut self,
+        at: StepRef,
+        slot: Slot,
+        contents: &mut [ContentId],
+    ) -> Result<(), VerifyError> {
+        for (k, id) in contents.iter_mut().enumerate() {
+            let chunk = slot.offset + k;
+            let actual = self.contents.get(*id).unwrap_or(&[]);
+            let problem = if actual.last() == Some(&COMPUTED) {
+                Some("applied a second time".to_string())
+            } else {
+                self.sem
+                    .expected_output(at.rank, chunk)
+                    .and_then(|expected| compare(Some(actual), &expected))
+                    .map(|p| format!("the data is not fully reduced: {p}"))
+            };
+            if let Some(problem) = problem {
+                let mode = self.mode;
+                self.defer(
+                    at,
+                    VerifyError::Compute {
+                        mode,
+                        at,
+                        chunk,
+                        problem,
+                    },
+                );
+            }
+            self.room_for_one()?;
+            let marker = self.contents.push_one(COMPUTED);
+            let (computed, _) = self.contents.push_sum(*id, marker);
+            let len = self.contents.get(computed).map_or(0, <[u64]>::len) as u64;
+            self.grow(2 * CONTENT_BYTES + CONTRIBUTION_BYTES * (len + 1))?;
+            *id = computed;
+        }
+        Ok(())
     }
 
     /// Records a data error; the one at the first step position is reported.
@@ -770,7 +819,20 @@ impl<'a> Execution<'a> {
                     .resolve(rank, Buffer::Output, chunk)
                     .expect("inside extent");
                 let id = self.mem[self.region_base[rank][region.index()] + idx];
-                let actual = self.contents.get(id);
+                let mut actual = self.contents.get(id);
+                if self.p.compute.is_some() {
+                    match actual {
+                        Some([rest @ .., COMPUTED]) => actual = Some(rest),
+                        _ => {
+                            return Err(VerifyError::Postcondition {
+                                mode: self.mode,
+                                rank,
+                                chunk,
+                                problem: "the program's compute was never applied to it".into(),
+                            })
+                        }
+                    }
+                }
                 if let Some(problem) = compare(actual, &expected) {
                     return Err(VerifyError::Postcondition {
                         mode: self.mode,
@@ -784,6 +846,10 @@ impl<'a> Execution<'a> {
         Ok(())
     }
 }
+
+/// The packed marker a compute adds to a content (past every real contribution, which packs
+/// rank and chunk in 32 bits each): computed data reduced again, or computed twice, shows.
+const COMPUTED: u64 = u64::MAX;
 
 fn describe(c: &[Contribution]) -> String {
     let items: Vec<String> = c

@@ -177,6 +177,18 @@ pub enum VerifyError {
         /// The contribution counted twice.
         contribution: Contribution,
     },
+    /// A compute step is applied to data that is not fully reduced, or a second time.
+    #[error("{mode}: {at}: compute on output chunk {chunk}: {problem}")]
+    Compute {
+        /// Mode.
+        mode: Mode,
+        /// The compute step.
+        at: StepRef,
+        /// The output chunk.
+        chunk: usize,
+        /// What is wrong.
+        problem: String,
+    },
     /// The final output is not what the collective requires.
     #[error("{mode}: rank {rank} output chunk {chunk}: {problem}")]
     Postcondition {
@@ -461,6 +473,20 @@ fn check_step(p: &Program, at: StepRef, tb: &Threadblock, step: &Step) -> Result
     if step.op != Op::Nop && step.count == 0 {
         return fail(format!("{} with count 0", step.op));
     }
+    if step.op == Op::Compute {
+        let Some(compute) = &p.compute else {
+            return fail("compute in a program without a compute (its `compute` field)".into());
+        };
+        if let Err(e) = compute.kernel() {
+            return fail(e.to_string());
+        }
+        if step.dst.buffer != Buffer::Output {
+            return fail(format!(
+                "compute on {}: it applies to output chunks only",
+                step.dst
+            ));
+        }
+    }
     let tbs = &p.gpus[at.rank].threadblocks;
     for d in &step.deps {
         if d.tb == at.tb {
@@ -594,6 +620,7 @@ mod tests {
                 ),
             ],
             custom: None,
+            compute: None,
         };
         let full = verify(&p).unwrap_err().to_string();
         assert!(!full.contains("race"), "{full}");

@@ -161,7 +161,7 @@ impl Races {
 /// writes, as (buffer slot, count).
 pub(super) fn reads_and_writes(step: &Step) -> ([Option<Slot>; 2], Option<Slot>) {
     let src = step.op.reads_src().then_some(step.src);
-    let dst_read = (step.op == Op::Reduce).then_some(step.dst);
+    let dst_read = matches!(step.op, Op::Reduce | Op::Compute).then_some(step.dst);
     let write = step.op.writes_dst().then_some(step.dst);
     ([src, dst_read], write)
 }

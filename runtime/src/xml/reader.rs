@@ -137,6 +137,7 @@ pub fn read_str_dialect(text: &str) -> Result<(Program, Dialect), XmlError> {
         custom: (header.sem.collective == Collective::Custom)
             .then_some(header.custom)
             .flatten(),
+        compute: None,
     };
     Ok((program, dialect))
 }

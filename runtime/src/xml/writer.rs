@@ -156,6 +156,13 @@ pub enum WriteProblem {
     /// The stream refused the text.
     #[error("cannot write: {0}")]
     Io(String),
+    /// The program computes ([`Op::Compute`]): the MSCCL runtimes run copies and reductions
+    /// only, so it has no XML form.
+    #[error("the program has {steps} compute step(s): the MSCCL runtimes run copies and reductions only, so it has no XML form; a runtime would need an elementwise compute instruction carrying its expression, scalars, state buffers and dropout seed (synth's IR JSON holds it)")]
+    Compute {
+        /// Its compute steps.
+        steps: usize,
+    },
     /// Any other rule of the format or the flavour, in one line.
     #[error("{0}")]
     Invalid(String),
@@ -467,6 +474,10 @@ fn number(out: &mut Vec<u8>, x: i64) {
 // Format-level checks (the verifier covers semantics)
 
 fn check(p: &Program, flavor: Flavor) -> Result<(), WriteProblem> {
+    let steps = p.steps().filter(|(_, s)| s.op == Op::Compute).count();
+    if steps > 0 || p.compute.is_some() {
+        return Err(WriteProblem::Compute { steps });
+    }
     let lim = Limits::of(flavor);
     check_header(p, flavor)?;
     for g in &p.gpus {

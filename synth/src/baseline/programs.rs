@@ -57,6 +57,7 @@ impl Build {
                 max_bytes: 0,
                 gpus,
                 custom: None,
+                compute: None,
             },
         }
     }

@@ -8,6 +8,7 @@ mod catalog_cmd;
 mod compile_cmd;
 mod draw_cmd;
 mod file_notes;
+mod fuse_cmd;
 pub mod limits;
 mod lower_args;
 mod lower_cmd;
@@ -58,6 +59,10 @@ enum Command {
     /// Execute an MSCCL XML file (or program or algorithm JSON) on the CPU executor with real
     /// data (nccl-tests table).
     Run(run_cmd::RunArgs),
+    /// Compare the schedules of an allreduce followed by an elementwise computation (plain,
+    /// reduce-scatter / compute on the slice / allgather, fused; with a producer's overlap)
+    /// and write the best as IR JSON.
+    Fuse(fuse_cmd::FuseArgs),
     /// Simulate an MSCCL XML file or algorithm JSON on a topology next to NCCL baselines and
     /// the cut bound.
     Simulate(simulate_cmd::SimulateArgs),
@@ -160,6 +165,7 @@ fn dispatch(cli: &Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(Command::Run(args)) => run_cmd::run(args, cli.json, out),
         Some(Command::Lower(args)) => lower_cmd::run(args, cli.json, out),
         Some(Command::Simulate(args)) => simulate_cmd::run(args, cli.json, out),
+        Some(Command::Fuse(args)) => fuse_cmd::run(args, cli.json, out),
         Some(Command::Catalog(args)) => catalog_cmd::run(args, cli.json, out),
         Some(Command::Compile(args)) => compile_cmd::run(args, cli.json, out),
         Some(Command::Draw(args)) => draw_cmd::run(args, cli.json, out),

@@ -94,6 +94,7 @@ fn build(t: &Tracer, dag: &Dag, pair: bool, interleaved: bool) -> DslResult<Prog
         max_bytes: 0,
         gpus,
         custom,
+        compute: None,
     };
     Ok(program)
 }

@@ -77,6 +77,9 @@ struct StepInfo {
     deps: u32,
     count: u32,
     op: Op,
+    /// Whether it reads the input buffer: with a producer ([`super::Producer`]) it waits
+    /// for the tile holding its slice.
+    reads_input: bool,
 }
 
 /// A program laid out for the event loop: every threadblock's steps (op, count,
@@ -107,12 +110,21 @@ pub(super) struct Layout<'a> {
     links: usize,
     wire: f64,
     depth: usize,
+    /// Bytes a compute step moves per byte of its chunks, as a copy's bytes (a copy reads
+    /// and writes one stream; see [`runtime::compute::Kernel::streams`]).
+    compute_weight: f64,
+    /// The producer of the input.
+    producer: Option<super::Producer>,
 }
 
 impl<'a> Layout<'a> {
     /// Lays `p` out on `topo` (errors, one line, for a send without a link, a bad peer or a
     /// bad dependency).
     pub fn new(p: &'a Program, topo: &Topology, opts: &SimOptions) -> Result<Layout<'a>> {
+        let compute_weight = match &p.compute {
+            Some(c) => c.kernel()?.streams() as f64 / 2.0,
+            None => 0.0,
+        };
         let index = topo.index();
         let mut caps: Vec<f64> = topo.links.iter().map(|l| l.bandwidth * 1e3).collect();
         caps.extend(topo.switches.iter().map(|s| s.bandwidth * 1e3));
@@ -178,7 +190,27 @@ impl<'a> Layout<'a> {
             links: topo.links.len(),
             wire: 1.0 / opts.model.wire_efficiency.get(protocol),
             depth: opts.model.fifo_depth.max(1),
+            compute_weight,
+            producer: opts.producer,
         })
+    }
+
+    /// When the input step `i` reads in slice `iter` is produced (0 without a producer):
+    /// tile `t` of `k` (the t-th k-th of every chunk, in the order the program's slices
+    /// consume them) is out at `(t + 1) · T / k`; a slice waits for the tile holding its
+    /// last byte.
+    fn release(&self, i: usize, iter: usize, slices: &[f64]) -> f64 {
+        let Some(producer) = self.producer else {
+            return 0.0;
+        };
+        if !self.steps[i].reads_input {
+            return 0.0;
+        }
+        let chunk: f64 = slices.iter().sum();
+        let end = slices[..=iter].iter().sum::<f64>();
+        let k = producer.tiles.max(1) as f64;
+        let tile = (end * k / chunk - 1e-9).ceil().clamp(1.0, k);
+        tile * producer.time_us / k
     }
 
     /// The dependencies of step `i`.
@@ -277,6 +309,7 @@ impl Steps {
             deps: self.deps.len() as u32,
             count: 0,
             op: Op::Nop,
+            reads_input: false,
         });
         Ok(())
     }
@@ -354,6 +387,7 @@ impl Steps {
             deps: dep_start,
             count: u32::try_from(s.count).unwrap_or(u32::MAX),
             op: s.op,
+            reads_input: reads_input(s),
         });
         Ok(())
     }
@@ -471,6 +505,8 @@ struct Sim<'a, 'p> {
     now: f64,
     seq: usize,
     transfers: usize,
+    /// Threadblocks waiting for a producer's tile, by its release time.
+    timers: BinaryHeap<Reverse<(Key, u32)>>,
 }
 
 /// Runs `layout`'s program with chunks cut into `slices` (bytes of each slice).
@@ -506,7 +542,7 @@ pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
                 sim.neighbours(t, wake);
             }
         }
-        if sim.active == 0 && sim.flying == 0 {
+        if sim.active == 0 && sim.flying == 0 && sim.timers.is_empty() {
             if let Some(t) = sim.tbs.iter().find(|t| !t.finished(slices.len())) {
                 bail!("{}", sim.stuck(t));
             }
@@ -565,6 +601,7 @@ impl<'a, 'p> Sim<'a, 'p> {
             now: 0.0,
             seq: 0,
             transfers: 0,
+            timers: BinaryHeap::new(),
         }
     }
 
@@ -631,6 +668,11 @@ impl<'a, 'p> Sim<'a, 'p> {
                 self.waiting[on].push(Reverse((needed, t as u32)));
                 return progressed;
             }
+            let release = layout.release(i, iter, self.slices);
+            if release > self.now {
+                self.timers.push(Reverse((Key(release), t as u32)));
+                return progressed;
+            }
             let op = layout.steps[i].op;
             if op.receives() {
                 let c = &self.conns[tb.recv_conn as usize];
@@ -664,6 +706,10 @@ impl<'a, 'p> Sim<'a, 'p> {
                 self.transfers += 1;
             } else if matches!(op, Op::Copy | Op::Reduce) {
                 self.add_flow(layout.local_class[rank], t, NONE, bytes);
+                self.tbs[t].busy = true;
+            } else if op == Op::Compute {
+                let weighted = bytes * layout.compute_weight;
+                self.add_flow(layout.local_class[rank], t, NONE, weighted);
                 self.tbs[t].busy = true;
             } else {
                 self.tbs[t].done += 1;
@@ -783,9 +829,17 @@ impl<'a, 'p> Sim<'a, 'p> {
     fn advance(&mut self, woken: &mut Vec<u32>) {
         let next_end = self.ends.peek().map_or(f64::INFINITY, |(_, t)| t);
         let next_arrival = self.arrivals.peek().map_or(f64::INFINITY, |(_, t)| t);
-        let next = next_end.min(next_arrival);
+        let next_timer = self.timers.peek().map_or(f64::INFINITY, |t| t.0 .0 .0);
+        let next = next_end.min(next_arrival).min(next_timer);
         self.now = next;
         let tol = 1e-12 * next.max(1.0);
+        while let Some(Reverse((at, t))) = self.timers.peek() {
+            if at.0 > next + tol {
+                break;
+            }
+            woken.push(*t);
+            self.timers.pop();
+        }
         while let Some((c, at)) = self.ends.peek() {
             if at > next + tol {
                 break;
@@ -866,4 +920,11 @@ impl<'a, 'p> Sim<'a, 'p> {
             t.rank, t.id
         )
     }
+}
+
+/// Whether a step reads the input buffer.
+fn reads_input(s: &runtime::ir::Step) -> bool {
+    let reads_dst = matches!(s.op, Op::Reduce | Op::Compute);
+    (s.op.reads_src() && s.src.buffer == runtime::ir::Buffer::Input)
+        || (reads_dst && s.dst.buffer == runtime::ir::Buffer::Input)
 }

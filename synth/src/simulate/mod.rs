@@ -38,7 +38,10 @@
 //!   in), and forwarding (`rcs`, `rrs`, `rrcs`) starts once the whole message is in.
 //! * **Local steps.** `cpy` and `re` move `count` chunk-slices through the rank's memory at
 //!   [`ModelParams::local_bandwidth`] (shared by the rank's concurrent local steps); `nop`
-//!   costs nothing.
+//!   costs nothing. A `compute` step (synth's extension) moves its kernel's element
+//!   streams (`Kernel::streams`, a copy being two) through the same memory.
+//! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
+//!   time, and a step reading input waits for the tile holding its slice.
 //!
 //! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
@@ -92,6 +95,22 @@ pub struct SimOptions {
     pub slicing: Slicing,
     /// The protocol to simulate the program with, instead of its own `proto`.
     pub protocol: Option<Protocol>,
+    /// A producer writing the input buffer in tiles while the program runs (`None`: the
+    /// input is there at the start).
+    #[serde(default)]
+    pub producer: Option<Producer>,
+}
+
+/// A producer (a matmul, say) that writes the input buffer in `tiles` equal tiles over
+/// `time_us`, in the order the program consumes its slices (tile `t`: the t-th of `tiles`
+/// parts of every chunk): tile `t` is out at `(t + 1) · time_us / tiles`, and a step
+/// reading input waits for the tile holding the last byte of its slice.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Producer {
+    /// Tiles (at least 1).
+    pub tiles: usize,
+    /// Time to produce all of them, in µs.
+    pub time_us: f64,
 }
 
 impl Default for SimOptions {
@@ -100,6 +119,7 @@ impl Default for SimOptions {
             model: ModelParams::default(),
             slicing: Slicing::Runtime,
             protocol: None,
+            producer: None,
         }
     }
 }
@@ -181,6 +201,16 @@ pub fn simulate_sizes(
         .par_iter()
         .map(|&size| run_at(&layout, program, size, options))
         .collect()
+}
+
+/// The slicing a program overlapped with `producer` runs at, at `size_bytes`: the runtime's
+/// slice, or a tile's part of a chunk where that is smaller (a producer-consumer kernel
+/// consumes a tile as it comes).
+pub fn tile_slicing(program: &Program, size_bytes: u64, producer: &Producer) -> Slicing {
+    let nchunks = program.nchunksperloop.max(1) as u64;
+    let chunk = elements_for(size_bytes, program.nchunksperloop) / nchunks * ELEMENT_BYTES;
+    let tile = (chunk / producer.tiles.max(1) as u64).max(ELEMENT_BYTES);
+    Slicing::Bytes(tile.min(runtime_slice_bytes(program.protocol)))
 }
 
 /// One-line errors for inputs that cannot be simulated (see [`simulate`]).

@@ -1062,6 +1062,7 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
             step_groups: None,
             message_chunks: None,
             serial_links: false,
+            rank_order: None,
         }
     };
     let mut found = vec![schedule(1), schedule(2)];

@@ -174,49 +174,54 @@ fn simulated(xml: &Path, topo: &str, size: &str) -> (f64, f64) {
 /// chained transfers channels of its own (24 channels, as msccl-tools assigns them; packing
 /// them into few channels reached 0.51 of the bound at 1 GB): it reaches 0.85 of the
 /// allreduce bound at 1 GB (0.8 asserted), and is at least as fast as the program's
-/// hand-pinned channels at 1 MB and 1 GB.
+/// hand-pinned channels at 1 MB and 1 GB with 1 instance, and within 0.98 of them with 2
+/// and 4 (two copies of 24 channels exceed the runtimes' 32, so it makes one copy; squeezing
+/// each copy into 16 channels reached 0.56 of the pinned channels at 1 GB).
 #[test]
 fn two_level_allreduce_auto_channels_reach_the_bound_and_match_manual() {
     let dir = std::env::temp_dir().join(format!("synth-dsl-two-level-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut xml = Vec::new();
-    for schedule in ["auto", "manual"] {
-        let out_dir = dir.join(schedule);
-        let out = Command::new(env!("CARGO_BIN_EXE_synth"))
-            .args(["compile", &program("allreduce_two_level.py"), "--out"])
-            .arg(&out_dir)
-            .args(["--", "8", "2", schedule, "1"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        xml.push(out_dir.join("allreduce_two_level.xml"));
-    }
-    let auto = runtime::xml::read_file(&xml[0]).unwrap();
-    let channels = |p: &Program| {
-        let chans = p
-            .gpus
-            .iter()
-            .flat_map(|g| &g.threadblocks)
-            .map(|t| t.channel);
-        chans.max().unwrap() + 1
-    };
-    assert_eq!(channels(&auto), 24);
-    for size in ["1M", "1G"] {
-        let (a, bound) = simulated(&xml[0], "dgx-a100x2", size);
-        let (m, _) = simulated(&xml[1], "dgx-a100x2", size);
-        assert!(
-            a >= m * 0.999,
-            "{size}: auto {a:.1} GB/s < manual {m:.1} GB/s"
-        );
-        if size == "1G" {
+    for instances in ["1", "2", "4"] {
+        let mut xml = Vec::new();
+        for schedule in ["auto", "manual"] {
+            let out_dir = dir.join(format!("{schedule}-{instances}"));
+            let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+                .args(["compile", &program("allreduce_two_level.py"), "--out"])
+                .arg(&out_dir)
+                .args(["--", "8", "2", schedule, instances])
+                .output()
+                .unwrap();
             assert!(
-                a >= 0.8 * bound,
-                "1G: auto {a:.1} GB/s, bound {bound:.1} GB/s"
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
             );
+            xml.push(out_dir.join("allreduce_two_level.xml"));
+        }
+        let auto = runtime::xml::read_file(&xml[0]).unwrap();
+        let channels = |p: &Program| {
+            let chans = p
+                .gpus
+                .iter()
+                .flat_map(|g| &g.threadblocks)
+                .map(|t| t.channel);
+            chans.max().unwrap() + 1
+        };
+        assert_eq!(channels(&auto), 24, "{instances} instances");
+        let least = if instances == "1" { 0.999 } else { 0.98 };
+        for size in ["1M", "1G"] {
+            let (a, bound) = simulated(&xml[0], "dgx-a100x2", size);
+            let (m, _) = simulated(&xml[1], "dgx-a100x2", size);
+            assert!(
+                a >= m * least,
+                "{instances} instances, {size}: auto {a:.1} GB/s < {least} x manual {m:.1} GB/s"
+            );
+            if size == "1G" {
+                assert!(
+                    a >= 0.8 * bound,
+                    "1G: auto {a:.1} GB/s, bound {bound:.1} GB/s"
+                );
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

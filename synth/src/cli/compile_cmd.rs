@@ -158,6 +158,13 @@ impl Compiled<'_> {
         self.program.gpus.iter().map(|g| g.threadblocks.len()).sum()
     }
 
+    /// Copies the compiler made (fewer than asked where the copies' channels would exceed
+    /// the runtimes').
+    fn instances(&self) -> usize {
+        let per_copy = (self.replayed.program).with_tracer(|t| t.collective.nchunks());
+        self.program.nchunksperloop / per_copy.max(1)
+    }
+
     /// The buffer mode.
     fn mode(&self) -> &'static str {
         if self.program.inplace {
@@ -181,7 +188,8 @@ impl Compiled<'_> {
             "file": path,
             "collective": program.collective.to_string(),
             "ngpus": program.ngpus,
-            "instances": self.replayed.program.instances(),
+            "instances": self.instances(),
+            "instances_asked": self.replayed.program.instances(),
             "threadblocks": self.threadblocks(),
             "steps": program.step_count(),
             "channels": program.nchannels(),
@@ -206,6 +214,14 @@ impl Compiled<'_> {
             program.nchannels(),
             self.mode()
         )?;
+        let (made, asked) = (self.instances(), self.replayed.program.instances());
+        if made < asked {
+            writeln!(
+                out,
+                "note: {made} of the {asked} instances asked: more copies would need more channels than the runtimes' {}",
+                runtime::limits::Limits::PORTABLE.max_channels
+            )?;
+        }
         writeln!(out, "wrote {path}")?;
         writeln!(out, "run:      synth run {path} --size 1M")?;
         if let Some(s) = self.simulate() {

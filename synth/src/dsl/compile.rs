@@ -74,9 +74,11 @@ fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
 /// where `interleaved`).
 fn build(t: &Tracer, dag: &Dag, pair: bool, interleaved: bool) -> DslResult<Program> {
     let map = replicate::SlotMap::new(t, dag, interleaved);
-    let gpus = schedule::schedule(t, dag, pair, &map)?;
+    // The automatic policy may make fewer copies than asked where they would need more
+    // channels than the runtimes have (see `schedule::schedule`).
+    let (gpus, map) = schedule::schedule(t, dag, pair, &map)?;
     let gpus = gpus.into_iter().map(replicate::renumber).collect();
-    let instances = t.options.instances;
+    let instances = map.instances;
     let custom = t
         .collective
         .replicated_conditions(instances, |k, i| map.user(k, i));

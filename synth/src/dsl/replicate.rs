@@ -20,6 +20,7 @@ use num_integer::gcd;
 use runtime::ir::{Buffer, Gpu, Slot, Threadblock};
 
 /// Maps slot `k` of one copy to its slot in copy `i`.
+#[derive(Clone)]
 pub(crate) struct SlotMap {
     /// Copies of the program.
     pub instances: usize,
@@ -63,6 +64,14 @@ impl SlotMap {
             slice,
             scratch: scratch_layout(t, dag).1,
             whole: !interleaved && within_slices,
+        }
+    }
+
+    /// The same layout with `instances` copies.
+    pub fn with_instances(&self, instances: usize) -> SlotMap {
+        SlotMap {
+            instances,
+            ..self.clone()
         }
     }
 

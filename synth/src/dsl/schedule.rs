@@ -625,18 +625,32 @@ pub(crate) fn scratch_layout(t: &Tracer, dag: &Dag) -> (Vec<HashMap<usize, usize
 }
 
 /// Every instance of the program in the IR, the slots of copy i laid out by `map`
-/// (threadblocks not yet renumbered). With `pair`, the automatic policy lets a lone send to
-/// p and a lone receive from p share a threadblock.
-pub(crate) fn schedule(t: &Tracer, one: &Dag, pair: bool, map: &SlotMap) -> DslResult<Vec<Gpu>> {
+/// (threadblocks not yet renumbered), and the layout of the copies it made. With `pair`,
+/// the automatic policy lets a lone send to p and a lone receive from p share a threadblock.
+///
+/// Automatic channels: one copy is assigned as if it were alone (one channel per flow where
+/// the runtimes' channels allow). If its channels times the instances exceed them, the
+/// program gets the most copies that fit instead: squeezing one copy into its share of the
+/// channels puts unrelated transfers into one threadblock, which is slower than fewer copies
+/// (measured in `results/dsl-channels.md`); a program with more copies than that and the same
+/// channels would be no better, as each copy keeps its own channels.
+pub(crate) fn schedule(
+    t: &Tracer,
+    one: &Dag,
+    pair: bool,
+    map: &SlotMap,
+) -> DslResult<(Vec<Gpu>, SlotMap)> {
     let chains = chains(one);
+    let most = Limits::PORTABLE.max_channels;
     let a = match t.options.policy {
         Policy::Manual => assign_manual(one, &chains)?,
-        Policy::Auto => {
-            let cap = (Limits::PORTABLE.max_channels / map.instances).max(1);
-            assign_auto(one, &chains, pair, cap)?
-        }
+        Policy::Auto => assign_auto(one, &chains, pair, most)?,
     };
-    let most = Limits::PORTABLE.max_channels;
+    let map = match t.options.policy {
+        Policy::Auto => map.with_instances(map.instances.min(most / a.channels()).max(1)),
+        Policy::Manual => map.clone(),
+    };
+    let map = &map;
     if a.channels() * map.instances > most {
         return Err(DslError::new(
             &t.loc,
@@ -681,7 +695,7 @@ pub(crate) fn schedule(t: &Tracer, one: &Dag, pair: bool, map: &SlotMap) -> DslR
         }
     }
     check_transfer_order(dag, &place, &tbs)?;
-    Ok(gpus(t, tbs, &scratch_total, map.instances))
+    Ok((gpus(t, tbs, &scratch_total, map.instances), map.clone()))
 }
 
 /// The threadblocks of each of the `n` ranks, numbered per rank in first-use order, with

@@ -10,6 +10,8 @@ mod common;
 
 use common::recorder::{Call, Recorder};
 use runtime::builders::{ring_allreduce, ring_reduce_scatter};
+use runtime::compute::{adam_scalars, Compute, ADAM, BIAS_DROPOUT_RESIDUAL, SGD};
+use runtime::cuda::compute::{compute_kernel_args, compute_kernel_name, compute_source};
 use runtime::cuda::launch::Launcher;
 use runtime::cuda::nvrtc::{self, NvrtcError};
 use runtime::cuda::schedule::Schedule;
@@ -193,6 +195,64 @@ fn kernels_compile_for_every_architecture_with_the_launchers_entry_points() {
                 params.len(),
                 "{name}: {kernel}'s arguments"
             );
+        }
+    }
+}
+
+/// The compute kernels generated for Adam, SGD and bias + dropout + residual compile for every
+/// architecture, one entry per element type, each taking `(x, state..., n, index0)`.
+#[test]
+fn compute_kernels_compile_for_every_architecture() {
+    let from = match load_nvrtc() {
+        Ok(from) => from,
+        Err(why) => return missing(&format!("NVRTC is not available ({why})")),
+    };
+    let supported = nvrtc::supported_archs().unwrap();
+    eprintln!("NVRTC ({from})");
+    let computes = [
+        Compute {
+            program: ADAM.into(),
+            scalars: adam_scalars(),
+            seed: 0,
+        },
+        Compute::new(SGD, &[("lr", 0.01)], 0),
+        Compute::new(BIAS_DROPOUT_RESIDUAL, &[("prob", 0.1)], 42),
+    ];
+    let expected: BTreeSet<String> = Dtype::ALL.into_iter().map(compute_kernel_name).collect();
+    for c in &computes {
+        let kernel = c.kernel().unwrap();
+        let source = compute_source(&kernel);
+        let params = vec![".u64".to_string(); compute_kernel_args(&kernel)];
+        for arch in ARCHS {
+            let name = nvrtc::arch_name(arch);
+            if !supported.contains(&(10 * arch.0 + arch.1)) {
+                missing(&format!("NVRTC does not compile for {name}"));
+                continue;
+            }
+            let ptx = match nvrtc::compile_source(&source, arch) {
+                Ok(ptx) => ptx,
+                Err(NvrtcError::Compile { log, .. }) => {
+                    panic!("{name}: {:?} does not compile:\n{log}\n{source}", c.program)
+                }
+                Err(e) => panic!("{name}: {e}"),
+            };
+            let found = entries(&ptx);
+            assert_eq!(
+                found.keys().cloned().collect::<BTreeSet<_>>(),
+                expected,
+                "{name}: entry points of {:?}",
+                c.program
+            );
+            for (k, p) in &found {
+                assert_eq!(p, &params, "{name}: parameters of {k} for {:?}", c.program);
+            }
+            if !c.program.contains("pow") {
+                // (libdevice's powf uses FMAs of its own.)
+                assert!(
+                    !ptx.contains("fma.rn.f32"),
+                    "{name}: no contraction into FMAs"
+                );
+            }
         }
     }
 }

@@ -66,13 +66,62 @@ fn adam_split_and_fused_equal_plain_on_dgx_a100x2() {
     }
 }
 
-/// Bias + dropout (seeded mask) + residual on dgx-a100: fused and plain are identical.
+/// Adam in f16 and bf16 on dgx-a100x2 (stored in 16 bits, computed in f32 and rounded, as a
+/// GPU kernel does): split and fused give the plain schedule's parameters within one unit in
+/// the last place of the type (2^-10 for f16, 2^-7 for bf16, relative, at least 1.0 scale;
+/// here they agree exactly, as in f32), and the f32 results within the same tolerance.
+#[test]
+fn adam_split_and_fused_equal_plain_in_f16_and_bf16() {
+    let topo = topology::load("dgx-a100x2").unwrap();
+    let adam = Compute {
+        program: ADAM.into(),
+        scalars: adam_scalars(),
+        seed: 0,
+    };
+    let [plain, split, fused] = schedules(&topo, &adam);
+    for (dtype, ulp) in [
+        (DataType::F16, 2f64.powi(-10)),
+        (DataType::BF16, 2f64.powi(-7)),
+    ] {
+        let want = outputs(&plain, dtype);
+        let f32_want = outputs(&plain, DataType::F32);
+        for p in [&split, &fused] {
+            let got = outputs(p, dtype);
+            for (a, b) in got.iter().flatten().zip(want.iter().flatten()) {
+                assert!(
+                    a == b || (a - b).abs() <= ulp * b.abs().max(1.0),
+                    "{} {dtype}: {a} vs {b}",
+                    p.name
+                );
+            }
+        }
+        // The 16-bit results are the f32 ones within one unit in the last place (the state
+        // is rounded to 16 bits too); beyond f16's range (a zero initial `v` with a zero
+        // gradient divides by eps) f16 gives an infinity of the same sign.
+        for (a, b) in want.iter().flatten().zip(f32_want.iter().flatten()) {
+            if dtype == DataType::F16 && b.abs() > 65504.0 {
+                assert!(
+                    a.is_infinite() && a.signum() == b.signum(),
+                    "{dtype}: {a} vs {b}"
+                );
+            } else {
+                assert!(
+                    (a - b).abs() <= ulp * b.abs().max(1.0),
+                    "{dtype}: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+/// Bias + dropout (seeded mask) + residual on dgx-a100: fused and plain are identical, in
+/// every element type (the same rounding both ways).
 #[test]
 fn bias_dropout_residual_fused_equals_plain_exactly_on_dgx_a100() {
     let topo = topology::load("dgx-a100").unwrap();
     let bdr = Compute::new(BIAS_DROPOUT_RESIDUAL, &[("prob", 0.25)], 11);
     let [plain, split, fused] = schedules(&topo, &bdr);
-    for dtype in [DataType::F32, DataType::F64] {
+    for dtype in [DataType::F32, DataType::F64, DataType::F16, DataType::BF16] {
         let want = outputs(&plain, dtype);
         assert!(
             want.iter().flatten().any(|&v| v == 0.0 || v.fract() != 0.0),

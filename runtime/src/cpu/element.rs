@@ -1,5 +1,6 @@
 //! Element types and reduction kernels of the CPU executor.
 
+use crate::compute::{Kernel, Real};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -10,6 +11,10 @@ pub enum DataType {
     F32,
     /// 64-bit float (nccl-tests `double`).
     F64,
+    /// IEEE half precision (nccl-tests `half`).
+    F16,
+    /// bfloat16 (nccl-tests `bfloat16`).
+    BF16,
 }
 
 impl DataType {
@@ -18,6 +23,7 @@ impl DataType {
         match self {
             DataType::F32 => 4,
             DataType::F64 => 8,
+            DataType::F16 | DataType::BF16 => 2,
         }
     }
 
@@ -26,6 +32,8 @@ impl DataType {
         match self {
             DataType::F32 => "float",
             DataType::F64 => "double",
+            DataType::F16 => "half",
+            DataType::BF16 => "bfloat16",
         }
     }
 }
@@ -64,12 +72,12 @@ impl fmt::Display for ReduceOp {
     }
 }
 
-/// An element type the executor can move and reduce.
-pub trait Element:
-    Copy + Send + Sync + PartialEq + Default + crate::compute::Real + 'static
-{
+/// An element type the executor can move, reduce and compute on.
+pub trait Element: Copy + Send + Sync + PartialEq + Default + 'static {
     /// The runtime data type.
     const TYPE: DataType;
+    /// The type a compute kernel works in (f32 for the 16-bit types, as a GPU kernel does).
+    type Acc: Real;
     /// A small integer, exactly representable (results stay exact under any order of sums).
     fn from_small(v: i32) -> Self;
     /// The poison value (NaN) that marks unwritten output.
@@ -80,12 +88,21 @@ pub trait Element:
     fn min(a: Self, b: Self) -> Self;
     /// max(a, b).
     fn max(a: Self, b: Self) -> Self;
+    /// The value in the compute type (exact).
+    fn widen(self) -> Self::Acc;
+    /// The compute type's value rounded to nearest even.
+    fn narrow(v: Self::Acc) -> Self;
+    /// An f64 value rounded to the element type.
+    fn from_f64(v: f64) -> Self {
+        Self::narrow(Self::Acc::of(v))
+    }
 }
 
 macro_rules! float_element {
     ($t:ty, $dt:expr) => {
         impl Element for $t {
             const TYPE: DataType = $dt;
+            type Acc = $t;
             fn from_small(v: i32) -> Self {
                 v as $t
             }
@@ -104,12 +121,81 @@ macro_rules! float_element {
             fn max(a: Self, b: Self) -> Self {
                 a.max(b)
             }
+            #[inline(always)]
+            fn widen(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn narrow(v: Self) -> Self {
+                v
+            }
         }
     };
 }
 
 float_element!(f32, DataType::F32);
 float_element!(f64, DataType::F64);
+
+/// The 16-bit types: stored as 16 bits, arithmetic in f32 rounded back (the sum of two
+/// 16-bit values is exact in f32, so a sum rounds once, as `__hadd` does).
+macro_rules! half_element {
+    ($t:ty, $dt:expr) => {
+        impl Element for $t {
+            const TYPE: DataType = $dt;
+            type Acc = f32;
+            fn from_small(v: i32) -> Self {
+                <$t>::from_f32(v as f32)
+            }
+            fn poison() -> Self {
+                <$t>::NAN
+            }
+            #[inline(always)]
+            fn add(a: Self, b: Self) -> Self {
+                <$t>::from_f32(a.to_f32() + b.to_f32())
+            }
+            #[inline(always)]
+            fn min(a: Self, b: Self) -> Self {
+                <$t>::from_f32(a.to_f32().min(b.to_f32()))
+            }
+            #[inline(always)]
+            fn max(a: Self, b: Self) -> Self {
+                <$t>::from_f32(a.to_f32().max(b.to_f32()))
+            }
+            #[inline(always)]
+            fn widen(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn narrow(v: f32) -> Self {
+                <$t>::from_f32(v)
+            }
+        }
+    };
+}
+
+half_element!(half::f16, DataType::F16);
+half_element!(half::bf16, DataType::BF16);
+
+/// Applies a compute kernel to one element the way a GPU kernel does: `x` and the state
+/// loaded into [`Element::Acc`], the statements evaluated there, the result and the state
+/// rounded back. `scratch` holds the widened state (one per state buffer).
+#[inline]
+pub fn apply_kernel<T: Element>(
+    kernel: &Kernel,
+    x: T,
+    state: &mut [T],
+    scratch: &mut [T::Acc],
+    index: u64,
+) -> T {
+    for (w, s) in scratch.iter_mut().zip(state.iter()) {
+        *w = s.widen();
+    }
+    let out = kernel.apply(x.widen(), scratch, index);
+    for (s, w) in state.iter_mut().zip(scratch.iter()) {
+        *s = T::narrow(*w);
+    }
+    T::narrow(out)
+}
 
 /// Applies the operator to two values.
 #[inline(always)]

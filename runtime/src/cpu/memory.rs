@@ -1,9 +1,9 @@
 //! The ranks' buffers of the CPU executor, shared by all worker threads through raw
 //! pointers (no per-element locking), plus their initialisation and checking.
 
-use super::element::{combine, Element, ReduceOp};
+use super::element::{self, combine, Element, ReduceOp};
 use super::plan::{region_chunks, Loc};
-use crate::compute::{keep_draw, Kernel};
+use crate::compute::{keep_draw, Kernel, Real};
 use crate::ir::{Buffer, Program};
 use crate::semantics::{Region, Semantics};
 use rayon::prelude::*;
@@ -121,7 +121,7 @@ impl<T: Element> Memory<T> {
                     .map(|b| {
                         RawRegion::new(
                             (0..out_len as u64)
-                                .map(|i| T::of(initial_state(b, i)))
+                                .map(|i| T::from_f64(initial_state(b, i)))
                                 .collect(),
                         )
                     })
@@ -192,7 +192,7 @@ impl<T: Element> Memory<T> {
             };
             // SAFETY: called between runs, when no worker touches memory.
             let piece = unsafe { self.piece(rank, loc, idx * c, c).into_slice() };
-            out.extend(piece.iter().map(|v| v.to_f64()));
+            out.extend(piece.iter().map(|v| v.widen().to_f64()));
         }
         out
     }
@@ -242,13 +242,14 @@ impl<T: Element> Memory<T> {
             if let Some(kernel) = &self.kernel {
                 // The plain schedule: the compute on the whole reduced buffer, from the
                 // initial state, in the same element type.
-                let mut state = vec![T::of(0.0); kernel.buffers.len()];
+                let mut state = vec![T::default(); kernel.buffers.len()];
+                let mut scratch = vec![T::Acc::of(0.0); kernel.buffers.len()];
                 for (i, a) in reference.iter_mut().enumerate() {
                     let index = (k * c + start + i) as u64;
                     for (b, s) in state.iter_mut().enumerate() {
-                        *s = T::of(initial_state(b, index));
+                        *s = T::from_f64(initial_state(b, index));
                     }
-                    *a = kernel.apply(*a, &mut state, index);
+                    *a = element::apply_kernel(kernel, *a, &mut state, &mut scratch, index);
                 }
             }
             wrong += actual[start..end]

@@ -21,7 +21,7 @@ pub use sweep::{
     RunPoint, SweepOptions, SweepRow, MAX_SIZE,
 };
 
-use crate::compute::Kernel;
+use crate::compute::{Kernel, Real};
 use crate::ir::Program;
 use crate::semantics::Semantics;
 use crate::verify::{chunk_slots, verify_with, VerifyOptions, DEFAULT_FIFO_DEPTH};
@@ -192,6 +192,8 @@ fn run_checked(
     match opts.dtype {
         DataType::F32 => run_typed::<f32>(p, sem, opts, kernel, outputs),
         DataType::F64 => run_typed::<f64>(p, sem, opts, kernel, outputs),
+        DataType::F16 => run_typed::<half::f16>(p, sem, opts, kernel, outputs),
+        DataType::BF16 => run_typed::<half::bf16>(p, sem, opts, kernel, outputs),
     }
 }
 
@@ -435,7 +437,8 @@ impl<T: Element> Slice<'_, '_, T> {
             .mem
             .kernel()
             .expect("verified: the program has a compute");
-        let mut state = vec![T::of(0.0); kernel.buffers.len()];
+        let mut state = vec![T::default(); kernel.buffers.len()];
+        let mut scratch = vec![T::Acc::of(0.0); kernel.buffers.len()];
         for k in 0..st.count {
             let start = (st.dst_chunk + k) * self.sh.chunk + self.offset;
             // SAFETY: race-free by verification, and a chunk is computed once, by one step,
@@ -453,7 +456,8 @@ impl<T: Element> Slice<'_, '_, T> {
                 for (s, v) in state.iter_mut().zip(&views) {
                     *s = v[i];
                 }
-                *x = kernel.apply(*x, &mut state, (start + i) as u64);
+                *x =
+                    element::apply_kernel(kernel, *x, &mut state, &mut scratch, (start + i) as u64);
                 for (s, v) in state.iter().zip(views.iter_mut()) {
                     v[i] = *s;
                 }

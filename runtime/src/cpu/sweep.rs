@@ -323,6 +323,8 @@ pub fn parse_dtype(s: &str) -> Option<DataType> {
     match s {
         "float" | "f32" => Some(DataType::F32),
         "double" | "f64" => Some(DataType::F64),
+        "half" | "f16" => Some(DataType::F16),
+        "bfloat16" | "bf16" => Some(DataType::BF16),
         _ => None,
     }
 }

@@ -12,6 +12,7 @@
 //! NVRTC at run time (cudarc's dynamic loading), so no build needs CUDA. Compiling the
 //! kernels ([`nvrtc`]) needs NVRTC but no GPU.
 
+pub mod compute;
 pub mod data;
 pub mod launch;
 pub mod report;
@@ -87,13 +88,9 @@ pub fn kernel_names(dtype: Dtype) -> (String, String) {
     (format!("reduce_{s}_vec"), format!("reduce_{s}_scalar"))
 }
 
-/// CUDA C++ source of every reduction kernel, compiled at run time with NVRTC. Needs no
-/// headers: half and bfloat16 conversions use PTX `cvt` and bit arithmetic. Every kernel
-/// computes `out[row·stride + i] = a[…] + b[…]` for `i < n`, row = `blockIdx.y`; `out` may
-/// alias `a` or `b` exactly (each element is read before it is written by the same thread).
-pub fn kernel_source() -> String {
-    let mut s = String::from(
-        r#"
+/// The integer types and the half/bfloat16 conversions (PTX `cvt` and bit arithmetic, round
+/// to nearest even) shared by the reduction and the compute kernels, plus the additions.
+pub const CONVERSIONS: &str = r#"
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -119,8 +116,14 @@ __device__ __forceinline__ u32 add2_f16(u32 x, u32 y) {
 __device__ __forceinline__ u32 add2_bf16(u32 x, u32 y) {
   return (u32)add_bf16((u16)(x & 0xffffu), (u16)(y & 0xffffu)) | ((u32)add_bf16((u16)(x >> 16), (u16)(y >> 16)) << 16);
 }
-"#,
-    );
+"#;
+
+/// CUDA C++ source of every reduction kernel, compiled at run time with NVRTC. Needs no
+/// headers: half and bfloat16 conversions use PTX `cvt` and bit arithmetic. Every kernel
+/// computes `out[row·stride + i] = a[…] + b[…]` for `i < n`, row = `blockIdx.y`; `out` may
+/// alias `a` or `b` exactly (each element is read before it is written by the same thread).
+pub fn kernel_source() -> String {
+    let mut s = String::from(CONVERSIONS);
     for (suffix, ty) in [("f32", "float"), ("f16", "u16"), ("bf16", "u16")] {
         s.push_str(&format!(
             r#"

@@ -1,4 +1,4 @@
-//! Compiles the reduction kernels ([`super::kernel_source`]) to PTX with NVRTC for a given
+//! Compiles the reduction kernels ([`super::kernel_source`]) and compute kernels to PTX with NVRTC for a given
 //! compute capability. Needs libnvrtc (loaded at run time by name, as the dynamic linker
 //! finds it: `LD_LIBRARY_PATH`, the system's library folders, or an already loaded
 //! `libnvrtc.so.N`) but no GPU and no driver.
@@ -16,7 +16,7 @@ pub enum NvrtcError {
     #[error("NVRTC failed: {0}")]
     Call(String),
     /// The source does not compile for `arch`.
-    #[error("NVRTC failed to compile the reduction kernels for {arch}: {summary}")]
+    #[error("NVRTC failed to compile the kernels for {arch}: {summary}")]
     Compile {
         /// `compute_XY`.
         arch: String,
@@ -71,15 +71,22 @@ pub fn arch_name((major, minor): (i32, i32)) -> String {
 
 /// PTX of every reduction kernel for compute capability `capability` (major, minor).
 pub fn compile(capability: (i32, i32)) -> Result<String, NvrtcError> {
+    compile_source(&kernel_source(), capability)
+}
+
+/// PTX of CUDA C source (the reduction kernels, or a program's compute kernels from
+/// [`super::compute::compute_source`]) for compute capability `capability`, without
+/// contracting multiplies and adds into FMAs (so that results equal the CPU executor's).
+pub fn compile_source(source: &str, capability: (i32, i32)) -> Result<String, NvrtcError> {
     if !present() {
         return Err(NvrtcError::Missing);
     }
     let arch = arch_name(capability);
     let opts = CompileOptions {
-        options: vec![format!("--gpu-architecture={arch}")],
+        options: vec![format!("--gpu-architecture={arch}"), "--fmad=false".into()],
         ..Default::default()
     };
-    match rtc::compile_ptx_with_opts(kernel_source(), opts) {
+    match rtc::compile_ptx_with_opts(source, opts) {
         Ok(ptx) => Ok(ptx.to_src()),
         Err(CompileError::CompileError { nvrtc, log, .. }) => {
             let log = log.to_string_lossy().into_owned();

@@ -173,7 +173,7 @@ pub fn run(args: &RunArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let (program, _, notes) = super::lower_cmd::read_any_noted(&args.file, None)?;
     let sizes = parse_sizes(args.size_spec())?;
     let dtype = parse_dtype(&args.dtype)
-        .with_context(|| format!("unknown --dtype `{}` (f32 or f64)", args.dtype))?;
+        .with_context(|| format!("unknown --dtype `{}` (f32, f64, f16 or bf16)", args.dtype))?;
     let op = parse_op(&args.op)
         .with_context(|| format!("unknown --op `{}` (sum, min or max)", args.op))?;
     let options = SweepOptions {

@@ -3,7 +3,7 @@
 //! ```toml
 //! collective = "allreduce"
 //! size = "1GB"                 # nccl-tests' size of the buffer
-//! dtype = "f32"                # f32 or f64
+//! dtype = "f32"                # f32, f64, f16 or bf16
 //! epilogue = "adam"            # adam, sgd, bias-dropout-residual, or statements
 //! memory_bandwidth = 1500.0    # GB/s of the GPU's memory, which the compute streams through
 //! launch_us = 5.0              # a separate kernel's launch cost (default 5)
@@ -121,10 +121,12 @@ impl Workload {
         let dtype = match raw.dtype.as_deref().unwrap_or("f32") {
             "f32" => DataType::F32,
             "f64" => DataType::F64,
+            "f16" => DataType::F16,
+            "bf16" => DataType::BF16,
             other => {
                 return Err(field(
                     "dtype",
-                    format!("{other:?}: the executors compute in f32 or f64"),
+                    format!("{other:?}: one of f32, f64, f16, bf16"),
                 ))
             }
         };
@@ -372,7 +374,7 @@ mod tests {
             (g("\"1GB\"", "0"), "field size"),
             (g("\"1GB\"", "true"), "field size"),
             (GOOD.replace("size = \"1GB\"\n", ""), "field size"),
-            (g("f32", "f16"), "field dtype"),
+            (g("f32", "f8"), "field dtype"),
             (GOOD.replace("epilogue = \"adam\"\n", ""), "field epilogue"),
             (g("\"adam\"", "\"adamw\""), "field epilogue"),
             (g("\"adam\"", "\"out = x +\""), "field epilogue"),

@@ -705,8 +705,16 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                 }
                 _ => frontier_and_structures(all, alike),
             };
-            let mut shapes = shapes_at(req.topology, 1, &mut notes);
-            if req.topology.ranks <= TREE_ALLREDUCE_RANKS && method != Method::Milp {
+            // One node only: across nodes every pair is "linked" through the NICs, where
+            // the one-shot sends the whole buffer n - 1 times and the tree pairs repeat what
+            // the rail and staged pairs do, for minutes of CPU (dgx-h100x8: 15 -> 113 s).
+            let one_node = req.topology.nodes() <= 1;
+            let mut shapes = if one_node {
+                shapes_at(req.topology, 1, &mut notes)
+            } else {
+                Vec::new()
+            };
+            if one_node && req.topology.ranks <= TREE_ALLREDUCE_RANKS && method != Method::Milp {
                 match reduce_broadcast(req, &mut cuts) {
                     Ok(trees) => shapes.extend(trees),
                     Err(e) => notes.push(format!("reduce + broadcast trees: {e:#}")),

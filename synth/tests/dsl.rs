@@ -294,8 +294,9 @@ fn dgx1_allgather_example_equals_the_smt_optimum() {
     );
 }
 
-/// Every program under `tests/dsl_bad/` fails with one line naming its file and the line
-/// marked `# error here`, and the reason given in its `# expect:` header; none panics.
+/// Every program under `tests/dsl_bad/` fails with one line of at most 300 characters naming
+/// its file and the line marked `# error here`, and the reason given in its `# expect:`
+/// header; none panics.
 #[test]
 fn bad_programs_give_one_line_errors_with_file_and_line() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dsl_bad");
@@ -328,6 +329,10 @@ fn bad_programs_give_one_line_errors_with_file_and_line() {
         assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.trim_end().chars().count() <= 300,
+            "{name}: longer than 300 characters: {stderr}"
+        );
         assert!(
             stderr.contains(&format!("{name}:{line}: ")),
             "{name}:{line}: {stderr}"

@@ -43,8 +43,9 @@ fn compile(name: &str, args: &[String], flavor: Flavor) -> Program {
 
 const PROGRAMS: [(&str, &[&str]); 10] = [
     ("alltoall_by_destination.py", &["4"]),
-    // Operations of several chunks whose copies span rank slices: every instance is cut into
-    // pieces, and both ends of a threadblock send several pieces before they receive.
+    // Operations of several chunks whose copies would span rank slices: compiled as one copy
+    // (copies would cut every transfer into pieces). Both ends of a threadblock send and
+    // receive.
     ("allgather_doubling.py", &["8", "manual"]),
     ("allgather_doubling.py", &["8", "auto"]),
     ("allreduce_halving_doubling.py", &["8"]),
@@ -53,7 +54,8 @@ const PROGRAMS: [(&str, &[&str]); 10] = [
     // Manual threadblocks, copies slice after slice: with 2 and 4 instances each send stays
     // one message (cut into single chunks, both ranks' sends filled the connections).
     ("allreduce_pairs_blocked.py", &["4", "blocked"]),
-    // Interleaved, the same program deadlocks; synth falls back to slice after slice.
+    // Interleaved, its copies would cut transfers (and deadlocked): synth lays them out slice
+    // after slice.
     ("allreduce_pairs_blocked.py", &["4", "interleaved"]),
     ("allgather_inplace_dgx1.py", &[]),
     ("custom_inplace_tonext.py", &["4"]),
@@ -220,6 +222,75 @@ fn two_level_allreduce_auto_channels_reach_the_bound_and_match_manual() {
                 assert!(
                     a >= 0.8 * bound,
                     "1G: auto {a:.1} GB/s, bound {bound:.1} GB/s"
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies of manual-threadblock programs whose transfers move several chunks are at least as
+/// fast as one instance in the simulator (dgx-a100, 1 MB and 1 GB), with 2 and 4 instances.
+/// Recursive halving/doubling allreduce: its copies go slice after slice (each transfer stays
+/// one message), one channel per copy. Recursive-doubling allgather: no slot layout keeps its
+/// transfers whole (they span rank slices), so it is compiled as one copy; cutting each
+/// transfer into one message per chunk gave 231 GB/s at 1 GB against 297 for one instance.
+#[test]
+fn manual_copies_keep_transfers_whole_and_lose_no_bandwidth() {
+    let dir = std::env::temp_dir().join(format!("synth-dsl-manual-copies-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cases: [(&str, &[&str], &str); 2] = [
+        (
+            "allreduce_halving_doubling.py",
+            &["8"],
+            "allreduce_halving_doubling.xml",
+        ),
+        (
+            "allgather_doubling.py",
+            &["8", "manual"],
+            "allgather_doubling.xml",
+        ),
+    ];
+    for (name, args, xml_name) in cases {
+        let mut xml = Vec::new();
+        for instances in ["1", "2", "4"] {
+            let out_dir = dir.join(format!("{name}-{instances}"));
+            let out = Command::new(env!("CARGO_BIN_EXE_synth"))
+                .args(["compile", &program(name), "--out"])
+                .arg(&out_dir)
+                .arg("--")
+                .args(args)
+                .arg(instances)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            xml.push(out_dir.join(xml_name));
+        }
+        let channels = |p: &Path| {
+            let p = runtime::xml::read_file(p).unwrap();
+            let chans = p.gpus.iter().flat_map(|g| &g.threadblocks);
+            chans.map(|t| t.channel).max().unwrap() + 1
+        };
+        let copies = if name.starts_with("allreduce") {
+            [1, 2, 4]
+        } else {
+            [1, 1, 1]
+        };
+        for (x, c) in xml.iter().zip(copies) {
+            assert_eq!(channels(x), c, "{name} {}", x.display());
+        }
+        for size in ["1M", "1G"] {
+            let (one, _) = simulated(&xml[0], "dgx-a100", size);
+            for x in &xml[1..] {
+                let (many, _) = simulated(x, "dgx-a100", size);
+                assert!(
+                    many >= one * 0.999,
+                    "{name} {size} {}: {many:.1} GB/s < one instance {one:.1} GB/s",
+                    x.display()
                 );
             }
         }

@@ -159,7 +159,7 @@ impl Compiled<'_> {
     }
 
     /// Copies the compiler made (fewer than asked where the copies' channels would exceed
-    /// the runtimes').
+    /// the runtimes' or where copies would cut transfers).
     fn instances(&self) -> usize {
         let per_copy = (self.replayed.program).with_tracer(|t| t.collective.nchunks());
         self.program.nchunksperloop / per_copy.max(1)
@@ -218,7 +218,7 @@ impl Compiled<'_> {
         if made < asked {
             writeln!(
                 out,
-                "note: {made} of the {asked} instances asked: more copies would need more channels than the runtimes' {}",
+                "note: {made} of the {asked} instances asked: more copies would need more channels than the runtimes' {}, or cut transfers into one message per chunk (slower)",
                 runtime::limits::Limits::PORTABLE.max_channels
             )?;
         }

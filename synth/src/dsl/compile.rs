@@ -30,32 +30,46 @@ pub(crate) fn compile(t: &Tracer) -> DslResult<Program> {
 }
 
 /// Compiles the DAG `dag` with the first layout that verifies (see [`compile`]).
+///
+/// Copies never cut a transfer into pieces: a transfer of several chunks whose copy is not
+/// contiguous (it spans rank slices) would become one message per chunk on its connection,
+/// which loses bandwidth (measured in `results/dsl-channels.md`). So the copies take the
+/// slot layout asked for (interleaved or slice after slice) where it keeps every transfer
+/// whole, else the other one; where neither does, the program is compiled as one copy.
 fn attempt(t: &Tracer, dag: &Dag) -> DslResult<Program> {
     // The schedule orders every copy so that no connection overfills (it cannot deadlock),
     // but one threadblock per peer can leave no such order (both sides must send several
-    // messages before they receive); then one threadblock per peer and direction, and for
-    // interleaved instances (whose cut steps multiply the messages) copies laid out slice
-    // after slice (steps stay whole where they can).
-    let interleaved = t.options.interleaved_replication;
-    let mut layouts = vec![(true, interleaved), (false, interleaved)];
-    if interleaved && t.options.instances > 1 {
-        layouts.extend([(true, false), (false, false)]);
+    // messages before they receive); then one threadblock per peer and direction.
+    let asked = t.options.instances;
+    let preferred = t.options.interleaved_replication;
+    let mut layouts: Vec<(bool, usize)> = [preferred, !preferred]
+        .into_iter()
+        .filter(|&interleaved| {
+            let map = replicate::SlotMap::new(t, dag, interleaved);
+            asked > 1 && !map.cuts_transfers(dag)
+        })
+        .map(|interleaved| (interleaved, asked))
+        .collect();
+    if layouts.is_empty() {
+        layouts.push((preferred, 1));
     }
     let mut first_error = None;
-    for (pair, interleaved) in layouts {
-        let program = match build(t, dag, pair, interleaved) {
-            Ok(p) => p,
-            Err(e) => {
-                first_error.get_or_insert(e);
-                continue;
+    for (interleaved, copies) in layouts {
+        for pair in [true, false] {
+            let program = match build(t, dag, pair, interleaved, copies) {
+                Ok(p) => p,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            match runtime::verify::verify(&program) {
+                Ok(()) => return Ok(program),
+                Err(e @ runtime::verify::VerifyError::Deadlock { .. }) => {
+                    first_error.get_or_insert(unverified(t, e));
+                }
+                Err(e) => return Err(first_error.unwrap_or(unverified(t, e))),
             }
-        };
-        match runtime::verify::verify(&program) {
-            Ok(()) => return Ok(program),
-            Err(e @ runtime::verify::VerifyError::Deadlock { .. }) => {
-                first_error.get_or_insert(unverified(t, e));
-            }
-            Err(e) => return Err(first_error.unwrap_or(unverified(t, e))),
         }
     }
     Err(first_error.expect("some layout failed"))
@@ -70,10 +84,16 @@ fn unverified(t: &Tracer, e: runtime::verify::VerifyError) -> DslError {
     .with_detail(e.detail().to_vec())
 }
 
-/// Schedules and replicates (one threadblock per peer where `pair`; copies interleaved
-/// where `interleaved`).
-fn build(t: &Tracer, dag: &Dag, pair: bool, interleaved: bool) -> DslResult<Program> {
-    let map = replicate::SlotMap::new(t, dag, interleaved);
+/// Schedules and replicates `copies` copies (one threadblock per peer where `pair`; copies
+/// interleaved where `interleaved`).
+fn build(
+    t: &Tracer,
+    dag: &Dag,
+    pair: bool,
+    interleaved: bool,
+    copies: usize,
+) -> DslResult<Program> {
+    let map = replicate::SlotMap::new(t, dag, interleaved).with_instances(copies);
     // The automatic policy may make fewer copies than asked where they would need more
     // channels than the runtimes have (see `schedule::schedule`).
     let (gpus, map) = schedule::schedule(t, dag, pair, &map)?;

@@ -95,6 +95,13 @@ impl SlotMap {
         }
     }
 
+    /// Whether copying would cut some transfer into pieces: more, smaller messages on its
+    /// connection (slower than one copy where the copies share each link).
+    pub fn cuts_transfers(&self, dag: &Dag) -> bool {
+        let transfer = |x: &&Instr| x.alive && (x.send.is_some() || x.recv.is_some());
+        (dag.instrs.iter().filter(transfer)).any(|x| self.unit(x.count) < x.count)
+    }
+
     /// The slots of each piece an instruction of `count` slots is cut into: all of them
     /// with one copy or whole instructions, else the granule.
     fn unit(&self, count: usize) -> usize {

@@ -1,8 +1,8 @@
 # Recursive-doubling allgather, in place, with manual threadblocks: in round k every rank
 # swaps the 2^k chunks it has gathered so far with the rank 2^k away (rank XOR 2^k). Each
 # rank talks to one peer per round on the threadblock named after that peer, which both
-# sends and receives. Rounds after the first move several chunks in one operation, so with
-# several instances every operation spans rank slices and is cut into pieces.
+# sends and receives. Rounds after the first move several chunks in one operation, whose
+# copies would span rank slices: with several instances synth compiles one copy instead.
 # Args: RANKS (a power of two) POLICY (manual|auto) INSTANCES
 import sys
 

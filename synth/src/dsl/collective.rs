@@ -255,9 +255,14 @@ impl Collective {
 
     /// Chunks of one rank slice of a buffer (the whole buffer where no slicing applies):
     /// instances replicate within slices so that each copy keeps the collective's meaning.
+    /// A custom collective's slice divides both its input and its output, which may differ.
     pub fn slice(&self) -> usize {
         match self.kind {
-            Kind::AllReduce | Kind::Broadcast | Kind::Custom => self.nchunks(),
+            Kind::AllReduce | Kind::Broadcast => self.nchunks(),
+            Kind::Custom => {
+                let (input, output) = (self.size(ir::Buffer::Input), self.size(ir::Buffer::Output));
+                num_integer::gcd(input, output).max(1)
+            }
             _ => self.chunk_factor,
         }
     }

@@ -62,7 +62,12 @@ def _buffer_name(buffer):
         return buffer.value
     if isinstance(buffer, str):
         return buffer
-    raise TypeError(f"a buffer is Buffer.input, Buffer.output or a scratch name, not {buffer!r}")
+    # As in msccl-tools, any hashable value names a scratch buffer (e.g. a tuple of nodes).
+    try:
+        hash(buffer)
+    except TypeError:
+        raise TypeError(f"a buffer is Buffer.input, Buffer.output or a scratch name, not {buffer!r}") from None
+    return repr(buffer)
 
 
 def _int(x, what):

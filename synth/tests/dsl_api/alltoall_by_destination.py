@@ -1,6 +1,7 @@
 # Alltoall over relays: each input chunk asks its collective where it goes (get_dst_rank,
-# get_dst_index); chunks for other ranks wait in a relay's scratch first when `relay` is on.
-# Also imports msccl.collectives (msccl-tools' module) and checks get_origin_*.
+# get_dst_index); chunks for other ranks wait in a relay's scratch first, one scratch buffer
+# per origin rank named by a tuple (msccl-tools takes any hashable scratch name). Also imports
+# msccl.collectives (msccl-tools' module) and checks get_origin_*.
 # Args: RANKS INSTANCES
 import sys
 
@@ -20,7 +21,7 @@ with MSCCLProgram("alltoall_by_destination", fully_connected(n), AllToAll(n, 1, 
             relay = (r + 1) % n
             if dst not in (r, relay):
                 # Two hops: through the next rank's scratch.
-                c = c.copy(relay, "relay", k)
+                c = c.copy(relay, ("relay", r), k)
             out = c.copy(dst, Buffer.output, at)
             assert (out.get_origin_rank(), out.get_origin_index()) == (r, k)
     chunk(0, Buffer.output, 0).print_chunk_info()

@@ -284,3 +284,45 @@ fn dsl_ring_with_adam_between_the_halves_equals_plain() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 32, DSL in place: an in-place allreduce with SGD on the reduced chunk before the
+/// copy back (the Rust builder, whose program addresses the output through the input
+/// buffer) compiles with its compute on the output chunk, verifies and runs with #wrong 0;
+/// a second compute on the chunk is refused at its line.
+#[test]
+fn dsl_in_place_compute_names_the_output_chunk() {
+    use synth::dsl::{Buffer, Collective, Connectivity, Kind, Options, Program as Dsl};
+    let coll = Collective::new(Kind::AllReduce, 2, 1, true, 0).unwrap();
+    let p = Dsl::new(
+        "sgd2",
+        Connectivity::fully_connected(2),
+        coll,
+        Options::default(),
+    )
+    .unwrap();
+    let total = p
+        .chunk(0, Buffer::Input, 0)
+        .reduce(&p.chunk(1, Buffer::Input, 0))
+        .unwrap();
+    let computed = total.compute("sgd", &[("lr", 0.5)], 0).unwrap();
+    computed.copy(1, Buffer::Input, 0).unwrap();
+    p.check().unwrap();
+    let ir = p.compile().unwrap();
+    runtime::verify::verify(&ir).unwrap();
+    assert!(ir.inplace);
+    let (_, step) = ir.steps().find(|(_, s)| s.op == Op::Compute).unwrap();
+    assert_eq!(
+        step.dst,
+        runtime::ir::Slot::new(runtime::ir::Buffer::Output, 0)
+    );
+    let opts = RunOptions {
+        elements: 64,
+        inplace: true,
+        ..RunOptions::default()
+    };
+    let (report, _) = run_with_outputs(&ir, &opts).unwrap();
+    assert_eq!(report.wrong, 0);
+    let e = computed.compute("sgd", &[("lr", 0.5)], 0).unwrap_err();
+    assert!(e.to_string().contains("applied a second time"), "{e}");
+    assert!(e.to_string().contains("fuse.rs:"), "{e}");
+}

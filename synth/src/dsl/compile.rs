@@ -120,6 +120,8 @@ fn computes_on_output(mut program: Program) -> Program {
             if let Some(k) = (0..outputs).find(|&k| sem.resolve(rank, Buffer::Output, k) == held) {
                 step.dst = Slot::new(Buffer::Output, k);
                 step.src = step.dst;
+                // The rank now addresses its output buffer (its whole extent).
+                g.output_chunks = outputs;
             }
         }
     }

@@ -519,6 +519,20 @@ pub const SGD: &str = "p = p - lr * x; out = p";
 /// Tensor parallelism's epilogue: bias add, dropout, residual add (scalar `prob`).
 pub const BIAS_DROPOUT_RESIDUAL: &str = "out = dropout(x + bias, prob) + residual";
 
+/// The statements and default scalars of an epilogue: a preset by name (`adam`, `sgd`,
+/// `bias-dropout-residual`), or statements (text with `=`) as written with no defaults;
+/// `None` for any other name. `synth fuse` and the DSL's `.compute(...)` read it.
+pub fn epilogue(text: &str) -> Option<(String, BTreeMap<String, f64>)> {
+    let scalars = |list: &[(&str, f64)]| list.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    match text {
+        "adam" => Some((ADAM.into(), adam_scalars())),
+        "sgd" => Some((SGD.into(), scalars(&[("lr", 0.01)]))),
+        "bias-dropout-residual" => Some((BIAS_DROPOUT_RESIDUAL.into(), scalars(&[("prob", 0.1)]))),
+        text if text.contains('=') => Some((text.into(), BTreeMap::new())),
+        _ => None,
+    }
+}
+
 /// The default scalars of [`ADAM`].
 pub fn adam_scalars() -> BTreeMap<String, f64> {
     [

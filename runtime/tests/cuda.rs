@@ -20,12 +20,14 @@ use rand::SeedableRng;
 use runtime::builders::{
     direct_allgather, direct_alltoall, ring_allgather, ring_allreduce, ring_reduce_scatter,
 };
-use runtime::cuda::data::input_value;
-use runtime::cuda::launch::{CopyCall, EventId, KernelCall, Launcher, StreamId};
+use runtime::compute::{adam_scalars, Compute, Kernel, ADAM, BIAS_DROPOUT_RESIDUAL};
+use runtime::cpu::initial_state;
+use runtime::cuda::data::{input_value, wrong_in_output_chunk};
+use runtime::cuda::launch::{ComputeCall, CopyCall, EventId, KernelCall, Launcher, StreamId};
 use runtime::cuda::schedule::{piece, Action, Loc, NodeKind, Schedule};
 use runtime::cuda::{Dtype, KERNEL_THREADS};
 use runtime::ir::StepRef;
-use runtime::ir::{Buffer, Program};
+use runtime::ir::{Buffer, Dep, Op, Program, Slot, Step, Threadblock};
 use runtime::semantics::Semantics;
 use runtime::{verify, xml};
 use std::collections::HashMap;
@@ -177,6 +179,7 @@ fn footprint(s: &Schedule, v: usize, chunk: usize) -> (Vec<Range>, Vec<Range>) {
     };
     match n.action {
         Action::Copy { src, dst, count } => (r(src, count), r(dst, count)),
+        Action::Compute { at, count, .. } => (r(at, count), r(at, count)),
         Action::Reduce { out, a, b, count } => {
             let mut reads = r(a, count);
             reads.extend(r(b, count));
@@ -420,7 +423,7 @@ fn trace(l: &Launcher, calls: &[Call]) -> Vec<Work> {
     for (i, c) in inner.iter().enumerate() {
         let on = match c {
             Call::Record(_, s) | Call::Wait(s, _) => stream_index(*s, ns),
-            Call::Copy(s, _) | Call::Launch(s, _) => *s,
+            Call::Copy(s, _) | Call::Launch(s, _) | Call::Compute(s, _) => *s,
             _ => panic!("call {i}: {c:?} inside the capture"),
         };
         if on < ns {
@@ -462,7 +465,9 @@ fn trace(l: &Launcher, calls: &[Call]) -> Vec<Work> {
                     *a = (*a).max(*b);
                 }
             }
-            Call::Copy(_, CopyCall { node, .. }) | Call::Launch(_, KernelCall { node, .. }) => {
+            Call::Copy(_, CopyCall { node, .. })
+            | Call::Launch(_, KernelCall { node, .. })
+            | Call::Compute(_, ComputeCall { node, .. }) => {
                 assert_eq!(l.sched.nodes[*node].stream, on, "node {node} on its stream");
                 clocks[on][on] += 1;
                 work.push(Work {
@@ -587,6 +592,35 @@ fn owners(
     }
 }
 
+/// Asserts that every two pieces of recorded work whose steps the verifier orders
+/// (`order`: [`program_order`]) run in that order by their streams and events.
+fn assert_in_program_order(
+    s: &Schedule,
+    work: &[Work],
+    (flat, before): (&HashMap<StepRef, usize>, &[Vec<bool>]),
+    sender: &HashMap<StepRef, StepRef>,
+    what: &str,
+) {
+    let own: Vec<Vec<usize>> = work
+        .iter()
+        .map(|w| owners(s, w.node, flat, sender))
+        .collect();
+    for (i, u) in work.iter().enumerate() {
+        for (j, v) in work.iter().enumerate() {
+            if u.node == v.node {
+                continue; // one node's rows: one stream, in order
+            }
+            let ordered = own[i].iter().any(|&a| own[j].iter().any(|&b| before[b][a]));
+            assert!(
+                !ordered || u.before(v),
+                "{what}: {:?} must finish before {:?} starts",
+                u.call,
+                v.call
+            );
+        }
+    }
+}
+
 /// Fake device allocations: space `i` of rank `r` at `(4r + i + 1) << 32`.
 fn fake_bases(p: &Program) -> Vec<[u64; 4]> {
     (0..p.ngpus as u64)
@@ -671,25 +705,7 @@ fn launcher_captures_the_schedule_in_the_verifiers_order() {
                     l.issue(&mut direct).unwrap();
                     assert_eq!(direct.calls, rec.calls[1..rec.calls.len() - 1], "{what}");
                     let work = trace(&l, &rec.calls);
-                    let own: Vec<Vec<usize>> = work
-                        .iter()
-                        .map(|w| owners(&s, w.node, &flat, &sender))
-                        .collect();
-                    for (i, u) in work.iter().enumerate() {
-                        for (j, v) in work.iter().enumerate() {
-                            if u.node == v.node {
-                                continue; // one node's rows: one stream, in order
-                            }
-                            let ordered =
-                                own[i].iter().any(|&a| own[j].iter().any(|&b| before[b][a]));
-                            assert!(
-                                !ordered || u.before(v),
-                                "{what}: {:?} must finish before {:?} starts",
-                                u.call,
-                                v.call
-                            );
-                        }
-                    }
+                    assert_in_program_order(&s, &work, (&flat, &before), &sender, &what);
                     for _ in 0..3 {
                         let mut mem = host_memory(&p, &s, chunk);
                         for v in random_work_order(&work, s.streams.len(), &mut rng) {
@@ -747,7 +763,7 @@ fn launcher_passes_kernel_shapes_and_addresses() {
 
 #[cfg(feature = "cuda")]
 mod gpu {
-    use super::programs;
+    use super::{compute_programs, programs};
     use runtime::cuda::{self, CudaOptions, Dtype};
 
     fn gpu() -> bool {
@@ -765,7 +781,8 @@ mod gpu {
         if !gpu() {
             return;
         }
-        for p in programs() {
+        // The compute programs' results are checked against the plain schedule's.
+        for p in programs().into_iter().chain(compute_programs()) {
             for dtype in Dtype::ALL {
                 for (graph, slices) in [(true, 1), (false, 2)] {
                     let opts = CudaOptions {
@@ -795,5 +812,223 @@ mod gpu {
         }
         let rows = cuda::copy_ceiling(&[1 << 20, 64 << 20], 1, 3).unwrap();
         assert!(rows.iter().all(|r| r.gbps > 0.0));
+    }
+}
+
+/// Programs with a compute (synth's extension): Adam, and bias + dropout + residual, after a
+/// ring allreduce on every rank's whole output (the plain schedule), and the DSL's ring with
+/// Adam on each owner's chunk between the reduce-scatter and the allgather
+/// (`examples/dsl/allreduce_ring_adam.py -- 4`, compiled by `synth compile`).
+fn compute_programs() -> Vec<Program> {
+    let plain = |compute: Compute| {
+        let mut p = ring_allreduce(&[0, 1, 2, 3], 1, false);
+        for g in &mut p.gpus {
+            let deps = (g.threadblocks.iter().enumerate())
+                .filter(|(_, tb)| !tb.steps.is_empty())
+                .map(|(tb, t)| Dep {
+                    tb,
+                    step: t.steps.len() - 1,
+                })
+                .collect();
+            let all = Slot::new(Buffer::Output, 0);
+            g.threadblocks.push(Threadblock {
+                send: None,
+                recv: None,
+                channel: 0,
+                steps: vec![Step {
+                    deps,
+                    ..Step::new(Op::Compute, all, all, g.output_chunks)
+                }],
+            });
+        }
+        p.compute = Some(compute);
+        p
+    };
+    let adam = Compute {
+        program: ADAM.into(),
+        scalars: adam_scalars(),
+        seed: 0,
+    };
+    let bdr = Compute::new(BIAS_DROPOUT_RESIDUAL, &[("prob", 0.25)], 42);
+    let dsl = Program::from_json(include_str!("data/allreduce_ring_adam_4.json")).unwrap();
+    assert!(dsl.compute.is_some());
+    let v = vec![plain(adam), plain(bdr), dsl];
+    for p in &v {
+        verify::verify(p).unwrap_or_else(|e| panic!("{}: {e}", p.name));
+    }
+    v
+}
+
+/// Fake state allocations: state buffer `b` of rank `r` at `((1 << 16) + 8r + b) << 32`.
+fn fake_state_bases(p: &Program, buffers: usize) -> Vec<Vec<u64>> {
+    (0..p.ngpus as u64)
+        .map(|r| {
+            (0..buffers as u64)
+                .map(|b| ((1 << 16) + 8 * r + b) << 32)
+                .collect()
+        })
+        .collect()
+}
+
+/// (rank, buffer, element) of a fake f32 state address.
+fn decode_state(addr: u64) -> (usize, usize, usize) {
+    let a = (addr >> 32) as usize - (1 << 16);
+    (a / 8, a % 8, (addr & 0xffff_ffff) as usize / 4)
+}
+
+/// The state buffers of every rank as the CPU executor starts them (`[rank][buffer]`).
+fn initial_state_memory(p: &Program, kernel: &Kernel, chunk: usize) -> Vec<Vec<Vec<f32>>> {
+    let outputs = Semantics::of(p, false)
+        .unwrap()
+        .extent(Buffer::Output)
+        .unwrap();
+    (0..p.ngpus)
+        .map(|_| {
+            (0..kernel.buffers.len())
+                .map(|b| {
+                    (0..(outputs * chunk) as u64)
+                        .map(|i| initial_state(b, i) as f32)
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// [`run_work`] with compute launches: the kernel on the run at `x` and the state elements
+/// at the addresses the launch passes, which must be the run's output indices.
+fn run_computing_work(
+    mem: &mut [[Vec<f32>; 4]],
+    state: &mut [Vec<Vec<f32>>],
+    kernel: &Kernel,
+    c: &Call,
+) {
+    let Call::Compute(_, k) = c else {
+        return run_work(mem, c);
+    };
+    let nb = kernel.buffers.len();
+    assert_eq!(k.kernel, "compute_f32");
+    assert_eq!(k.args.len(), nb + 3, "(x, state..., n, index0)");
+    let (rank, space, x0) = decode(k.args[0], 4);
+    let (n, index0) = (k.args[nb + 1] as usize, k.args[nb + 2] as usize);
+    assert!(k.grid.0 as usize * k.block.0 as usize >= n.min(1024 * KERNEL_THREADS as usize));
+    for (b, &a) in k.args[1..=nb].iter().enumerate() {
+        assert_eq!(
+            decode_state(a),
+            (rank, b, index0),
+            "state {b} at the run's indices"
+        );
+    }
+    let mut s = vec![0f32; nb];
+    for i in 0..n {
+        for b in 0..nb {
+            s[b] = state[rank][b][index0 + i];
+        }
+        let x = &mut mem[rank][space][x0 + i];
+        *x = kernel.apply(*x, &mut s, (index0 + i) as u64);
+        for b in 0..nb {
+            state[rank][b][index0 + i] = s[b];
+        }
+    }
+}
+
+/// Wrong output elements against the plain schedule's results, by the CUDA executor's own
+/// check ([`wrong_in_output_chunk`] with the kernel), on inputs `input_value(9, .., 32)`.
+fn wrong_computed(
+    p: &Program,
+    s: &Schedule,
+    mem: &[[Vec<f32>; 4]],
+    chunk: usize,
+    kernel: &Kernel,
+) -> usize {
+    let sem = Semantics::of(p, s.inplace).unwrap();
+    let mut wrong = 0;
+    for rank in 0..p.ngpus {
+        for k in 0..sem.extent(Buffer::Output).unwrap() {
+            let l = Schedule::resolve(p, s.inplace, rank, Buffer::Output, k).unwrap();
+            let mut bytes = Vec::new();
+            for e in 0..chunk {
+                let v = mem[rank][l.space.index()][l.chunk * chunk + e];
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            wrong += wrong_in_output_chunk(
+                &sem,
+                Dtype::F32,
+                9,
+                rank,
+                k,
+                chunk,
+                32,
+                Some(kernel),
+                &bytes,
+            );
+        }
+    }
+    wrong
+}
+
+/// Issue 32, CUDA executor: a program's compute steps become compute nodes after their
+/// dependencies, launched through the launcher with the state buffers at the elements'
+/// output indices; the recorded launches, ordered as the verifier orders the steps and run
+/// on host memory in any order their streams and events allow (and the schedule itself in
+/// any dependency order), give the plain schedule's results exactly.
+#[test]
+fn compute_programs_launch_in_order_and_give_the_plain_results() {
+    let mut rng = StdRng::seed_from_u64(32);
+    for p in compute_programs() {
+        let kernel = p.compute.as_ref().unwrap().kernel().unwrap();
+        let sender: HashMap<StepRef, StepRef> = p
+            .transfer_pairs()
+            .into_iter()
+            .map(|(s, r)| (r, s))
+            .collect();
+        for inplace in p.modes() {
+            for slices in [1, 3] {
+                let s = Schedule::new(&p, inplace, slices).unwrap();
+                let computes = s.nodes.iter().filter(|n| n.kind == NodeKind::Compute);
+                assert_eq!(
+                    computes.count(),
+                    p.steps().filter(|(_, st)| st.op == Op::Compute).count() * slices,
+                    "{}: one compute node per compute step and pass",
+                    p.name
+                );
+                let (flat, before) = program_order(&p, slices);
+                for chunk in [8, 7] {
+                    let what =
+                        format!("{} inplace={inplace} slices={slices} chunk={chunk}", p.name);
+                    let state = fake_state_bases(&p, kernel.buffers.len());
+                    let l = Launcher::new(s.clone(), Dtype::F32, chunk, fake_bases(&p))
+                        .with_state(state);
+                    let mut rec = Recorder::default();
+                    l.capture(&mut rec).unwrap();
+                    let work = trace(&l, &rec.calls);
+                    assert!(work.iter().any(|w| matches!(w.call, Call::Compute(..))));
+                    assert_in_program_order(&s, &work, (&flat, &before), &sender, &what);
+                    for _ in 0..3 {
+                        let mut mem = host_memory(&p, &s, chunk);
+                        let mut state = initial_state_memory(&p, &kernel, chunk);
+                        for v in random_work_order(&work, s.streams.len(), &mut rng) {
+                            run_computing_work(&mut mem, &mut state, &kernel, &work[v].call);
+                        }
+                        assert_eq!(wrong_computed(&p, &s, &mem, chunk, &kernel), 0, "{what}");
+                        let mut mem = host_memory(&p, &s, chunk);
+                        let mut state = initial_state_memory(&p, &kernel, chunk);
+                        let order = random_order(&s, &mut rng);
+                        s.execute_computing_on_host(
+                            &mut mem,
+                            Some((&kernel, &mut state)),
+                            chunk,
+                            &order,
+                        )
+                        .unwrap();
+                        assert_eq!(wrong_computed(&p, &s, &mem, chunk, &kernel), 0, "{what}");
+                    }
+                    // Without the kernel, the host run refuses the compute nodes.
+                    let mut mem = host_memory(&p, &s, chunk);
+                    let order = random_order(&s, &mut rng);
+                    assert!(s.execute_on_host(&mut mem, chunk, &order).is_err());
+                }
+            }
+        }
     }
 }

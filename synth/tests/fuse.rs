@@ -4,8 +4,13 @@
 
 use runtime::compute::{adam_scalars, Compute, ADAM, BIAS_DROPOUT_RESIDUAL};
 use runtime::cpu::{run_with_outputs, DataType, RunOptions};
-use runtime::ir::{Collective, Program};
+use runtime::ir::{Collective, Flavor, Op, Program};
+use runtime::xml::WriteProblem;
+use std::path::Path;
+use std::process::Command;
 use synth::baseline::{self, BaselineOptions};
+use synth::dsl::frontend::{run_script, DEFAULT_TIME_LIMIT};
+use synth::dsl::trace::{replay, Overrides};
 use synth::fuse::workload::{compare, Workload};
 use synth::fuse::{compose, plain, Placement};
 use synth::simulate::{simulate, tile_slicing, Producer, SimOptions};
@@ -19,9 +24,14 @@ fn ring_pair(topo: &Topology) -> (Program, Program) {
 /// Every rank's output after one checked run (the run itself checks against the plain
 /// reference computed from the inputs: `wrong` must be 0).
 fn outputs(p: &Program, dtype: DataType) -> Vec<Vec<f64>> {
+    outputs_of(p, dtype, p.nchunksperloop * 48)
+}
+
+/// [`outputs`] at `elements` elements (the inputs depend on the element count only).
+fn outputs_of(p: &Program, dtype: DataType, elements: usize) -> Vec<Vec<f64>> {
     let opts = RunOptions {
         dtype,
-        elements: p.nchunksperloop * 48,
+        elements,
         seed: 3,
         ..RunOptions::default()
     };
@@ -194,4 +204,125 @@ fn producer_overlap_ends_within_one_tile_of_the_producer() {
             );
         }
     }
+}
+
+/// Issue 32, DSL: `examples/dsl/allreduce_ring_adam.py` on ring:4 (a ring reduce-scatter into
+/// each chunk's owner, `.compute("adam", lr=...)` on that chunk, a ring allgather) compiles
+/// and verifies with one compute step per rank, has no MSCCL XML (the typed refusal), and
+/// runs on the CPU executor (#wrong 0 against its plain reference) with the results of the
+/// plain schedule (NCCL's ring allreduce on ring:4, then Adam on the whole buffer) within
+/// 1e-6 relative; `synth compile` writes its IR JSON and `synth run` checks it.
+#[test]
+fn dsl_ring_with_adam_between_the_halves_equals_plain() {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/dsl/allreduce_ring_adam.py");
+    let script = script.to_str().unwrap();
+    let args = ["4".to_string(), "--lr".into(), "0.01".into()];
+    let traced = run_script(script, &args, DEFAULT_TIME_LIMIT).unwrap();
+    let replayed = replay(&traced[0], &Overrides::default()).unwrap();
+    for c in &replayed.checks {
+        c.clone().expect("Check() passes with the computed outputs");
+    }
+    let p = replayed.program.compile().unwrap();
+    runtime::verify::verify(&p).unwrap();
+    let mut scalars = adam_scalars();
+    scalars.insert("lr".into(), 0.01);
+    let adam = Compute {
+        program: ADAM.into(),
+        scalars,
+        seed: 0,
+    };
+    assert_eq!(p.compute.as_ref(), Some(&adam));
+    let computes: Vec<_> = p.steps().filter(|(_, s)| s.op == Op::Compute).collect();
+    assert_eq!(computes.len(), 4, "one compute per owner");
+    assert!(computes
+        .iter()
+        .all(|(at, s)| s.dst.offset == at.rank && s.count == 1));
+    let e = runtime::xml::write(&p, Flavor::Nccl).unwrap_err();
+    assert!(
+        matches!(e.problem, WriteProblem::Compute { steps: 4 }),
+        "{e}"
+    );
+
+    let topo = topology::load("ring:4").unwrap();
+    let (rs, ag) = ring_pair(&topo);
+    let reference = plain(&compose(&rs, &ag, &adam, Placement::None).unwrap(), &adam);
+    let elements = 4 * 8 * 48;
+    let want = outputs_of(&reference, DataType::F32, elements);
+    let got = outputs_of(&p, DataType::F32, elements);
+    for (a, b) in got.iter().flatten().zip(want.iter().flatten()) {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
+    }
+
+    let dir = std::env::temp_dir().join(format!("synth-fuse-dsl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let synth = env!("CARGO_BIN_EXE_synth");
+    let out = Command::new(synth)
+        .args(["compile", script, "--out", dir.to_str().unwrap(), "--", "4"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("no MSCCL XML"), "{stdout}");
+    let json = dir.join("allreduce_ring_adam.json");
+    assert!(json.exists() && !dir.join("allreduce_ring_adam.xml").exists());
+    let out = Command::new(synth)
+        .args(["run", json.to_str().unwrap(), "--size", "64K", "--json"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let rows = doc["rows"].as_array().expect("rows");
+    assert!(
+        !rows.is_empty() && rows.iter().all(|r| r["wrong"] == 0),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 32, DSL in place: an in-place allreduce with SGD on the reduced chunk before the
+/// copy back (the Rust builder, whose program addresses the output through the input
+/// buffer) compiles with its compute on the output chunk, verifies and runs with #wrong 0;
+/// a second compute on the chunk is refused at its line.
+#[test]
+fn dsl_in_place_compute_names_the_output_chunk() {
+    use synth::dsl::{Buffer, Collective, Connectivity, Kind, Options, Program as Dsl};
+    let coll = Collective::new(Kind::AllReduce, 2, 1, true, 0).unwrap();
+    let p = Dsl::new(
+        "sgd2",
+        Connectivity::fully_connected(2),
+        coll,
+        Options::default(),
+    )
+    .unwrap();
+    let total = p
+        .chunk(0, Buffer::Input, 0)
+        .reduce(&p.chunk(1, Buffer::Input, 0))
+        .unwrap();
+    let computed = total.compute("sgd", &[("lr", 0.5)], 0).unwrap();
+    computed.copy(1, Buffer::Input, 0).unwrap();
+    p.check().unwrap();
+    let ir = p.compile().unwrap();
+    runtime::verify::verify(&ir).unwrap();
+    assert!(ir.inplace);
+    let (_, step) = ir.steps().find(|(_, s)| s.op == Op::Compute).unwrap();
+    assert_eq!(
+        step.dst,
+        runtime::ir::Slot::new(runtime::ir::Buffer::Output, 0)
+    );
+    let opts = RunOptions {
+        elements: 64,
+        inplace: true,
+        ..RunOptions::default()
+    };
+    let (report, _) = run_with_outputs(&ir, &opts).unwrap();
+    assert_eq!(report.wrong, 0);
+    let e = computed.compute("sgd", &[("lr", 0.5)], 0).unwrap_err();
+    assert!(e.to_string().contains("applied a second time"), "{e}");
+    assert!(e.to_string().contains("fuse.rs:"), "{e}");
 }

@@ -276,6 +276,25 @@ class Ref:
                            "sendtb": sendtb, "recvtb": recvtb, "ch": ch})
         return target
 
+    def compute(self, expr, seed=0, **scalars):
+        """synth's extension of MSCCLang (msccl-tools has no compute): applies the program's
+        elementwise compute to these chunks, fully reduced output chunks, on their rank.
+        `expr` is a preset ("adam", "sgd", "bias-dropout-residual") or statements ending in
+        `out = ...`; keyword arguments are per-step scalars (lr=1e-3, step=1, ...) over the
+        preset's defaults; `seed` seeds the dropout mask. Returns this reference."""
+        if not isinstance(expr, str):
+            raise TypeError(f"compute needs a preset name or statements as a string, not {expr!r}")
+        _int(seed, "seed")
+        if not 0 <= seed < 2 ** 64:
+            raise ValueError(f"seed must be between 0 and 2**64 - 1, not {seed}")
+        for name, value in scalars.items():
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok or value != value or value in (float("inf"), float("-inf")):
+                raise TypeError(f"scalar {name} must be a finite number, not {value!r}")
+        self.prog._record({"op": "compute", "chunk": self._desc(), "expr": expr,
+                           "scalars": {k: float(v) for k, v in scalars.items()}, "seed": seed})
+        return self
+
     def split(self, num):
         if num <= 0 or self.size % num:
             raise ValueError(f"cannot split {self.size} chunks into {num} equal parts")

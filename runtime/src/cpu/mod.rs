@@ -16,6 +16,7 @@ mod sweep;
 mod sync;
 
 pub use element::{DataType, Element, ReduceOp};
+pub use memory::initial_state;
 pub use sweep::{
     format_table, parse_dtype, parse_op, parse_size, parse_sizes, rows_by_size, sweep, sweep_modes,
     RunPoint, SweepOptions, SweepRow, MAX_SIZE,

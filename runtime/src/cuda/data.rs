@@ -5,6 +5,7 @@
 //! long as `ngpus × max |input|` stays within the type's exact integer range), derived from a
 //! hash of (seed, rank, element) so that the reference needs no stored copy of the inputs.
 
+use crate::compute::Kernel;
 use crate::ir::Buffer;
 use crate::semantics::Semantics;
 use std::fmt;
@@ -85,6 +86,15 @@ impl Dtype {
             Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
             Dtype::F16 => out.extend_from_slice(&f32_to_f16(v).to_le_bytes()),
             Dtype::BF16 => out.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes()),
+        }
+    }
+
+    /// `v` rounded to the type (to nearest even), as a GPU kernel stores an f32 result.
+    pub fn round(self, v: f32) -> f32 {
+        match self {
+            Dtype::F32 => v,
+            Dtype::F16 => half::f16::from_f32(v).to_f32(),
+            Dtype::BF16 => half::bf16::from_f32(v).to_f32(),
         }
     }
 
@@ -187,7 +197,9 @@ pub fn input_chunk(
 }
 
 /// Counts the wrong elements of logical output chunk `k` of `rank`, given its bytes.
-/// Unconstrained chunks count as right.
+/// Unconstrained chunks count as right. With the program's compute `kernel`, the reference
+/// is the plain schedule's, as the CPU executor computes it: the kernel on the reduced
+/// element and the initial state ([`crate::cpu::initial_state`]) in f32, rounded to the type.
 #[allow(clippy::too_many_arguments)]
 pub fn wrong_in_output_chunk(
     sem: &Semantics,
@@ -197,18 +209,29 @@ pub fn wrong_in_output_chunk(
     k: usize,
     chunk: usize,
     bound: i32,
+    kernel: Option<&Kernel>,
     bytes: &[u8],
 ) -> usize {
     let Some(expected) = sem.expected_output(rank, k) else {
         return 0;
     };
     debug_assert!(sem.extent(Buffer::Output).is_some());
+    let mut state = Vec::new();
     (0..chunk)
         .filter(|&e| {
-            let want: f32 = expected
+            let mut want: f32 = expected
                 .iter()
                 .map(|c| input_value(seed, c.rank, c.chunk * chunk + e, bound))
                 .sum();
+            if let Some(kernel) = kernel {
+                let index = (k * chunk + e) as u64;
+                state.clear();
+                state.extend(
+                    (0..kernel.buffers.len())
+                        .map(|b| dtype.round(crate::cpu::initial_state(b, index) as f32)),
+                );
+                want = dtype.round(kernel.apply(want, &mut state, index));
+            }
             let got = dtype.decode(bytes, e);
             got != want
         })

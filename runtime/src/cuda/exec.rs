@@ -1,12 +1,14 @@
 //! The driver-facing part of the CUDA executor (cudarc, libcuda and NVRTC loaded at run
 //! time). See the module documentation of [`crate::cuda`].
 
+use super::compute::{compute_kernel_name, compute_source};
 use super::data::{input_chunk, wrong_in_output_chunk, Dtype};
-use super::launch::{CopyCall, Driver, EventId, KernelCall, Launcher, StreamId};
+use super::launch::{ComputeCall, CopyCall, Driver, EventId, KernelCall, Launcher, StreamId};
 use super::nvrtc::{self, NvrtcError};
 use super::schedule::Schedule;
 use super::{kernel_names, CudaOptions, KERNEL_ARGS};
-use crate::cpu::{elements_for, sweep_modes, RunPoint, SweepRow};
+use crate::compute::Kernel;
+use crate::cpu::{elements_for, initial_state, sweep_modes, RunPoint, SweepRow};
 use crate::ir::{Buffer, Program};
 use crate::semantics::Semantics;
 use crate::verify::verify;
@@ -144,6 +146,28 @@ impl Devices {
             kernels,
             _modules: modules,
         })
+    }
+
+    /// Compiles the program's compute kernels ([`compute_source`]) for every device and
+    /// loads them beside the reduction kernels.
+    fn load_compute(&mut self, kernel: &Kernel) -> Result<()> {
+        let source = compute_source(kernel);
+        for (c, fs) in self.ctxs.iter().zip(&mut self.kernels) {
+            let capability = drv(c.compute_capability(), "compute capability")?;
+            let ptx = nvrtc::compile_source(&source, capability)
+                .map_err(|e| anyhow!("the compute kernels: {e}"))?;
+            let m = drv(
+                c.load_module(cudarc::nvrtc::Ptx::from_src(ptx)),
+                "cannot load the compute kernels",
+            )?;
+            for dt in Dtype::ALL {
+                let name = compute_kernel_name(dt);
+                let f = drv(m.load_function(&name), "missing compute kernel")?;
+                fs.insert(name, f.cu_function());
+            }
+            self._modules.push(m);
+        }
+        Ok(())
     }
 
     fn ctx_of_rank(&self, rank: usize) -> &Arc<CudaContext> {
@@ -285,6 +309,24 @@ impl Driver for Streams<'_> {
         unsafe { result::launch_kernel(f, k.grid, k.block, 0, s.cu_stream(), &mut params) }
             .map_err(|e| anyhow!("kernel launch: {e}"))
     }
+
+    fn compute(&mut self, stream: usize, k: &ComputeCall) -> Result<()> {
+        let s = &self.tbs[stream];
+        drv(s.context().bind_to_thread(), "bind")?;
+        let f = *self.dev.kernels[self.tb_dev[stream]]
+            .get(&k.kernel)
+            .with_context(|| format!("missing kernel {}", k.kernel))?;
+        let mut args = k.args.clone();
+        let mut params: Vec<*mut c_void> = args
+            .iter_mut()
+            .map(|a| a as *mut u64 as *mut c_void)
+            .collect();
+        // SAFETY: the kernel takes (ptr, ptr per state buffer, u64, u64), as many as `args`
+        // (the launcher passes one state address per state buffer of the program's kernel);
+        // the pointers address `n` valid elements of live allocations.
+        unsafe { result::launch_kernel(f, k.grid, k.block, 0, s.cu_stream(), &mut params) }
+            .map_err(|e| anyhow!("compute kernel launch: {e}"))
+    }
 }
 
 /// Everything one mode of one program needs on the GPUs, sized for one chunk size.
@@ -293,6 +335,9 @@ struct Instance<'a> {
     plan: Launcher,
     /// The allocations at the plan's addresses.
     bufs: Vec<[DevBuf; 4]>,
+    /// The compute's state buffers of every rank (`[rank][buffer]`, each the output
+    /// buffer's chunks).
+    state: Vec<Vec<DevBuf>>,
     gpu: Streams<'a>,
     graph: Option<(sys::CUgraph, sys::CUgraphExec)>,
 }
@@ -312,8 +357,27 @@ impl Drop for Instance<'_> {
 }
 
 impl<'a> Instance<'a> {
-    fn new(dev: &'a Devices, sched: Schedule, dtype: Dtype, chunk: usize) -> Result<Instance<'a>> {
+    /// Allocates `sched`'s spaces and, for a compute with `state` = (state buffers, output
+    /// chunks), its state buffers on every rank.
+    fn new(
+        dev: &'a Devices,
+        sched: Schedule,
+        dtype: Dtype,
+        chunk: usize,
+        (buffers, out_chunks): (usize, usize),
+    ) -> Result<Instance<'a>> {
         let es = dtype.size();
+        let state = (0..sched.ngpus)
+            .map(|rank| {
+                (0..buffers)
+                    .map(|_| DevBuf::new(dev.ctx_of_rank(rank), out_chunks * chunk * es))
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let state_bases = state
+            .iter()
+            .map(|bs| bs.iter().map(|b| b.ptr).collect())
+            .collect();
         let mut bufs = Vec::new();
         for rank in 0..sched.ngpus {
             let ctx = dev.ctx_of_rank(rank);
@@ -331,7 +395,7 @@ impl<'a> Instance<'a> {
             .iter()
             .map(|&(rank, _)| dev.rank_dev[rank])
             .collect();
-        let plan = Launcher::new(sched, dtype, chunk, bases);
+        let plan = Launcher::new(sched, dtype, chunk, bases).with_state(state_bases);
         let tbs = tb_dev
             .iter()
             .map(|&d| drv(dev.ctxs[d].new_stream(), "stream"))
@@ -360,6 +424,7 @@ impl<'a> Instance<'a> {
             dev,
             plan,
             bufs,
+            state,
             gpu: Streams {
                 dev,
                 tb_dev,
@@ -447,12 +512,33 @@ impl<'a> Instance<'a> {
                 unsafe { result::memcpy_htod_sync(self.plan.addr(loc, 0, 0), &host) }
                     .map_err(|e| anyhow!("upload: {e}"))?;
             }
+            // The compute's state starts as the CPU executor's does.
+            for (b, buf) in self.state[rank].iter().enumerate() {
+                let mut host = Vec::with_capacity(buf.bytes);
+                for i in 0..(buf.bytes / es) as u64 {
+                    self.plan
+                        .dtype
+                        .encode(initial_state(b, i) as f32, &mut host);
+                }
+                if !host.is_empty() {
+                    // SAFETY: `host` holds exactly the allocation's bytes.
+                    unsafe { result::memcpy_htod_sync(buf.ptr, &host) }
+                        .map_err(|e| anyhow!("upload: {e}"))?;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Counts wrong output elements (all work must have finished).
-    fn check(&self, p: &Program, sem: &Semantics, seed: u64, bound: i32) -> Result<usize> {
+    /// Counts wrong output elements (all work must have finished); with the program's
+    /// compute `kernel`, against the plain schedule's results.
+    fn check(
+        &self,
+        p: &Program,
+        sem: &Semantics,
+        (seed, bound): (u64, i32),
+        kernel: Option<&Kernel>,
+    ) -> Result<usize> {
         let out_chunks = sem.extent(Buffer::Output).unwrap_or(0);
         let mut wrong = 0;
         let bytes = self.plan.chunk * self.plan.dtype.size();
@@ -475,7 +561,9 @@ impl<'a> Instance<'a> {
             wrong += host
                 .par_chunks(bytes.max(1))
                 .enumerate()
-                .map(|(k, b)| wrong_in_output_chunk(sem, dtype, seed, rank, k, chunk, bound, b))
+                .map(|(k, b)| {
+                    wrong_in_output_chunk(sem, dtype, seed, rank, k, chunk, bound, kernel, b)
+                })
                 .sum::<usize>();
         }
         Ok(wrong)
@@ -526,7 +614,12 @@ fn median(v: &mut [f64]) -> f64 {
 /// allows; rows as the CPU executor's (nccl-tests' columns).
 pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
     verify(p).context("the program does not verify")?;
-    let dev = Devices::new(p.ngpus, opts.single_gpu)?;
+    let kernel = p.compute.as_ref().map(|c| c.kernel()).transpose()?;
+    let mut dev = Devices::new(p.ngpus, opts.single_gpu)?;
+    if let Some(k) = &kernel {
+        dev.load_compute(k)?;
+    }
+    let dev = dev;
     let modes = sweep_modes(p, opts.outofplace, opts.inplace)?;
     let scheds = modes
         .iter()
@@ -539,7 +632,11 @@ pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
         let chunk = elements / p.nchunksperloop;
         for (&inplace, sched) in modes.iter().zip(&scheds) {
             let sem = Semantics::of(p, inplace).map_err(anyhow::Error::msg)?;
-            let mut inst = Instance::new(&dev, sched.clone(), opts.dtype, chunk)
+            let state = (
+                kernel.as_ref().map_or(0, |k| k.buffers.len()),
+                sem.extent(Buffer::Output).unwrap_or(0),
+            );
+            let mut inst = Instance::new(&dev, sched.clone(), opts.dtype, chunk, state)
                 .with_context(|| format!("size {size}"))?;
             if opts.graph {
                 inst.capture()
@@ -551,7 +648,7 @@ pub fn sweep(p: &Program, opts: &CudaOptions) -> Result<Vec<SweepRow>> {
                 dev.sync_all()?;
                 inst.launch()?;
                 dev.sync_all()?;
-                wrong = inst.check(p, &sem, opts.seed, bound)?;
+                wrong = inst.check(p, &sem, (opts.seed, bound), kernel.as_ref())?;
             }
             let time_us = inst.time(opts.warmup, opts.iters.max(1))?;
             let bytes = (elements * opts.dtype.size()) as u64;

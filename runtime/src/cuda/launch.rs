@@ -6,10 +6,11 @@
 //! One issue of the schedule: the root stream records the fork event and every threadblock
 //! stream waits for it; each node then waits for the events of its cross-stream dependencies
 //! ([`Schedule::waits`]), issues its copies or its kernel, and records its own event if a
-//! later node waits for it; finally every stream records its join event and the root stream
+//! later node waits for it (a compute node launches the program's compute kernel); finally every stream records its join event and the root stream
 //! waits for all of them. Captured between [`Driver::begin_capture`] and
 //! [`Driver::end_capture`] on the root stream, this is the CUDA graph that is replayed.
 
+use super::compute::compute_kernel_name;
 use super::data::Dtype;
 use super::schedule::{piece, Action, Loc, Schedule};
 use super::{kernel_names, kernel_shape, KERNEL_ARGS, KERNEL_THREADS};
@@ -65,6 +66,24 @@ pub struct KernelCall {
     pub args: [u64; KERNEL_ARGS],
 }
 
+/// A launch of the program's compute kernel ([`super::compute::compute_source`]) on one run
+/// of elements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComputeCall {
+    /// The schedule node it implements.
+    pub node: usize,
+    /// The kernel's entry point ([`compute_kernel_name`]).
+    pub kernel: String,
+    /// Grid: (blocks, 1, 1); the kernel strides over the run.
+    pub grid: (u32, u32, u32),
+    /// Block: ([`KERNEL_THREADS`], 1, 1).
+    pub block: (u32, u32, u32),
+    /// The kernel's parameters `(x, state..., n, index0)`, each passed as 64 bits:
+    /// addresses of the run and of each state buffer at its elements, the run's length and
+    /// the output index of its first element.
+    pub args: Vec<u64>,
+}
+
 /// The driver calls that issue a schedule. Every method returns the driver's error.
 pub trait Driver {
     /// Starts capturing the root stream into a graph.
@@ -79,6 +98,8 @@ pub trait Driver {
     fn copy(&mut self, stream: usize, call: &CopyCall) -> Result<()>;
     /// Launches a kernel on threadblock stream `stream`.
     fn launch(&mut self, stream: usize, call: &KernelCall) -> Result<()>;
+    /// Launches the program's compute kernel on threadblock stream `stream`.
+    fn compute(&mut self, stream: usize, call: &ComputeCall) -> Result<()>;
 }
 
 /// A schedule placed in memory: everything needed to issue it.
@@ -96,6 +117,9 @@ pub struct Launcher {
     pub waits: Vec<Vec<usize>>,
     /// Per node, whether it records an event (some node waits for it).
     pub has_event: Vec<bool>,
+    /// Per rank, the base address of each state buffer of the program's compute (each
+    /// holding the output buffer's chunks); empty without a compute.
+    pub state: Vec<Vec<u64>>,
 }
 
 impl Launcher {
@@ -116,7 +140,14 @@ impl Launcher {
             bases,
             waits,
             has_event,
+            state: Vec::new(),
         }
+    }
+
+    /// The launcher with the compute's state buffers at `state` (`[rank][buffer]`).
+    pub fn with_state(mut self, state: Vec<Vec<u64>>) -> Launcher {
+        self.state = state;
+        self
     }
 
     /// Address of element `elem` of the `k`-th chunk from `l`.
@@ -139,7 +170,9 @@ impl Launcher {
             let (lo, hi) = piece(self.chunk, slices, n.pass);
             // Rows: with one pass the chunks of a step are one contiguous run.
             let (rows, n_row) = match n.action {
-                Action::Copy { count, .. } | Action::Reduce { count, .. } => {
+                Action::Copy { count, .. }
+                | Action::Reduce { count, .. }
+                | Action::Compute { count, .. } => {
                     if slices == 1 {
                         (1, count * self.chunk)
                     } else {
@@ -166,6 +199,11 @@ impl Launcher {
                     Action::Reduce { out, a, b, .. } => {
                         d.launch(n.stream, &self.reduce(v, [out, a, b], rows, lo, n_row))?;
                     }
+                    Action::Compute { at, output, .. } => {
+                        for k in 0..rows {
+                            d.compute(n.stream, &self.compute(v, at, output + k, k, lo, n_row))?;
+                        }
+                    }
                 }
             }
             if self.has_event[v] {
@@ -187,6 +225,36 @@ impl Launcher {
         let ended = d.end_capture();
         issued?;
         ended
+    }
+
+    /// The compute launch of node `node` on row `k` from `at`: `n` elements from element
+    /// `lo` of output chunk `output`, with the state buffers' elements at the same indices.
+    fn compute(
+        &self,
+        node: usize,
+        at: Loc,
+        output: usize,
+        k: usize,
+        lo: usize,
+        n: usize,
+    ) -> ComputeCall {
+        let index0 = (output * self.chunk + lo) as u64;
+        let es = self.dtype.size() as u64;
+        let state = self.state.get(at.rank).map_or(&[][..], Vec::as_slice);
+        let mut args = vec![self.addr(at, k, lo)];
+        args.extend(state.iter().map(|base| base + index0 * es));
+        args.extend([n as u64, index0]);
+        ComputeCall {
+            node,
+            kernel: compute_kernel_name(self.dtype),
+            grid: (
+                (n as u64).div_ceil(KERNEL_THREADS as u64).clamp(1, 1024) as u32,
+                1,
+                1,
+            ),
+            block: (KERNEL_THREADS, 1, 1),
+            args,
+        }
     }
 
     /// The kernel launch of node `node`, `out ← a + b` over `rows` rows of `n_row` elements

@@ -13,12 +13,16 @@
 //!   receiver (no rendezvous needed), then a kernel on the receiver computes
 //!   `out = staged + src` (`out` = `dst`, or the staging area itself for `rrs`);
 //! * `rcs`, `rrs`, `rrcs` forward from the slot they just wrote (`dst`, or the staging area
-//!   for `rrs`); `cpy` is a local copy and `re` a local kernel `dst = dst + src`.
+//!   for `rrs`); `cpy` is a local copy and `re` a local kernel `dst = dst + src`;
+//! * `compute` (synth's extension) is a launch of the program's compute kernel
+//!   ([`super::compute`]) on its chunks and the state buffers' elements at the same output
+//!   indices.
 //!
 //! With `slices > 1` every chunk is cut into `slices` pieces and the whole program is
 //! replayed once per piece (like the MSCCL kernel's loop), each threadblock's pass `j + 1`
 //! after its pass `j`.
 
+use crate::compute::Kernel;
 use crate::ir::{Buffer, Op, Program, Slot, Step, StepRef};
 use crate::semantics::{Region, Semantics};
 use anyhow::{bail, Result};
@@ -89,6 +93,16 @@ pub enum Action {
         /// Chunks.
         count: usize,
     },
+    /// The program's compute on `count` chunks at `at` (output chunks of the stream's rank),
+    /// with the state buffers' elements at the same output indices.
+    Compute {
+        /// The chunks computed.
+        at: Loc,
+        /// Their first output chunk: where the state buffers and the dropout index start.
+        output: usize,
+        /// Chunks.
+        count: usize,
+    },
 }
 
 /// Why a node exists (for statistics and tests).
@@ -106,6 +120,8 @@ pub enum NodeKind {
     LocalCopy,
     /// A local `re`.
     LocalReduce,
+    /// A `compute` step.
+    Compute,
 }
 
 /// One operation of the schedule.
@@ -206,9 +222,6 @@ struct Lowering<'a> {
 
 impl<'a> Lowering<'a> {
     fn new(p: &'a Program, inplace: bool) -> Result<Lowering<'a>> {
-        if p.compute.is_some() {
-            bail!("the CUDA executor does not run compute steps yet (synth's CPU executor does)");
-        }
         let sem = Semantics::of(p, inplace).map_err(anyhow::Error::msg)?;
         let mut base = Vec::new();
         let mut refs = Vec::new();
@@ -467,8 +480,8 @@ impl<'a> Lowering<'a> {
         Ok((t1, t2))
     }
 
-    /// Drafts the node of local step `x` (a copy or a reduction) in `pass`; none for other
-    /// steps (sends are drafted with their receives).
+    /// Drafts the node of local step `x` (a copy, a reduction or a compute) in `pass`; none
+    /// for other steps (sends are drafted with their receives).
     fn draft_local(
         &mut self,
         drafts: &mut Vec<Draft>,
@@ -477,29 +490,31 @@ impl<'a> Lowering<'a> {
     ) -> Result<Option<usize>> {
         let at = self.refs[x];
         let step = self.p.step(at).expect("step").clone();
-        if !matches!(step.op, Op::Copy | Op::Reduce) {
+        if !matches!(step.op, Op::Copy | Op::Reduce | Op::Compute) {
             return Ok(None);
         }
         let (src, dst) = (self.loc(x, step.src)?, self.loc(x, step.dst)?);
-        let (action, kind) = if step.op == Op::Copy {
-            (
-                Action::Copy {
-                    src,
-                    dst,
-                    count: step.count,
-                },
-                NodeKind::LocalCopy,
-            )
-        } else {
-            (
+        let count = step.count;
+        let (action, kind) = match step.op {
+            Op::Copy => (Action::Copy { src, dst, count }, NodeKind::LocalCopy),
+            Op::Reduce => (
                 Action::Reduce {
                     out: dst,
                     a: dst,
                     b: src,
-                    count: step.count,
+                    count,
                 },
                 NodeKind::LocalReduce,
-            )
+            ),
+            // The verifier has checked that a compute names output chunks.
+            _ => (
+                Action::Compute {
+                    at: dst,
+                    output: step.dst.offset,
+                    count,
+                },
+                NodeKind::Compute,
+            ),
         };
         let draft = Draft {
             action,
@@ -844,10 +859,24 @@ impl Schedule {
 
     /// Runs the schedule on host memory in `order` (a permutation of node indices that the
     /// caller claims respects the dependencies; checked), with `chunk` elements per chunk.
-    /// `mem[rank][space]` must hold `space_chunks × chunk` elements.
+    /// `mem[rank][space]` must hold `space_chunks × chunk` elements. A program with a compute
+    /// needs [`Schedule::execute_computing_on_host`].
     pub fn execute_on_host(
         &self,
         mem: &mut [[Vec<f32>; 4]],
+        chunk: usize,
+        order: &[usize],
+    ) -> Result<()> {
+        self.execute_computing_on_host(mem, None, chunk, order)
+    }
+
+    /// [`Schedule::execute_on_host`] with the program's compute: `compute` is its kernel and
+    /// `state[rank][buffer]`, the kernel's state buffers of every rank (each the output
+    /// buffer's chunks × `chunk` elements), updated as the compute nodes run.
+    pub fn execute_computing_on_host(
+        &self,
+        mem: &mut [[Vec<f32>; 4]],
+        mut compute: Option<(&Kernel, &mut [Vec<Vec<f32>>])>,
         chunk: usize,
         order: &[usize],
     ) -> Result<()> {
@@ -877,6 +906,31 @@ impl Schedule {
                             let x = mem[a.rank][a.space.index()][a0 + e]
                                 + mem[b.rank][b.space.index()][b0 + e];
                             mem[out.rank][out.space.index()][o0 + e] = x;
+                        }
+                    }
+                }
+                Action::Compute {
+                    at: l,
+                    output,
+                    count,
+                } => {
+                    let Some((kernel, state)) = compute.as_mut() else {
+                        bail!("node {v} computes, but no kernel and state were given");
+                    };
+                    let state = &mut state[l.rank];
+                    let mut s = vec![0f32; kernel.buffers.len()];
+                    for k in 0..count {
+                        let (x0, x1) = at(l, k);
+                        let index0 = (output + k) * chunk + lo;
+                        for e in 0..x1 - x0 {
+                            for (b, v) in s.iter_mut().enumerate() {
+                                *v = state[b][index0 + e];
+                            }
+                            let x = &mut mem[l.rank][l.space.index()][x0 + e];
+                            *x = kernel.apply(*x, &mut s, (index0 + e) as u64);
+                            for (b, v) in s.iter().enumerate() {
+                                state[b][index0 + e] = *v;
+                            }
                         }
                     }
                 }

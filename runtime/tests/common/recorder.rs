@@ -1,7 +1,7 @@
 //! A [`Driver`] that records every call, for the host-only tests of the CUDA launcher.
 
 use anyhow::Result;
-use runtime::cuda::launch::{CopyCall, Driver, EventId, KernelCall, StreamId};
+use runtime::cuda::launch::{ComputeCall, CopyCall, Driver, EventId, KernelCall, StreamId};
 
 /// One driver call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +12,7 @@ pub enum Call {
     Wait(StreamId, EventId),
     Copy(usize, CopyCall),
     Launch(usize, KernelCall),
+    Compute(usize, ComputeCall),
 }
 
 /// The calls in the order they were made.
@@ -43,6 +44,10 @@ impl Driver for Recorder {
     }
     fn launch(&mut self, stream: usize, call: &KernelCall) -> Result<()> {
         self.calls.push(Call::Launch(stream, call.clone()));
+        Ok(())
+    }
+    fn compute(&mut self, stream: usize, call: &ComputeCall) -> Result<()> {
+        self.calls.push(Call::Compute(stream, call.clone()));
         Ok(())
     }
 }

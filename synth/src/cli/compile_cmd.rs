@@ -1,11 +1,12 @@
 //! `synth compile PROGRAM.py --out DIR`: compiles a hand-written MSCCLang program (or a trace
-//! of one) to verified MSCCL XML.
+//! of one) to verified MSCCL XML, or to synth's IR JSON where it applies a compute.
 
 use crate::dsl::frontend;
 use crate::dsl::trace::{self, Overrides, Replayed};
 use anyhow::{Context, Result};
 use clap::Args;
 use runtime::ir::{Program, Protocol};
+use runtime::xml::WriteProblem;
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -91,18 +92,29 @@ fn compile(args: &CompileArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             continue;
         }
         let program = replayed.program.compile()?;
-        let xml = runtime::xml::write(&program, flavor)
-            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", t.file, t.line))?;
-        if args.stdout {
-            out.write_all(xml.as_bytes())?;
-            continue;
-        }
-        let stem = unique_stem(&mut stems, &program.name);
-        let path = write_xml(&args.out, &stem, &xml)?;
+        let mut stem = || unique_stem(&mut stems, &program.name);
+        let (path, no_xml) = match runtime::xml::write(&program, flavor) {
+            Ok(xml) if args.stdout => {
+                out.write_all(xml.as_bytes())?;
+                continue;
+            }
+            Ok(xml) => (write_file(&args.out, &stem(), "xml", &xml)?, None),
+            // A program with a compute (synth's extension) has no MSCCL XML: its IR JSON
+            // is what synth's executors run.
+            Err(e) if matches!(e.problem, WriteProblem::Compute { .. }) && !args.stdout => {
+                let text = program.to_json();
+                (
+                    write_file(&args.out, &stem(), "json", &text)?,
+                    Some(e.to_string()),
+                )
+            }
+            Err(e) => return Err(anyhow::anyhow!("{}:{}: {e}", t.file, t.line)),
+        };
         let compiled = Compiled {
             program: &program,
             replayed: &replayed,
             path,
+            no_xml,
         };
         if json {
             docs.push(compiled.doc());
@@ -136,12 +148,12 @@ fn unique_stem(taken: &mut std::collections::HashSet<String>, name: &str) -> Str
     stem
 }
 
-/// Writes a compiled program's XML as `DIR/STEM.xml`; returns the path.
-fn write_xml(dir: &Path, stem: &str, xml: &str) -> Result<String> {
+/// Writes a compiled program as `DIR/STEM.EXT` (its XML, or its IR JSON); returns the path.
+fn write_file(dir: &Path, stem: &str, ext: &str, text: &str) -> Result<String> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("{}: cannot create folder", dir.display()))?;
-    let path = dir.join(format!("{stem}.xml"));
-    std::fs::write(&path, xml).with_context(|| format!("{}: cannot write", path.display()))?;
+    let path = dir.join(format!("{stem}.{ext}"));
+    std::fs::write(&path, text).with_context(|| format!("{}: cannot write", path.display()))?;
     Ok(path.display().to_string())
 }
 
@@ -150,6 +162,8 @@ struct Compiled<'a> {
     program: &'a Program,
     replayed: &'a Replayed,
     path: String,
+    /// Why no XML was written (a program with a compute), if so.
+    no_xml: Option<String>,
 }
 
 impl Compiled<'_> {
@@ -195,6 +209,7 @@ impl Compiled<'_> {
             "channels": program.nchannels(),
             "mode": self.mode(),
             "verified": true,
+            "no_xml": self.no_xml,
             "run": format!("synth run {path} --size 1M"),
             "simulate": self.simulate(),
         })
@@ -223,6 +238,9 @@ impl Compiled<'_> {
             )?;
         }
         writeln!(out, "wrote {path}")?;
+        if let Some(why) = &self.no_xml {
+            writeln!(out, "no MSCCL XML: {why}")?;
+        }
         writeln!(out, "run:      synth run {path} --size 1M")?;
         if let Some(s) = self.simulate() {
             writeln!(out, "simulate: {s}")?;

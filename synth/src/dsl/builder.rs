@@ -6,6 +6,7 @@
 use super::collective::{Buffer, Collective, MAX_BUFFER_CHUNKS};
 use super::error::{DslError, DslResult, Loc};
 use super::Options;
+use runtime::compute::Compute;
 use runtime::ir;
 use runtime::semantics::Contribution;
 use std::cell::RefCell;
@@ -54,8 +55,15 @@ impl Connectivity {
     }
 }
 
-/// A value in a slot: the sorted multiset of input chunks summed into it.
+/// A value in a slot: the sorted multiset of input chunks summed into it, then
+/// [`COMPUTED`] once the program's compute applied to it.
 pub(crate) type Value = Vec<Contribution>;
+
+/// The mark a compute leaves on a value (it sorts after every real contribution).
+const COMPUTED: Contribution = Contribution {
+    rank: usize::MAX,
+    chunk: usize::MAX,
+};
 
 /// A physical buffer of one rank after aliasing: input, output, or scratch buffer number k.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,6 +112,8 @@ pub struct Pins {
 pub(crate) struct Operation {
     /// True for `reduce` (`dst ← dst ⊕ src`), false for `copy` (`dst ← src`).
     pub reduce: bool,
+    /// True for `compute` (the program's [`Compute`] applied to `dst`, which is `src`).
+    pub compute: bool,
     /// What is read.
     pub src: PRef,
     /// What is written.
@@ -134,6 +144,8 @@ pub(crate) struct Tracer {
     state: HashMap<(usize, PBuf, usize), Value>,
     /// The operations so far, in program order.
     pub ops: Vec<Operation>,
+    /// The program's compute and where it was first applied (synth's `.compute(...)`).
+    pub compute: Option<(Compute, Loc)>,
 }
 
 impl Tracer {
@@ -187,6 +199,7 @@ impl Tracer {
             scratch_names: Vec::new(),
             state,
             ops: Vec::new(),
+            compute: None,
         })
     }
 
@@ -361,6 +374,7 @@ impl Tracer {
         }
         self.ops.push(Operation {
             reduce: false,
+            compute: false,
             src: s,
             dst: d,
             pins,
@@ -392,6 +406,15 @@ impl Tracer {
         let other = self.read(&s, "reduce", &loc)?;
         self.check_pair(&s, &d, "reduce", &loc)?;
         for ((r, b, i), (mut a, o)) in d.slots().zip(mine.into_iter().zip(other)) {
+            if a.last() == Some(&COMPUTED) || o.last() == Some(&COMPUTED) {
+                return Err(DslError::new(
+                    &loc,
+                    format!(
+                        "reduce into {}[{i}] of rank {r} of computed data: the compute must follow the chunk's last reduce",
+                        self.buf_name(b)
+                    ),
+                ));
+            }
             if let Some(c) = o.iter().find(|c| a.contains(c)) {
                 return Err(DslError::new(
                     &loc,
@@ -409,12 +432,84 @@ impl Tracer {
         }
         self.ops.push(Operation {
             reduce: true,
+            compute: false,
             src: s,
             dst: d,
             pins,
             loc,
         });
         Ok(())
+    }
+
+    /// `ref.compute(...)` (synth's extension of MSCCLang): applies the program's compute to
+    /// the slots of `r` on its rank. Each slot must be an output chunk holding its full
+    /// reduction, not yet computed; a program has one compute, so every call names the same.
+    pub fn compute(
+        &mut self,
+        r: (usize, &Buffer, usize, usize),
+        compute: Compute,
+        pins: Pins,
+        loc: Loc,
+    ) -> DslResult<()> {
+        compute
+            .kernel()
+            .map_err(|e| DslError::new(&loc, e.to_string()))?;
+        match &self.compute {
+            Some((first, at)) if *first != compute => {
+                return Err(DslError::new(
+                    &loc,
+                    format!("a program applies one compute; this one differs from the one at {at}"),
+                ))
+            }
+            Some(_) => {}
+            None => self.compute = Some((compute, loc.clone())),
+        }
+        let d = self.resolve(r.0, r.1, r.2, r.3, false, &loc)?;
+        let values = self.read(&d, "compute", &loc)?;
+        for ((rank, b, i), mut v) in d.slots().zip(values) {
+            let Some(k) = self.output_chunk(rank, b, i) else {
+                return Err(DslError::new(
+                    &loc,
+                    format!(
+                        "compute on {}[{i}] of rank {rank}: it applies to output chunks only",
+                        self.buf_name(b)
+                    ),
+                ));
+            };
+            let at = format!("compute on output chunk {k} of rank {rank}");
+            if v.last() == Some(&COMPUTED) {
+                return Err(DslError::new(&loc, format!("{at}: applied a second time")));
+            }
+            if let Some(want) = self.collective.expected(rank, k).filter(|w| *w != v) {
+                return Err(DslError::new(
+                    &loc,
+                    format!(
+                        "{at}: it holds {} but the full reduction is {} (compute after the chunk's last reduce)",
+                        describe(&v),
+                        describe(&want)
+                    ),
+                ));
+            }
+            v.push(COMPUTED);
+            self.state.insert((rank, b, i), v);
+        }
+        self.ops.push(Operation {
+            reduce: false,
+            compute: true,
+            src: d,
+            dst: d,
+            pins,
+            loc,
+        });
+        Ok(())
+    }
+
+    /// The output chunk of `rank` that physical slot `i` of `b` holds, if any.
+    fn output_chunk(&self, rank: usize, b: PBuf, i: usize) -> Option<usize> {
+        (0..self.collective.size(ir::Buffer::Output)).find(|&k| {
+            let (buf, at) = self.collective.resolve(rank, ir::Buffer::Output, k);
+            (pbuf(buf), at) == (b, i)
+        })
     }
 
     /// Size of a rank's named scratch buffer so far (where an append lands).
@@ -433,9 +528,12 @@ impl Tracer {
         let c = &self.collective;
         for rank in 0..c.ranks {
             for k in 0..c.size(ir::Buffer::Output) {
-                let Some(want) = c.expected(rank, k) else {
+                let Some(mut want) = c.expected(rank, k) else {
                     continue;
                 };
+                if self.compute.is_some() {
+                    want.push(COMPUTED);
+                }
                 let (b, i) = c.resolve(rank, ir::Buffer::Output, k);
                 let have = self.state.get(&(rank, pbuf(b), i));
                 if have != Some(&want) {
@@ -462,7 +560,10 @@ fn describe(v: &[Contribution]) -> String {
     let parts: Vec<String> = v
         .iter()
         .take(4)
-        .map(|c| format!("r{}c{}", c.rank, c.chunk))
+        .map(|c| match *c {
+            COMPUTED => "computed".to_string(),
+            c => format!("r{}c{}", c.rank, c.chunk),
+        })
         .collect();
     let more = if v.len() > 4 {
         format!(" +{} more", v.len() - 4)
@@ -641,6 +742,21 @@ impl Chunk {
         Ok(self.clone())
     }
 
+    /// `compute(expr, scalars, seed)` (synth's extension): applies the program's elementwise
+    /// compute to these chunks, fully reduced output chunks, on their rank. `expr` is a
+    /// preset (`adam`, `sgd`, `bias-dropout-residual`) or statements in the language of
+    /// [`runtime::compute`]; `scalars` override the preset's defaults. Returns `self`.
+    #[track_caller]
+    pub fn compute(&self, expr: &str, scalars: &[(&str, f64)], seed: u64) -> DslResult<Chunk> {
+        let loc = Loc::caller();
+        let compute = compute_of(expr, scalars.iter().map(|(k, v)| (k.to_string(), *v)), seed)
+            .map_err(|m| DslError::new(&loc, m))?;
+        self.prog
+            .borrow_mut()
+            .compute(self.key(), compute, Pins::default(), loc)?;
+        Ok(self.clone())
+    }
+
     /// `split(n)`: `n` equal references (the size must be a multiple of `n`).
     #[track_caller]
     pub fn split(&self, n: usize) -> DslResult<Vec<Chunk>> {
@@ -677,4 +793,22 @@ impl Chunk {
             ..self.clone()
         })
     }
+}
+
+/// The compute `.compute(expr, **scalars)` names: a preset with its default scalars or
+/// statements, `scalars` overriding (an error message for an unknown preset name).
+pub(crate) fn compute_of(
+    expr: &str,
+    scalars: impl IntoIterator<Item = (String, f64)>,
+    seed: u64,
+) -> Result<Compute, String> {
+    let (program, mut defaults) = runtime::compute::epilogue(expr).ok_or_else(|| {
+        format!("compute {expr:?}: not adam, sgd, bias-dropout-residual, nor statements ending in `out = ...`")
+    })?;
+    defaults.extend(scalars);
+    Ok(Compute {
+        program,
+        scalars: defaults,
+        seed,
+    })
 }

@@ -4,7 +4,8 @@ use super::builder::Tracer;
 use super::dag::Dag;
 use super::error::{DslError, DslResult};
 use super::{replicate, schedule};
-use runtime::ir::{Flavor, Program};
+use runtime::ir::{Buffer, Flavor, Op, Program, Slot};
+use runtime::semantics::Semantics;
 
 /// Compiles a traced program to an IR program and verifies it with `runtime::verify`; where
 /// one threadblock per peer leaves no schedule, one per peer and direction.
@@ -116,7 +117,33 @@ fn build(
         max_bytes: 0,
         gpus,
         custom,
-        compute: None,
+        compute: t.compute.as_ref().map(|(c, _)| c.clone()),
     };
-    Ok(program)
+    Ok(computes_on_output(program))
+}
+
+/// `program` with its compute steps naming logical output chunks (the verifier and the
+/// executors apply a compute to output chunks); the DSL lays an in-place program's output
+/// onto its input buffer, so a compute there names the input slot that holds the chunk.
+fn computes_on_output(mut program: Program) -> Program {
+    let Ok(sem) = Semantics::of(&program, program.inplace) else {
+        return program;
+    };
+    let outputs = sem.extent(Buffer::Output).unwrap_or(0);
+    for g in &mut program.gpus {
+        let rank = g.rank;
+        for step in g.threadblocks.iter_mut().flat_map(|tb| tb.steps.iter_mut()) {
+            if step.op != Op::Compute || step.dst.buffer == Buffer::Output {
+                continue;
+            }
+            let held = sem.resolve(rank, step.dst.buffer, step.dst.offset);
+            if let Some(k) = (0..outputs).find(|&k| sem.resolve(rank, Buffer::Output, k) == held) {
+                step.dst = Slot::new(Buffer::Output, k);
+                step.src = step.dst;
+                // The rank now addresses its output buffer (its whole extent).
+                g.output_chunks = outputs;
+            }
+        }
+    }
+    program
 }

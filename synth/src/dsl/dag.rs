@@ -110,6 +110,7 @@ impl Instr {
                 r.extend(run(self.dst));
                 (r, run(self.dst))
             }
+            Op::Compute => (run(self.dst), run(self.dst)),
             _ => (vec![], vec![]),
         }
     }
@@ -133,11 +134,16 @@ fn pslot(r: &super::builder::PRef) -> PSlot {
     }
 }
 
-/// The one instruction of operation number `order`, a copy or reduce inside one rank.
+/// The one instruction of operation number `order`, a copy, reduce or compute inside one
+/// rank.
 fn local_instr(order: usize, o: &Operation) -> Instr {
     let (s, d) = (o.src, o.dst);
     let Pins { sendtb, recvtb, .. } = o.pins;
-    let op = if o.reduce { Op::Reduce } else { Op::Copy };
+    let op = match (o.compute, o.reduce) {
+        (true, _) => Op::Compute,
+        (false, true) => Op::Reduce,
+        (false, false) => Op::Copy,
+    };
     let mut i = Instr::new(s.rank, op, pslot(&s), pslot(&d), s.size, o);
     i.sendtb = sendtb.or(recvtb);
     i.order = order;

@@ -1,6 +1,6 @@
 //! The record a front end hands to the compiler: a JSON list of programs, each with its
 //! header (`MSCCLProgram` arguments, topology, collective) and its events (copies, reduces,
-//! `XML()` and `Check()` calls), every event with the file and line that wrote it. The Python
+//! computes, `XML()` and `Check()` calls), every event with the file and line that wrote it. The Python
 //! package writes it; [`replay`] feeds it through the same [`Program`] builder as the Rust
 //! API.
 
@@ -11,7 +11,7 @@ use super::{Options, Policy};
 use anyhow::{Context, Result};
 use runtime::ir::{Flavor, Protocol};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One traced program.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,6 +125,23 @@ pub enum Event {
         /// Where.
         line: u32,
     },
+    /// `chunk.compute(expr, seed=..., **scalars)` (synth's extension of MSCCLang).
+    Compute {
+        /// The chunks computed (output chunks of one rank).
+        chunk: TraceRef,
+        /// A preset name (`adam`, ...) or statements.
+        expr: String,
+        /// Per-step scalars, over the preset's defaults.
+        #[serde(default)]
+        scalars: BTreeMap<String, f64>,
+        /// Dropout seed.
+        #[serde(default)]
+        seed: u64,
+        /// Where.
+        file: String,
+        /// Where.
+        line: u32,
+    },
     /// `XML()`.
     Xml {
         /// Where.
@@ -220,6 +237,21 @@ pub fn replay(t: &TraceProgram, o: &Overrides) -> DslResult<Replayed> {
             } => {
                 let pins = pins(*sendtb, *recvtb, *ch);
                 replay_reduce(&program, dst, src, pins, Loc::new(file, *line))?;
+            }
+            Event::Compute {
+                chunk,
+                expr,
+                scalars,
+                seed,
+                file,
+                line,
+            } => {
+                let at = Loc::new(file, *line);
+                let c = reference(chunk, &at)?;
+                let compute = super::builder::compute_of(expr, scalars.clone(), *seed)
+                    .map_err(|m| DslError::new(&at, m))?;
+                let pins = Pins::default();
+                program.with_tracer(|tr| tr.compute((c.0, &c.1, c.2, c.3), compute, pins, at))?;
             }
             Event::Xml { .. } => wants_xml = true,
             Event::Check { file, line, ok } => {

@@ -137,13 +137,12 @@ impl Workload {
                     .into(),
             ));
         };
-        if !epilogue.contains('=') && preset(&epilogue).1.is_empty() {
+        let Some((program, mut scalars)) = compute::epilogue(&epilogue) else {
             return Err(field(
                 "epilogue",
                 format!("{epilogue:?}: not adam, sgd, bias-dropout-residual, nor statements ending in `out = ...`"),
             ));
-        }
-        let (program, mut scalars) = preset(&epilogue);
+        };
         for (k, v) in raw.scalars.unwrap_or_default() {
             scalars.insert(k, v);
         }
@@ -198,20 +197,6 @@ impl Workload {
             launch_us,
             producer,
         })
-    }
-}
-
-/// The statements and default scalars of a named epilogue, or the text itself.
-fn preset(epilogue: &str) -> (String, BTreeMap<String, f64>) {
-    let scalars = |list: &[(&str, f64)]| list.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    match epilogue {
-        "adam" => (compute::ADAM.into(), compute::adam_scalars()),
-        "sgd" => (compute::SGD.into(), scalars(&[("lr", 0.01)])),
-        "bias-dropout-residual" => (
-            compute::BIAS_DROPOUT_RESIDUAL.into(),
-            scalars(&[("prob", 0.1)]),
-        ),
-        text => (text.into(), BTreeMap::new()),
     }
 }
 

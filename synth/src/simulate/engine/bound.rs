@@ -159,16 +159,15 @@ fn topological_order(layout: &Layout, tb_of: &[u32], sender: &[u32]) -> Option<V
     }
     let mut next = first.clone();
     let mut after = vec![0u32; first[n]];
-    for i in 0..n {
+    for (i, &s) in sender.iter().enumerate() {
         for &(on, step) in layout.deps_of(i) {
             let d = (layout.tbs[on as usize].first + step) as usize;
             after[next[d]] = i as u32;
             next[d] += 1;
         }
-        if sender[i] != NONE {
-            let s = sender[i] as usize;
-            after[next[s]] = i as u32;
-            next[s] += 1;
+        if s != NONE {
+            after[next[s as usize]] = i as u32;
+            next[s as usize] += 1;
         }
     }
     let mut order: Vec<u32> = (0..n as u32).filter(|&i| waits[i as usize] == 0).collect();

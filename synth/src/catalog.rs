@@ -941,8 +941,8 @@ fn build_one(
     // is left to it: MSCCL falls back to NCCL where no file covers a size), then ranges.
     let bound = CutBound::new(coll, topology, 0);
     let preferences: Vec<Preference> = candidates.iter().map(Candidate::preference).collect();
-    let curves: Vec<Option<&[Point]>> = (candidates.iter())
-        .map(|c| Some(c.points.as_slice()))
+    let curves: Vec<Vec<Option<Point>>> = (candidates.iter())
+        .map(|c| c.points.iter().cloned().map(Some).collect())
         .collect();
     let table = simulation.table(coll, 0, &curves, Rule::LeastTime(&preferences));
     let name = kind.name();

@@ -774,7 +774,7 @@ impl<'a> Lowering<'a> {
                 build_gpu(rank, rc, input_extent, output_extent, place)
             })
             .collect();
-        peers::spread_peer_channels(&mut gpus);
+        peers::spread_peer_channels(&mut gpus, |r| place_of(algorithm, r));
         let kind = coll.kind;
         Ok(Program {
             name: algorithm.name.clone(),

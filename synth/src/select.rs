@@ -24,7 +24,9 @@
 //! 1024-rank fabric); [`Simulation::table`] then simulates the baselines and picks.
 
 use crate::baseline::{self, Algo, BaselineOptions, Choice, Tuner};
-use crate::simulate::{simulate, simulate_sizes, SimOptions, SimResult};
+use crate::simulate::{
+    simulate, simulate_sizes, simulate_sizes_unless, Bound, SimOptions, SimResult,
+};
 use crate::topology::Topology;
 use anyhow::Result;
 use runtime::ir::{Collective, Program, Protocol};
@@ -32,6 +34,10 @@ use serde::Serialize;
 
 /// Every protocol of the MSCCL runtimes, the candidates' default.
 pub const ALL_PROTOCOLS: [Protocol; 3] = [Protocol::Simple, Protocol::LL, Protocol::LL128];
+
+/// How far a [`Bound`] must clear what it is compared with before a simulation is skipped on
+/// its word (it and the event loop round differently, by far less).
+const BOUND_MARGIN: f64 = 1e-6;
 
 /// Relative time difference under which two candidates count as equally fast (the
 /// catalog's [`Rule::LeastTime`]).
@@ -132,14 +138,68 @@ impl Simulation<'_> {
         Ok(Point::of(size, &run, protocol))
     }
 
-    /// `program` at one `size`, under its fastest protocol.
+    /// `program` at one `size`, under its fastest protocol (a protocol whose bound shows it
+    /// is not faster than one simulated before is not simulated).
     pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
-        let mut best: Option<Point> = None;
-        for &protocol in self.protocols.iter().filter(|&&p| self.applies(p, size)) {
-            let p = self.point_with(program, size, protocol)?;
-            best = Some(best.map_or(p.clone(), |b| b.faster(p)));
+        self.best_of(program, &[size], &[f64::NEG_INFINITY])?
+            .remove(0)
+            .ok_or_else(|| anyhow::anyhow!("no protocol to simulate"))
+    }
+
+    /// `program` at every size under its fastest protocol, or the error of a failing size
+    /// (with [`Runs::OneByOne`], the first).
+    pub fn curve(&self, program: &Program) -> Result<Vec<Point>> {
+        (self
+            .curve_beating(program, &vec![f64::NEG_INFINITY; self.sizes.len()])?
+            .into_iter())
+        .map(|p| p.ok_or_else(|| anyhow::anyhow!("no protocol to simulate")))
+        .collect()
+    }
+
+    /// [`Self::curve`] where it beats `bar` (a busbw per size, that of the best candidate
+    /// before it for [`Rule::HighestBusbw`]), `None` where it does not: a size where a
+    /// protocol's [`Bound`] proves that it cannot beat the bar, or the program's own best
+    /// protocol so far, is not simulated under that protocol. The points that beat the bar
+    /// are exactly those [`Self::curve`] gives.
+    pub fn curve_beating(&self, program: &Program, bar: &[f64]) -> Result<Vec<Option<Point>>> {
+        match self.runs {
+            Runs::Together => self.best_of(program, self.sizes, bar),
+            Runs::OneByOne => (self.sizes.iter().zip(bar))
+                .map(|(&s, &b)| Ok(self.best_of(program, &[s], &[b])?.remove(0)))
+                .collect(),
         }
-        best.ok_or_else(|| anyhow::anyhow!("no protocol to simulate"))
+    }
+
+    /// `program` at `sizes` laid out once per protocol, the fastest protocol per size where
+    /// it beats `bar` (skipping what a bound rules out; see [`Self::curve_beating`]).
+    fn best_of(&self, program: &Program, sizes: &[u64], bar: &[f64]) -> Result<Vec<Option<Point>>> {
+        let mut best: Vec<Option<Point>> = vec![None; sizes.len()];
+        for &protocol in self.protocols {
+            let at: Vec<usize> = (0..sizes.len())
+                .filter(|&i| self.applies(protocol, sizes[i]))
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            let asked: Vec<u64> = at.iter().map(|&i| sizes[i]).collect();
+            let options = self.options.with_protocol(protocol);
+            let beaten = |k: usize, bound: &Bound| {
+                let i = at[k];
+                let slower = (best[i].as_ref())
+                    .is_some_and(|b| bound.time_us >= b.time_us * (1.0 + BOUND_MARGIN));
+                slower || bound.busbw <= bar[i] * (1.0 - BOUND_MARGIN)
+            };
+            let runs = simulate_sizes_unless(program, self.topology, &asked, &options, beaten)?;
+            for ((&i, &size), run) in at.iter().zip(&asked).zip(runs) {
+                if let Some(run) = run {
+                    let p = Point::of(size, &run, protocol);
+                    best[i] = Some(best[i].take().map_or(p.clone(), |b| b.faster(p)));
+                }
+            }
+        }
+        Ok((best.into_iter().zip(bar))
+            .map(|(p, &b)| p.filter(|p| p.busbw > b))
+            .collect())
     }
 
     /// `program` under `protocol` at `sizes` (a failure fails them all).
@@ -149,35 +209,6 @@ impl Simulation<'_> {
         Ok((sizes.iter().zip(&runs))
             .map(|(&s, r)| Point::of(s, r, protocol))
             .collect())
-    }
-
-    /// `program` at every size under its fastest protocol, or the error of a failing size
-    /// (with [`Runs::OneByOne`], the first).
-    pub fn curve(&self, program: &Program) -> Result<Vec<Point>> {
-        match self.runs {
-            Runs::Together => {
-                let mut best: Vec<Option<Point>> = vec![None; self.sizes.len()];
-                for &protocol in self.protocols {
-                    let at: Vec<usize> = (0..self.sizes.len())
-                        .filter(|&i| self.applies(protocol, self.sizes[i]))
-                        .collect();
-                    let sizes: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
-                    if sizes.is_empty() {
-                        continue;
-                    }
-                    for (i, p) in at
-                        .into_iter()
-                        .zip(self.together(program, &sizes, protocol)?)
-                    {
-                        best[i] = Some(best[i].take().map_or(p.clone(), |b| b.faster(p)));
-                    }
-                }
-                (best.into_iter())
-                    .map(|p| p.ok_or_else(|| anyhow::anyhow!("no protocol to simulate")))
-                    .collect()
-            }
-            Runs::OneByOne => self.sizes.iter().map(|&s| self.point(program, s)).collect(),
-        }
     }
 
     /// `program` under `protocol` at the sizes of index `at`, `None` where its simulation
@@ -198,13 +229,14 @@ impl Simulation<'_> {
     }
 
     /// Simulates NCCL's baselines for `collective` (rooted at `root`) and picks the best of
-    /// `candidates` (each candidate's [`Simulation::curve`], `None` for one that was not
-    /// simulated and so never wins) at every size by `rule`.
+    /// `candidates` (each candidate's points per size, [`Simulation::curve`] or
+    /// [`Simulation::curve_beating`]; `None`, or no point at all, where it was not simulated
+    /// and so never wins) at every size by `rule`.
     pub fn table(
         &self,
         collective: Collective,
         root: usize,
-        candidates: &[Option<&[Point]>],
+        candidates: &[Vec<Option<Point>>],
         rule: Rule,
     ) -> Table {
         let nccl = Baselines::simulate(self, collective, root);
@@ -213,7 +245,7 @@ impl Simulation<'_> {
                 let mut row = Row {
                     size,
                     candidates: (candidates.iter())
-                        .map(|c| c.and_then(|points| points.get(i)).cloned())
+                        .map(|c| c.get(i).cloned().flatten())
                         .collect(),
                     ring: Baselines::at(&nccl.ring, i),
                     tree: Baselines::at(&nccl.tree, i),

@@ -720,3 +720,71 @@ fn renumbered_fabrics_get_the_same_algorithms_renumbered() {
         }
     }
 }
+
+/// A rank with more threadblocks with a peer on one channel than the runtimes take (here
+/// 39 of each on a direct allgather over 40 fully connected ranks) has some connections
+/// moved to further channels (`lower/peers.rs`). The moves follow the numbering the
+/// algorithm was made in (`Algorithm::rank_order`), so a renumbered twin lowers to the same
+/// program renumbered: the same threadblocks per rank, each on the same channel, and the
+/// same simulated figures.
+#[test]
+fn renumbered_twins_move_the_same_connections_to_further_channels() {
+    use synth::algorithm::{Algorithm, Send, Step};
+    use synth::topology::toml_format::random_permutation;
+    let n = 40;
+    let topology = topology::load(&format!("fully-connected:{n}")).unwrap();
+    let collective = Collective::new(Kind::AllGather, n, 0, 1).unwrap();
+    let sends = (0..n)
+        .flat_map(|s| {
+            (0..n).filter(move |&d| d != s).map(move |d| Send {
+                chunk: s,
+                src: s,
+                dst: d,
+            })
+        })
+        .collect();
+    let step = Step {
+        rounds: 1,
+        reduce: false,
+        sends,
+    };
+    let plain = Algorithm::plain("direct", topology.name.clone(), collective, vec![step]);
+    let to = random_permutation(n, 5);
+    let twin = plain.renumbered(&to, 0).unwrap().unwrap();
+    let (a, _) = lower_to_xml(&plain, &LowerOptions::default()).unwrap();
+    let (b, _) = lower_to_xml(&twin, &LowerOptions::default()).unwrap();
+    let moved = |p: &runtime::ir::Program| {
+        (p.gpus.iter())
+            .flat_map(|g| &g.threadblocks)
+            .filter(|t| t.channel > 0)
+            .count()
+    };
+    assert!(
+        moved(&a) > 0,
+        "no connection was moved: the test misses peers.rs"
+    );
+    // Each rank's threadblocks as (send peer, receive peer, channel, steps), in the twin's
+    // numbering.
+    let shape = |p: &runtime::ir::Program, rank: usize, map: &dyn Fn(usize) -> usize| {
+        let mut tbs: Vec<_> = (p.gpus[rank].threadblocks.iter())
+            .map(|t| (t.send.map(map), t.recv.map(map), t.channel, t.steps.len()))
+            .collect();
+        tbs.sort_unstable();
+        tbs
+    };
+    for r in 0..n {
+        assert_eq!(
+            shape(&a, r, &|q| to[q]),
+            shape(&b, to[r], &|q| q),
+            "rank {r} (rank {} of the twin)",
+            to[r]
+        );
+    }
+    let twin_topology = topology.relabeled(&to);
+    for bytes in [1 << 20, 1 << 30] {
+        let sim = SimOptions::default();
+        let x = simulate(&a, &topology, bytes, &sim).unwrap().busbw;
+        let y = simulate(&b, &twin_topology, bytes, &sim).unwrap().busbw;
+        assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
+    }
+}

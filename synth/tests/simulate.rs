@@ -4,7 +4,9 @@ use runtime::ir::{Buffer, Collective, Gpu, Op, Program, Protocol, Slot, Step, Th
 use synth::baseline::{self, Algo, BaselineOptions, Tuner};
 use synth::cutbound::{self, CutBound};
 use synth::select::{Runs, Simulation, ALL_PROTOCOLS};
-use synth::simulate::{simulate, simulate_sizes, ModelParams, PerProtocol, SimOptions, Slicing};
+use synth::simulate::{
+    simulate, simulate_sizes, simulate_sizes_unless, ModelParams, PerProtocol, SimOptions, Slicing,
+};
 use synth::topology::{self, Link, SwitchConstraint, Topology};
 
 const GB: u64 = 1 << 30;
@@ -774,4 +776,103 @@ fn cli_model_file_errors_name_the_file_and_field() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bound a simulation is skipped on ([`simulate_sizes_unless`]) is never above the
+/// simulated time, under every protocol and on fabrics with switches, NICs, relays and
+/// latencies; and on a ring over links of its own at 256 MB, which its links bound, it is
+/// close.
+#[test]
+fn simulation_bounds_never_exceed_the_simulated_time() {
+    for name in [
+        "dgx1",
+        "dgx-a100x2",
+        "ring:6",
+        "star:5",
+        "torus-2d:4x4",
+        "random:12:3",
+    ] {
+        let topo = topology::load(name).unwrap();
+        for coll in [Collective::AllGather, Collective::AllReduce] {
+            let mut programs =
+                vec![baseline::ring(coll, &topo, &BaselineOptions::default()).unwrap()];
+            programs.extend(baseline::tree(coll, &topo, &BaselineOptions::default()).ok());
+            let sizes = [1 << 10, 1 << 20, 256 << 20];
+            for p in &programs {
+                for protocol in ALL_PROTOCOLS {
+                    let opts = SimOptions::default().with_protocol(protocol);
+                    let bounds = std::sync::Mutex::new(vec![None; sizes.len()]);
+                    let runs = simulate_sizes_unless(p, &topo, &sizes, &opts, |i, b| {
+                        bounds.lock().unwrap()[i] = Some(*b);
+                        false
+                    })
+                    .unwrap();
+                    let bounds = bounds.into_inner().unwrap();
+                    for ((run, bound), size) in runs.iter().zip(&bounds).zip(sizes) {
+                        let (run, bound) = (run.as_ref().unwrap(), bound.unwrap());
+                        let at = format!("{} on {name} {protocol:?} at {size}", p.name);
+                        assert_eq!(bound.size_bytes, run.size_bytes, "{at}");
+                        assert!(
+                            bound.time_us <= run.time_us * (1.0 + 1e-9),
+                            "{at}: {bound:?} {run:?}"
+                        );
+                        assert!(bound.busbw >= run.busbw * (1.0 - 1e-9), "{at}");
+                        let own_links = ["dgx1", "ring:6", "torus-2d:4x4"].contains(&name);
+                        if own_links
+                            && p.name.contains("ring")
+                            && size == 256 << 20
+                            && protocol == Protocol::Simple
+                        {
+                            assert!(
+                                bound.time_us >= 0.8 * run.time_us,
+                                "{at}: {bound:?} {run:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// With a bar, a candidate keeps exactly the points of its curve that beat it; the others
+/// (a tie included) are `None`.
+#[test]
+fn a_curve_against_a_bar_keeps_exactly_the_points_that_beat_it() {
+    for (name, coll) in [
+        ("dgx-a100x2", Collective::AllGather),
+        ("torus-2d:4x4", Collective::AllReduce),
+    ] {
+        let topo = topology::load(name).unwrap();
+        let p = baseline::ring(coll, &topo, &BaselineOptions::default()).unwrap();
+        let sizes = [1 << 10, 64 << 10, 16 << 20, 1 << 30];
+        for runs in [Runs::Together, Runs::OneByOne] {
+            let simulation = Simulation {
+                topology: &topo,
+                sizes: &sizes,
+                options: SimOptions::default(),
+                runs,
+                protocols: &ALL_PROTOCOLS,
+            };
+            let curve = simulation.curve(&p).unwrap();
+            for factor in [0.0, 0.5, 0.999, 1.0, 1.001, 2.0] {
+                let bar: Vec<f64> = curve.iter().map(|q| q.busbw * factor).collect();
+                let beating = simulation.curve_beating(&p, &bar).unwrap();
+                for ((q, b), bar) in curve.iter().zip(&beating).zip(&bar) {
+                    let at = format!("{name} {runs:?} factor {factor} at {}", q.size);
+                    match b {
+                        Some(b) => {
+                            assert!(q.busbw > *bar, "{at}");
+                            assert_eq!(
+                                (b.time_us, b.busbw, b.protocol, b.simulated_bytes),
+                                (q.time_us, q.busbw, q.protocol, q.simulated_bytes),
+                                "{at}"
+                            );
+                        }
+                        None => assert!(q.busbw <= *bar, "{at}"),
+                    }
+                }
+            }
+        }
+    }
 }

@@ -193,6 +193,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
     let mut unexpressed: Option<String> = None;
     let mut dropped: Vec<String> = Vec::new();
+    // The best busbw so far per compared size: a later algorithm is simulated only where
+    // its bound does not rule out beating it (the table's rule keeps the first on a tie).
+    let bar = std::sync::Mutex::new(vec![0.0; COMPARE_SIZES.len()]);
     let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
         .algorithms
         .iter()
@@ -202,7 +205,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                     return Ok(None);
                 }
                 progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
-                Simulated::of(p, &topo, &sim).map(Some)
+                let mut bar = bar.lock().unwrap_or_else(|e| e.into_inner());
+                Simulated::of(p, &topo, &sim, &mut bar).map(Some)
             };
             match super::lower_args::write_xml(a, &args.out, &lowering, &progress, simulate) {
                 Ok(done) => Ok(done),
@@ -763,18 +767,32 @@ struct Versus {
     sizes: Vec<AtSize>,
 }
 
-/// An algorithm's name and simulated figures at each of [`COMPARE_SIZES`].
+/// An algorithm's name and simulated figures at each of [`COMPARE_SIZES`] (`None` where it
+/// does not beat the algorithms simulated before it: see [`Simulation::curve_beating`]).
 #[derive(Debug, Clone)]
 struct Simulated {
     name: String,
-    points: Vec<Point>,
+    points: Vec<Option<Point>>,
 }
 
 impl Simulated {
-    fn of(program: &runtime::ir::Program, topo: &Topology, sim: &SimOptions) -> Result<Simulated> {
+    /// `program` simulated where it can beat `bar` (the best busbw so far per size), which
+    /// it then raises.
+    fn of(
+        program: &runtime::ir::Program,
+        topo: &Topology,
+        sim: &SimOptions,
+        bar: &mut [f64],
+    ) -> Result<Simulated> {
+        let points = compared(topo, sim).curve_beating(program, bar)?;
+        for (b, p) in bar.iter_mut().zip(&points) {
+            if let Some(p) = p {
+                *b = b.max(p.busbw);
+            }
+        }
         Ok(Simulated {
             name: program.name.clone(),
-            points: compared(topo, sim).curve(program)?,
+            points,
         })
     }
 }
@@ -819,8 +837,8 @@ fn compare_with_nccl(
     }
     let root = synthesis.algorithms[0].collective.root;
     let simulated: Vec<Option<&Simulated>> = lowered.iter().map(|(_, s)| s.as_ref()).collect();
-    let curves: Vec<Option<&[Point]>> = (simulated.iter())
-        .map(|s| s.map(|s| s.points.as_slice()))
+    let curves: Vec<Vec<Option<Point>>> = (simulated.iter())
+        .map(|s| s.map_or_else(Vec::new, |s| s.points.clone()))
         .collect();
     let table = compared(topo, sim).table(ir, root, &curves, Rule::HighestBusbw);
     let sizes: Vec<AtSize> = (table.rows.iter())

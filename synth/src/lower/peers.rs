@@ -21,8 +21,11 @@ struct Connection {
 
 /// Moves connections of `gpus` off channels where a rank has more than the runtimes'
 /// threadblocks with a send (or receive) peer, each to the lowest channel with room at
-/// both ends. Best effort: what cannot move stays, and the writer names the limit.
-pub fn spread_peer_channels(gpus: &mut [Gpu]) {
+/// both ends, taking connections by channel and then by their ranks' places in `place`
+/// (the lowering's [`crate::algorithm::Algorithm::rank_order`]), so a renumbered twin moves
+/// the same connections. Best effort: what cannot move stays, and the writer names the
+/// limit.
+pub fn spread_peer_channels(gpus: &mut [Gpu], place: impl Fn(usize) -> usize) {
     let per = limits::MAX_PEER_TBS_PER_CHANNEL;
     // Threadblocks with a peer per (rank, channel, sends).
     let mut load: FxHashMap<(usize, usize, bool), usize> = FxHashMap::default();
@@ -38,7 +41,7 @@ pub fn spread_peer_channels(gpus: &mut [Gpu]) {
     if load.values().all(|&n| n <= per) {
         return;
     }
-    let connections = connections(gpus);
+    let connections = connections(gpus, place);
     let mut used: FxHashSet<(usize, usize, usize)> = connections
         .iter()
         .map(|c| {
@@ -81,8 +84,9 @@ pub fn spread_peer_channels(gpus: &mut [Gpu]) {
 }
 
 /// The connections whose threadblocks carry only that connection (a threadblock with both
-/// a send and a receive peer stays where it is), by (channel, sender, receiver).
-fn connections(gpus: &[Gpu]) -> Vec<Connection> {
+/// a send and a receive peer stays where it is), by channel, then the sender's and the
+/// receiver's places in `place`.
+fn connections(gpus: &[Gpu], place: impl Fn(usize) -> usize) -> Vec<Connection> {
     let mut receivers: FxHashMap<(usize, usize, usize), usize> = FxHashMap::default();
     for g in gpus {
         for (tbi, tb) in g.threadblocks.iter().enumerate() {
@@ -106,7 +110,7 @@ fn connections(gpus: &[Gpu]) -> Vec<Connection> {
             }
         }
     }
-    found.sort_by_key(|(ch, c)| (*ch, c.from.0, c.to.0));
+    found.sort_by_key(|(ch, c)| (*ch, place(c.from.0), place(c.to.0)));
     found.into_iter().map(|(_, c)| c).collect()
 }
 
@@ -142,7 +146,7 @@ mod tests {
     #[test]
     fn a_rank_receiving_from_more_peers_than_a_channel_takes_gets_a_second_channel() {
         let mut gpus = fan_in(40);
-        spread_peer_channels(&mut gpus);
+        spread_peer_channels(&mut gpus, |r| r);
         let on = |ch: usize| {
             gpus[0]
                 .threadblocks
@@ -160,7 +164,7 @@ mod tests {
     #[test]
     fn programs_within_the_limit_are_left_alone() {
         let mut gpus = fan_in(32);
-        spread_peer_channels(&mut gpus);
+        spread_peer_channels(&mut gpus, |r| r);
         assert!(gpus
             .iter()
             .flat_map(|g| &g.threadblocks)

@@ -11,6 +11,10 @@
 //! a logarithm and one connected group, not every flow of the fabric, so a 1024-rank program
 //! with millions of transfers simulates in seconds.
 
+mod bound;
+
+pub(super) use bound::Chains;
+
 use super::queue::IndexedHeap;
 use super::share::Sharing;
 use super::{SimOptions, MAX_EVENTS};

@@ -272,13 +272,9 @@ fn check_inputs(
     Ok(())
 }
 
-/// One run of the event loop at `size_bytes`.
-fn run_at(
-    layout: &engine::Layout,
-    program: &Program,
-    size_bytes: u64,
-    options: &SimOptions,
-) -> Result<SimResult> {
+/// The slicing of a run at `size_bytes`: the elements simulated, a chunk's elements and
+/// the bytes of each slice of a chunk.
+fn slices_at(program: &Program, size_bytes: u64, options: &SimOptions) -> (u64, u64, Vec<f64>) {
     let nchunks = program.nchunksperloop.max(1);
     let elements = elements_for(size_bytes, nchunks);
     let chunk_elems = elements / nchunks as u64;
@@ -291,10 +287,31 @@ fn run_at(
         Slicing::Bytes(b) => (b / ELEMENT_BYTES).max(1),
     }
     .max(chunk_elems.div_ceil(MAX_SLICES));
-    let iterations = chunk_elems.div_ceil(slice_elems).max(1) as usize;
-    let slices: Vec<f64> = (0..iterations as u64)
+    let iterations = chunk_elems.div_ceil(slice_elems).max(1);
+    let slices: Vec<f64> = (0..iterations)
         .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
         .collect();
+    (elements, chunk_elems, slices)
+}
+
+/// nccl-tests' busbw (GB/s) of `program` moving `size` bytes in `time_us`.
+fn busbw_of(program: &Program, size: u64, time_us: f64) -> f64 {
+    let algbw = if time_us > 0.0 {
+        size as f64 / (time_us * 1e3)
+    } else {
+        f64::INFINITY
+    };
+    algbw * program.collective.busbw_factor(program.ngpus)
+}
+
+/// One run of the event loop at `size_bytes`.
+fn run_at(
+    layout: &engine::Layout,
+    program: &Program,
+    size_bytes: u64,
+    options: &SimOptions,
+) -> Result<SimResult> {
+    let (elements, chunk_elems, slices) = slices_at(program, size_bytes, options);
     let run = engine::run(layout, &slices)?;
     let size = elements * ELEMENT_BYTES;
     let time_us = run.time_us + options.model.launch_us.get(options.protocol_of(program));
@@ -306,11 +323,63 @@ fn run_at(
     Ok(SimResult {
         size_bytes: size,
         chunk_bytes: chunk_elems * ELEMENT_BYTES,
-        iterations,
+        iterations: slices.len(),
         time_us,
         algbw,
         busbw: algbw * program.collective.busbw_factor(program.ngpus),
         transfers: run.transfers,
         events: run.events,
     })
+}
+
+/// A lower bound on a simulation's time at one size, and so an upper bound on its busbw
+/// (see [`simulate_sizes_unless`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    /// The size that would be simulated (bytes, as [`SimResult::size_bytes`]).
+    pub size_bytes: u64,
+    /// No simulation of the program at this size takes less (µs).
+    pub time_us: f64,
+    /// No simulation of the program at this size reaches more (GB/s).
+    pub busbw: f64,
+}
+
+/// [`simulate_sizes`], but a size where `beaten` says the program's [`Bound`] there cannot
+/// matter is not simulated (`None`). The bound is the launch latency plus the longer of the
+/// longest chain of steps (threadblock order, dependencies, each message sent before it is
+/// received; a transfer at its connection's full rate plus its hop latency) and the most
+/// loaded resource at its capacity; the event loop only adds sharing and waiting for room.
+pub fn simulate_sizes_unless(
+    program: &Program,
+    topology: &Topology,
+    sizes: &[u64],
+    options: &SimOptions,
+    beaten: impl Fn(usize, &Bound) -> bool + Sync,
+) -> Result<Vec<Option<SimResult>>> {
+    use rayon::prelude::*;
+    check_inputs(program, topology, sizes, options)?;
+    let layout = engine::Layout::new(program, topology, options)?;
+    let chains = engine::Chains::new(&layout);
+    let launch = options.model.launch_us.get(options.protocol_of(program));
+    let skipped: Vec<bool> = (sizes.iter().enumerate())
+        .map(|(i, &size)| {
+            let Some(chains) = &chains else { return false };
+            let (elements, _, slices) = slices_at(program, size, options);
+            let time_us = chains.time_us(&layout, &slices) + launch;
+            let size_bytes = elements * ELEMENT_BYTES;
+            let bound = Bound {
+                size_bytes,
+                time_us,
+                busbw: busbw_of(program, size_bytes, time_us),
+            };
+            beaten(i, &bound)
+        })
+        .collect();
+    (sizes.par_iter().zip(skipped))
+        .map(|(&size, skip)| {
+            (!skip)
+                .then(|| run_at(&layout, program, size, options))
+                .transpose()
+        })
+        .collect()
 }

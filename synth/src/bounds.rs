@@ -49,6 +49,50 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
     Ok(bound)
 }
 
+/// Lower bounds for a combining collective `coll` (C = 1) whose addresses may end on
+/// several ranks ([`Collective::phases`]): steps, the farthest (contributor, destination)
+/// pair of an address (each destination needs every contribution); rounds per chunk, the
+/// per-rank cuts of the collective in which every contributor of an address holds it
+/// whole (each destination outside them still receives at least one chunk per address).
+/// Fails, naming the address and ranks, where a destination cannot be reached.
+pub fn reduction_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
+    let dist = topology.distances();
+    let mut steps = 0;
+    let mut relaxed = Vec::new();
+    for (address, members) in coll.by_address() {
+        let mut pre: Vec<usize> = members
+            .iter()
+            .flat_map(|&m| coll.chunks[m].pre.iter().copied())
+            .collect();
+        pre.sort_unstable();
+        pre.dedup();
+        let post = coll.chunks[members[0]].post.clone();
+        for &d in post.iter() {
+            let far = if members.len() > 1 {
+                pre.iter().map(|&p| dist[p][d].ok_or(p)).try_fold(0, |m, x| x.map(|x| m.max(x)))
+            } else {
+                pre.iter().filter_map(|&p| dist[p][d]).min().ok_or(pre[0])
+            };
+            match far {
+                Ok(hops) => steps = steps.max(hops),
+                Err(p) => bail!(
+                    "the collective is impossible on `{}`: address {address} (a chunk starting on rank {p}) cannot reach rank {d}",
+                    topology.name
+                ),
+            }
+        }
+        relaxed.push(Chunk { pre, post, address });
+    }
+    let relaxed = Collective {
+        chunks: relaxed,
+        ..coll.clone()
+    };
+    Ok(Bounds {
+        steps,
+        ..cut_bounds(topology, &relaxed)?
+    })
+}
+
 /// Both lower bounds for a non-combining collective `coll` (with C = 1). The flow LP stops
 /// at `deadline`; the cut and max-flow bounds are used alone when it does not finish.
 pub fn lower_bounds(topology: &Topology, coll: &Collective, deadline: Instant) -> Result<Bounds> {

@@ -111,7 +111,11 @@ pub fn nccl_trees(topology: &Topology, chunks: usize) -> Result<Option<Algorithm
         for (t, parent) in trees.iter().enumerate() {
             for (r, p) in parent.iter().enumerate() {
                 if let (Some(p), true) = (p, depths[t][r] == deepest - k) {
-                    sends.extend(on(t).map(|chunk| Send { chunk, src: r, dst: *p }));
+                    sends.extend(on(t).map(|chunk| Send {
+                        chunk,
+                        src: r,
+                        dst: *p,
+                    }));
                 }
             }
         }
@@ -123,7 +127,11 @@ pub fn nccl_trees(topology: &Topology, chunks: usize) -> Result<Option<Algorithm
         for (t, parent) in trees.iter().enumerate() {
             for (r, p) in parent.iter().enumerate() {
                 if let (Some(p), true) = (p, depths[t][r] == k + 1) {
-                    sends.extend(on(t).map(|chunk| Send { chunk, src: *p, dst: r }));
+                    sends.extend(on(t).map(|chunk| Send {
+                        chunk,
+                        src: *p,
+                        dst: r,
+                    }));
                 }
             }
         }

@@ -505,25 +505,24 @@ impl Collective {
         for (&address, members) in &by_address {
             for j in 0..pieces {
                 let piece = address * pieces + j;
-                let (holders, post): (Vec<usize>, Arc<[usize]>) =
-                    match reductions.get(&address) {
-                        Some((destinations, contributors)) => {
-                            let at = destinations[j % destinations.len()];
-                            for &r in contributors {
-                                reduce.push(Chunk {
-                                    pre: vec![r],
-                                    post: Arc::from([at]),
-                                    address: reduce_of.len(),
-                                });
-                            }
-                            reduce_of.push(piece);
-                            (vec![at], destinations.clone().into())
+                let (holders, post): (Vec<usize>, Arc<[usize]>) = match reductions.get(&address) {
+                    Some((destinations, contributors)) => {
+                        let at = destinations[j % destinations.len()];
+                        for &r in contributors {
+                            reduce.push(Chunk {
+                                pre: vec![r],
+                                post: Arc::from([at]),
+                                address: reduce_of.len(),
+                            });
                         }
-                        None => {
-                            let chunk = &self.chunks[members[0]];
-                            (chunk.pre.clone(), chunk.post.clone())
-                        }
-                    };
+                        reduce_of.push(piece);
+                        (vec![at], destinations.clone().into())
+                    }
+                    None => {
+                        let chunk = &self.chunks[members[0]];
+                        (chunk.pre.clone(), chunk.post.clone())
+                    }
+                };
                 if post.iter().any(|r| !holders.contains(r)) {
                     spread.push(Chunk {
                         pre: holders,

@@ -153,7 +153,11 @@ impl Family {
                 return Some(broadcast.tag().map_or("rb".into(), |b| format!("rb-{b}")));
             }
             Family::ReduceSpread { spread, .. } => {
-                return Some(spread.tag().map_or("spread".into(), |b| format!("spread-{b}")));
+                return Some(
+                    spread
+                        .tag()
+                        .map_or("spread".into(), |b| format!("spread-{b}")),
+                );
             }
             Family::Composed {
                 reduce_scatter,

@@ -663,7 +663,8 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             rounds,
             chunks,
         } => {
-            let join = |x: &Algorithm, y: &Algorithm| compose(x, y, req.topology, req.limits.deadline);
+            let join =
+                |x: &Algorithm, y: &Algorithm| compose(x, y, req.topology, req.limits.deadline);
             let found =
                 two_phase_instance(req, &rs, &ag, (steps, rounds, chunks), &join, &mut cuts)?;
             // A greedy phase that misses proves nothing: no answer is not UNSAT.
@@ -792,13 +793,23 @@ fn reduce_and_spread(
             let joined = xs.iter().map(|x| join(x, None)).collect::<Result<_>>()?;
             (joined, complete)
         }
-        (Search::Instance {
-            steps,
-            rounds,
-            chunks,
-        }, Some(spread)) => {
+        (
+            Search::Instance {
+                steps,
+                rounds,
+                chunks,
+            },
+            Some(spread),
+        ) => {
             let join = |x: &Algorithm, y: &Algorithm| join(x, Some(y));
-            let x = two_phase_instance(req, &reduce, spread, (steps, rounds, chunks), &join, &mut cuts)?;
+            let x = two_phase_instance(
+                req,
+                &reduce,
+                spread,
+                (steps, rounds, chunks),
+                &join,
+                &mut cuts,
+            )?;
             let complete = x.is_some() && cuts.is_empty();
             (x.into_iter().collect(), complete)
         }

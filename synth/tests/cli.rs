@@ -1920,13 +1920,21 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
             xmls += 1;
             let run = synth(&["run", xml.as_str().unwrap(), "--size", "64K"]);
             let stdout = String::from_utf8_lossy(&run.stdout);
-            assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+            assert!(
+                run.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
         }
     }
     assert!(xmls > 0, "no XML written in {}", out_dir.display());
     let bounds = synth(&["bounds", "--topo", "line:4", "--coll", &halves]);
     let stdout = String::from_utf8_lossy(&bounds.stdout);
-    assert!(bounds.status.success(), "{}", String::from_utf8_lossy(&bounds.stderr));
+    assert!(
+        bounds.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bounds.stderr)
+    );
     assert!(stdout.contains("at least 1 steps"), "{stdout}");
     let split = write(&dir, "split.toml", "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n");
     let across = write(

@@ -447,28 +447,48 @@ fn reductions_onto_several_ranks_are_solved_checked_and_run() {
         // a partial allreduce among 0, 1 and 2 (one address, three pieces)
         ("ring:4", 4, reduce_onto(&[0, 1, 2], &[0, 1, 2], 0), 3),
         // allreduce within each half
-        ("line:4", 4, {
-            let mut v = reduce_onto(&[0, 1], &[0, 1], 0);
-            v.extend(reduce_onto(&[2, 3], &[2, 3], 1));
-            v
-        }, 2),
+        (
+            "line:4",
+            4,
+            {
+                let mut v = reduce_onto(&[0, 1], &[0, 1], 0);
+                v.extend(reduce_onto(&[2, 3], &[2, 3], 1));
+                v
+            },
+            2,
+        ),
         // every rank's input reduced onto ranks 0 and 3 (two destinations, one address),
         // beside a copy to several ranks and a reduction onto one rank
-        ("ring:4", 4, {
-            let mut v = reduce_onto(&[0, 1, 2, 3], &[0, 3], 0);
-            v.push((vec![1], vec![0, 2, 3], Some(1)));
-            v.extend(reduce_onto(&[0, 2], &[1], 2));
-            v
-        }, 2),
+        (
+            "ring:4",
+            4,
+            {
+                let mut v = reduce_onto(&[0, 1, 2, 3], &[0, 3], 0);
+                v.push((vec![1], vec![0, 2, 3], Some(1)));
+                v.extend(reduce_onto(&[0, 2], &[1], 2));
+                v
+            },
+            2,
+        ),
         // reduce onto the 4 ranks 0..4 of a random 6-rank fabric, from every rank
-        ("random:6:3", 6, reduce_onto(&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3], 0), 4),
+        (
+            "random:6:3",
+            6,
+            reduce_onto(&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3], 0),
+            4,
+        ),
         // a 3x3 torus (greedy engine): each row's inputs reduced onto that row
-        ("torus-2d:3x3", 9, {
-            let mut v = reduce_onto(&[0, 1, 2], &[0, 1, 2], 0);
-            v.extend(reduce_onto(&[3, 4, 5], &[3, 4, 5], 1));
-            v.extend(reduce_onto(&[6, 7, 8], &[6, 7, 8], 2));
-            v
-        }, 3),
+        (
+            "torus-2d:3x3",
+            9,
+            {
+                let mut v = reduce_onto(&[0, 1, 2], &[0, 1, 2], 0);
+                v.extend(reduce_onto(&[3, 4, 5], &[3, 4, 5], 1));
+                v.extend(reduce_onto(&[6, 7, 8], &[6, 7, 8], 2));
+                v
+            },
+            3,
+        ),
     ];
     for (topo, ranks, chunks, pieces) in &cases {
         let text = file_of(*ranks, chunks);
@@ -551,10 +571,26 @@ fn impossible_reductions_onto_several_ranks_are_refused() {
     let e = synth::bounds::reduction_bounds(&split, &collective)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("address 0") && e.contains("cannot reach rank 2"), "{e}");
+    assert!(
+        e.contains("address 0") && e.contains("cannot reach rank 2"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 1, "{e}");
-    let text = toml(4, &[(&[0], &[], Some(0)), (&[1], &[], Some(0)), (&[2], &[1, 3], None)]);
-    let e = format!("{:#}", Collective::from_text("x.toml", &text, 1).unwrap_err());
-    assert!(e.contains("address 0 is reduced but ends on no rank"), "{e}");
+    let text = toml(
+        4,
+        &[
+            (&[0], &[], Some(0)),
+            (&[1], &[], Some(0)),
+            (&[2], &[1, 3], None),
+        ],
+    );
+    let e = format!(
+        "{:#}",
+        Collective::from_text("x.toml", &text, 1).unwrap_err()
+    );
+    assert!(
+        e.contains("address 0 is reduced but ends on no rank"),
+        "{e}"
+    );
     assert!(e.len() <= 300 && e.lines().count() == 1, "{e}");
 }

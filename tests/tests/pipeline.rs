@@ -240,7 +240,9 @@ fn nccl_trees_allreduce_is_a_candidate_and_runs() {
         }
     }
     let star = topology::load("star:5").unwrap();
-    assert!(synth::allreduce_shapes::nccl_trees(&star, 1).unwrap().is_none());
+    assert!(synth::allreduce_shapes::nccl_trees(&star, 1)
+        .unwrap()
+        .is_none());
     let topo = topology::load("ring:5").unwrap();
     let progress = Progress::hidden();
     let request = Request {

@@ -4,7 +4,8 @@
 //! every ordered pair of ranks has a link (NVSwitch boxes, fully connected fabrics). On
 //! other fabrics an unreduced input cannot be relayed: an algorithm holds one value per
 //! rank and address, so a rank between two others would forward its own partial sum
-//! (which is what the tree and ring shapes do). Reduce + broadcast over trees is
+//! (which is what the tree and ring shapes do). NCCL's trees are reduced up and broadcast
+//! down where every tree edge is a link ([`nccl_trees`]). Reduce + broadcast over trees is
 //! [`crate::synthesize`]'s composition of a reduce and a broadcast.
 
 use crate::algorithm::{Algorithm, Send, Step};

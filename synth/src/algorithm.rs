@@ -453,7 +453,8 @@ pub fn name_uniquely(algorithms: &mut [Algorithm], collective_file: Option<&std:
             .collect();
         for a in algorithms.iter_mut() {
             if let Some(rest) = a.name.strip_prefix("custom-") {
-                a.name = format!("custom-{stem}-{rest}");
+                // Cut in the tag, like every name, to fit with `-inplace`.
+                a.name = shortened(&format!("custom-{stem}-{rest}"), MAX_NAME);
             }
         }
     }

@@ -4,7 +4,8 @@
 //! every ordered pair of ranks has a link (NVSwitch boxes, fully connected fabrics). On
 //! other fabrics an unreduced input cannot be relayed: an algorithm holds one value per
 //! rank and address, so a rank between two others would forward its own partial sum
-//! (which is what the tree and ring shapes do). Reduce + broadcast over trees is
+//! (which is what the tree and ring shapes do). NCCL's trees are reduced up and broadcast
+//! down where every tree edge is a link ([`nccl_trees`]). Reduce + broadcast over trees is
 //! [`crate::synthesize`]'s composition of a reduce and a broadcast.
 
 use crate::algorithm::{Algorithm, Send, Step};
@@ -74,6 +75,85 @@ pub fn two_shot(topology: &Topology, chunks: usize) -> Result<Option<Algorithm>>
     let count = chunks.min(runtime::limits::MAX_COUNT);
     algorithm.message_chunks = Some(vec![count, count]);
     Ok(Some(algorithm))
+}
+
+/// NCCL's trees as an allreduce at `chunks` pieces per rank's slice: the trees NCCL's tree
+/// algorithm runs over the fabric ([`crate::baseline::tree_parents`]: one per channel, a
+/// chain in a node and, across nodes, the double binary tree over the nodes, alternately
+/// heap-ordered and reversed so that the leaves of one are inner nodes of the other), each
+/// carrying an equal share of the addresses (address `a` on tree `a mod trees`): reduced up
+/// its tree, one depth per step (the deepest ranks first), then broadcast down, so the
+/// lowering's per-slot dependencies pipeline the pieces through both. `None` where a tree
+/// edge is not a link: an algorithm holds one value per rank and address, so a relay would
+/// add its own input to what it forwards.
+pub fn nccl_trees(topology: &Topology, chunks: usize) -> Result<Option<Algorithm>> {
+    let trees = crate::baseline::tree_parents(topology, None)?;
+    let index = topology.index();
+    let linked = |a: usize, b: usize| index.link_of.contains_key(&(a, b));
+    let tree_linked = |t: &[Option<usize>]| {
+        (t.iter().enumerate()).all(|(r, p)| p.is_none_or(|p| linked(r, p) && linked(p, r)))
+    };
+    if trees.is_empty() || !trees.iter().all(|t| tree_linked(t)) {
+        return Ok(None);
+    }
+    let depths: Vec<Vec<usize>> = trees.iter().map(|t| depths(t)).collect();
+    // (`tree_parents` gives trees: every rank's parents lead to a root.)
+    let deepest = depths.iter().flatten().copied().max().unwrap_or(0);
+    if deepest == 0 {
+        return Ok(None);
+    }
+    let addresses = topology.ranks * chunks;
+    let count = trees.len();
+    let on = move |t: usize| (0..addresses).filter(move |a| a % count == t);
+    let mut steps = Vec::new();
+    // Up: at step k the ranks at depth `deepest - k` add their partial sums into their parents'.
+    for k in 0..deepest {
+        let mut sends = Vec::new();
+        for (t, parent) in trees.iter().enumerate() {
+            for (r, p) in parent.iter().enumerate() {
+                if let (Some(p), true) = (p, depths[t][r] == deepest - k) {
+                    sends.extend(on(t).map(|chunk| Send {
+                        chunk,
+                        src: r,
+                        dst: *p,
+                    }));
+                }
+            }
+        }
+        steps.push(reducing_step(topology, sends, true)?);
+    }
+    // Down: at step k the ranks at depth k send the sum to their children.
+    for k in 0..deepest {
+        let mut sends = Vec::new();
+        for (t, parent) in trees.iter().enumerate() {
+            for (r, p) in parent.iter().enumerate() {
+                if let (Some(p), true) = (p, depths[t][r] == k + 1) {
+                    sends.extend(on(t).map(|chunk| Send {
+                        chunk,
+                        src: *p,
+                        dst: r,
+                    }));
+                }
+            }
+        }
+        steps.push(reducing_step(topology, sends, false)?);
+    }
+    steps.retain(|s| !s.sends.is_empty());
+    Ok(Some(made(Family::NcclTrees, topology, chunks, steps)?))
+}
+
+/// The depth of every rank in the tree `parent` (the root at 0).
+fn depths(parent: &[Option<usize>]) -> Vec<usize> {
+    (0..parent.len())
+        .map(|mut r| {
+            let mut d = 0;
+            while let Some(p) = parent[r] {
+                r = p;
+                d += 1;
+            }
+            d
+        })
+        .collect()
 }
 
 /// Both shapes at one piece per slice where they apply, each checked.

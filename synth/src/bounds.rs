@@ -49,6 +49,73 @@ pub fn steps_lower_bound(topology: &Topology, coll: &Collective) -> Result<usize
     Ok(bound)
 }
 
+/// Lower bounds for a combining collective `coll` (C = 1) whose addresses may end on
+/// several ranks ([`Collective::phases`]): steps, the farthest (contributor, destination)
+/// pair of an address (each destination needs every contribution); rounds per chunk, per
+/// rank, the chunks it must receive through its in-capacity (one per address it must end
+/// with and lacks something of: another rank's contribution, or the data) and send through
+/// its out-capacity (one per address where it holds something alone that another rank
+/// needs: its contribution, or the only copy). Fails, naming the address and ranks, where
+/// a destination cannot be reached.
+pub fn reduction_bounds(topology: &Topology, coll: &Collective) -> Result<Bounds> {
+    let dist = topology.distances();
+    let n = topology.ranks;
+    let (mut receive, mut send) = (vec![0u64; n], vec![0u64; n]);
+    let mut steps = 0;
+    for (address, members) in coll.by_address() {
+        let combining = members.len() > 1;
+        let mut pre: Vec<usize> = members
+            .iter()
+            .flat_map(|&m| coll.chunks[m].pre.iter().copied())
+            .collect();
+        pre.sort_unstable();
+        pre.dedup();
+        let mut post = coll.chunks[members[0]].post.to_vec();
+        post.sort_unstable();
+        post.dedup();
+        for &d in &post {
+            let far = if combining {
+                (pre.iter().map(|&p| dist[p][d].ok_or(p)))
+                    .try_fold(0, |most, hops| hops.map(|h| most.max(h)))
+            } else {
+                pre.iter().filter_map(|&p| dist[p][d]).min().ok_or(pre[0])
+            };
+            match far {
+                Ok(hops) => steps = steps.max(hops),
+                Err(p) => bail!(
+                    "the collective is impossible on `{}`: address {address} (a chunk starting on rank {p}) cannot reach rank {d}",
+                    topology.name
+                ),
+            }
+            let lacks = if combining {
+                pre.iter().any(|&p| p != d)
+            } else {
+                !pre.contains(&d)
+            };
+            receive[d] += u64::from(lacks);
+        }
+        for &p in &pre {
+            let alone = combining || pre.len() == 1;
+            send[p] += u64::from(alone && post.iter().any(|&d| d != p));
+        }
+    }
+    let caps = topology.bound_capacities()?;
+    let mut rounds_per_chunk = Ratio::from_integer(0u64);
+    for r in 0..n {
+        for (count, incoming) in [(receive[r], true), (send[r], false)] {
+            let cap = rank_capacity(topology, &caps, r, incoming);
+            if cap > 0 {
+                rounds_per_chunk = rounds_per_chunk.max(Ratio::new(count, cap));
+            }
+        }
+    }
+    Ok(Bounds {
+        steps,
+        rounds_per_chunk,
+        from_lp: false,
+    })
+}
+
 /// Both lower bounds for a non-combining collective `coll` (with C = 1). The flow LP stops
 /// at `deadline`; the cut and max-flow bounds are used alone when it does not finish.
 pub fn lower_bounds(topology: &Topology, coll: &Collective, deadline: Instant) -> Result<Bounds> {

@@ -120,6 +120,29 @@ impl FromStr for Kind {
     }
 }
 
+/// The most pieces [`Collective::phases`] splits an address into to give each of its
+/// destinations an equal share (the least common multiple of the destination counts);
+/// past it, as many as the most destinations, some destinations reducing more pieces.
+pub const MAX_PHASE_PIECES: usize = 16;
+
+/// A collective that reduces onto several ranks as a reduce phase and a spread phase
+/// ([`Collective::phases`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Phases {
+    /// Pieces each address of the collective is split into.
+    pub pieces: usize,
+    /// The reduce phase: per piece of a combining address, its contributions reduced onto
+    /// one of its destinations (a custom collective at one chunk per address).
+    pub reduce: Collective,
+    /// Per address of `reduce`, the piece it is (`address × pieces + j`).
+    pub reduce_of: Vec<usize>,
+    /// The spread phase: every piece copied from the rank that holds it to the rest of its
+    /// destinations (pieces already where they must end left out).
+    pub spread: Collective,
+    /// Per address of `spread`, the piece it is.
+    pub spread_of: Vec<usize>,
+}
+
 /// One chunk of a collective.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chunk {
@@ -308,9 +331,12 @@ impl Collective {
             chunks,
         };
         if collective.builtin().is_none() {
-            collective
-                .dual()
-                .with_context(|| format!("{path}: unsupported combining chunks"))?;
+            let valid = if collective.ends_on_many() {
+                collective.phases().map(drop)
+            } else {
+                collective.dual().map(drop)
+            };
+            valid.with_context(|| format!("{path}: unsupported combining chunks"))?;
         }
         Ok(collective)
     }
@@ -422,43 +448,133 @@ impl Collective {
         map
     }
 
+    /// Whether the collective reduces (some address has several chunks) and some address
+    /// ends on other than exactly one rank: solved by [`Collective::phases`], not as a dual.
+    pub fn ends_on_many(&self) -> bool {
+        self.is_combining()
+            && self
+                .by_address()
+                .values()
+                .any(|members| self.chunks[members[0]].post.len() != 1)
+    }
+
+    /// The destinations and contributors of a combining address (chunks `members`): every
+    /// chunk ends on the same ranks, at least one, and starts on exactly one rank, a
+    /// different one per chunk.
+    fn reduction(&self, address: usize, members: &[usize]) -> Result<(Vec<usize>, Vec<usize>)> {
+        let post = &self.chunks[members[0]].post;
+        if members.iter().any(|&m| &self.chunks[m].post != post) {
+            bail!("the chunks of address {address} have different postconditions; chunks reduced together must end on the same ranks");
+        }
+        if post.is_empty() {
+            bail!("address {address} is reduced but ends on no rank; give its chunks a post");
+        }
+        if let Some(&m) = members.iter().find(|&&m| self.chunks[m].pre.len() != 1) {
+            bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", self.chunks[m].pre.len());
+        }
+        let mut contributors: Vec<usize> = members.iter().map(|&m| self.chunks[m].pre[0]).collect();
+        contributors.sort_unstable();
+        if let Some(w) = contributors.windows(2).find(|w| w[0] == w[1]) {
+            bail!("address {address} has two chunks starting on rank {}; a rank contributes at most one chunk to a reduction", w[0]);
+        }
+        let mut destinations = post.to_vec();
+        destinations.sort_unstable();
+        destinations.dedup();
+        Ok((destinations, contributors))
+    }
+
+    /// A collective that reduces onto several ranks ([`Collective::ends_on_many`]) as two
+    /// phases, reduce-scatter + allgather generalised so the destinations share the
+    /// bandwidth: every address split into [`Phases::pieces`] pieces, piece `j` of a
+    /// combining address reduced onto its destination `j mod d` (of its `d`, in rank
+    /// order), then every piece copied from where it is to the ranks that still need it.
+    /// Both phases are custom collectives at one chunk per address, solved as any other
+    /// (the first as a dual).
+    pub fn phases(&self) -> Result<Phases> {
+        let by_address = self.by_address();
+        let mut reductions = BTreeMap::new();
+        for (&address, members) in by_address.iter().filter(|(_, m)| m.len() > 1) {
+            reductions.insert(address, self.reduction(address, members)?);
+        }
+        let counts = reductions.values().map(|(d, _)| d.len());
+        let most = counts.clone().max().unwrap_or(1);
+        let lcm = counts.fold(1, num_integer::lcm);
+        let pieces = if lcm <= MAX_PHASE_PIECES { lcm } else { most };
+        let (mut reduce, mut spread) = (Vec::new(), Vec::new());
+        let (mut reduce_of, mut spread_of) = (Vec::new(), Vec::new());
+        for (&address, members) in &by_address {
+            for j in 0..pieces {
+                let piece = address * pieces + j;
+                let (holders, post): (Vec<usize>, Arc<[usize]>) = match reductions.get(&address) {
+                    Some((destinations, contributors)) => {
+                        let at = destinations[j % destinations.len()];
+                        for &r in contributors {
+                            reduce.push(Chunk {
+                                pre: vec![r],
+                                post: Arc::from([at]),
+                                address: reduce_of.len(),
+                            });
+                        }
+                        reduce_of.push(piece);
+                        (vec![at], destinations.clone().into())
+                    }
+                    None => {
+                        let chunk = &self.chunks[members[0]];
+                        (chunk.pre.clone(), chunk.post.clone())
+                    }
+                };
+                if post.iter().any(|r| !holders.contains(r)) {
+                    spread.push(Chunk {
+                        pre: holders,
+                        post,
+                        address: spread_of.len(),
+                    });
+                    spread_of.push(piece);
+                }
+            }
+        }
+        let custom = |chunks| Collective {
+            kind: Kind::Custom,
+            ranks: self.ranks,
+            root: 0,
+            chunks_per_rank: 1,
+            chunks,
+        };
+        Ok(Phases {
+            pieces,
+            reduce: custom(reduce),
+            reduce_of,
+            spread: custom(spread),
+            spread_of,
+        })
+    }
+
     /// For a combining collective whose addresses each end on one rank (reduce-scatter,
     /// reduce, gather-like custom ones): the non-combining dual, where each address
     /// starts on that rank and must reach every contributor. Solving the dual on the
     /// reversed topology and reversing the result gives the combining algorithm.
-    /// Returns `Ok(None)` for non-combining collectives.
+    /// Returns `Ok(None)` for non-combining collectives; fails where an address ends on
+    /// several ranks ([`Collective::ends_on_many`]: see [`Collective::phases`]).
     pub fn dual(&self) -> Result<Option<Collective>> {
         if !self.is_combining() {
             return Ok(None);
         }
         let mut chunks = Vec::new();
         for (address, members) in self.by_address() {
-            let post = &self.chunks[members[0]].post;
-            if members.iter().any(|&m| &self.chunks[m].post != post) {
-                bail!("the chunks of address {address} have different postconditions; chunks reduced together must end on the same rank");
-            }
-            if post.len() != 1 {
-                bail!("address {address} must end on exactly one rank (it ends on {}); only single-destination reductions (and allreduce) are supported", post.len());
-            }
-            let mut starts: Vec<usize> = members
-                .iter()
-                .flat_map(|&m| self.chunks[m].pre.clone())
-                .collect();
-            starts.sort_unstable();
-            if let Some(w) = starts.windows(2).find(|w| w[0] == w[1]) {
-                bail!("address {address} has two chunks starting on rank {}; a rank contributes at most one chunk to a reduction", w[0]);
-            }
-            if let Some(&m) = members.iter().find(|&&m| self.chunks[m].pre.len() != 1) {
-                bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", self.chunks[m].pre.len());
-            }
-            let mut contributors: Vec<usize> = members
-                .iter()
-                .flat_map(|&m| self.chunks[m].pre.clone())
-                .collect();
-            contributors.sort_unstable();
-            contributors.dedup();
+            let (destinations, contributors) = if members.len() > 1 {
+                self.reduction(address, &members)?
+            } else {
+                let chunk = &self.chunks[members[0]];
+                if chunk.pre.len() != 1 {
+                    bail!("a chunk of address {address} starts on {} ranks; in a combining collective every chunk starts on exactly one rank (its contribution would be counted once per holder)", chunk.pre.len());
+                }
+                (chunk.post.to_vec(), chunk.pre.clone())
+            };
+            let [destination] = destinations[..] else {
+                bail!("address {address} ends on {} ranks, not one: a collective that reduces onto several ranks is solved in two phases (Collective::phases), not as a dual", destinations.len());
+            };
             chunks.push(Chunk {
-                pre: post.to_vec(),
+                pre: vec![destination],
                 post: contributors.into(),
                 address,
             });

@@ -74,12 +74,23 @@ pub enum Family {
     /// The two-shot allreduce over all pairs: each rank reduces its slice from every rank,
     /// then sends it to every rank ([`crate::allreduce_shapes`]).
     TwoShot,
+    /// NCCL's trees (chains in a node, double binary trees across nodes) as an allreduce:
+    /// reduce up each tree then broadcast down ([`crate::allreduce_shapes::nccl_trees`]).
+    NcclTrees,
     /// An allreduce made of a reduce to one rank then a broadcast from it (trees).
     ReduceBroadcast {
         /// The reduce's family.
         reduce: Box<Family>,
         /// The broadcast's family.
         broadcast: Box<Family>,
+    },
+    /// A collective that reduces onto several ranks, as a reduce phase (each piece onto one
+    /// destination) then a spread phase ([`crate::collective::Collective::phases`]).
+    ReduceSpread {
+        /// The reduce phase's family.
+        reduce: Box<Family>,
+        /// The spread phase's family.
+        spread: Box<Family>,
     },
     /// An allreduce composed of a reduce-scatter and an allgather.
     Composed {
@@ -137,8 +148,16 @@ impl Family {
             Family::RailShortcutRelay { retimed: true } => "rail-srelay-lst",
             Family::OneShot => "oneshot",
             Family::TwoShot => "twoshot",
+            Family::NcclTrees => "nccltrees",
             Family::ReduceBroadcast { broadcast, .. } => {
                 return Some(broadcast.tag().map_or("rb".into(), |b| format!("rb-{b}")));
+            }
+            Family::ReduceSpread { spread, .. } => {
+                return Some(
+                    spread
+                        .tag()
+                        .map_or("spread".into(), |b| format!("spread-{b}")),
+                );
             }
             Family::Composed {
                 reduce_scatter,

@@ -490,7 +490,7 @@ fn synthesize_as_numbered(
         );
     }
     if req.limits.extra_memory.is_some() {
-        if req.collective.kind == Kind::AllReduce || req.collective.dual()?.is_some() {
+        if req.collective.kind == Kind::AllReduce || req.collective.is_combining() {
             bail!(
                 "--extra-memory applies to non-combining collectives (allgather, alltoall, broadcast, gather, scatter, custom without reduction), not {}",
                 req.collective.kind
@@ -502,6 +502,9 @@ fn synthesize_as_numbered(
     }
     if collective.kind == Kind::AllReduce {
         return allreduce(req, method, sketch);
+    }
+    if collective.ends_on_many() {
+        return reduce_and_spread(req, collective, method, sketch);
     }
     let plan = Plan::new(req.topology, collective, method, sketch)?;
     if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
@@ -660,7 +663,10 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
             rounds,
             chunks,
         } => {
-            let found = allreduce_instance(req, &rs, &ag, (steps, rounds, chunks), &mut cuts)?;
+            let join =
+                |x: &Algorithm, y: &Algorithm| compose(x, y, req.topology, req.limits.deadline);
+            let found =
+                two_phase_instance(req, &rs, &ag, (steps, rounds, chunks), &join, &mut cuts)?;
             // A greedy phase that misses proves nothing: no answer is not UNSAT.
             let complete =
                 cuts.is_empty() && (found.is_some() || !matches!(method, Method::Greedy { .. }));
@@ -720,6 +726,12 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
                     Err(e) => notes.push(format!("reduce + broadcast trees: {e:#}")),
                 }
             }
+            if req.topology.ranks <= TREE_ALLREDUCE_RANKS && method != Method::Milp {
+                match nccl_trees(req.topology, req.limits.deadline) {
+                    Ok(trees) => shapes.extend(trees),
+                    Err(e) => notes.push(format!("NCCL's trees: {e:#}")),
+                }
+            }
             (with_shapes(kept, shapes), a.complete && b.complete)
         }
     };
@@ -732,6 +744,148 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
         notes,
         cuts,
     })
+}
+
+/// A collective that reduces onto several ranks ([`Collective::ends_on_many`]): its reduce
+/// phase (solved as a dual) then its spread phase ([`Collective::phases`]), each by
+/// `method`, joined per pair of phase algorithms (the frontier of the pairs for a Pareto
+/// search). A phase at C chunks per piece makes an algorithm at `pieces × C` chunks per
+/// address. Bounds are [`crate::bounds::reduction_bounds`]: they hold for every algorithm,
+/// not only for two phases, so a search that finds nothing is not reported complete.
+fn reduce_and_spread(
+    req: &Request,
+    collective: &Collective,
+    method: Method,
+    sketch: Option<&Sketch>,
+) -> Result<Synthesis> {
+    let phases = collective.phases()?;
+    let lower = crate::bounds::reduction_bounds(req.topology, collective)?;
+    let bounds = BoundsReport {
+        steps: lower.steps,
+        rounds_per_chunk: lower.rounds_per_chunk.to_string(),
+    };
+    req.progress.bound(&format!(
+        "{} steps, R/C >= {}",
+        bounds.steps, bounds.rounds_per_chunk
+    ));
+    let reduce = Plan::new(req.topology, &phases.reduce, method, sketch)?;
+    let spread = (!phases.spread.chunks.is_empty())
+        .then(|| Plan::new(req.topology, &phases.spread, method, sketch))
+        .transpose()?;
+    let deadline = req.limits.deadline;
+    let join = |x: &Algorithm, y: Option<&Algorithm>| {
+        joined_phases(x, y, &phases, collective, req.topology, deadline)
+    };
+    let run = |plan: &Plan, search: Search| {
+        plan.run(search, &req.limits, req.progress, req.topology)
+            .map(|(_, found)| found)
+    };
+    let mut cuts = Vec::new();
+    let mut notes = Vec::new();
+    let mut keep = |f: Found, cuts: &mut Vec<crate::engine::Cut>| {
+        cuts.extend(f.cuts);
+        notes.extend(f.notes);
+        (f.algorithms, f.complete)
+    };
+    let (algorithms, complete) = match (req.search, &spread) {
+        (search, None) => {
+            let (xs, complete) = keep(run(&reduce, search)?, &mut cuts);
+            let joined = xs.iter().map(|x| join(x, None)).collect::<Result<_>>()?;
+            (joined, complete)
+        }
+        (
+            Search::Instance {
+                steps,
+                rounds,
+                chunks,
+            },
+            Some(spread),
+        ) => {
+            let join = |x: &Algorithm, y: &Algorithm| join(x, Some(y));
+            let x = two_phase_instance(
+                req,
+                &reduce,
+                spread,
+                (steps, rounds, chunks),
+                &join,
+                &mut cuts,
+            )?;
+            let complete = x.is_some() && cuts.is_empty();
+            (x.into_iter().collect(), complete)
+        }
+        (Search::LeastSteps { chunks, rounds }, Some(spread)) => {
+            let half = Search::LeastSteps {
+                chunks,
+                rounds: None,
+            };
+            let (xs, a) = keep(run(&reduce, half)?, &mut cuts);
+            let (ys, b) = keep(run(spread, half)?, &mut cuts);
+            let mut joined = (xs.iter().zip(&ys))
+                .map(|(x, y)| join(x, Some(y)))
+                .collect::<Result<Vec<_>>>()?;
+            joined.retain(|j| rounds.is_none_or(|r| j.rounds() as usize <= r));
+            (joined, a && b)
+        }
+        (Search::Pareto, Some(spread)) => {
+            let (xs, a) = keep(run(&reduce, Search::Pareto)?, &mut cuts);
+            let (ys, b) = keep(run(spread, Search::Pareto)?, &mut cuts);
+            let mut all = Vec::new();
+            for x in &xs {
+                for y in &ys {
+                    all.push(join(x, Some(y))?);
+                }
+            }
+            (crate::frontier::frontier_with_twins(all), a && b)
+        }
+    };
+    Ok(Synthesis {
+        bounds,
+        algorithms,
+        complete,
+        method,
+        engines: vec![method],
+        notes,
+        cuts,
+    })
+}
+
+/// The reduce phase's algorithm `x` then the spread phase's `y` (if the spread phase has
+/// anything to move) as one algorithm for `collective`: both refined to a common chunk
+/// count C, each phase address's pieces renumbered to the pieces of the collective at
+/// `phases.pieces × C` chunks per address they are; checked.
+fn joined_phases(
+    x: &Algorithm,
+    y: Option<&Algorithm>,
+    phases: &crate::collective::Phases,
+    collective: &Collective,
+    topology: &Topology,
+    deadline: Instant,
+) -> Result<Algorithm> {
+    let c = y.map_or(x.chunks(), |y| num_integer::lcm(x.chunks(), y.chunks()));
+    let renumbered = |a: &Algorithm, of: &[usize]| -> Vec<crate::algorithm::Step> {
+        let a = a.refined(c);
+        a.steps
+            .into_iter()
+            .map(|mut step| {
+                for send in &mut step.sends {
+                    send.chunk = of[send.chunk / c] * c + send.chunk % c;
+                }
+                step
+            })
+            .collect()
+    };
+    let mut steps = renumbered(x, &phases.reduce_of);
+    if let Some(y) = y {
+        steps.extend(renumbered(y, &phases.spread_of));
+    }
+    let family = Family::ReduceSpread {
+        reduce: Box::new(x.origin.family.clone()),
+        spread: Box::new(y.map_or(Family::Empty, |y| y.origin.family.clone())),
+    };
+    let collective = resplit(collective, phases.pieces * c)?;
+    let algorithm = Algorithm::made(family, topology.name.clone(), collective, steps);
+    check_in_time(&algorithm, topology, deadline, "reduce + spread ")?;
+    Ok(algorithm)
 }
 
 /// The most ranks on which the allreduce also searches a reduce and a broadcast to pair
@@ -827,6 +981,16 @@ fn reduce_broadcast(req: &Request, cuts: &mut Vec<crate::engine::Cut>) -> Result
         }
     }
     Ok(made)
+}
+
+/// NCCL's trees as an allreduce ([`crate::allreduce_shapes::nccl_trees`]), refined to
+/// pipeline like the reduce + broadcast trees; `None` where a tree edge is not a link.
+fn nccl_trees(topology: &Topology, deadline: Instant) -> Result<Option<Algorithm>> {
+    let Some(trees) = crate::allreduce_shapes::nccl_trees(topology, 1)? else {
+        return Ok(None);
+    };
+    check_in_time(&trees, topology, deadline, "")?;
+    pipelined_pieces(trees, topology, deadline).map(Some)
 }
 
 /// Pieces in flight per step of a pipelined reduce + broadcast: the allreduce is refined
@@ -935,14 +1099,16 @@ fn frontier_and_structures(all: Vec<Algorithm>, alike: Vec<Algorithm>) -> Vec<Al
     kept
 }
 
-/// Allreduce with exactly S steps and at most R rounds at C chunks: tries every split of
-/// the steps; the reduce-scatter phase takes the least rounds it can, leaving the most to
-/// the allgather phase (which makes the split search complete).
-fn allreduce_instance(
+/// Two phases (an allreduce's reduce-scatter and allgather, a reduce and a spread) with
+/// exactly S steps and at most R rounds at C chunks, `join`ed: tries every split of the
+/// steps; the first phase takes the least rounds it can, leaving the most to the second
+/// (which makes the split search complete).
+fn two_phase_instance(
     req: &Request,
     rs: &Plan,
     ag: &Plan,
     (steps, rounds, chunks): (usize, usize, usize),
+    join: &dyn Fn(&Algorithm, &Algorithm) -> Result<Algorithm>,
     cuts: &mut Vec<crate::engine::Cut>,
 ) -> Result<Option<Algorithm>> {
     for first in 1..steps {
@@ -979,7 +1145,7 @@ fn allreduce_instance(
         )?;
         cuts.extend(b.cuts);
         if let Some(y) = b.algorithms.first() {
-            return Ok(Some(compose(&x, y, req.topology, req.limits.deadline)?));
+            return Ok(Some(join(&x, y)?));
         }
     }
     Ok(None)

@@ -1878,3 +1878,72 @@ fn fuse_writes_the_best_schedule_that_runs_and_refuses_bad_workloads() {
         "field epilogue: compute column 10",
     );
 }
+
+/// Issue 29 item 4a: a custom collective whose reductions end on several ranks (an
+/// allreduce within each half) is solved, written as XML that runs with no wrong element,
+/// and bounded; one whose destination no contributor reaches is a one-line error.
+#[test]
+fn reductions_onto_several_ranks_run_from_the_command_line() {
+    let dir = temp_dir("halves");
+    let mut text = String::from("ranks = 4\n");
+    for (rank, post) in [(0, "[0, 1]"), (1, "[0, 1]"), (2, "[2, 3]"), (3, "[2, 3]")] {
+        let address = rank / 2;
+        text += &format!("[[chunk]]\npre = [{rank}]\npost = {post}\naddress = {address}\n");
+    }
+    let halves = write(&dir, "halves.toml", &text);
+    let out_dir = dir.join("out");
+    let out = synth(&[
+        "--topo",
+        "line:4",
+        "--coll",
+        &halves,
+        "--max-chunks",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["bounds"]["steps"], 1, "{doc}");
+    let algorithms = doc["algorithms"].as_array().unwrap();
+    assert!(!algorithms.is_empty(), "{doc}");
+    let mut xmls = 0;
+    for a in algorithms {
+        assert!(a["file"].as_str().unwrap().contains("-spread"), "{a}");
+        // `synth run` fails on any wrong element.
+        for xml in a["xml"].as_array().unwrap() {
+            xmls += 1;
+            let run = synth(&["run", xml.as_str().unwrap(), "--size", "64K"]);
+            let stdout = String::from_utf8_lossy(&run.stdout);
+            assert!(
+                run.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+        }
+    }
+    assert!(xmls > 0, "no XML written in {}", out_dir.display());
+    let bounds = synth(&["bounds", "--topo", "line:4", "--coll", &halves]);
+    let stdout = String::from_utf8_lossy(&bounds.stdout);
+    assert!(
+        bounds.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bounds.stderr)
+    );
+    assert!(stdout.contains("at least 1 steps"), "{stdout}");
+    let split = write(&dir, "split.toml", "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n");
+    let across = write(
+        &dir,
+        "across.toml",
+        "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2]\naddress = 0\n[[chunk]]\npre = [1]\npost = [1, 2]\naddress = 0\n",
+    );
+    fails_with(
+        &["--topo", &split, "--coll", &across],
+        "address 0 (a chunk starting on rank 0) cannot reach rank 2",
+    );
+}

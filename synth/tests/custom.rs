@@ -417,3 +417,180 @@ fn custom_collectives_equal_to_builtins_are_recognised() {
         .builtin()
         .is_none());
 }
+
+/// Every contributor of `from` reduced into address `address`, to end on every rank of `to`.
+fn reduce_onto(from: &[usize], to: &[usize], address: usize) -> Vec<OwnedChunk> {
+    from.iter()
+        .map(|&r| (vec![r], to.to_vec(), Some(address)))
+        .collect()
+}
+
+/// The custom collective file of `chunks`.
+fn file_of(ranks: usize, chunks: &[OwnedChunk]) -> String {
+    let c: Vec<(&[usize], &[usize], Option<usize>)> = chunks
+        .iter()
+        .map(|(a, b, c)| (a.as_slice(), b.as_slice(), *c))
+        .collect();
+    toml(ranks, &c)
+}
+
+/// Issue 29 item 4a: reductions whose address ends on several ranks (onto a node's ranks,
+/// an allreduce within each half, a partial allreduce among a subset, mixed with copies and
+/// single-destination reductions) are solved as a reduce phase then a spread phase on
+/// generated fabrics (SMT on the small ones, the greedy engine on the torus), pass the
+/// checker (each destination holds every contribution once), lower in every flavour,
+/// verify and run on the CPU executor with no wrong element.
+#[test]
+fn reductions_onto_several_ranks_are_solved_checked_and_run() {
+    use synth::origin::Family;
+    let cases: Vec<(&str, usize, Vec<OwnedChunk>, usize)> = vec![
+        // a partial allreduce among 0, 1 and 2 (one address, three pieces)
+        ("ring:4", 4, reduce_onto(&[0, 1, 2], &[0, 1, 2], 0), 3),
+        // allreduce within each half
+        (
+            "line:4",
+            4,
+            {
+                let mut v = reduce_onto(&[0, 1], &[0, 1], 0);
+                v.extend(reduce_onto(&[2, 3], &[2, 3], 1));
+                v
+            },
+            2,
+        ),
+        // every rank's input reduced onto ranks 0 and 3 (two destinations, one address),
+        // beside a copy to several ranks and a reduction onto one rank
+        (
+            "ring:4",
+            4,
+            {
+                let mut v = reduce_onto(&[0, 1, 2, 3], &[0, 3], 0);
+                v.push((vec![1], vec![0, 2, 3], Some(1)));
+                v.extend(reduce_onto(&[0, 2], &[1], 2));
+                v
+            },
+            2,
+        ),
+        // reduce onto the 4 ranks 0..4 of a random 6-rank fabric, from every rank
+        (
+            "random:6:3",
+            6,
+            reduce_onto(&[0, 1, 2, 3, 4, 5], &[0, 1, 2, 3], 0),
+            4,
+        ),
+        // a 3x3 torus (greedy engine): each row's inputs reduced onto that row
+        (
+            "torus-2d:3x3",
+            9,
+            {
+                let mut v = reduce_onto(&[0, 1, 2], &[0, 1, 2], 0);
+                v.extend(reduce_onto(&[3, 4, 5], &[3, 4, 5], 1));
+                v.extend(reduce_onto(&[6, 7, 8], &[6, 7, 8], 2));
+                v
+            },
+            3,
+        ),
+    ];
+    for (topo, ranks, chunks, pieces) in &cases {
+        let text = file_of(*ranks, chunks);
+        let collective = Collective::from_text("multi.toml", &text, 1).unwrap();
+        assert!(collective.ends_on_many(), "{text}");
+        assert!(collective.builtin().is_none(), "{text}");
+        assert_eq!(collective.phases().unwrap().pieces, *pieces, "{text}");
+        let s = solve(
+            topo,
+            &text,
+            Search::LeastSteps {
+                chunks: 1,
+                rounds: None,
+            },
+            2,
+        )
+        .unwrap_or_else(|e| panic!("{topo}\n{text}: {e:#}"));
+        let a = s
+            .algorithms
+            .first()
+            .unwrap_or_else(|| panic!("{topo}: nothing found\n{text}"));
+        assert!(
+            matches!(a.origin.family, Family::ReduceSpread { .. }),
+            "{}",
+            a.name
+        );
+        assert_eq!(a.chunks() % pieces, 0, "{}", a.name);
+        assert!(s.bounds.steps <= a.num_steps(), "{}", a.name);
+        exercise(a);
+    }
+}
+
+/// The checker holds the spread phase to its word: the same reduce + spread algorithm with
+/// the last send dropped, or with a destination's reduction sent twice (a contribution
+/// counted twice), fails it.
+#[test]
+fn reductions_onto_several_ranks_are_checked() {
+    let text = file_of(4, &reduce_onto(&[0, 1, 2, 3], &[1, 2], 0));
+    let s = solve(
+        "line:4",
+        &text,
+        Search::LeastSteps {
+            chunks: 1,
+            rounds: None,
+        },
+        1,
+    )
+    .unwrap();
+    let topology = topology::load("line:4").unwrap();
+    let mut short = s.algorithms[0].clone();
+    let last = short.steps.last_mut().unwrap();
+    last.sends.pop();
+    if last.sends.is_empty() {
+        short.steps.pop();
+    }
+    assert!(check(&short, &topology).is_err());
+    // The reduce phase's first step again: every contribution it moves is counted twice.
+    let mut twice = s.algorithms[0].clone();
+    let first = twice.steps[0].clone();
+    assert!(first.reduce);
+    twice.steps.insert(1, first);
+    let e = check(&twice, &topology).unwrap_err().to_string();
+    assert!(e.contains("twice") || e.contains("more than once"), "{e}");
+}
+
+/// Reductions onto several ranks that cannot be solved are one-line errors naming the
+/// address: a destination no contributor can reach, and a reduced address ending nowhere.
+#[test]
+fn impossible_reductions_onto_several_ranks_are_refused() {
+    // Ranks 0-1 and 2-3 are not joined: rank 2 cannot receive rank 0's contribution.
+    let path = std::env::temp_dir().join(format!("synth-split-{}.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n",
+    )
+    .unwrap();
+    let split = topology::load(path.to_str().unwrap()).unwrap();
+    let text = file_of(4, &reduce_onto(&[0, 1], &[1, 2], 0));
+    let collective = Collective::from_text("x.toml", &text, 1).unwrap();
+    let e = synth::bounds::reduction_bounds(&split, &collective)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("address 0") && e.contains("cannot reach rank 2"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let text = toml(
+        4,
+        &[
+            (&[0], &[], Some(0)),
+            (&[1], &[], Some(0)),
+            (&[2], &[1, 3], None),
+        ],
+    );
+    let e = format!(
+        "{:#}",
+        Collective::from_text("x.toml", &text, 1).unwrap_err()
+    );
+    assert!(
+        e.contains("address 0 is reduced but ends on no rank"),
+        "{e}"
+    );
+    assert!(e.len() <= 300 && e.lines().count() == 1, "{e}");
+}

@@ -402,11 +402,11 @@ fn allreduce_halves_pair_by_provenance() {
     for a in &s.algorithms {
         assert!(a.name.len() <= MAX_NAME, "{}", a.name);
         // Every composed half comes from a family, none from a bare name: reduce-scatter +
-        // allgather, or reduce + broadcast over trees.
+        // allgather, or reduce + broadcast over trees; or NCCL's trees.
         assert!(
             matches!(
                 a.origin.family,
-                Family::Composed { .. } | Family::ReduceBroadcast { .. }
+                Family::Composed { .. } | Family::ReduceBroadcast { .. } | Family::NcclTrees
             ),
             "{:?}",
             a.origin

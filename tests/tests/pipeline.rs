@@ -215,6 +215,60 @@ fn reduce_broadcast_trees_allreduce_runs() {
     }
 }
 
+/// Issue 29 item 4c: NCCL's trees (chains in a node, double binary trees across the nodes of
+/// dgx-a100x2 and dgx-a100x4) as an allreduce candidate: checked, lowered in every flavour
+/// refined to pipeline, verified and run; offered by the main synthesis (ring:5), and not
+/// where a tree edge is no link (a star's chain passes through leaves that are not linked).
+#[test]
+fn nccl_trees_allreduce_is_a_candidate_and_runs() {
+    for name in ["ring:5", "line:4", "dgx-h100", "dgx-a100x2", "dgx-a100x4"] {
+        let topo = topology::load(name).unwrap();
+        let trees = synth::allreduce_shapes::nccl_trees(&topo, 1)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: no NCCL trees"));
+        assert_eq!(trees.origin.family, Family::NcclTrees);
+        assert!(trees.steps.iter().any(|s| s.reduce), "{name}");
+        synth::check::check(&trees, &topo).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let refined = trees.refined(2);
+        synth::check::check(&refined, &topo).unwrap();
+        for (flavor, inplace, instances) in [
+            (Flavor::Nccl, false, 1),
+            (Flavor::Rccl, true, 1),
+            (Flavor::Legacy, false, 2),
+        ] {
+            exercise_fitted(&refined, inplace, flavor, instances);
+        }
+    }
+    let star = topology::load("star:5").unwrap();
+    assert!(synth::allreduce_shapes::nccl_trees(&star, 1)
+        .unwrap()
+        .is_none());
+    let topo = topology::load("ring:5").unwrap();
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: &topo,
+        collective: Collective::new(Kind::AllReduce, topo.ranks, 0, 1).unwrap(),
+        search: Search::Pareto,
+        limits: Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            max_chunks_given: false,
+            deadline: Instant::now() + Duration::from_secs(600),
+            extra_memory: None,
+            work_limit: None,
+        },
+        progress: &progress,
+    };
+    let found = synthesize_with(&request, Method::Trees, None).unwrap();
+    assert!(
+        found
+            .algorithms
+            .iter()
+            .any(|a| a.origin.family == Family::NcclTrees),
+        "no NCCL trees candidate on ring:5"
+    );
+}
+
 #[test]
 fn allreduce_shapes_where_every_pair_is_linked_and_only_there() {
     for name in ["dgx-h100", "dgx-a100", "fully-connected:4", "ring:3"] {

@@ -956,6 +956,10 @@ fn steps_and_rounds_per_chunk(
     deadline: Instant,
     progress: &Progress,
 ) -> Result<(usize, num_rational::Ratio<u64>)> {
+    if collective.ends_on_many() {
+        let b = crate::bounds::reduction_bounds(topo, collective)?;
+        return Ok((b.steps, b.rounds_per_chunk));
+    }
     let with_lp = Method::Auto.resolve(topo, collective.kind, false) == Method::Smt;
     let parts: Vec<(Collective, Topology)> = if collective.kind == Kind::AllReduce {
         vec![

@@ -1,9 +1,8 @@
 # Ring allreduce on a ring of N GPUs with an optimizer step fused between its halves (synth's
 # `.compute`, an extension of MSCCLang): each chunk is reduced around the ring into its
 # owner's output, the owner applies Adam (or another epilogue) to it alone, and the ring
-# gathers the updated parameters. Run:
-#   synth compile examples/dsl/allreduce_ring_adam.py --out DIR -- 4
-#   synth run DIR/allreduce_ring_adam.json --size 1M
+# gathers the updated parameters. Then `synth run DIR/allreduce_ring_adam.json --size 1M`.
+# Run: synth compile examples/dsl/allreduce_ring_adam.py --out DIR -- 4
 import argparse
 
 from msccl.language import *

@@ -41,7 +41,7 @@ fn compile(name: &str, args: &[String], flavor: Flavor) -> Program {
         .unwrap_or_else(|e| panic!("{name} {args:?} {flavor:?}: {e}"))
 }
 
-const PROGRAMS: [(&str, &[&str]); 10] = [
+const PROGRAMS: [(&str, &[&str]); 12] = [
     ("alltoall_by_destination.py", &["4"]),
     // Operations of several chunks whose copies would span rank slices: compiled as one copy
     // (copies would cut every transfer into pieces). Both ends of a threadblock send and
@@ -59,6 +59,9 @@ const PROGRAMS: [(&str, &[&str]); 10] = [
     ("allreduce_pairs_blocked.py", &["4", "interleaved"]),
     ("allgather_inplace_dgx1.py", &[]),
     ("custom_inplace_tonext.py", &["4"]),
+    // copy(dst, Buffer.input, -1) in place: the slot before the sender's slice.
+    ("allgather_pairs_minus_one.py", &["4"]),
+    ("allgather_pairs_minus_one.py", &["8"]),
 ];
 
 #[test]

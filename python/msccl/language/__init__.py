@@ -254,8 +254,12 @@ class Ref:
             if index == -1:
                 index = self.index
         name = _buffer_name(buffer)
-        if index == -1:
-            index = self.prog._scratch_len(dst, name) if name not in ("input", "output") else self.index
+        if index == -1 and name not in ("input", "output"):
+            index = self.prog._scratch_len(dst, name)  # the end of dst's scratch buffer
+        elif index == -1:
+            # msccl-tools keeps an explicit -1 for the input or output: in place it is offset by
+            # the sender's rank slice (a slot of the chunk before it); else it names no slot.
+            name, index = _canon(self.prog.collective, self.rank, name, index)
         _int(index, "index")
         self.prog._record({"op": "copy", "src": self._desc(), "dst": [dst, name, index],
                            "sendtb": sendtb, "recvtb": recvtb, "ch": ch})

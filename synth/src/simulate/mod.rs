@@ -41,7 +41,8 @@
 //!   costs nothing. A `compute` step (synth's extension) moves its kernel's element
 //!   streams (`Kernel::streams`, a copy being two) through the same memory.
 //! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
-//!   time, and a step reading input waits for the tile holding its slice.
+//!   time, and a step reading input waits for the tile holding its slice;
+//!   [`Slicing::Producer`] cuts chunks at tile boundaries ([`producer_slices`]).
 //!
 //! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.

@@ -13,7 +13,7 @@ use synth::dsl::frontend::{run_script, DEFAULT_TIME_LIMIT};
 use synth::dsl::trace::{replay, Overrides};
 use synth::fuse::workload::{compare, Workload};
 use synth::fuse::{compose, plain, Placement};
-use synth::simulate::{simulate, tile_slicing, Producer, SimOptions};
+use synth::simulate::{simulate, Producer, SimOptions, Slicing};
 use synth::topology::{self, Topology};
 
 fn ring_pair(topo: &Topology) -> (Program, Program) {
@@ -170,11 +170,10 @@ fn adam_at_1gb_simulates_below_allreduce_then_adam() {
     assert_ne!(cmp.rows[cmp.best].schedule, "allreduce-then-compute");
 }
 
-/// A producer of 16 tiles, two or four times as long as the allreduce (CoCoNet's case: the
-/// matmul is the long part; where the allreduce is, it cannot start before the first tile,
-/// which alone is a tile's time): the
-/// overlapped allreduce (slices of a tile's part of a chunk) ends within one tile's time of
-/// max(T_producer, T_comm), and never before the last tile.
+/// A producer of 16 tiles, 1/4, 2 or 4 times as long as the allreduce (CoCoNet's
+/// case is the long matmul; the allreduce cannot start before the first tile, which alone is
+/// a tile's time): the overlapped allreduce (slices following the producer) ends within one
+/// tile's time of max(T_producer, T_comm), and never before the last tile.
 #[test]
 fn producer_overlap_ends_within_one_tile_of_the_producer() {
     for name in ["dgx-a100x2", "ring:8"] {
@@ -186,14 +185,14 @@ fn producer_overlap_ends_within_one_tile_of_the_producer() {
         let comm = simulate(&allreduce, &topo, size, &SimOptions::default())
             .unwrap()
             .time_us;
-        for ratio in [2.0, 4.0] {
+        for ratio in [0.25, 2.0, 4.0] {
             let producer = Producer {
                 tiles: 16,
                 time_us: ratio * comm,
             };
             let opts = SimOptions {
                 producer: Some(producer),
-                slicing: tile_slicing(&allreduce, size, &producer),
+                slicing: Slicing::Producer,
                 ..SimOptions::default()
             };
             let t = simulate(&allreduce, &topo, size, &opts).unwrap().time_us;

@@ -278,7 +278,7 @@ pub fn compare(w: &Workload, rs: &Program, ag: &Program, topo: &Topology) -> Res
             let opts = match w.producer.filter(|_| overlap) {
                 Some(producer) => SimOptions {
                     producer: Some(producer),
-                    slicing: simulate::tile_slicing(&p, w.size, &producer),
+                    slicing: simulate::Slicing::Producer,
                     ..base
                 },
                 None => base,

@@ -117,8 +117,6 @@ pub(super) struct Layout<'a> {
     /// Bytes a compute step moves per byte of its chunks, as a copy's bytes (a copy reads
     /// and writes one stream; see [`runtime::compute::Kernel::streams`]).
     compute_weight: f64,
-    /// The producer of the input.
-    producer: Option<super::Producer>,
 }
 
 impl<'a> Layout<'a> {
@@ -195,7 +193,6 @@ impl<'a> Layout<'a> {
             wire: 1.0 / opts.model.wire_efficiency.get(protocol),
             depth: opts.model.fifo_depth.max(1),
             compute_weight,
-            producer: opts.producer,
         })
     }
 
@@ -203,8 +200,14 @@ impl<'a> Layout<'a> {
     /// tile `t` of `k` (the t-th k-th of every chunk, in the order the program's slices
     /// consume them) is out at `(t + 1) · T / k`; a slice waits for the tile holding its
     /// last byte.
-    fn release(&self, i: usize, iter: usize, slices: &[f64]) -> f64 {
-        let Some(producer) = self.producer else {
+    fn release(
+        &self,
+        i: usize,
+        iter: usize,
+        slices: &[f64],
+        producer: Option<&super::Producer>,
+    ) -> f64 {
+        let Some(producer) = producer else {
             return 0.0;
         };
         if !self.steps[i].reads_input {
@@ -489,6 +492,8 @@ struct Sim<'a, 'p> {
     conns: Vec<Conn>,
     classes: Vec<Class>,
     slices: &'a [f64],
+    /// The producer of the input (`None`: it is there at the start).
+    producer: Option<&'a super::Producer>,
     /// Flows in progress, over all classes.
     active: usize,
     /// Next end of each class with flows.
@@ -513,9 +518,14 @@ struct Sim<'a, 'p> {
     timers: BinaryHeap<Reverse<(Key, u32)>>,
 }
 
-/// Runs `layout`'s program with chunks cut into `slices` (bytes of each slice).
-pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
-    let mut sim = Sim::new(layout, slices);
+/// Runs `layout`'s program with chunks cut into `slices` (bytes of each slice), its input
+/// written by `producer` (`None`: there at the start).
+pub(super) fn run(
+    layout: &Layout,
+    slices: &[f64],
+    producer: Option<&super::Producer>,
+) -> Result<Run> {
+    let mut sim = Sim::new(layout, slices, producer);
     let mut events = 0usize;
     let n = sim.tbs.len();
     let mut queue: Vec<u32> = (0..n as u32).rev().collect();
@@ -576,7 +586,11 @@ pub(super) fn run(layout: &Layout, slices: &[f64]) -> Result<Run> {
 }
 
 impl<'a, 'p> Sim<'a, 'p> {
-    fn new(layout: &'a Layout<'p>, slices: &'a [f64]) -> Sim<'a, 'p> {
+    fn new(
+        layout: &'a Layout<'p>,
+        slices: &'a [f64],
+        producer: Option<&'a super::Producer>,
+    ) -> Sim<'a, 'p> {
         Sim {
             layout,
             tbs: layout.tbs.clone(),
@@ -593,6 +607,7 @@ impl<'a, 'p> Sim<'a, 'p> {
                 })
                 .collect(),
             slices,
+            producer,
             active: 0,
             ends: IndexedHeap::new(layout.resources.len()),
             in_flight: vec![VecDeque::new(); layout.links],
@@ -672,7 +687,7 @@ impl<'a, 'p> Sim<'a, 'p> {
                 self.waiting[on].push(Reverse((needed, t as u32)));
                 return progressed;
             }
-            let release = layout.release(i, iter, self.slices);
+            let release = layout.release(i, iter, self.slices, self.producer);
             if release > self.now {
                 self.timers.push(Reverse((Key(release), t as u32)));
                 return progressed;

@@ -41,7 +41,8 @@
 //!   costs nothing. A `compute` step (synth's extension) moves its kernel's element
 //!   streams (`Kernel::streams`, a copy being two) through the same memory.
 //! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
-//!   time, and a step reading input waits for the tile holding its slice.
+//!   time, and a step reading input waits for the tile holding its slice;
+//!   [`Slicing::Producer`] cuts chunks at tile boundaries ([`producer_slices`]).
 //!
 //! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
@@ -84,6 +85,10 @@ pub enum Slicing {
     WholeChunks,
     /// Slices of at most this many bytes (at least one element).
     Bytes(u64),
+    /// Slices that follow [`SimOptions::producer`] (without one: [`Slicing::Runtime`]):
+    /// whole tiles, growing by the producer's pace against the collective's, at most the
+    /// runtime's slice (see [`producer_slices`]).
+    Producer,
 }
 
 /// Options of one simulation.
@@ -203,14 +208,43 @@ pub fn simulate_sizes(
         .collect()
 }
 
-/// The slicing a program overlapped with `producer` runs at, at `size_bytes`: the runtime's
-/// slice, or a tile's part of a chunk where that is smaller (a producer-consumer kernel
-/// consumes a tile as it comes).
-pub fn tile_slicing(program: &Program, size_bytes: u64, producer: &Producer) -> Slicing {
-    let nchunks = program.nchunksperloop.max(1) as u64;
-    let chunk = elements_for(size_bytes, program.nchunksperloop) / nchunks * ELEMENT_BYTES;
-    let tile = (chunk / producer.tiles.max(1) as u64).max(ELEMENT_BYTES);
-    Slicing::Bytes(tile.min(runtime_slice_bytes(program.protocol)))
+/// Bytes of each slice of a chunk of `chunk_elems` elements overlapped with `producer`,
+/// where the collective alone takes `comm_us`: the slices end at tile boundaries, slice `j`
+/// at tile `E_j = max(E_{j-1} + 1, ⌊E_{j-1} · ⅔ · comm_us / time_us⌋)` (`E_0 = 0`), so each
+/// is out before the collective, at about its own pace, has done the slices before it;
+/// pieces of at most `cap_elems` elements. A producer at least as slow as the
+/// collective gives one tile per slice; a fast one few, growing slices (each slice costs
+/// its latency again, so one-tile slices would add up past a tile's time).
+pub fn producer_slices(
+    chunk_elems: u64,
+    producer: &Producer,
+    comm_us: f64,
+    cap_elems: u64,
+) -> Vec<f64> {
+    let k = producer.tiles.max(1);
+    // Two thirds of the collective's pace: the rest is slack for each slice's own latency
+    // (chosen by measuring dgx-a100x2 and ring:8 at producers of 1/4 to 4 × T_comm).
+    let rate = comm_us / producer.time_us * 2.0 / 3.0;
+    let boundary = |t: usize| chunk_elems * t as u64 / k as u64;
+    let cap = cap_elems.max(1);
+    let mut slices = Vec::new();
+    let mut tile = 0;
+    while tile < k {
+        let grown = rate * tile as f64;
+        let next = if grown >= k as f64 {
+            k
+        } else {
+            (tile + 1).max(grown as usize)
+        };
+        let (mut from, to) = (boundary(tile), boundary(next));
+        while from < to {
+            let piece = (to - from).min(cap);
+            slices.push((piece * ELEMENT_BYTES) as f64);
+            from += piece;
+        }
+        tile = next;
+    }
+    slices
 }
 
 /// One-line errors for inputs that cannot be simulated (see [`simulate`]).
@@ -273,25 +307,39 @@ fn check_inputs(
 }
 
 /// The slicing of a run at `size_bytes`: the elements simulated, a chunk's elements and
-/// the bytes of each slice of a chunk.
-fn slices_at(program: &Program, size_bytes: u64, options: &SimOptions) -> (u64, u64, Vec<f64>) {
+/// the bytes of each slice of a chunk. With a producer ([`Slicing::Producer`]) the
+/// collective is first run alone at the runtime's slices to learn its pace.
+fn slices_at(
+    layout: &engine::Layout,
+    program: &Program,
+    size_bytes: u64,
+    options: &SimOptions,
+) -> Result<(u64, u64, Vec<f64>)> {
     let nchunks = program.nchunksperloop.max(1);
     let elements = elements_for(size_bytes, nchunks);
     let chunk_elems = elements / nchunks as u64;
-    let slice_elems = match options.slicing {
-        Slicing::Runtime => {
-            let protocol = options.protocol_of(program);
-            (options.model.slice_bytes.get(protocol) / ELEMENT_BYTES).max(1)
+    let runtime_elems = (options.model.slice_bytes.get(options.protocol_of(program))
+        / ELEMENT_BYTES)
+        .max(1)
+        .max(chunk_elems.div_ceil(MAX_SLICES));
+    let even = |slice_elems: u64| -> Vec<f64> {
+        let slice_elems = slice_elems.max(chunk_elems.div_ceil(MAX_SLICES));
+        let iterations = chunk_elems.div_ceil(slice_elems).max(1);
+        (0..iterations)
+            .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
+            .collect()
+    };
+    let slices = match (options.slicing, options.producer.as_ref()) {
+        (Slicing::Runtime, _) | (Slicing::Producer, None) => even(runtime_elems),
+        (Slicing::WholeChunks, _) => even(chunk_elems),
+        (Slicing::Bytes(b), _) => even((b / ELEMENT_BYTES).max(1)),
+        (Slicing::Producer, Some(p)) => {
+            // The collective's own pace: alone, at the runtime's slices.
+            let comm_us = engine::run(layout, &even(runtime_elems), None)?.time_us;
+            producer_slices(chunk_elems, p, comm_us, runtime_elems)
         }
-        Slicing::WholeChunks => chunk_elems,
-        Slicing::Bytes(b) => (b / ELEMENT_BYTES).max(1),
-    }
-    .max(chunk_elems.div_ceil(MAX_SLICES));
-    let iterations = chunk_elems.div_ceil(slice_elems).max(1);
-    let slices: Vec<f64> = (0..iterations)
-        .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
-        .collect();
-    (elements, chunk_elems, slices)
+    };
+    Ok((elements, chunk_elems, slices))
 }
 
 /// nccl-tests' busbw (GB/s) of `program` moving `size` bytes in `time_us`.
@@ -311,8 +359,8 @@ fn run_at(
     size_bytes: u64,
     options: &SimOptions,
 ) -> Result<SimResult> {
-    let (elements, chunk_elems, slices) = slices_at(program, size_bytes, options);
-    let run = engine::run(layout, &slices)?;
+    let (elements, chunk_elems, slices) = slices_at(layout, program, size_bytes, options)?;
+    let run = engine::run(layout, &slices, options.producer.as_ref())?;
     let size = elements * ELEMENT_BYTES;
     let time_us = run.time_us + options.model.launch_us.get(options.protocol_of(program));
     let algbw = if time_us > 0.0 {
@@ -364,7 +412,13 @@ pub fn simulate_sizes_unless(
     let skipped: Vec<bool> = (sizes.iter().enumerate())
         .map(|(i, &size)| {
             let Some(chains) = &chains else { return false };
-            let (elements, _, slices) = slices_at(program, size, options);
+            // A producer's waits are not in the bound's model: always simulate.
+            if options.producer.is_some() {
+                return false;
+            }
+            let Ok((elements, _, slices)) = slices_at(&layout, program, size, options) else {
+                return false;
+            };
             let time_us = chains.time_us(&layout, &slices) + launch;
             let size_bytes = elements * ELEMENT_BYTES;
             let bound = Bound {

@@ -118,7 +118,7 @@ impl Chains {
                 if s != NONE {
                     start = start.max(finish[s as usize] + self.alpha[s as usize]);
                 }
-                start = start.max(layout.release(i, iter, slices));
+                start = start.max(layout.release(i, iter, slices, None));
                 finish[i] = start + self.per_byte[i] * bytes;
             }
             for (t, tb) in layout.tbs.iter().enumerate() {

@@ -45,6 +45,9 @@ fn chains(dag: &Dag) -> Vec<Vec<usize>> {
 /// only once every earlier send on its connection (ranks and channel) has been received, so
 /// both ends of every connection list its messages in the same order, and a send only while
 /// its connection holds fewer than [`DEFAULT_FIFO_DEPTH`] messages sent and not received.
+/// Where that leaves no order (ready sends taken first fill a connection whose receiver
+/// waits for an earlier message), the list is made again in program order, which lists
+/// every receive right after its send and so never fills a connection.
 fn order(
     dag: &Dag,
     channel_of: &HashMap<usize, usize>,
@@ -53,16 +56,25 @@ fn order(
     let graph = InstrGraph::new(dag);
     let topo = graph.topological(dag)?;
     let (depth, reach) = graph.depth_and_reach(&topo);
-    // With `program_order` the order operations were written in decides instead.
-    let key = |k: usize| {
-        let (d, r) = if program_order {
-            (0, 0)
-        } else {
-            (depth[k], reach[k])
-        };
-        Reverse((d, Reverse(r), dag.instrs[k].order, k))
+    // In program order the order operations were written in decides instead.
+    let key = |by_program: bool| {
+        let (depth, reach) = (&depth, &reach);
+        move |k: usize| {
+            let (d, r) = if by_program {
+                (0, 0)
+            } else {
+                (depth[k], reach[k])
+            };
+            Reverse((d, Reverse(r), dag.instrs[k].order, k))
+        }
     };
-    graph.list_schedule(dag, channel_of, topo.len(), key)
+    let listed = graph.list_schedule(dag, channel_of, topo.len(), key(program_order));
+    if listed.is_err() && !program_order {
+        if let Ok(list) = graph.list_schedule(dag, channel_of, topo.len(), key(true)) {
+            return Ok(list);
+        }
+    }
+    listed
 }
 
 /// The priority of a ready instruction in [`order`]'s list schedule (greatest first):
@@ -283,12 +295,12 @@ impl Lane {
     }
 
     /// The threadblock for an instruction with these peers, or `None` on a conflict. Local
-    /// work goes to the lane's first threadblock (or a local one when there is none).
+    /// work goes to the lane's local threadblock (opened on first use), so it runs beside
+    /// the transfers instead of queueing on one of their threadblocks.
     fn place(&mut self, send: Option<usize>, recv: Option<usize>) -> Option<usize> {
         if send.is_none() && recv.is_none() {
             return Some(match self.local {
                 Some(t) => self.find(t),
-                None if !self.peers.is_empty() => self.find(0),
                 None => {
                     let t = self.open(None, None);
                     self.local = Some(t);

@@ -29,6 +29,18 @@ pub(super) fn fastest(
     let cap = (runtime[0] as u64 / ELEMENT_BYTES).max(1);
     let tiles = Tiles::new(chunk_elems, producer);
     let alone = engine::run(layout, &runtime, None)?;
+    // The collective's cost per slice: alone again at half the runtime's slice.
+    let halves = pieces(&[chunk_elems], (cap / 2).max(1));
+    let pace = match halves.len().checked_sub(runtime.len()) {
+        Some(more) if more > 0 => {
+            let finer = engine::run(layout, &halves, None)?.time_us;
+            let per_slice = ((finer - alone.time_us) / more as f64).max(0.0);
+            let per_elem =
+                (alone.time_us - per_slice * runtime.len() as f64).max(0.0) / chunk_elems as f64;
+            Some((per_elem, per_slice))
+        }
+        _ => None,
+    };
     let mut runs = Runs {
         tried: Vec::new(),
         best: None,
@@ -36,10 +48,18 @@ pub(super) fn fastest(
     runs.time(layout, producer, runtime)?;
     let one = tiles.one_per_slice();
     let t_one = runs.time(layout, producer, pieces(&one, cap))?;
-    let base = match tiles.paced(&alone.reads, cap) {
-        Some(paced) if runs.time(layout, producer, pieces(&paced, cap))? < t_one => paced,
-        _ => one,
-    };
+    let mut base = (one, t_one);
+    let planned = pace.map(|(per_elem, per_slice)| tiles.planned(per_elem, per_slice, cap));
+    for ends in [tiles.paced(&alone.reads, cap), planned]
+        .into_iter()
+        .flatten()
+    {
+        let time = runs.time(layout, producer, pieces(&ends, cap))?;
+        if time < base.1 {
+            base = (ends, time);
+        }
+    }
+    let base = base.0;
     for cuts in LAST_TILE_CUTS {
         runs.time(layout, producer, pieces(&tiles.last_cut(&base, cuts), cap))?;
     }
@@ -130,6 +150,34 @@ impl Tiles {
         Some(ends)
     }
 
+    /// The slice ends that minimise the end of a collective that, once a slice's last tile
+    /// is out, spends `per_elem` µs per element and `per_slice` µs per slice (pieces of at
+    /// most `cap` elements), over tile boundaries (dynamic programming; first of equals).
+    fn planned(&self, per_elem: f64, per_slice: f64, cap: u64) -> Vec<u64> {
+        // Earliest end of the collective over the first `e` tiles, and the slice's start.
+        let mut best = vec![(f64::INFINITY, 0usize); self.k + 1];
+        best[0].0 = 0.0;
+        for e in 1..=self.k {
+            let out = e as f64 * self.tile_us;
+            for b in 0..e {
+                let elems = self.boundary(e) - self.boundary(b);
+                let cost = elems as f64 * per_elem + elems.div_ceil(cap) as f64 * per_slice;
+                let end = best[b].0.max(out) + cost;
+                if end < best[e].0 {
+                    best[e] = (end, b);
+                }
+            }
+        }
+        let mut ends = vec![self.boundary(self.k)];
+        let mut e = self.k;
+        while best[e].1 > 0 {
+            e = best[e].1;
+            ends.push(self.boundary(e));
+        }
+        ends.reverse();
+        ends
+    }
+
     /// `ends` with the last tile cut into `cuts` equal slices (all released with it).
     fn last_cut(&self, ends: &[u64], cuts: u64) -> Vec<u64> {
         let last = self.boundary(self.k - 1);
@@ -186,6 +234,9 @@ mod tests {
     fn the_last_tile_is_cut_finer() {
         let t = tiles(16, 4, 4.0);
         assert_eq!(t.last_cut(&[8, 16], 2), vec![8, 12, 14, 16]);
-        assert_eq!(t.last_cut(&t.one_per_slice(), 4), vec![4, 8, 12, 13, 14, 15, 16]);
+        assert_eq!(
+            t.last_cut(&t.one_per_slice(), 4),
+            vec![4, 8, 12, 13, 14, 15, 16]
+        );
     }
 }

@@ -214,6 +214,13 @@ fn producer_overlap_ends_within_one_tile_of_the_producer() {
                 "{name} ×{ratio}: {t} against the bound {bound:?} and gated {gated}"
             );
             let (target, tile) = (producer.time_us.max(comm), producer.time_us / 16.0);
+            // The table in results/fuse.md (`-- --nocapture`).
+            eprintln!(
+                "| {name} | {ratio} | {comm:.1} | {t:.1} | {:.1} | {:.1} | {gated:.1} | {:.1} |",
+                target + tile,
+                bound.time_us,
+                bound.latency_us
+            );
             let slack = if ratio == 1.0 {
                 tile + 16.0 * bound.latency_us
             } else {

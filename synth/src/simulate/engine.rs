@@ -29,6 +29,9 @@ pub(super) struct Run {
     pub time_us: f64,
     pub transfers: usize,
     pub events: usize,
+    /// Per slice, when its first step reading the input buffer started (infinite where
+    /// none does): the collective's pace through a chunk.
+    pub reads: Vec<f64>,
 }
 
 /// No threadblock or connection.
@@ -516,6 +519,8 @@ struct Sim<'a, 'p> {
     transfers: usize,
     /// Threadblocks waiting for a producer's tile, by its release time.
     timers: BinaryHeap<Reverse<(Key, u32)>>,
+    /// Per slice, the first start of a step reading input.
+    reads: Vec<f64>,
 }
 
 /// Runs `layout`'s program with chunks cut into `slices` (bytes of each slice), its input
@@ -582,6 +587,7 @@ pub(super) fn run(
         time_us: sim.now,
         transfers: sim.transfers,
         events,
+        reads: sim.reads,
     })
 }
 
@@ -621,6 +627,7 @@ impl<'a, 'p> Sim<'a, 'p> {
             seq: 0,
             transfers: 0,
             timers: BinaryHeap::new(),
+            reads: vec![f64::INFINITY; slices.len()],
         }
     }
 
@@ -708,6 +715,9 @@ impl<'a, 'p> Sim<'a, 'p> {
             let bytes = layout.steps[i].count as f64 * self.slices[iter];
             let (rank, recv_conn, send_conn) = (tb.rank as usize, tb.recv_conn, tb.send_conn);
             progressed = true;
+            if layout.steps[i].reads_input {
+                self.reads[iter] = self.reads[iter].min(self.now);
+            }
             if op.receives() {
                 self.tbs[t].taken += 1;
                 self.conns[recv_conn as usize].taken += 1;

@@ -42,13 +42,15 @@
 //!   streams (`Kernel::streams`, a copy being two) through the same memory.
 //! * **Producer.** With [`SimOptions::producer`] the input buffer is written in tiles over
 //!   time, and a step reading input waits for the tile holding its slice;
-//!   [`Slicing::Producer`] cuts chunks at tile boundaries ([`producer_slices`]).
+//!   [`Slicing::Producer`] runs a few slicings at tile boundaries and keeps the fastest
+//!   (`producer.rs`); [`producer_bound`] is what no slicing beats.
 //!
 //! The result reports nccl-tests' algbw (`size / time`) and busbw (algbw times
 //! [`runtime::ir::Collective::busbw_factor`]), GB = 1e9 bytes.
 
 mod engine;
 pub mod model;
+mod producer;
 mod queue;
 pub mod share;
 
@@ -85,9 +87,10 @@ pub enum Slicing {
     WholeChunks,
     /// Slices of at most this many bytes (at least one element).
     Bytes(u64),
-    /// Slices that follow [`SimOptions::producer`] (without one: [`Slicing::Runtime`]):
-    /// whole tiles, growing by the producer's pace against the collective's, at most the
-    /// runtime's slice (see [`producer_slices`]).
+    /// Slices that follow [`SimOptions::producer`] (without one: [`Slicing::Runtime`]): the
+    /// fastest of the runtime's slices, one tile per slice, slices paced by the collective
+    /// alone, and the faster of the last two with the last tile cut finer; each piece at
+    /// most the runtime's slice, each slice waiting for its last tile.
     Producer,
 }
 
@@ -208,43 +211,47 @@ pub fn simulate_sizes(
         .collect()
 }
 
-/// Bytes of each slice of a chunk of `chunk_elems` elements overlapped with `producer`,
-/// where the collective alone takes `comm_us`: the slices end at tile boundaries, slice `j`
-/// at tile `E_j = max(E_{j-1} + 1, ⌊E_{j-1} · ⅔ · comm_us / time_us⌋)` (`E_0 = 0`), so each
-/// is out before the collective, at about its own pace, has done the slices before it;
-/// pieces of at most `cap_elems` elements. A producer at least as slow as the
-/// collective gives one tile per slice; a fast one few, growing slices (each slice costs
-/// its latency again, so one-tile slices would add up past a tile's time).
-pub fn producer_slices(
-    chunk_elems: u64,
-    producer: &Producer,
-    comm_us: f64,
-    cap_elems: u64,
-) -> Vec<f64> {
-    let k = producer.tiles.max(1);
-    // Two thirds of the collective's pace: the rest is slack for each slice's own latency
-    // (chosen by measuring dgx-a100x2 and ring:8 at producers of 1/4 to 4 × T_comm).
-    let rate = comm_us / producer.time_us * 2.0 / 3.0;
-    let boundary = |t: usize| chunk_elems * t as u64 / k as u64;
-    let cap = cap_elems.max(1);
-    let mut slices = Vec::new();
-    let mut tile = 0;
-    while tile < k {
-        let grown = rate * tile as f64;
-        let next = if grown >= k as f64 {
-            k
-        } else {
-            (tile + 1).max(grown as usize)
-        };
-        let (mut from, to) = (boundary(tile), boundary(next));
-        while from < to {
-            let piece = (to - from).min(cap);
-            slices.push((piece * ELEMENT_BYTES) as f64);
-            from += piece;
-        }
-        tile = next;
-    }
-    slices
+/// What no slicing beats with a producer ([`producer_bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ProducerBound {
+    /// The launch latency plus the program's longest chain of hop latencies from a step
+    /// reading input to the end (µs): the collective's latency term.
+    pub latency_us: f64,
+    /// No simulation with the producer, at any slicing, ends before this (µs): the launch
+    /// latency, the last tile's release (T_producer), then the longest of that chain, one
+    /// threadblock's time on its share of one tile's bytes, and the most loaded resource's
+    /// time on them (all of that work follows an input read of the last tile).
+    pub time_us: f64,
+}
+
+/// [`ProducerBound`] of `program` on `topology` at `size_bytes` with `options.producer`;
+/// `None` without a producer or where the program's steps wait in a cycle or pair messages
+/// across slices (no bound is claimed).
+pub fn producer_bound(
+    program: &Program,
+    topology: &Topology,
+    size_bytes: u64,
+    options: &SimOptions,
+) -> Result<Option<ProducerBound>> {
+    check_inputs(program, topology, &[size_bytes], options)?;
+    let Some(producer) = options.producer else {
+        return Ok(None);
+    };
+    let layout = engine::Layout::new(program, topology, options)?;
+    let Some(chains) = engine::Chains::new(&layout) else {
+        return Ok(None);
+    };
+    let nchunks = program.nchunksperloop.max(1);
+    let chunk_elems = elements_for(size_bytes, nchunks) / nchunks as u64;
+    let k = producer.tiles.max(1) as u64;
+    // The smallest tile of a chunk (tile boundaries are rounded down).
+    let tile_bytes = ((chunk_elems / k) * ELEMENT_BYTES) as f64;
+    let drain = chains.after_last_tile(&layout, tile_bytes);
+    let launch = options.model.launch_us.get(options.protocol_of(program));
+    Ok(Some(ProducerBound {
+        latency_us: launch + drain.latency_us,
+        time_us: launch + producer.time_us + drain.time_us,
+    }))
 }
 
 /// One-line errors for inputs that cannot be simulated (see [`simulate`]).
@@ -307,14 +314,9 @@ fn check_inputs(
 }
 
 /// The slicing of a run at `size_bytes`: the elements simulated, a chunk's elements and
-/// the bytes of each slice of a chunk. With a producer ([`Slicing::Producer`]) the
-/// collective is first run alone at the runtime's slices to learn its pace.
-fn slices_at(
-    layout: &engine::Layout,
-    program: &Program,
-    size_bytes: u64,
-    options: &SimOptions,
-) -> Result<(u64, u64, Vec<f64>)> {
+/// the bytes of each slice of a chunk ([`Slicing::Producer`]: the runtime's, the first of
+/// its candidates).
+fn slices_at(program: &Program, size_bytes: u64, options: &SimOptions) -> (u64, u64, Vec<f64>) {
     let nchunks = program.nchunksperloop.max(1);
     let elements = elements_for(size_bytes, nchunks);
     let chunk_elems = elements / nchunks as u64;
@@ -329,17 +331,12 @@ fn slices_at(
             .map(|i| (chunk_elems - i * slice_elems).min(slice_elems) as f64 * ELEMENT_BYTES as f64)
             .collect()
     };
-    let slices = match (options.slicing, options.producer.as_ref()) {
-        (Slicing::Runtime, _) | (Slicing::Producer, None) => even(runtime_elems),
-        (Slicing::WholeChunks, _) => even(chunk_elems),
-        (Slicing::Bytes(b), _) => even((b / ELEMENT_BYTES).max(1)),
-        (Slicing::Producer, Some(p)) => {
-            // The collective's own pace: alone, at the runtime's slices.
-            let comm_us = engine::run(layout, &even(runtime_elems), None)?.time_us;
-            producer_slices(chunk_elems, p, comm_us, runtime_elems)
-        }
+    let slices = match options.slicing {
+        Slicing::Runtime | Slicing::Producer => even(runtime_elems),
+        Slicing::WholeChunks => even(chunk_elems),
+        Slicing::Bytes(b) => even((b / ELEMENT_BYTES).max(1)),
     };
-    Ok((elements, chunk_elems, slices))
+    (elements, chunk_elems, slices)
 }
 
 /// nccl-tests' busbw (GB/s) of `program` moving `size` bytes in `time_us`.
@@ -359,8 +356,14 @@ fn run_at(
     size_bytes: u64,
     options: &SimOptions,
 ) -> Result<SimResult> {
-    let (elements, chunk_elems, slices) = slices_at(layout, program, size_bytes, options)?;
-    let run = engine::run(layout, &slices, options.producer.as_ref())?;
+    let (elements, chunk_elems, slices) = slices_at(program, size_bytes, options);
+    let (slices, run) = match (options.slicing, options.producer.as_ref()) {
+        (Slicing::Producer, Some(p)) => producer::fastest(layout, chunk_elems, p, slices)?,
+        (_, producer) => {
+            let run = engine::run(layout, &slices, producer)?;
+            (slices, run)
+        }
+    };
     let size = elements * ELEMENT_BYTES;
     let time_us = run.time_us + options.model.launch_us.get(options.protocol_of(program));
     let algbw = if time_us > 0.0 {
@@ -416,9 +419,7 @@ pub fn simulate_sizes_unless(
             if options.producer.is_some() {
                 return false;
             }
-            let Ok((elements, _, slices)) = slices_at(&layout, program, size, options) else {
-                return false;
-            };
+            let (elements, _, slices) = slices_at(program, size, options);
             let time_us = chains.time_us(&layout, &slices) + launch;
             let size_bytes = elements * ELEMENT_BYTES;
             let bound = Bound {

@@ -22,6 +22,19 @@ pub(in crate::simulate) struct Chains {
     sender: Vec<u32>,
     /// Time per byte of a chunk that the most loaded resource needs (µs).
     load_per_byte: f64,
+    /// The resource class each step's bytes cross (`NONE` for none) and its bytes per byte
+    /// of a slice.
+    uses: Vec<(u32, f64)>,
+}
+
+/// What no slicing of a producer's chunks can beat once its last tile is out
+/// ([`Chains::after_last_tile`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::simulate) struct Drain {
+    /// The longest chain of hop latencies from a step reading input to the end (µs).
+    pub latency_us: f64,
+    /// The least time from the last tile's release to the end (µs).
+    pub time_us: f64,
 }
 
 impl Chains {
@@ -36,6 +49,7 @@ impl Chains {
         let mut per_byte = vec![0.0; n];
         let mut alpha = vec![0.0; n];
         let mut load = vec![0.0; layout.caps.len()];
+        let mut uses = vec![(NONE, 0.0); n];
         for (t, tb) in layout.tbs.iter().enumerate() {
             for i in tb.first as usize..(tb.first + tb.len) as usize {
                 tb_of[i] = t as u32;
@@ -62,6 +76,7 @@ impl Chains {
                 if class == NONE as usize {
                     continue;
                 }
+                uses[i] = (class as u32, bytes);
                 let list = &layout.resources[class];
                 // A flow listing a resource k times gets at most its capacity / k.
                 let rate = (list.iter())
@@ -93,7 +108,64 @@ impl Chains {
             alpha,
             sender,
             load_per_byte,
+            uses,
         })
+    }
+
+    /// A lower bound on the event loop's time after a producer's last tile is out, under
+    /// any slicing. The steps that follow a step reading input in their slice (through
+    /// their threadblock's order, dependencies and messages) cannot start, in the slices
+    /// holding the last tile (at least `tile_bytes` of every chunk), before it is out; so
+    /// at least the longest of these remains: their longest chain of hop latencies, one
+    /// threadblock's time on its share of those bytes (its steps run one at a time), and
+    /// the most loaded resource's time on them.
+    pub(in crate::simulate) fn after_last_tile(&self, layout: &Layout, tile_bytes: f64) -> Drain {
+        let n = self.tb_of.len();
+        let mut follows = vec![false; n];
+        let mut chain = vec![0.0f64; n];
+        let mut busy = vec![0.0f64; layout.tbs.len()];
+        let mut load = vec![0.0f64; layout.caps.len()];
+        for &i in &self.order {
+            let i = i as usize;
+            let t = self.tb_of[i] as usize;
+            let mut before: Vec<(usize, f64)> = (layout.deps_of(i).iter())
+                .map(|&(on, step)| ((layout.tbs[on as usize].first + step) as usize, 0.0))
+                .collect();
+            if i != layout.tbs[t].first as usize {
+                before.push((i - 1, 0.0));
+            }
+            let s = self.sender[i];
+            if s != NONE {
+                before.push((s as usize, self.alpha[s as usize]));
+            }
+            let mut follows_input = layout.steps[i].reads_input;
+            for (p, lag) in before {
+                if follows[p] {
+                    follows_input = true;
+                    chain[i] = chain[i].max(chain[p] + lag);
+                }
+            }
+            if !follows_input {
+                continue;
+            }
+            follows[i] = true;
+            busy[t] += self.per_byte[i] * tile_bytes;
+            let (class, bytes) = self.uses[i];
+            if class != NONE {
+                for &j in &layout.resources[class as usize] {
+                    load[j] += bytes * tile_bytes;
+                }
+            }
+        }
+        let latency_us = chain.iter().copied().fold(0.0, f64::max);
+        let busiest = busy.iter().copied().fold(0.0, f64::max);
+        let loaded = (load.iter().zip(&layout.caps))
+            .map(|(l, c)| l / c)
+            .fold(0.0, f64::max);
+        Drain {
+            latency_us,
+            time_us: latency_us.max(busiest).max(loaded),
+        }
     }
 
     /// A lower bound on the event loop's time (µs) with chunks cut into `slices` (bytes).

@@ -291,14 +291,14 @@ pub fn tail_messages(
         backlog.max(m * b) + m * a - m * b
     };
     // best[p][k]: the least backlog after p pieces in k messages, and those messages.
-    let mut best: Vec<Vec<Option<(u64, Vec<usize>)>>> = vec![vec![None; most + 1]; chunks + 1];
+    let mut best: Vec<Vec<Option<Backlog>>> = vec![vec![None; most + 1]; chunks + 1];
     best[0][0] = Some((per_message as u64 * a, Vec::new()));
     for p in 0..chunks {
         for k in 0..most {
             let Some((backlog, sizes)) = best[p][k].clone() else {
                 continue;
             };
-            let fits = |m: &usize| per_message % m == 0 && p % m == 0;
+            let fits = |m: &usize| per_message.is_multiple_of(*m) && p.is_multiple_of(*m);
             for m in (1..=per_message.min(chunks - p)).filter(fits) {
                 let next = (after(backlog, m), [sizes.as_slice(), &[m]].concat());
                 let slot = &mut best[p + m][k + 1];
@@ -321,6 +321,9 @@ pub fn tail_messages(
         .map(|(_, sizes)| sizes.clone())
         .unwrap_or_else(|| vec![per_message; chunks.div_ceil(per_message)])
 }
+
+/// A backlog (in 1/b of a piece's NIC time) and the message sizes that leave it.
+type Backlog = (u64, Vec<usize>);
 
 /// Pushes `sends` of the rail ring in pieces of `chunks` per rank as messages of `sizes`
 /// pieces (in order; consecutive messages of one size share a step and a count).
@@ -586,7 +589,7 @@ mod tests {
             return Vec::new();
         }
         (1..=per_message.min(chunks - at))
-            .filter(|m| per_message % m == 0 && at % m == 0)
+            .filter(|m| per_message.is_multiple_of(*m) && at.is_multiple_of(*m))
             .flat_map(|m| {
                 all_sequences(at + m, chunks, per_message, most - 1)
                     .into_iter()

@@ -291,7 +291,13 @@ impl<'a> Plan<'a> {
             "{} steps, R/C >= {}",
             bounds.steps, bounds.rounds_per_chunk
         ));
-        let mut found = self.engine.search(&problem, search, limits)?;
+        let found = self.engine.search(&problem, search, limits)?;
+        Ok((bounds, self.finished(found, limits, topology)?))
+    }
+
+    /// `found` (algorithms of the solved problem) as algorithms of the requested collective,
+    /// checked; for a dual, with the one-group twins of staged schedules.
+    fn finished(&self, mut found: Found, limits: &Limits, topology: &Topology) -> Result<Found> {
         if self.dual {
             // A combining schedule in stages competes with its one-group twin: where the
             // stages that feed the bottleneck share links with later ones, the twin, whose
@@ -315,7 +321,7 @@ impl<'a> Plan<'a> {
             .into_iter()
             .map(|a| self.finish(a, topology, limits.extra_memory, limits.deadline))
             .collect::<Result<_>>()?;
-        Ok((bounds, found))
+        Ok(found)
     }
 }
 
@@ -930,14 +936,26 @@ fn with_shapes(mut algorithms: Vec<Algorithm>, shapes: Vec<Algorithm>) -> Vec<Al
 fn reduce_broadcast(req: &Request, cuts: &mut Vec<crate::engine::Cut>) -> Result<Vec<Algorithm>> {
     let (method, sketch) = (Method::Trees, None);
     let n = req.topology.ranks;
-    let search = |kind: Kind| -> Result<Found> {
-        let collective = Collective::new(kind, n, 0, 1)?;
-        let plan = Plan::new(req.topology, &collective, method, sketch)?;
+    let (reduce_to_0, broadcast_from_0) = (
+        Collective::new(Kind::Reduce, n, 0, 1)?,
+        Collective::new(Kind::Broadcast, n, 0, 1)?,
+    );
+    let reduce_plan = Plan::new(req.topology, &reduce_to_0, method, sketch)?;
+    let broadcast_plan = Plan::new(req.topology, &broadcast_from_0, method, sketch)?;
+    let search = |plan: &Plan| -> Result<Found> {
         Ok(plan
             .run(Search::Pareto, &req.limits, req.progress, req.topology)?
             .1)
     };
-    let (reduce, broadcast) = (search(Kind::Reduce)?, search(Kind::Broadcast)?);
+    // The reduce is solved as the broadcast on the reversed fabric: where that is the
+    // fabric itself, the broadcast's search is not run twice.
+    let (reduce, broadcast) = if req.topology.equals_its_reversal() {
+        let broadcast = search(&broadcast_plan)?;
+        let reduce = reduce_plan.finished(broadcast.clone(), &req.limits, req.topology)?;
+        (reduce, broadcast)
+    } else {
+        (search(&reduce_plan)?, search(&broadcast_plan)?)
+    };
     cuts.extend(reduce.cuts.iter().chain(&broadcast.cuts).cloned());
     let rounds = |a: &&Algorithm| (a.rounds_per_chunk(), a.num_steps());
     let steps = |a: &&Algorithm| (a.num_steps(), a.rounds_per_chunk());

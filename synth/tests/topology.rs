@@ -571,3 +571,28 @@ fn duplicate_switch_names_are_refused() {
     let e = error_of(&dir, "dupnv.toml", text);
     assert!(e.contains("'nvswitch-out-0' is already defined"), "{e}");
 }
+
+#[test]
+fn fabrics_with_every_link_both_ways_equal_their_reversal() {
+    for spec in [
+        "ring:5",
+        "torus-2d:4x8",
+        "hypercube:16",
+        "random:12:3",
+        "dgx1",
+        "dgx-a100x2",
+    ] {
+        let t = load(spec).unwrap();
+        assert!(t.equals_its_reversal(), "{spec}");
+        assert!(t.reversed().equals_its_reversal(), "{spec}");
+        // One link faster one way than the other: no longer.
+        let mut faster = t.clone();
+        faster.links[0].bandwidth *= 2.0;
+        assert!(!faster.equals_its_reversal(), "{spec}");
+    }
+    // A switch constraint over fewer senders than receivers (dgx-a100x2: a NIC's).
+    let mut t = load("dgx-a100x2").unwrap();
+    let nic = t.switches.iter().position(|s| s.srcs.len() > 1).unwrap();
+    t.switches[nic].srcs.pop();
+    assert!(!t.equals_its_reversal());
+}

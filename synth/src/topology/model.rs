@@ -114,6 +114,39 @@ impl Topology {
         }
     }
 
+    /// Whether [`Topology::reversed`] has the same links and switch constraints (in any
+    /// order): a fabric whose every link has its twin the other way round, alike.
+    pub fn equals_its_reversal(&self) -> bool {
+        let links = |reversed: bool| {
+            let mut all: Vec<_> = (self.links.iter())
+                .map(|l| {
+                    let (a, b) = if reversed {
+                        (l.dst, l.src)
+                    } else {
+                        (l.src, l.dst)
+                    };
+                    (a, b, l.bandwidth.to_bits(), l.alpha.to_bits())
+                })
+                .collect();
+            all.sort_unstable();
+            all
+        };
+        let switches = |reversed: bool| {
+            let mut all: Vec<_> = (self.switches.iter())
+                .map(|s| {
+                    let (mut a, mut b) = (s.srcs.clone(), s.dsts.clone());
+                    a.sort_unstable();
+                    b.sort_unstable();
+                    let (a, b) = if reversed { (b, a) } else { (a, b) };
+                    (a, b, s.bandwidth.to_bits())
+                })
+                .collect();
+            all.sort_unstable();
+            all
+        };
+        links(false) == links(true) && switches(false) == switches(true)
+    }
+
     /// The same fabric with rank `r` renamed `to[r]` (`to` a permutation of the ranks): links,
     /// nodes and constraints follow their ranks, listed in the new ids' order so that the
     /// result does not remember the old numbering.

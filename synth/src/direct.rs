@@ -73,9 +73,8 @@ pub fn search(
         DirectEngine::Greedy => greedy(topology, make, search, limits)?,
     };
     for a in &found.algorithms {
-        crate::check::check(a, topology).map_err(|e| {
-            anyhow::anyhow!("internal error: {} fails the checker: {e}", a.name)
-        })?;
+        crate::check::check(a, topology)
+            .map_err(|e| anyhow::anyhow!("internal error: {} fails the checker: {e}", a.name))?;
     }
     Ok(found)
 }

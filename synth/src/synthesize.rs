@@ -350,7 +350,7 @@ fn check_in_time(
 }
 
 /// Re-splits a C = 1 collective into C pieces.
-pub(crate) fn resplit(base: &Collective, c: usize) -> Result<Collective> {
+pub fn resplit(base: &Collective, c: usize) -> Result<Collective> {
     if base.kind == Kind::Custom {
         let mut chunks = Vec::new();
         for chunk in &base.chunks {
@@ -504,7 +504,8 @@ fn synthesize_as_numbered(
         }
     }
     if collective.kind == Kind::AllReduce {
-        return allreduce(req, method, sketch).map(|s| with_direct(s, req, collective, &direct, auto));
+        return allreduce(req, method, sketch)
+            .map(|s| with_direct(s, req, collective, &direct, auto));
     }
     if collective.ends_on_many() {
         return reduce_and_spread(req, collective, method, sketch)

@@ -161,7 +161,13 @@ fn trees(
                     if dist[r][root].is_none() {
                         bail!("address {address}: rank {r} cannot reach rank {root}");
                     }
-                    let p = next_hop(index, link_use, r, |p| hops(p, root) + 1 == hops(r, root), &in_tree);
+                    let p = next_hop(
+                        index,
+                        link_use,
+                        r,
+                        |p| hops(p, root) + 1 == hops(r, root),
+                        &in_tree,
+                    );
                     in_tree[r] = true;
                     up[r] = Some(p);
                     pending[p] += 1;
@@ -179,7 +185,13 @@ fn trees(
         }
     };
     // The copy tree: from the holders, by shortest paths, to every destination lacking it.
-    let from = |r: usize| holders.iter().map(|&h| hops(h, r)).min().unwrap_or(usize::MAX / 4);
+    let from = |r: usize| {
+        holders
+            .iter()
+            .map(|&h| hops(h, r))
+            .min()
+            .unwrap_or(usize::MAX / 4)
+    };
     let mut down = vec![None; n];
     let mut in_tree = vec![false; n];
     holders.iter().for_each(|&h| in_tree[h] = true);
@@ -325,7 +337,19 @@ mod tests {
 
     #[test]
     fn allreduce_is_scheduled_and_checks_on_generated_fabrics() {
-        for topo in ["ring:4", "line:4", "torus-2d:3x3", "hypercube:8", "dgx1", "random:6:3"] {
+        let fabrics = [
+            "ring:4",
+            "line:4",
+            "torus-2d:3x3",
+            "hypercube:8",
+            "random:6:3",
+            "dgx1",
+            "dgx-a100",
+            "dgx-h100",
+            "dgx-a100x2",
+            "mi250-16",
+        ];
+        for topo in fabrics {
             let topology = crate::topology::load(topo).unwrap();
             for c in [1, 2] {
                 let collective = Collective::new(Kind::AllReduce, topology.ranks, 0, c).unwrap();

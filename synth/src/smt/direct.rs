@@ -119,7 +119,10 @@ impl DirectInstance<'_> {
                 destinations.dedup();
                 Address {
                     address,
-                    contributors: members.iter().map(|&m| coll.chunks[m].pre.clone()).collect(),
+                    contributors: members
+                        .iter()
+                        .map(|&m| coll.chunks[m].pre.clone())
+                        .collect(),
                     destinations,
                 }
             })
@@ -353,7 +356,13 @@ impl<'a> DirectSearcher<'a> {
         })
     }
 
-    fn solve(&self, steps: usize, rounds: usize, chunks: usize, deadline: Instant) -> Result<Verdict> {
+    fn solve(
+        &self,
+        steps: usize,
+        rounds: usize,
+        chunks: usize,
+        deadline: Instant,
+    ) -> Result<Verdict> {
         self.progress.message(&format!(
             "direct: solving steps={steps} rounds={rounds} chunks={chunks}"
         ));
@@ -491,24 +500,30 @@ impl<'a> DirectSearcher<'a> {
         Ok(found_of(Vec::new(), false))
     }
 
-    /// The frontier over (steps, rounds per chunk): per step count from `bounds.steps` up
-    /// (at most [`DIRECT_EXTRA_STEPS`] more), the least R/C over C ≤
-    /// [`DIRECT_MAX_CHUNKS`] that beats every point with fewer steps; stops at `target`
-    /// (at least the rounds-per-chunk bound: complete only there) or the deadline.
+    /// The frontier over (steps, rounds per chunk) for steps from `bounds.steps` up (at
+    /// most [`DIRECT_EXTRA_STEPS`] more) and C ≤ [`DIRECT_MAX_CHUNKS`]: every step count at
+    /// C = 1 first, then at C = 2, ..., each solve only for an R/C below what fewer or as
+    /// many steps already reach, so that the cheap instances shape the frontier before the
+    /// deadline. A step count past one that reaches `target` (at least the
+    /// rounds-per-chunk bound) is not tried; complete only where every solve was decided
+    /// and the true bound was reached.
     pub fn pareto(&self, bounds: &Bounds, target: Ratio<u64>, limits: &Limits) -> Result<Found> {
         let target = target.max(bounds.rounds_per_chunk);
-        let mut frontier: Vec<Algorithm> = Vec::new();
-        let mut complete = true;
         let first = bounds.steps.max(1);
+        let last = limits.max_steps.min(first + DIRECT_EXTRA_STEPS);
         let max_chunks = limits.max_chunks.clamp(1, DIRECT_MAX_CHUNKS);
-        'steps: for steps in first..=limits.max_steps.min(first + DIRECT_EXTRA_STEPS) {
-            let previous = frontier.last().map(Algorithm::rounds_per_chunk);
-            let mut best: Option<Algorithm> = None;
-            for chunks in 1..=max_chunks {
+        let mut best: BTreeMap<usize, Algorithm> = BTreeMap::new();
+        let mut decided = true;
+        'chunks: for chunks in 1..=max_chunks {
+            for steps in first..=last {
                 if Instant::now() >= limits.deadline {
-                    break 'steps;
+                    decided = false;
+                    break 'chunks;
                 }
-                let ceiling = best.as_ref().map(Algorithm::rounds_per_chunk).or(previous);
+                let ceiling = (best.range(..=steps).map(|(_, a)| a.rounds_per_chunk())).min();
+                if ceiling.is_some_and(|c| c <= target) {
+                    break;
+                }
                 let hi = match ceiling {
                     Some(r) => ((r * Ratio::from_integer(chunks as u64)).ceil().to_integer()
                         as usize)
@@ -516,25 +531,17 @@ impl<'a> DirectSearcher<'a> {
                     None => self.round_cap(steps, chunks)?,
                 };
                 let lo = rounds_floor(bounds.rounds_per_chunk, chunks);
-                let (found, decided) = self.least_rounds(steps, chunks, lo, hi, limits.deadline)?;
-                complete &= decided;
+                let (found, ok) = self.least_rounds(steps, chunks, lo, hi, limits.deadline)?;
+                decided &= ok;
                 if let Some(a) = found {
                     self.progress.found(&a);
-                    best = Some(a);
-                }
-                if best.as_ref().is_some_and(|a| a.rounds_per_chunk() <= target) {
-                    break;
-                }
-            }
-            if let Some(a) = best {
-                let ratio = a.rounds_per_chunk();
-                frontier.push(a);
-                if ratio <= target {
-                    return Ok(found_of(frontier, complete && ratio <= bounds.rounds_per_chunk));
+                    best.insert(steps, a);
                 }
             }
         }
-        Ok(found_of(frontier, false))
+        let frontier = crate::frontier::pareto_filter(best.into_values().collect());
+        let reached = (frontier.iter()).any(|a| a.rounds_per_chunk() <= bounds.rounds_per_chunk);
+        Ok(found_of(frontier, decided && reached))
     }
 }
 

@@ -174,7 +174,6 @@ pub(super) fn checked(solver: &Solver, deadline: Instant, options: SolveOptions)
     Checked::Unknown
 }
 
-
 /// The i-th term (from 1) of the Luby restart sequence: 1, 1, 2, 1, 1, 2, 4, 1, ...
 fn luby(i: u32) -> u32 {
     let mut i = i;

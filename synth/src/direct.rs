@@ -87,26 +87,26 @@ fn greedy(
     search: Search,
     limits: &Limits,
 ) -> Result<Found> {
-    let (chunk_counts, fits): (Vec<usize>, Box<dyn Fn(&Algorithm) -> bool>) = match search {
+    // The chunk counts tried, and the most steps and rounds an answer may have.
+    let (chunk_counts, most_steps, most_rounds) = match search {
         Search::Instance {
             steps,
             rounds,
             chunks,
-        } => (
-            vec![chunks],
-            Box::new(move |a: &Algorithm| a.num_steps() <= steps && a.rounds() as usize <= rounds),
-        ),
-        Search::LeastSteps { chunks, rounds } => (
-            vec![chunks],
-            Box::new(move |a: &Algorithm| rounds.is_none_or(|r| a.rounds() as usize <= r)),
-        ),
+        } => (vec![chunks], Some(steps), Some(rounds)),
+        Search::LeastSteps { chunks, rounds } => (vec![chunks], None, rounds),
         Search::Pareto => (
             (0..)
                 .map(|k| 1 << k)
                 .take_while(|&c| c <= limits.max_chunks.clamp(1, DIRECT_MAX_CHUNKS))
                 .collect(),
-            Box::new(|_: &Algorithm| true),
+            None,
+            None,
         ),
+    };
+    let fits = |a: &Algorithm| {
+        most_steps.is_none_or(|s| a.num_steps() <= s)
+            && most_rounds.is_none_or(|r| a.rounds() as usize <= r)
     };
     let mut algorithms = Vec::new();
     for c in chunk_counts {

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod collective;
 pub mod constructions;
 pub mod cutbound;
+pub mod direct;
 pub mod draw;
 pub mod dsl;
 pub mod engine;

@@ -74,6 +74,12 @@ pub enum Family {
     /// The two-shot allreduce over all pairs: each rank reduces its slice from every rank,
     /// then sends it to every rank ([`crate::allreduce_shapes`]).
     TwoShot,
+    /// A direct SMT answer in which a reduction may end on many ranks
+    /// ([`crate::smt::direct`]).
+    DirectSmt,
+    /// The direct greedy schedule of partial sums: reduced up a tree per address, copied
+    /// out from where it completes ([`crate::greedy::direct`]).
+    DirectGreedy,
     /// NCCL's trees (chains in a node, double binary trees across nodes) as an allreduce:
     /// reduce up each tree then broadcast down ([`crate::allreduce_shapes::nccl_trees`]).
     NcclTrees,
@@ -149,6 +155,8 @@ impl Family {
             Family::OneShot => "oneshot",
             Family::TwoShot => "twoshot",
             Family::NcclTrees => "nccltrees",
+            Family::DirectSmt => "direct-smt",
+            Family::DirectGreedy => "direct-greedy",
             Family::ReduceBroadcast { broadcast, .. } => {
                 return Some(broadcast.tag().map_or("rb".into(), |b| format!("rb-{b}")));
             }

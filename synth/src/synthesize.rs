@@ -7,6 +7,7 @@ use crate::algorithm::Algorithm;
 use crate::bounds::Bounds;
 use crate::check::{check_before, check_memory, CheckError};
 use crate::collective::{Collective, Kind};
+use crate::direct::DirectEngine;
 use crate::engine::{Engine, Found, Limits, Problem};
 use crate::greedy::GreedyEngine;
 use crate::milp::{self, MilpEngine};
@@ -355,7 +356,7 @@ fn check_in_time(
 }
 
 /// Re-splits a C = 1 collective into C pieces.
-pub(crate) fn resplit(base: &Collective, c: usize) -> Result<Collective> {
+pub fn resplit(base: &Collective, c: usize) -> Result<Collective> {
     if base.kind == Kind::Custom {
         let mut chunks = Vec::new();
         for chunk in &base.chunks {
@@ -477,6 +478,8 @@ fn synthesize_as_numbered(
         return run_portfolio(req, &portfolio, sketch);
     }
     let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
+    let direct = direct_engines(method, resolved, req.topology);
+    let auto = method == Method::Auto;
     // Tree packing and the greedy engine have no memory model: `auto` takes the MILP instead
     // under a memory limit.
     let method = match (method, resolved) {
@@ -507,10 +510,12 @@ fn synthesize_as_numbered(
         }
     }
     if collective.kind == Kind::AllReduce {
-        return allreduce(req, method, sketch);
+        return allreduce(req, method, sketch)
+            .map(|s| with_direct(s, req, collective, &direct, auto));
     }
     if collective.ends_on_many() {
-        return reduce_and_spread(req, collective, method, sketch);
+        return reduce_and_spread(req, collective, method, sketch)
+            .map(|s| with_direct(s, req, collective, &direct, auto));
     }
     let plan = Plan::new(req.topology, collective, method, sketch)?;
     if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
@@ -853,6 +858,82 @@ fn reduce_and_spread(
         notes,
         cuts,
     })
+}
+
+/// How long `auto` gives the direct SMT encoding (it is one candidate among many).
+pub const AUTO_DIRECT_SMT_SECONDS: u64 = 10;
+
+/// The direct engines ([`crate::direct`]) a request for a collective whose reductions end
+/// on many ranks also runs: `--method smt` the SMT encoding, `--method greedy` the greedy,
+/// `auto` (resolved to SMT) both; the SMT encoding only on one node of at most
+/// [`crate::direct::DIRECT_SMT_MAX_RANKS`] ranks.
+fn direct_engines(requested: Method, resolved: Method, topology: &Topology) -> Vec<DirectEngine> {
+    let small = topology.ranks <= crate::direct::DIRECT_SMT_MAX_RANKS && topology.nodes() <= 1;
+    match (requested, resolved) {
+        (Method::Smt, _) if small => vec![DirectEngine::Smt],
+        (Method::Auto, Method::Smt) if small => vec![DirectEngine::Smt, DirectEngine::Greedy],
+        (Method::Auto, Method::Smt) | (Method::Greedy { .. }, _) => vec![DirectEngine::Greedy],
+        _ => Vec::new(),
+    }
+}
+
+/// `synthesis` with the direct schedules of `collective` by `engines` added (for the same
+/// search; an instance search only where the phased one found nothing), the SMT encoding
+/// for at most [`AUTO_DIRECT_SMT_SECONDS`] under `auto`. A direct engine that fails (UNSAT,
+/// time) is a note; completeness stays the phased search's.
+fn with_direct(
+    mut synthesis: Synthesis,
+    req: &Request,
+    collective: &Collective,
+    engines: &[DirectEngine],
+    auto: bool,
+) -> Synthesis {
+    if matches!(req.search, Search::Instance { .. }) && !synthesis.algorithms.is_empty() {
+        return synthesis;
+    }
+    let make = |c: usize| resplit(collective, c);
+    let bounds = match crate::bounds::reduction_bounds(req.topology, collective) {
+        Ok(bounds) => bounds,
+        Err(e) => {
+            synthesis.notes.push(format!("direct schedules: {e:#}"));
+            return synthesis;
+        }
+    };
+    // The direct SMT frontier stops where the phased search's bound is reached.
+    let target = (synthesis.bounds.rounds_per_chunk.parse::<Ratio<u64>>())
+        .unwrap_or(bounds.rounds_per_chunk);
+    for &engine in engines {
+        let mut limits = req.limits.clone();
+        if engine == DirectEngine::Smt && auto {
+            limits.deadline = limits
+                .deadline
+                .min(Instant::now() + Duration::from_secs(AUTO_DIRECT_SMT_SECONDS));
+        }
+        let found = crate::direct::search(
+            engine,
+            req.topology,
+            &make,
+            &bounds,
+            target,
+            req.search,
+            &limits,
+            req.progress,
+        );
+        match found {
+            Ok(found) => {
+                for a in found.algorithms {
+                    if !synthesis.algorithms.iter().any(|x| same_schedule(x, &a)) {
+                        synthesis.algorithms.push(a);
+                    }
+                }
+            }
+            Err(e) => synthesis.notes.push(format!("{}: {e:#}", engine.name())),
+        }
+    }
+    if matches!(req.search, Search::LeastSteps { .. }) {
+        synthesis.algorithms.sort_by_key(|a| a.num_steps());
+    }
+    synthesis
 }
 
 /// The reduce phase's algorithm `x` then the spread phase's `y` (if the spread phase has

@@ -506,15 +506,10 @@ fn reductions_onto_several_ranks_are_solved_checked_and_run() {
             2,
         )
         .unwrap_or_else(|e| panic!("{topo}\n{text}: {e:#}"));
-        let a = s
-            .algorithms
-            .first()
-            .unwrap_or_else(|| panic!("{topo}: nothing found\n{text}"));
-        assert!(
-            matches!(a.origin.family, Family::ReduceSpread { .. }),
-            "{}",
-            a.name
-        );
+        // The two-phase answer (beside it, `auto` offers direct schedules: tests/direct.rs).
+        let a = (s.algorithms.iter())
+            .find(|a| matches!(a.origin.family, Family::ReduceSpread { .. }))
+            .unwrap_or_else(|| panic!("{topo}: no reduce + spread algorithm\n{text}"));
         assert_eq!(a.chunks() % pieces, 0, "{}", a.name);
         assert!(s.bounds.steps <= a.num_steps(), "{}", a.name);
         exercise(a);
@@ -538,7 +533,10 @@ fn reductions_onto_several_ranks_are_checked() {
     )
     .unwrap();
     let topology = topology::load("line:4").unwrap();
-    let mut short = s.algorithms[0].clone();
+    let phased = (s.algorithms.iter())
+        .find(|a| matches!(a.origin.family, synth::origin::Family::ReduceSpread { .. }))
+        .expect("a reduce + spread algorithm");
+    let mut short = phased.clone();
     let last = short.steps.last_mut().unwrap();
     last.sends.pop();
     if last.sends.is_empty() {
@@ -546,7 +544,7 @@ fn reductions_onto_several_ranks_are_checked() {
     }
     assert!(check(&short, &topology).is_err());
     // The reduce phase's first step again: every contribution it moves is counted twice.
-    let mut twice = s.algorithms[0].clone();
+    let mut twice = phased.clone();
     let first = twice.steps[0].clone();
     assert!(first.reduce);
     twice.steps.insert(1, first);

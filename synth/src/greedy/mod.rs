@@ -28,6 +28,7 @@
 
 pub mod delays;
 pub mod demand;
+pub mod direct;
 pub mod latency;
 pub mod layout;
 pub mod schedule;

@@ -104,56 +104,74 @@ impl Instance<'_> {
         let Some(model) = Encoding::build(self, &solver, &stop) else {
             return Outcome::Unknown;
         };
-        for attempt in 1u32.. {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() || cancelled() {
-                break;
-            }
-            let mut params = Params::new();
-            // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
-            // encodes with sorting networks here: the UNSAT instances of the DGX-1 allgather
-            // search ran 2-5x faster than with the native PB solver. Weighted constraints
-            // must not be added: z3 4.8.12's sorting encoding of them returned models that
-            // violate them.
-            params.set_symbol("sat.pb.solver", "sorting");
-            params.set_u32(
-                "timeout",
-                remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
-            );
-            if options.restarts {
-                params.set_u32("sat.random_seed", attempt);
-                params.set_u32("random_seed", attempt);
-                let budget = RESTART_CONFLICTS.saturating_mul(luby(attempt));
-                params.set_u32("sat.max_conflicts", budget);
-                params.set_u32("max_conflicts", budget);
-            }
-            solver.set_params(&params);
-            // Only the check itself may be interrupted: decoding a model from an interrupted
-            // context would read missing values as false.
-            let result = match options.race {
-                Some(race) => race.guarded(|| solver.check()),
-                None => Some(solver.check()),
-            };
-            match result {
-                Some(SatResult::Sat) => {
-                    return match solver.get_model() {
-                        Some(m) => Outcome::Sat(Box::new(model.decode(self, &m))),
-                        None => Outcome::Unknown,
-                    }
-                }
-                Some(SatResult::Unsat) => return Outcome::Unsat,
-                // Resume only where the conflict budget ran out, not after the deadline, a
-                // give-up or an interrupt.
-                Some(SatResult::Unknown)
-                    if options.restarts
-                        && solver
-                            .get_reason_unknown()
-                            .is_some_and(|r| r.contains("conflicts")) => {}
-                _ => break,
-            }
+        match checked(&solver, deadline, options) {
+            Checked::Sat(m) => Outcome::Sat(Box::new(model.decode(self, &m))),
+            Checked::Unsat => Outcome::Unsat,
+            Checked::Unknown => Outcome::Unknown,
         }
-        Outcome::Unknown
     }
+}
+
+/// What one [`checked`] run of a solver says.
+pub(super) enum Checked {
+    /// A model.
+    Sat(z3::Model),
+    /// Proven impossible.
+    Unsat,
+    /// The deadline passed, the race was lost or z3 gave up.
+    Unknown,
+}
+
+/// Checks `solver`'s formula until `deadline` under `options` (restarts, the race), with
+/// the parameters every encoding of this module is solved with.
+pub(super) fn checked(solver: &Solver, deadline: Instant, options: SolveOptions) -> Checked {
+    let cancelled = || options.race.is_some_and(Race::is_finished);
+    for attempt in 1u32.. {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() || cancelled() {
+            break;
+        }
+        let mut params = Params::new();
+        // Every pseudo-Boolean constraint of the encoding has unit weights, which z3
+        // encodes with sorting networks here: the UNSAT instances of the DGX-1 allgather
+        // search ran 2-5x faster than with the native PB solver. Weighted constraints
+        // must not be added: z3 4.8.12's sorting encoding of them returned models that
+        // violate them.
+        params.set_symbol("sat.pb.solver", "sorting");
+        params.set_u32(
+            "timeout",
+            remaining.as_millis().clamp(1, u32::MAX as u128) as u32,
+        );
+        if options.restarts {
+            params.set_u32("sat.random_seed", attempt);
+            params.set_u32("random_seed", attempt);
+            let budget = RESTART_CONFLICTS.saturating_mul(luby(attempt));
+            params.set_u32("sat.max_conflicts", budget);
+            params.set_u32("max_conflicts", budget);
+        }
+        solver.set_params(&params);
+        // Only the check itself may be interrupted: decoding a model from an interrupted
+        // context would read missing values as false.
+        let result = match options.race {
+            Some(race) => race.guarded(|| solver.check()),
+            None => Some(solver.check()),
+        };
+        match result {
+            Some(SatResult::Sat) => {
+                return solver.get_model().map_or(Checked::Unknown, Checked::Sat)
+            }
+            Some(SatResult::Unsat) => return Checked::Unsat,
+            // Resume only where the conflict budget ran out, not after the deadline, a
+            // give-up or an interrupt.
+            Some(SatResult::Unknown)
+                if options.restarts
+                    && solver
+                        .get_reason_unknown()
+                        .is_some_and(|r| r.contains("conflicts")) => {}
+            _ => break,
+        }
+    }
+    Checked::Unknown
 }
 
 /// The i-th term (from 1) of the Luby restart sequence: 1, 1, 2, 1, 1, 2, 4, 1, ...
@@ -250,22 +268,22 @@ impl Encoding {
 }
 
 /// The send variables of one encoding.
-struct Sends {
+pub(super) struct Sends {
     /// (chunk index, link index, step 1..=S) → variable.
-    sends: Vec<(usize, usize, usize, Bool)>,
+    pub(super) sends: Vec<(usize, usize, usize, Bool)>,
     /// `var_of[i]`: the send whose variable send i shares (i itself for a representative).
-    var_of: Vec<usize>,
+    pub(super) var_of: Vec<usize>,
     /// The sends into each (chunk, rank, step).
-    incoming: BTreeMap<(usize, usize, usize), Vec<usize>>,
+    pub(super) incoming: BTreeMap<(usize, usize, usize), Vec<usize>>,
 }
 
 /// Asserts the parts of one formula (see [`Encoding::build`]). Symmetric schedules share
 /// one variable per orbit; constraints are stated for representatives only (a member's
 /// would be the same constraint).
-struct Builder<'b, 'i> {
-    inst: &'b Instance<'i>,
-    solver: &'b Solver,
-    stop: &'b dyn Fn() -> bool,
+pub(super) struct Builder<'b, 'i> {
+    pub(super) inst: &'b Instance<'i>,
+    pub(super) solver: &'b Solver,
+    pub(super) stop: &'b dyn Fn() -> bool,
 }
 
 impl Builder<'_, '_> {
@@ -423,7 +441,7 @@ impl Builder<'_, '_> {
 
     /// Rounds per step, order-encoded: `extra[s][k]` ⇔ r_s ≥ k + 2 (none when fixed); and
     /// `unit_copies[s][k][j]`, the j-th capacity unit of step s's extra round k.
-    fn round_vars(&self) -> (Vec<Vec<Bool>>, Vec<Vec<Vec<Bool>>>) {
+    pub(super) fn round_vars(&self) -> (Vec<Vec<Bool>>, Vec<Vec<Vec<Bool>>>) {
         let (inst, solver) = (self.inst, self.solver);
         let slack = inst.rounds - inst.steps;
         let extra: Vec<Vec<Bool>> = (0..inst.steps)
@@ -471,7 +489,7 @@ impl Builder<'_, '_> {
 
     /// Bandwidth: per step, each link and switch constraint carries at most its capacity
     /// times the step's rounds.
-    fn bandwidth(&self, sends: &Sends, unit_copies: &[Vec<Vec<Bool>>]) -> Option<()> {
+    pub(super) fn bandwidth(&self, sends: &Sends, unit_copies: &[Vec<Vec<Bool>>]) -> Option<()> {
         let inst = self.inst;
         // Capacity groups: the links, then the switch constraints.
         let mut caps: Vec<u32> = inst.capacities.links.clone();

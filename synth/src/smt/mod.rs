@@ -1,5 +1,6 @@
 //! Exact synthesis with the SCCL-style k-synchronous SMT encoding (z3).
 
+pub mod direct;
 pub mod encoding;
 pub mod race;
 pub mod search;

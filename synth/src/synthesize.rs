@@ -479,7 +479,6 @@ fn synthesize_as_numbered(
     }
     let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
     let direct = direct_engines(method, resolved, req.topology);
-    let auto = method == Method::Auto;
     // Tree packing and the greedy engine have no memory model: `auto` takes the MILP instead
     // under a memory limit.
     let method = match (method, resolved) {
@@ -511,11 +510,11 @@ fn synthesize_as_numbered(
     }
     if collective.kind == Kind::AllReduce {
         return allreduce(req, method, sketch)
-            .map(|s| with_direct(s, req, collective, &direct, auto));
+            .map(|s| with_direct(s, req, collective, &direct));
     }
     if collective.ends_on_many() {
         return reduce_and_spread(req, collective, method, sketch)
-            .map(|s| with_direct(s, req, collective, &direct, auto));
+            .map(|s| with_direct(s, req, collective, &direct));
     }
     let plan = Plan::new(req.topology, collective, method, sketch)?;
     if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
@@ -860,33 +859,28 @@ fn reduce_and_spread(
     })
 }
 
-/// How long `auto` gives the direct SMT encoding (it is one candidate among many).
-pub const AUTO_DIRECT_SMT_SECONDS: u64 = 10;
-
 /// The direct engines ([`crate::direct`]) a request for a collective whose reductions end
-/// on many ranks also runs: `--method smt` the SMT encoding, `--method greedy` the greedy,
-/// `auto` (resolved to SMT) both; the SMT encoding only on one node of at most
-/// [`crate::direct::DIRECT_SMT_MAX_RANKS`] ranks.
+/// on many ranks also runs: `--method smt` the SMT encoding (only on one node of at most
+/// [`crate::direct::DIRECT_SMT_MAX_RANKS`] ranks), `--method greedy` and `auto` the greedy.
+/// `auto` leaves the SMT encoding out: its frontier runs to the time limit on most fabrics
+/// (about 10 s on dgx1, line:4, dgx-a100), and what a time limit cuts depends on the machine.
 fn direct_engines(requested: Method, resolved: Method, topology: &Topology) -> Vec<DirectEngine> {
     let small = topology.ranks <= crate::direct::DIRECT_SMT_MAX_RANKS && topology.nodes() <= 1;
     match (requested, resolved) {
         (Method::Smt, _) if small => vec![DirectEngine::Smt],
-        (Method::Auto, Method::Smt) if small => vec![DirectEngine::Smt, DirectEngine::Greedy],
         (Method::Auto, Method::Smt) | (Method::Greedy { .. }, _) => vec![DirectEngine::Greedy],
         _ => Vec::new(),
     }
 }
 
 /// `synthesis` with the direct schedules of `collective` by `engines` added (for the same
-/// search; an instance search only where the phased one found nothing), the SMT encoding
-/// for at most [`AUTO_DIRECT_SMT_SECONDS`] under `auto`. A direct engine that fails (UNSAT,
+/// search; an instance search only where the phased one found nothing). A direct engine that fails (UNSAT,
 /// time) is a note; completeness stays the phased search's.
 fn with_direct(
     mut synthesis: Synthesis,
     req: &Request,
     collective: &Collective,
     engines: &[DirectEngine],
-    auto: bool,
 ) -> Synthesis {
     if matches!(req.search, Search::Instance { .. }) && !synthesis.algorithms.is_empty() {
         return synthesis;
@@ -903,12 +897,6 @@ fn with_direct(
     let target = (synthesis.bounds.rounds_per_chunk.parse::<Ratio<u64>>())
         .unwrap_or(bounds.rounds_per_chunk);
     for &engine in engines {
-        let mut limits = req.limits.clone();
-        if engine == DirectEngine::Smt && auto {
-            limits.deadline = limits
-                .deadline
-                .min(Instant::now() + Duration::from_secs(AUTO_DIRECT_SMT_SECONDS));
-        }
         let found = crate::direct::search(
             engine,
             req.topology,
@@ -916,7 +904,7 @@ fn with_direct(
             &bounds,
             target,
             req.search,
-            &limits,
+            &req.limits,
             req.progress,
         );
         match found {

@@ -509,8 +509,7 @@ fn synthesize_as_numbered(
         }
     }
     if collective.kind == Kind::AllReduce {
-        return allreduce(req, method, sketch)
-            .map(|s| with_direct(s, req, collective, &direct));
+        return allreduce(req, method, sketch).map(|s| with_direct(s, req, collective, &direct));
     }
     if collective.ends_on_many() {
         return reduce_and_spread(req, collective, method, sketch)

@@ -161,10 +161,11 @@ fn trees(
                     if dist[r][root].is_none() {
                         bail!("address {address}: rank {r} cannot reach rank {root}");
                     }
-                    let p = next_hop(
+                    let p = tree_hop(
                         index,
                         link_use,
                         r,
+                        Hop::Out,
                         |p| hops(p, root) + 1 == hops(r, root),
                         &in_tree,
                     );
@@ -203,7 +204,14 @@ fn trees(
             if from(r) >= usize::MAX / 4 {
                 bail!("address {address}: no rank holding it reaches rank {r}");
             }
-            let p = previous_hop(index, link_use, r, |p| from(p) + 1 == from(r), &in_tree);
+            let p = tree_hop(
+                index,
+                link_use,
+                r,
+                Hop::In,
+                |p| from(p) + 1 == from(r),
+                &in_tree,
+            );
             in_tree[r] = true;
             down[r] = Some(p);
             r = p;
@@ -229,37 +237,34 @@ fn trees(
     })
 }
 
-/// The next hop out of `r` among the links to ranks `closer` accepts: one already in the
-/// tree first, then the least used link, then the lowest rank; its use is counted.
-fn next_hop(
-    index: &TopologyIndex,
-    link_use: &mut [usize],
-    r: usize,
-    closer: impl Fn(usize) -> bool,
-    in_tree: &[bool],
-) -> usize {
-    let n = in_tree.len();
-    let (p, l) = (0..n)
-        .filter(|&p| closer(p))
-        .filter_map(|p| index.link_of.get(&(r, p)).map(|&l| (p, l)))
-        .min_by_key(|&(p, l)| (!in_tree[p], link_use[l], p))
-        .expect("a shortest path continues over a link");
-    link_use[l] += 1;
-    p
+/// Which way a hop crosses its link, seen from the rank it starts at.
+#[derive(Clone, Copy)]
+enum Hop {
+    /// Out of the rank: the rank it sends to.
+    Out,
+    /// Into the rank: the rank it receives from.
+    In,
 }
 
-/// [`next_hop`] into `r`: the rank it receives from.
-fn previous_hop(
+/// The neighbour of `r` over a link in `direction`, among the ranks `closer` accepts: one
+/// already in the tree first, then the least used link, then the lowest rank; its use is
+/// counted.
+fn tree_hop(
     index: &TopologyIndex,
     link_use: &mut [usize],
     r: usize,
+    direction: Hop,
     closer: impl Fn(usize) -> bool,
     in_tree: &[bool],
 ) -> usize {
     let n = in_tree.len();
+    let link = |p: usize| match direction {
+        Hop::Out => index.link_of.get(&(r, p)),
+        Hop::In => index.link_of.get(&(p, r)),
+    };
     let (p, l) = (0..n)
         .filter(|&p| closer(p))
-        .filter_map(|p| index.link_of.get(&(p, r)).map(|&l| (p, l)))
+        .filter_map(|p| link(p).map(|&l| (p, l)))
         .min_by_key(|&(p, l)| (!in_tree[p], link_use[l], p))
         .expect("a shortest path continues over a link");
     link_use[l] += 1;

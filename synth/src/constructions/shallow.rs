@@ -14,6 +14,7 @@
 //! first feasible one wins. Every solve is bounded (one thread, fixed seed, a node limit)
 //! and a solve the limit cuts short counts as infeasible.
 
+use super::small_ip::{self, Effort};
 use super::{Construction, Context};
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;
@@ -55,6 +56,7 @@ impl Construction for ShallowTrees {
             slices,
             cx.limits.deadline,
         )?
+        .found
         else {
             return Ok(Vec::new());
         };
@@ -99,6 +101,11 @@ const MAX_VARIABLES: usize = 20_000;
 /// Branch-and-bound nodes per solve.
 const MAX_NODES: i32 = 2_000;
 
+/// Simplex iterations of all the solves of one search together (HiGHS's count, so the
+/// answer does not depend on the machine): a tight packing's program can take 100,000 of
+/// them and most of a minute to prove infeasible (a 3×10 torus, 4 pieces, depth 7).
+const MAX_LP_ITERATIONS: i64 = 30_000;
+
 /// Hops beyond the root's eccentricity tried.
 const EXTRA_DEPTH: usize = 3;
 
@@ -111,10 +118,19 @@ pub struct Shallow {
     pub depth: usize,
 }
 
+/// What a search for shallow trees found, and the simplex iterations it spent.
+#[derive(Debug, Clone)]
+pub struct ShallowSearch {
+    /// The trees, or `None` when the fabric is too large, no pair (C, D) is found within the
+    /// limits, or the deadline passes first.
+    pub found: Option<Shallow>,
+    /// Simplex iterations of all its solves ([`MAX_LP_ITERATIONS`] and the last solve's
+    /// overshoot at most).
+    pub lp_iterations: i64,
+}
+
 /// The shallowest trees (by the fill they predict, `slices(c)` slices per piece at c
-/// pieces) for a broadcast from `root` at `rate_gbps` with at most `max_chunks` pieces, or
-/// `None` when the fabric is too large, no pair (C, D) is found within the limits, or the
-/// deadline passes first.
+/// pieces) for a broadcast from `root` at `rate_gbps` with at most `max_chunks` pieces.
 pub fn shallow_broadcast(
     topology: &Topology,
     index: &TopologyIndex,
@@ -123,19 +139,23 @@ pub fn shallow_broadcast(
     max_chunks: usize,
     slices: impl Fn(usize) -> f64,
     deadline: Instant,
-) -> Result<Option<Shallow>> {
+) -> Result<ShallowSearch> {
+    let mut search = ShallowSearch {
+        found: None,
+        lp_iterations: 0,
+    };
     if topology.ranks > MAX_RANKS || topology.ranks < 2 || rate_gbps <= 0.0 {
-        return Ok(None);
+        return Ok(search);
     }
     let dist: Vec<usize> = index.distances[root]
         .iter()
         .map(|d| d.unwrap_or(usize::MAX))
         .collect();
     let Some(eccentricity) = dist.iter().copied().filter(|&d| d != usize::MAX).max() else {
-        return Ok(None);
+        return Ok(search);
     };
     if dist.contains(&usize::MAX) {
-        return Ok(None);
+        return Ok(search);
     }
     let mut pairs: Vec<(usize, usize)> = (1..=max_chunks.max(1))
         .flat_map(|c| (eccentricity..=eccentricity + EXTRA_DEPTH).map(move |d| (c, d)))
@@ -148,15 +168,24 @@ pub fn shallow_broadcast(
     pairs.sort_by(|a, b| value(b).total_cmp(&value(a)).then(a.cmp(b)));
     for (chunks, depth) in pairs {
         // An extra candidate: past the deadline the search just stops.
-        if Instant::now() >= deadline {
-            return Ok(None);
+        if search.lp_iterations >= MAX_LP_ITERATIONS || Instant::now() >= deadline {
+            break;
         }
-        if let Some(trees) = solve(topology, index, root, rate_gbps, chunks, depth, &dist)? {
+        let effort = Effort {
+            nodes: MAX_NODES,
+            lp_iterations: MAX_LP_ITERATIONS - search.lp_iterations,
+        };
+        let (trees, used) = solve(
+            topology, index, root, rate_gbps, chunks, depth, &dist, effort,
+        )?;
+        search.lp_iterations += used;
+        if let Some(trees) = trees {
             let depth = trees.iter().map(tree_depth).max().unwrap_or(0);
-            return Ok(Some(Shallow { trees, depth }));
+            search.found = Some(Shallow { trees, depth });
+            break;
         }
     }
-    Ok(None)
+    Ok(search)
 }
 
 /// A binary variable of the shallow-tree program: (tree, link, depth at which the link
@@ -164,7 +193,9 @@ pub fn shallow_broadcast(
 type EdgeVar = (usize, usize, usize, Variable);
 
 /// `chunks` trees from `root` of depth at most `depth` within the capacities at
-/// `rate_gbps`, or `None` when infeasible or not found within the node limit.
+/// `rate_gbps`, or `None` when infeasible or not found within `effort`; with the simplex
+/// iterations spent.
+#[allow(clippy::too_many_arguments)]
 fn solve(
     topology: &Topology,
     index: &TopologyIndex,
@@ -173,7 +204,8 @@ fn solve(
     chunks: usize,
     depth: usize,
     dist: &[usize],
-) -> Result<Option<Vec<Tree>>> {
+    effort: Effort,
+) -> Result<(Option<Vec<Tree>>, i64)> {
     let capacity = |bandwidth: f64| (bandwidth * chunks as f64 / rate_gbps + 1e-9).floor();
     // A rank's first tree edge leaves the root: without capacity there, nothing fits.
     let out: f64 = index.out_links[root]
@@ -181,21 +213,22 @@ fn solve(
         .map(|&l| capacity(topology.links[l].bandwidth))
         .sum();
     if out < chunks as f64 {
-        return Ok(None);
+        return Ok((None, 0));
     }
     let mut vars = ProblemVariables::new();
     let x = edge_variables(topology, &mut vars, root, chunks, depth, dist, &capacity);
     if x.len() > MAX_VARIABLES {
-        return Ok(None);
+        return Ok((None, 0));
     }
     let Some(mut constraints) = tree_constraints(topology, root, chunks, &x) else {
-        return Ok(None);
+        return Ok((None, 0));
     };
     constraints.extend(capacity_constraints(topology, index, &x, &capacity));
-    // One thread, a fixed seed and a node limit: the answer is a function of the model.
+    // One thread, a fixed seed and counted effort: the answer is a function of the model.
     let model = vars.minimise(Expression::from(0.0)).using(highs);
-    let Some(values) = crate::constructions::small_ip::solve(model, constraints, MAX_NODES)? else {
-        return Ok(None);
+    let solved = small_ip::solve(model, constraints, effort)?;
+    let Some(values) = solved.columns else {
+        return Ok((None, solved.lp_iterations));
     };
     let mut trees: Vec<Tree> = vec![vec![None; topology.ranks]; chunks];
     for (column, &(t, l, _, _)) in x.iter().enumerate() {
@@ -204,7 +237,7 @@ fn solve(
             trees[t][link.dst] = Some(link.src);
         }
     }
-    Ok(Some(trees))
+    Ok((Some(trees), solved.lp_iterations))
 }
 
 /// A variable per tree, usable link and depth: a link out of the root only at depth 1, and
@@ -315,4 +348,42 @@ fn tree_depth(tree: &Tree) -> usize {
         })
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The search on a 2-D torus (unit links): its broadcast optimum is the root's four
+    /// out-links.
+    fn torus_search(spec: &str) -> ShallowSearch {
+        let topology = crate::topology::load(spec).unwrap();
+        let index = topology.index();
+        let rate = 4.0 * topology.links[0].bandwidth;
+        let slices = |c: usize| reference::slices(&topology, Kind::Broadcast, c);
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        shallow_broadcast(&topology, &index, 0, rate, 8, slices, deadline).unwrap()
+    }
+
+    #[test]
+    fn a_tight_packing_stops_at_the_simplex_budget() {
+        // Four edge-disjoint trees within 7 or 8 hops on a 3×10 torus: HiGHS spent 107,000
+        // iterations (half a minute) on depth 7 alone, and the whole search minutes.
+        let search = torus_search("torus-2d:3x10");
+        assert!(search.found.is_none());
+        assert!(
+            search.lp_iterations < 2 * MAX_LP_ITERATIONS,
+            "{} simplex iterations",
+            search.lp_iterations
+        );
+    }
+
+    #[test]
+    fn the_budget_still_finds_the_4x8_torus_trees() {
+        let search = torus_search("torus-2d:4x8");
+        let found = search.found.expect("shallow trees on torus-2d:4x8");
+        assert_eq!((found.trees.len(), found.depth), (4, 7));
+        assert!(search.lp_iterations <= MAX_LP_ITERATIONS + 1);
+    }
 }

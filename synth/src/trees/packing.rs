@@ -13,7 +13,7 @@
 //! always feasible; its rate is reported as found.
 
 use super::arborescence::{min_arborescence, Edge};
-use crate::topology::{Topology, TopologyIndex, Translations};
+use crate::topology::{SwitchConstraint, Topology, TopologyIndex, Translations};
 use anyhow::{bail, Result};
 use good_lp::{
     highs, variable, DualValues, Expression, ProblemVariables, Solution, SolutionWithDual,
@@ -74,22 +74,25 @@ impl Orbits {
         index: &TopologyIndex,
         group: &Translations,
     ) -> Option<Orbits> {
-        let key = |srcs: &[usize], dsts: &[usize], g: &[u32]| {
-            let mut a: Vec<u32> = srcs.iter().map(|&r| g[r]).collect();
-            let mut b: Vec<u32> = dsts.iter().map(|&r| g[r]).collect();
+        // A switch constraint's ranks under `g`, with its bandwidth: constraints over the same
+        // sets (a two-node fabric's uplinks) are told apart by their place among equals.
+        let key = |s: &SwitchConstraint, g: &[u32]| {
+            let mut a: Vec<u32> = s.srcs.iter().map(|&r| g[r]).collect();
+            let mut b: Vec<u32> = s.dsts.iter().map(|&r| g[r]).collect();
             a.sort_unstable();
             a.dedup();
             b.sort_unstable();
             b.dedup();
-            (a, b)
+            (a, b, s.bandwidth.to_bits())
         };
         let identity = &group.elements[0];
-        let switch_of: HashMap<(Vec<u32>, Vec<u32>), usize> = topology
-            .switches
-            .iter()
-            .enumerate()
-            .map(|(j, s)| (key(&s.srcs, &s.dsts, identity), j))
-            .collect();
+        let mut switches_of: HashMap<(Vec<u32>, Vec<u32>, u64), Vec<usize>> = HashMap::new();
+        let mut place_among_equals = vec![0; topology.switches.len()];
+        for (j, s) in topology.switches.iter().enumerate() {
+            let equals = switches_of.entry(key(s, identity)).or_default();
+            place_among_equals[j] = equals.len();
+            equals.push(j);
+        }
         let (nl, ns) = (topology.links.len(), topology.switches.len());
         let mut orbit = vec![usize::MAX; nl + ns];
         let mut bandwidth = Vec::new();
@@ -105,8 +108,9 @@ impl Orbits {
                     let l = &topology.links[res];
                     *index.link_of.get(&(g[l.src] as usize, g[l.dst] as usize))?
                 } else {
-                    let s = &topology.switches[res - nl];
-                    nl + *switch_of.get(&key(&s.srcs, &s.dsts, g))?
+                    let j = res - nl;
+                    let equals = switches_of.get(&key(&topology.switches[j], g))?;
+                    nl + *equals.get(place_among_equals[j])?
                 };
                 if orbit[image] == usize::MAX {
                     orbit[image] = id;

@@ -201,7 +201,11 @@ pub(super) fn solve(
     constraints: Vec<Constraint>,
     rings: usize,
 ) -> Result<Option<Vec<usize>>> {
-    let columns = crate::constructions::small_ip::solve(model, constraints, MAX_NODES)?;
+    let effort = crate::constructions::small_ip::Effort {
+        nodes: MAX_NODES,
+        lp_iterations: i64::MAX,
+    };
+    let columns = crate::constructions::small_ip::solve(model, constraints, effort)?.columns;
     Ok(columns.map(|c| {
         c[..rings]
             .iter()

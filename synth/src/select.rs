@@ -20,12 +20,14 @@
 //!   the candidates, which the callers choose.
 //!
 //! Candidates are simulated one at a time ([`Simulation::curve`]) so that a caller can drop
-//! each program before lowering the next (the main command holds at most two programs of a
-//! 1024-rank fabric); [`Simulation::table`] then simulates the baselines and picks.
+//! each program before lowering the next (the main command holds a bounded number of
+//! steps, at most two programs of a 1024-rank fabric, and simulates those it holds in
+//! [`simulation_order`] through a [`Race`]); [`Simulation::table`] then simulates the
+//! baselines and picks.
 
 use crate::baseline::{self, Algo, BaselineOptions, Choice, Tuner};
 use crate::simulate::{
-    simulate, simulate_sizes, simulate_sizes_unless, Bound, SimOptions, SimResult,
+    bounds_at, simulate, simulate_sizes, simulate_sizes_unless, Bound, SimOptions, SimResult,
 };
 use crate::topology::Topology;
 use anyhow::Result;
@@ -85,6 +87,58 @@ impl Point {
     }
 }
 
+/// The order in which to simulate candidates with `keys` (each one's [`Simulation::bound_busbw`]
+/// at the size that matters most): highest key first, a tie in their given order. Bounds do
+/// not depend on how ranks are numbered, so the candidate likely to win is simulated first
+/// and the later ones are mostly skipped by their bounds, whatever the numbering.
+pub fn simulation_order(keys: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| keys[b].total_cmp(&keys[a]).then(a.cmp(&b)));
+    order
+}
+
+/// Candidates simulated in any order (see [`simulation_order`]) with the winners of
+/// simulating them all in the table's order under [`Rule::HighestBusbw`]: per size the best
+/// busbw so far and the place of the candidate holding it. A candidate is simulated only
+/// where its bound does not rule out beating it, and keeps a point equal to it only if it
+/// comes first in the table (whose rule keeps the first on a tie).
+#[derive(Debug, Clone)]
+pub struct Race {
+    bar: Vec<f64>,
+    holder: Vec<usize>,
+}
+
+impl Race {
+    /// No candidate simulated yet among `candidates` (the table's length), at `sizes` sizes.
+    pub fn new(candidates: usize, sizes: usize) -> Race {
+        Race {
+            bar: vec![0.0; sizes],
+            holder: vec![candidates; sizes],
+        }
+    }
+
+    /// The points of `program`, the candidate at `place` in the table, for the table: `None`
+    /// where it cannot win against the candidates entered before
+    /// ([`Simulation::curve_winning`]); the bar rises with the points kept.
+    pub fn enter(
+        &mut self,
+        simulation: &Simulation,
+        place: usize,
+        program: &Program,
+    ) -> Result<Vec<Option<Point>>> {
+        let ties_win: Vec<bool> = self.holder.iter().map(|&w| place < w).collect();
+        let points = simulation.curve_winning(program, &self.bar, &ties_win)?;
+        for ((b, w), p) in self.bar.iter_mut().zip(&mut self.holder).zip(&points) {
+            if let Some(p) = p {
+                // A kept point beats the bar, or ties it from an earlier place.
+                *b = p.busbw;
+                *w = place;
+            }
+        }
+        Ok(points)
+    }
+}
+
 /// NCCL's choice at one size: the algorithm and protocol its tuner picks, simulated (NVLS:
 /// its model, [`Tuner::nvls_time_us`]).
 #[derive(Debug, Clone, Serialize)]
@@ -141,7 +195,7 @@ impl Simulation<'_> {
     /// `program` at one `size`, under its fastest protocol (a protocol whose bound shows it
     /// is not faster than one simulated before is not simulated).
     pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
-        self.best_of(program, &[size], &[f64::NEG_INFINITY])?
+        self.best_of(program, &[size], &[f64::NEG_INFINITY], &[false])?
             .remove(0)
             .ok_or_else(|| anyhow::anyhow!("no protocol to simulate"))
     }
@@ -162,17 +216,60 @@ impl Simulation<'_> {
     /// protocol so far, is not simulated under that protocol. The points that beat the bar
     /// are exactly those [`Self::curve`] gives.
     pub fn curve_beating(&self, program: &Program, bar: &[f64]) -> Result<Vec<Option<Point>>> {
+        self.curve_winning(program, bar, &vec![false; bar.len()])
+    }
+
+    /// [`Self::curve_beating`], but at a size where `ties_win` says so a point equal to the
+    /// bar is kept too (the program comes before the bar's holder in the table, whose
+    /// [`Rule::HighestBusbw`] keeps the first on a tie). With it, candidates can be
+    /// simulated in any order (see [`simulation_order`]) and still give the table the
+    /// winners that simulating them all would give.
+    pub fn curve_winning(
+        &self,
+        program: &Program,
+        bar: &[f64],
+        ties_win: &[bool],
+    ) -> Result<Vec<Option<Point>>> {
         match self.runs {
-            Runs::Together => self.best_of(program, self.sizes, bar),
-            Runs::OneByOne => (self.sizes.iter().zip(bar))
-                .map(|(&s, &b)| Ok(self.best_of(program, &[s], &[b])?.remove(0)))
+            Runs::Together => self.best_of(program, self.sizes, bar, ties_win),
+            Runs::OneByOne => (self.sizes.iter().zip(bar).zip(ties_win))
+                .map(|((&s, &b), &t)| Ok(self.best_of(program, &[s], &[b], &[t])?.remove(0)))
                 .collect(),
         }
     }
 
+    /// The highest busbw a [`Bound`] leaves `program` at each size, over the protocols
+    /// simulated there (infinite where a protocol's bound is not known), found without
+    /// simulating: the key of [`simulation_order`].
+    pub fn bound_busbw(&self, program: &Program) -> Result<Vec<f64>> {
+        let mut most = vec![f64::NEG_INFINITY; self.sizes.len()];
+        for &protocol in self.protocols {
+            let at: Vec<usize> = (0..self.sizes.len())
+                .filter(|&i| self.applies(protocol, self.sizes[i]))
+                .collect();
+            if at.is_empty() {
+                continue;
+            }
+            let asked: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
+            let options = self.options.with_protocol(protocol);
+            let bounds = bounds_at(program, self.topology, &asked, &options)?;
+            for (&i, bound) in at.iter().zip(bounds) {
+                most[i] = most[i].max(bound.map_or(f64::INFINITY, |b| b.busbw));
+            }
+        }
+        Ok(most)
+    }
+
     /// `program` at `sizes` laid out once per protocol, the fastest protocol per size where
-    /// it beats `bar` (skipping what a bound rules out; see [`Self::curve_beating`]).
-    fn best_of(&self, program: &Program, sizes: &[u64], bar: &[f64]) -> Result<Vec<Option<Point>>> {
+    /// it beats `bar`, or ties it where `ties_win` (skipping what a bound rules out; see
+    /// [`Self::curve_winning`]).
+    fn best_of(
+        &self,
+        program: &Program,
+        sizes: &[u64],
+        bar: &[f64],
+        ties_win: &[bool],
+    ) -> Result<Vec<Option<Point>>> {
         let mut best: Vec<Option<Point>> = vec![None; sizes.len()];
         for &protocol in self.protocols {
             let at: Vec<usize> = (0..sizes.len())
@@ -197,8 +294,8 @@ impl Simulation<'_> {
                 }
             }
         }
-        Ok((best.into_iter().zip(bar))
-            .map(|(p, &b)| p.filter(|p| p.busbw > b))
+        Ok((best.into_iter().zip(bar).zip(ties_win))
+            .map(|((p, &b), &tie)| p.filter(|p| p.busbw > b || (tie && p.busbw == b)))
             .collect())
     }
 

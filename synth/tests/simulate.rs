@@ -3,7 +3,7 @@
 use runtime::ir::{Buffer, Collective, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use synth::baseline::{self, Algo, BaselineOptions, Tuner};
 use synth::cutbound::{self, CutBound};
-use synth::select::{Runs, Simulation, ALL_PROTOCOLS};
+use synth::select::{simulation_order, Point, Race, Runs, Simulation, ALL_PROTOCOLS};
 use synth::simulate::{
     simulate, simulate_sizes, simulate_sizes_unless, ModelParams, PerProtocol, SimOptions, Slicing,
 };
@@ -875,4 +875,73 @@ fn a_curve_against_a_bar_keeps_exactly_the_points_that_beat_it() {
             }
         }
     }
+}
+
+/// Candidates entered into a [`Race`] in any order give the table the winners of simulating
+/// them all in the table's order: a later candidate's tie is dropped, an earlier one's is
+/// kept (here the same program at places 0 and 2, entered last-first).
+#[test]
+fn a_race_in_any_order_picks_what_simulating_all_in_order_picks() {
+    for (name, coll) in [
+        ("dgx-a100x2", Collective::AllGather),
+        ("torus-2d:4x4", Collective::AllReduce),
+    ] {
+        let topo = topology::load(name).unwrap();
+        let ring = baseline::ring(coll, &topo, &BaselineOptions::default()).unwrap();
+        let one = BaselineOptions {
+            channels: Some(1),
+            root: 0,
+        };
+        let other = baseline::ring(coll, &topo, &one).unwrap();
+        let candidates = [ring.clone(), other, ring];
+        let sizes = [1 << 10, 64 << 10, 16 << 20, 1 << 30];
+        let simulation = Simulation {
+            topology: &topo,
+            sizes: &sizes,
+            options: SimOptions::default(),
+            runs: Runs::Together,
+            protocols: &ALL_PROTOCOLS,
+        };
+        let curves: Vec<Vec<Option<Point>>> = (candidates.iter())
+            .map(|p| simulation.curve(p).unwrap().into_iter().map(Some).collect())
+            .collect();
+        let winners = |curves: &[Vec<Option<Point>>]| -> Vec<Option<(usize, f64)>> {
+            (0..sizes.len())
+                .map(|i| {
+                    let mut best: Option<(usize, f64)> = None;
+                    for (c, curve) in curves.iter().enumerate() {
+                        if let Some(p) = &curve[i] {
+                            if p.busbw > best.map_or(0.0, |b| b.1) {
+                                best = Some((c, p.busbw));
+                            }
+                        }
+                    }
+                    best
+                })
+                .collect()
+        };
+        let all = winners(&curves);
+        let keys: Vec<f64> = (candidates.iter())
+            .map(|p| *simulation.bound_busbw(p).unwrap().last().unwrap())
+            .collect();
+        for order in [vec![2, 1, 0], vec![2, 0, 1], simulation_order(&keys)] {
+            let mut race = Race::new(candidates.len(), sizes.len());
+            let mut raced: Vec<Vec<Option<Point>>> = vec![Vec::new(); candidates.len()];
+            for &c in &order {
+                raced[c] = race.enter(&simulation, c, &candidates[c]).unwrap();
+            }
+            assert_eq!(winners(&raced), all, "{name} order {order:?}");
+            // The program at place 2 is the one at place 0: it never wins.
+            assert!(all.iter().flatten().all(|w| w.0 != 2), "{name}");
+        }
+    }
+}
+
+/// Highest key first; equal keys in their given order.
+#[test]
+fn simulation_order_is_by_key_then_place() {
+    assert_eq!(
+        simulation_order(&[1.0, 3.0, 2.0, 3.0, f64::INFINITY]),
+        vec![4, 1, 3, 2, 0]
+    );
 }

@@ -6,7 +6,7 @@ use crate::bounds::{cut_bounds, lower_bounds};
 use crate::collective::{Collective, Kind};
 use crate::cutbound::CutBound;
 use crate::progress::Progress;
-use crate::select::{Point, Row, Rule, Runs, Simulation};
+use crate::select::{simulation_order, Point, Race, Row, Rule, Runs, Simulation};
 use crate::simulate::SimOptions;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
@@ -193,39 +193,61 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let simulated = compares(synthesis.algorithms[0].collective.kind, topo.ranks);
     let mut unexpressed: Option<String> = None;
     let mut dropped: Vec<String> = Vec::new();
-    // The best busbw so far per compared size: a later algorithm is simulated only where
-    // its bound does not rule out beating it (the table's rule keeps the first on a tie).
-    let bar = std::sync::Mutex::new(vec![0.0; COMPARE_SIZES.len()]);
-    let lowered: Vec<(Vec<String>, Option<Simulated>)> = synthesis
-        .algorithms
-        .iter()
-        .map(|a| {
-            let simulate = |p: &runtime::ir::Program| -> Result<Option<Simulated>> {
-                if !simulated {
-                    return Ok(None);
-                }
-                progress.message(&format!("simulating {} at 1 KB to 1 GB", a.name));
-                let mut bar = bar.lock().unwrap_or_else(|e| e.into_inner());
-                Simulated::of(p, &topo, &sim, &mut bar).map(Some)
-            };
-            match super::lower_args::write_xml(a, &args.out, &lowering, &progress, simulate) {
-                Ok(done) => Ok(done),
-                // An algorithm the runtimes cannot express (too many steps or channels for
-                // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
-                // JSON is kept and the reason printed.
-                Err(e) if unexpressible(&e) => {
-                    dropped.push(format!(
-                        "{}: no XML written, so it is not rated (the {} runtime cannot load it): {e:#}",
-                        a.name,
-                        lowering.flavor().name()
-                    ));
-                    unexpressed.get_or_insert_with(|| format!("{e:#}"));
-                    Ok((Vec::new(), None))
-                }
-                Err(e) => Err(e),
+    // Each program is held with its bound (its key) until HOLD_STEPS steps are held, then
+    // the held ones are simulated best bound first (see `select::Race`), so that the later ones are
+    // mostly skipped by their bounds whatever the ranks' numbering; the winners do not depend
+    // on the order.
+    let mut race = Race::new(synthesis.algorithms.len(), COMPARE_SIZES.len());
+    let mut held: Vec<Held> = Vec::new();
+    let mut held_steps = 0usize;
+    let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
+    for (index, a) in synthesis.algorithms.iter().enumerate() {
+        let bound = |p: &runtime::ir::Program| -> Result<Option<Held>> {
+            if !simulated {
+                return Ok(None);
             }
-        })
-        .collect::<Result<_>>()?;
+            let key = compared(&topo, &sim).bound_busbw(p)?;
+            Ok(Some(Held {
+                index,
+                key: key.last().copied().unwrap_or(f64::INFINITY),
+                program: p.clone(),
+            }))
+        };
+        match super::lower_args::write_xml(a, &args.out, &lowering, &progress, bound) {
+            Ok((paths, h)) => {
+                if let Some(h) = h {
+                    held_steps += h.program.steps().count();
+                    held.push(h);
+                }
+                lowered.push((paths, None));
+            }
+            // An algorithm the runtimes cannot express (too many steps or channels for
+            // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
+            // JSON is kept and the reason printed.
+            Err(e) if unexpressible(&e) => {
+                dropped.push(format!(
+                    "{}: no XML written, so it is not rated (the {} runtime cannot load it): {e:#}",
+                    a.name,
+                    lowering.flavor().name()
+                ));
+                unexpressed.get_or_insert_with(|| format!("{e:#}"));
+                lowered.push((Vec::new(), None));
+            }
+            Err(e) => return Err(e),
+        }
+        if held_steps > HOLD_STEPS {
+            simulate_held(
+                &mut race,
+                std::mem::take(&mut held),
+                &topo,
+                &sim,
+                &progress,
+                &mut lowered,
+            )?;
+            held_steps = 0;
+        }
+    }
+    simulate_held(&mut race, held, &topo, &sim, &progress, &mut lowered)?;
     // Said on stderr with the other notes and carried by `--json`'s `notes`.
     synthesis.notes.extend(dropped);
     // Checked algorithms that no runtime can load are not a result.
@@ -767,34 +789,50 @@ struct Versus {
     sizes: Vec<AtSize>,
 }
 
+/// The most steps of lowered programs the main command holds before simulating them (about
+/// 100 MB): below it every candidate is ordered by its bound before any is simulated.
+const HOLD_STEPS: usize = 2_000_000;
+
+/// A lowered out-of-place program waiting to be simulated.
+struct Held {
+    /// Its algorithm's place in the synthesis (the table's order).
+    index: usize,
+    /// Its [`Simulation::bound_busbw`] at the largest compared size.
+    key: f64,
+    program: runtime::ir::Program,
+}
+
+/// Simulates `held` in [`simulation_order`] of their keys, each figure into `lowered` at its
+/// place.
+fn simulate_held(
+    race: &mut Race,
+    held: Vec<Held>,
+    topo: &Topology,
+    sim: &SimOptions,
+    progress: &Progress,
+    lowered: &mut [(Vec<String>, Option<Simulated>)],
+) -> Result<()> {
+    let keys: Vec<f64> = held.iter().map(|h| h.key).collect();
+    let mut held: Vec<Option<Held>> = held.into_iter().map(Some).collect();
+    for k in simulation_order(&keys) {
+        let h = held[k].take().expect("each once");
+        progress.message(&format!("simulating {} at 1 KB to 1 GB", h.program.name));
+        let points = race.enter(&compared(topo, sim), h.index, &h.program)?;
+        lowered[h.index].1 = Some(Simulated {
+            name: h.program.name.clone(),
+            points,
+        });
+    }
+    Ok(())
+}
+
 /// An algorithm's name and simulated figures at each of [`COMPARE_SIZES`] (`None` where it
-/// does not beat the algorithms simulated before it: see [`Simulation::curve_beating`]).
+/// does not beat the algorithms simulated before it, or tie them from an earlier place: see
+/// [`Simulation::curve_winning`]).
 #[derive(Debug, Clone)]
 struct Simulated {
     name: String,
     points: Vec<Option<Point>>,
-}
-
-impl Simulated {
-    /// `program` simulated where it can beat `bar` (the best busbw so far per size), which
-    /// it then raises.
-    fn of(
-        program: &runtime::ir::Program,
-        topo: &Topology,
-        sim: &SimOptions,
-        bar: &mut [f64],
-    ) -> Result<Simulated> {
-        let points = compared(topo, sim).curve_beating(program, bar)?;
-        for (b, p) in bar.iter_mut().zip(&points) {
-            if let Some(p) = p {
-                *b = b.max(p.busbw);
-            }
-        }
-        Ok(Simulated {
-            name: program.name.clone(),
-            points,
-        })
-    }
 }
 
 /// How the main command simulates: at [`COMPARE_SIZES`] with the model's simulator

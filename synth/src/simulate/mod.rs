@@ -395,6 +395,45 @@ pub struct Bound {
     pub busbw: f64,
 }
 
+/// The [`Bound`] of `program` at each of `sizes`, without simulating it (see
+/// [`simulate_sizes_unless`]); `None` where no bound is claimed (a producer's waits, or a
+/// program whose messages pair across slices or whose steps wait in a cycle).
+pub fn bounds_at(
+    program: &Program,
+    topology: &Topology,
+    sizes: &[u64],
+    options: &SimOptions,
+) -> Result<Vec<Option<Bound>>> {
+    check_inputs(program, topology, sizes, options)?;
+    let layout = engine::Layout::new(program, topology, options)?;
+    Ok(bounds_of(&layout, program, sizes, options))
+}
+
+/// [`bounds_at`] on a program already laid out.
+fn bounds_of(
+    layout: &engine::Layout,
+    program: &Program,
+    sizes: &[u64],
+    options: &SimOptions,
+) -> Vec<Option<Bound>> {
+    // A producer's waits are not in the bound's model.
+    let chains = engine::Chains::new(layout).filter(|_| options.producer.is_none());
+    let launch = options.model.launch_us.get(options.protocol_of(program));
+    (sizes.iter())
+        .map(|&size| {
+            let chains = chains.as_ref()?;
+            let (elements, _, slices) = slices_at(program, size, options);
+            let time_us = chains.time_us(layout, &slices) + launch;
+            let size_bytes = elements * ELEMENT_BYTES;
+            Some(Bound {
+                size_bytes,
+                time_us,
+                busbw: busbw_of(program, size_bytes, time_us),
+            })
+        })
+        .collect()
+}
+
 /// [`simulate_sizes`], but a size where `beaten` says the program's [`Bound`] there cannot
 /// matter is not simulated (`None`). The bound is the launch latency plus the longer of the
 /// longest chain of steps (threadblock order, dependencies, each message sent before it is
@@ -410,26 +449,11 @@ pub fn simulate_sizes_unless(
     use rayon::prelude::*;
     check_inputs(program, topology, sizes, options)?;
     let layout = engine::Layout::new(program, topology, options)?;
-    let chains = engine::Chains::new(&layout);
-    let launch = options.model.launch_us.get(options.protocol_of(program));
-    let skipped: Vec<bool> = (sizes.iter().enumerate())
-        .map(|(i, &size)| {
-            let Some(chains) = &chains else { return false };
-            // A producer's waits are not in the bound's model: always simulate.
-            if options.producer.is_some() {
-                return false;
-            }
-            let (elements, _, slices) = slices_at(program, size, options);
-            let time_us = chains.time_us(&layout, &slices) + launch;
-            let size_bytes = elements * ELEMENT_BYTES;
-            let bound = Bound {
-                size_bytes,
-                time_us,
-                busbw: busbw_of(program, size_bytes, time_us),
-            };
-            beaten(i, &bound)
-        })
-        .collect();
+    let skipped: Vec<bool> = (bounds_of(&layout, program, sizes, options)
+        .iter()
+        .enumerate())
+    .map(|(i, bound)| bound.as_ref().is_some_and(|b| beaten(i, b)))
+    .collect();
     (sizes.par_iter().zip(skipped))
         .map(|(&size, skip)| {
             (!skip)

@@ -6,7 +6,9 @@
 //! combining steps accumulate in the output slot (or, where the user's buffers must not be
 //! touched, in scratch). Threadblocks: one per (peer, direction, channel) plus one for local
 //! copies; where a rank has more than the runtimes' 32 threadblocks with a send (or receive)
-//! peer on one channel, connections move to further channels. Instances: the algorithm is refined N× and piece j runs on channel j.
+//! peer on one channel, connections move to further channels; where a rank has more
+//! threadblocks than its flavour runs, a fit pass receives unfused reductions in two steps and
+//! pairs send and receive threadblocks (`pairs.rs`). Instances: the algorithm is refined N× and piece j runs on channel j.
 //! Dependencies: from per-slot read/write sets in algorithm order (read-after-write,
 //! write-after-read, write-after-write), keeping the latest step per producer threadblock.
 
@@ -20,8 +22,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 mod error;
+mod pairs;
 mod peers;
 pub use error::LowerError;
+use pairs::{PairOrder, Pairing};
 
 /// How to lower.
 #[derive(Debug, Clone)]
@@ -83,16 +87,29 @@ enum TbKey {
         peer: usize,
         channel: usize,
     },
+    /// A send and a receive threadblock of one channel paired into one
+    /// ([`pairs::pair_threadblocks`]: a rank past its flavour's threadblocks).
+    Pair {
+        send: usize,
+        recv: usize,
+        channel: usize,
+    },
 }
 
 impl TbKey {
-    /// The threadblock order: local copies, receives, sends, each by the peer's place in
-    /// `place` ([`Algorithm::rank_order`]) and then channel.
-    fn order(&self, place: impl Fn(usize) -> usize) -> (u8, usize, usize) {
+    /// The threadblock order: local copies, receives (paired ones among them, by their
+    /// receive peer), sends, each by the peer's place in `place` ([`Algorithm::rank_order`])
+    /// and then channel.
+    fn order(&self, place: impl Fn(usize) -> usize) -> (u8, usize, usize, usize) {
         match *self {
-            TbKey::Local { part } => (0, part, 0),
-            TbKey::Recv { peer, channel } => (1, place(peer), channel),
-            TbKey::Send { peer, channel } => (2, place(peer), channel),
+            TbKey::Local { part } => (0, part, 0, 0),
+            TbKey::Recv { peer, channel } => (1, place(peer), channel, 0),
+            TbKey::Pair {
+                send,
+                recv,
+                channel,
+            } => (1, place(recv), channel, place(send) + 1),
+            TbKey::Send { peer, channel } => (2, place(peer), channel, 0),
         }
     }
 }
@@ -112,6 +129,8 @@ struct RankCode {
     /// Sending threadblocks whose first step waits for the last step of another
     /// ([`Algorithm::serial_links`]: a connection's further channels, in turn).
     after: FxHashMap<TbKey, TbKey>,
+    /// Where each of the algorithm's steps starts in `ops`.
+    step_starts: Vec<usize>,
 }
 
 impl RankCode {
@@ -286,7 +305,7 @@ impl Posts {
 
 /// Lowers `algorithm` to a program (not yet verified: see [`runtime::verify`]).
 pub fn lower(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
-    lower_grouped(algorithm, options, &step_groups_of(algorithm)?)
+    lower_grouped(algorithm, options, &step_groups_of(algorithm)?, false, None)
 }
 
 /// The channel group of every step of `algorithm` ([`Algorithm::step_groups`]; all 0 when
@@ -413,11 +432,15 @@ fn squeeze(groups: &[usize], most: usize) -> Vec<usize> {
     groups.iter().map(|g| g * most.max(1) / count).collect()
 }
 
-/// [`lower`] with step `s` on channel group `groups[s]` (squeezed onto the channels left).
+/// [`lower`] with step `s` on channel group `groups[s]` (squeezed onto the channels left),
+/// `compact` receives ([`transfer_steps`]), and with `pairing`, send and receive
+/// threadblocks paired on ranks past the flavour's threadblocks.
 fn lower_grouped(
     algorithm: &Algorithm,
     options: &LowerOptions,
     groups: &[usize],
+    compact: bool,
+    pairing: Option<Pairing>,
 ) -> Result<Program> {
     if options.instances == 0 {
         bail!("--instances must be at least 1");
@@ -430,10 +453,14 @@ fn lower_grouped(
     };
     let counts = message_chunks_of(&algorithm)?;
     let mut lowering = Lowering::new(&algorithm, options, groups, scratch_block(&counts));
+    lowering.compact = compact;
     for (step_index, step) in algorithm.steps.iter().enumerate() {
+        for rc in &mut lowering.code {
+            rc.step_starts.push(rc.ops.len());
+        }
         lowering.lower_step(step_index, step, counts[step_index])?;
     }
-    lowering.finish(options)
+    lowering.finish(options, pairing)
 }
 
 /// Scratch in blocks that hold every message's run of addresses: the largest count where it
@@ -529,6 +556,10 @@ struct Lowering<'a> {
     block: usize,
     /// Whether reductions use fused instructions.
     fused: bool,
+    /// Without fusion, whether a value reduced into a slot other than its landing is
+    /// received there and reduced with it (two steps), not received into a temporary,
+    /// copied and reduced (three).
+    compact: bool,
     /// Addresses one message may run over ([`message_span`]).
     span: usize,
 }
@@ -553,6 +584,7 @@ impl<'a> Lowering<'a> {
             location: FxHashMap::default(),
             block,
             fused: options.flavor != Flavor::Rccl,
+            compact: false,
             span: message_span(coll.kind, coll.ranks, coll.chunks_per_rank),
         };
         lowering.place_inputs(&by_address);
@@ -667,14 +699,18 @@ impl<'a> Lowering<'a> {
         let landings = self.landings(reduce, sends, run, v);
         let temporaries: Vec<Option<Slot>> = landings
             .iter()
-            .map(|(current, _)| {
-                (!self.fused && current.is_some()).then(|| self.code[v].scratch_slot())
+            .map(|&(current, landing)| {
+                // Unfused, a value reduced into a slot other than its landing is received
+                // there and reduced with it (no temporary).
+                let staged = !self.compact || current == Some(landing);
+                (!self.fused && current.is_some() && staged).then(|| self.code[v].scratch_slot())
             })
             .collect();
         let mut received: Vec<Vec<Step>> = Vec::with_capacity(run.len());
         let mut sent: Vec<Vec<Step>> = Vec::with_capacity(run.len());
         for ((&i, &(current, landing)), tmp) in run.iter().zip(&landings).zip(temporaries) {
-            let (recv_ops, send_ops) = transfer_steps(sources[i], current, landing, tmp);
+            let (recv_ops, send_ops) =
+                transfer_steps(sources[i], current, landing, tmp, self.fused);
             received.push(recv_ops);
             sent.push(send_ops);
         }
@@ -753,7 +789,7 @@ impl<'a> Lowering<'a> {
 
     /// The program, or [`LowerError::TooManyChannels`] where it needs more channels than
     /// the runtimes have.
-    fn finish(self, options: &LowerOptions) -> Result<Program> {
+    fn finish(self, options: &LowerOptions, pairing: Option<Pairing>) -> Result<Program> {
         let algorithm = self.algorithm;
         if self.channels.used > MAX_CHANNELS {
             return Err(LowerError::TooManyChannels {
@@ -769,8 +805,11 @@ impl<'a> Lowering<'a> {
             .code
             .into_iter()
             .enumerate()
-            .map(|(rank, rc)| {
+            .map(|(rank, mut rc)| {
                 let place = |r: usize| place_of(algorithm, r);
+                if let Some(pairing) = pairing {
+                    pairs::pair_threadblocks(&mut rc, pairing, (rank, coll.ranks), place);
+                }
                 build_gpu(rank, rc, input_extent, output_extent, place)
             })
             .collect();
@@ -795,16 +834,19 @@ impl<'a> Lowering<'a> {
 }
 
 /// The steps that move one value from `src` to `landing`: (the receiver's, the sender's).
-/// A value that reduces into `current` is received fused, or without fusion into the
-/// temporary `tmp` and then reduced.
+/// A value that reduces into `current` is received `fused`, or without fusion into the
+/// temporary `tmp` (`current` copied to `landing` where they differ) and then reduced, or
+/// without a temporary, received into `landing` and `current` reduced into it (two steps
+/// instead of three: RCCL's threadblocks run 64 steps).
 fn transfer_steps(
     src: Slot,
     current: Option<Slot>,
     landing: Slot,
     tmp: Option<Slot>,
+    fused: bool,
 ) -> (Vec<Step>, Vec<Step>) {
     let received = match (current, tmp) {
-        (Some(cur), None) => vec![Step::new(Op::RecvReduceCopy, cur, landing, 1)],
+        (Some(cur), _) if fused => vec![Step::new(Op::RecvReduceCopy, cur, landing, 1)],
         (Some(cur), Some(tmp)) => {
             let mut ops = vec![Step::new(Op::Recv, src, tmp, 1)];
             if cur != landing {
@@ -813,6 +855,10 @@ fn transfer_steps(
             ops.push(Step::new(Op::Reduce, tmp, landing, 1));
             ops
         }
+        (Some(cur), None) => vec![
+            Step::new(Op::Recv, src, landing, 1),
+            Step::new(Op::Reduce, cur, landing, 1),
+        ],
         (None, _) => vec![Step::new(Op::Recv, src, landing, 1)],
     };
     (received, vec![Step::new(Op::Send, src, landing, 1)])
@@ -884,7 +930,20 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 /// XML elements than the runtimes' parser holds (4,095), messages carry 2, 4, ... times the
 /// chunks until it fits. A program the runtimes cannot express fails with a [`LowerError`].
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
-    let error = match lower_split(algorithm, options) {
+    match lower_fitted(algorithm, options, false) {
+        Ok(program) => Ok(program),
+        // Past the flavour's limits as lowered so far: receives without temporaries (where
+        // unfused) and send and receive threadblocks paired; else the first reason.
+        Err(e) if e.downcast_ref::<LowerError>().is_some() => {
+            lower_fitted(algorithm, options, true).map_err(|_| e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// [`lower_verified`] with `compact` receives and pairing (`fit`) or without.
+fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Result<Program> {
+    let error = match lower_split(algorithm, options, fit) {
         Ok(program) => return Ok(program),
         Err(e) if too_many_elements(&e) => e,
         Err(e) => return Err(e),
@@ -909,7 +968,7 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
             piece_channels: 1,
             ..options.clone()
         };
-        match lower_split(&coarser, &narrowed) {
+        match lower_split(&coarser, &narrowed, fit) {
             Ok(program) => return Ok(program),
             Err(e) if too_many_elements(&e) => factor *= 2,
             Err(_) => break,
@@ -928,7 +987,7 @@ fn too_many_elements(e: &anyhow::Error) -> bool {
 
 /// [`lower_verified`] with the algorithm's messages: splits of connections, then fewer step
 /// groups and piece channels, until the program fits.
-fn lower_split(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+fn lower_split(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Result<Program> {
     let groups = step_groups_of(algorithm)?;
     let mut most = groups.iter().max().map_or(1, |g| g + 1);
     // Past the step groups, fewer channels for the pieces (RCCL's 64 threadblocks): the
@@ -942,7 +1001,7 @@ fn lower_split(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program>
             Some((a, o)) => (a, o),
             None => (algorithm, options),
         };
-        match lower_verified_grouped(a, o, &squeeze(&groups, most))? {
+        match lower_verified_grouped(a, o, &squeeze(&groups, most), fit)? {
             Ok(done) => return Ok(done),
             Err(_) if most > 1 => most /= 2,
             Err(_) if spread > 1 => {
@@ -969,6 +1028,7 @@ fn lower_verified_grouped(
     algorithm: &Algorithm,
     options: &LowerOptions,
     groups: &[usize],
+    fit: bool,
 ) -> Result<Result<Program, LowerError>> {
     let spread = options
         .piece_channels
@@ -987,12 +1047,13 @@ fn lower_verified_grouped(
         }
     });
     let mut last: Option<LowerError> = None;
+    let mut over_tbs: Option<LowerError> = None;
     for limit in limits {
         let attempt = LowerOptions {
             max_transfers: limit,
             ..options.clone()
         };
-        let program = match lower_grouped(algorithm, &attempt, &groups) {
+        let program = match lower_grouped(algorithm, &attempt, &groups, fit, None) {
             Ok(p) => p,
             Err(e) => match e.downcast::<LowerError>() {
                 // More channels than the runtimes have: try the next split or fewer groups.
@@ -1008,9 +1069,21 @@ fn lower_verified_grouped(
             Ok(program) => return Ok(Ok(program)),
             // Too many steps in a threadblock: split connections further.
             Err(e) if e.is_too_many_steps() => last = Some(e),
-            // Past another limit of the runtime (threadblocks, dependency ids).
+            // Too many threadblocks on a rank: pair send and receive threadblocks, else a
+            // finer split (more, shorter threadblocks may pair), else fewer groups.
+            Err(e) if fit && e.is_too_many_threadblocks() => {
+                if let Some(program) = paired(algorithm, &attempt, &groups)? {
+                    return Ok(Ok(program));
+                }
+                over_tbs.get_or_insert(e);
+            }
+            // Past another limit of the runtime (threadblocks before the fit pass,
+            // dependency ids).
             Err(e) => return Ok(Err(e)),
         }
+    }
+    if let Some(e) = over_tbs {
+        return Ok(Err(e));
     }
     Ok(Err(last.unwrap_or_else(|| {
         LowerError::BusiestLinkOverflows {
@@ -1053,6 +1126,35 @@ fn busiest_connection(
         }
     }
     Ok(per_link.values().copied().max().unwrap_or(0))
+}
+
+/// `algorithm` lowered with `options` with send and receive threadblocks paired where a
+/// rank has more threadblocks than the flavour runs, in the first [`PairOrder`] whose
+/// program fits the flavour and verifies (a deadlock under one order is no error: the next
+/// is tried); `None` where none does.
+fn paired(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+) -> Result<Option<Program>> {
+    let limits = Limits::of(options.flavor);
+    for order in [PairOrder::SendsFirst, PairOrder::Lowered] {
+        let pairing = Pairing {
+            max_tbs: limits.max_tbs,
+            max_steps: limits.max_steps,
+            order,
+        };
+        let mut program = lower_grouped(algorithm, options, groups, true, Some(pairing))?;
+        if options.inplace {
+            program.name.push_str("-inplace");
+        }
+        if runtime::xml::writable(&program, options.flavor).is_ok()
+            && runtime::verify::verify(&program).is_ok()
+        {
+            return Ok(Some(program));
+        }
+    }
+    Ok(None)
 }
 
 /// The lowered `program` of `algorithm`, named for its buffer mode, if it fits the
@@ -1185,14 +1287,13 @@ fn build_gpu(
         let writes: Vec<Slot> = written.iter().flat_map(span).collect();
         deps.clear();
         hazards.waits(&reads, &writes, &mut deps);
-        // A further channel of a serial link starts after the channel before it.
+        // A further channel of a serial link starts after the channel before it (where
+        // paired threadblocks put that channel's steps later, it starts when it may).
         if threadblocks[tb].steps.is_empty() {
-            if let Some(before) = after.get(&key) {
-                let b = tb_of[before];
-                deps.push(Dep {
-                    tb: b,
-                    step: threadblocks[b].steps.len() - 1,
-                });
+            if let Some(&b) = after.get(&key).map(|before| &tb_of[before]) {
+                if let Some(step) = threadblocks[b].steps.len().checked_sub(1) {
+                    deps.push(Dep { tb: b, step });
+                }
             }
         }
         // The latest step per other threadblock, in threadblock order.
@@ -1239,6 +1340,11 @@ fn empty_threadblocks(
                 TbKey::Local { .. } => (None, None, 0),
                 TbKey::Send { peer, channel } => (Some(peer), None, channel),
                 TbKey::Recv { peer, channel } => (None, Some(peer), channel),
+                TbKey::Pair {
+                    send,
+                    recv,
+                    channel,
+                } => (Some(send), Some(recv), channel),
             };
             Threadblock {
                 send,

@@ -814,3 +814,69 @@ fn renumbered_twins_move_the_same_connections_to_further_channels() {
         assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
     }
 }
+
+/// Issue 27: a program with more threadblocks per rank than RCCL's 64 (an allgather straight
+/// to 33 peers: 33 receiving, 33 sending and a local threadblock), which no narrowing of its
+/// channels fits, pairs receiving and sending threadblocks of one channel instead of being
+/// left out; it verifies, runs correctly, and its renumbered twin simulates the same.
+#[test]
+fn programs_past_rccls_threadblocks_pair_send_and_receive_threadblocks() {
+    use runtime::cpu::{run, DataType, RunOptions};
+    use runtime::ir::Flavor;
+    use synth::algorithm::{Algorithm, Send, Step};
+    use synth::topology::toml_format::random_permutation;
+    let n = 34;
+    let topology = topology::load(&format!("fully-connected:{n}")).unwrap();
+    let sends = (0..n)
+        .flat_map(|s| {
+            (0..n).filter(move |&d| d != s).map(move |d| Send {
+                chunk: s,
+                src: s,
+                dst: d,
+            })
+        })
+        .collect();
+    let step = Step {
+        rounds: 1,
+        reduce: false,
+        sends,
+    };
+    let collective = Collective::new(Kind::AllGather, n, 0, 1).unwrap();
+    let plain = Algorithm::plain("direct", topology.name.clone(), collective, vec![step]);
+    let paired_tbs = |p: &runtime::ir::Program| {
+        (p.gpus.iter())
+            .flat_map(|g| &g.threadblocks)
+            .filter(|t| t.send.is_some() && t.recv.is_some())
+            .count()
+    };
+    // The nccl flavour takes 67 threadblocks: unchanged, nothing paired.
+    let (nccl, _) = lower_to_xml(&plain, &LowerOptions::default()).unwrap();
+    assert_eq!(nccl.gpus[0].threadblocks.len(), 67);
+    assert_eq!(paired_tbs(&nccl), 0);
+    let rccl = LowerOptions {
+        flavor: Flavor::Rccl,
+        ..LowerOptions::default()
+    };
+    let (a, xml) = lower_to_xml(&plain, &rccl).unwrap();
+    assert!(a.gpus.iter().all(|g| g.threadblocks.len() == 64));
+    // Three pairs per rank, no more than needed.
+    assert_eq!(paired_tbs(&a), 3 * n);
+    let back = runtime::xml::read_str(&xml).unwrap();
+    runtime::verify::verify(&back).unwrap();
+    for bytes in [1u64 << 10, 1 << 16] {
+        let opts = RunOptions::for_bytes(&back, bytes, DataType::F32);
+        let report = run(&back, &opts).unwrap();
+        assert_eq!(report.wrong, 0, "{bytes} B");
+    }
+    let to = random_permutation(n, 5);
+    let twin = plain.renumbered(&to, 0).unwrap().unwrap();
+    let (b, _) = lower_to_xml(&twin, &rccl).unwrap();
+    assert_eq!(paired_tbs(&b), 3 * n);
+    let twin_topology = topology.relabeled(&to);
+    for bytes in [1 << 20, 1 << 30] {
+        let sim = SimOptions::default();
+        let x = simulate(&a, &topology, bytes, &sim).unwrap().busbw;
+        let y = simulate(&b, &twin_topology, bytes, &sim).unwrap().busbw;
+        assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
+    }
+}

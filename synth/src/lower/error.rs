@@ -55,6 +55,14 @@ impl LowerError {
         }
     }
 
+    /// Whether a rank of the program had more threadblocks than the flavour runs.
+    pub fn is_too_many_threadblocks(&self) -> bool {
+        matches!(
+            self.write_problem(),
+            Some(WriteProblem::TooManyThreadblocks { .. })
+        )
+    }
+
     /// Whether the program had more steps in a threadblock than the flavour runs (a finer
     /// split of connections over channels may fit).
     pub fn is_too_many_steps(&self) -> bool {

@@ -747,19 +747,11 @@ fn renumbered_fabrics_get_the_same_algorithms_renumbered() {
     }
 }
 
-/// A rank with more threadblocks with a peer on one channel than the runtimes take (here
-/// 39 of each on a direct allgather over 40 fully connected ranks) has some connections
-/// moved to further channels (`lower/peers.rs`). The moves follow the numbering the
-/// algorithm was made in (`Algorithm::rank_order`), so a renumbered twin lowers to the same
-/// program renumbered: the same threadblocks per rank, each on the same channel, and the
-/// same simulated figures.
-#[test]
-fn renumbered_twins_move_the_same_connections_to_further_channels() {
+/// `fully-connected:n` and the one-step direct allgather on it: every rank sends its chunk
+/// to every other rank.
+fn direct_allgather(n: usize) -> (Topology, synth::algorithm::Algorithm) {
     use synth::algorithm::{Algorithm, Send, Step};
-    use synth::topology::toml_format::random_permutation;
-    let n = 40;
     let topology = topology::load(&format!("fully-connected:{n}")).unwrap();
-    let collective = Collective::new(Kind::AllGather, n, 0, 1).unwrap();
     let sends = (0..n)
         .flat_map(|s| {
             (0..n).filter(move |&d| d != s).map(move |d| Send {
@@ -774,7 +766,22 @@ fn renumbered_twins_move_the_same_connections_to_further_channels() {
         reduce: false,
         sends,
     };
+    let collective = Collective::new(Kind::AllGather, n, 0, 1).unwrap();
     let plain = Algorithm::plain("direct", topology.name.clone(), collective, vec![step]);
+    (topology, plain)
+}
+
+/// A rank with more threadblocks with a peer on one channel than the runtimes take (here
+/// 39 of each on a direct allgather over 40 fully connected ranks) has some connections
+/// moved to further channels (`lower/peers.rs`). The moves follow the numbering the
+/// algorithm was made in (`Algorithm::rank_order`), so a renumbered twin lowers to the same
+/// program renumbered: the same threadblocks per rank, each on the same channel, and the
+/// same simulated figures.
+#[test]
+fn renumbered_twins_move_the_same_connections_to_further_channels() {
+    use synth::topology::toml_format::random_permutation;
+    let n = 40;
+    let (topology, plain) = direct_allgather(n);
     let to = random_permutation(n, 5);
     let twin = plain.renumbered(&to, 0).unwrap().unwrap();
     let (a, _) = lower_to_xml(&plain, &LowerOptions::default()).unwrap();
@@ -823,26 +830,9 @@ fn renumbered_twins_move_the_same_connections_to_further_channels() {
 fn programs_past_rccls_threadblocks_pair_send_and_receive_threadblocks() {
     use runtime::cpu::{run, DataType, RunOptions};
     use runtime::ir::Flavor;
-    use synth::algorithm::{Algorithm, Send, Step};
     use synth::topology::toml_format::random_permutation;
     let n = 34;
-    let topology = topology::load(&format!("fully-connected:{n}")).unwrap();
-    let sends = (0..n)
-        .flat_map(|s| {
-            (0..n).filter(move |&d| d != s).map(move |d| Send {
-                chunk: s,
-                src: s,
-                dst: d,
-            })
-        })
-        .collect();
-    let step = Step {
-        rounds: 1,
-        reduce: false,
-        sends,
-    };
-    let collective = Collective::new(Kind::AllGather, n, 0, 1).unwrap();
-    let plain = Algorithm::plain("direct", topology.name.clone(), collective, vec![step]);
+    let (topology, plain) = direct_allgather(n);
     let paired_tbs = |p: &runtime::ir::Program| {
         (p.gpus.iter())
             .flat_map(|g| &g.threadblocks)

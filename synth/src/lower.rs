@@ -933,8 +933,14 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
     match lower_fitted(algorithm, options, false) {
         Ok(program) => Ok(program),
         // Past the flavour's limits as lowered so far: receives without temporaries (where
-        // unfused) and send and receive threadblocks paired; else the first reason.
-        Err(e) if e.downcast_ref::<LowerError>().is_some() => {
+        // unfused) and send and receive threadblocks paired; else the first reason. A fused
+        // flavour gains only the pairing, so it lowers again only past its threadblocks (a
+        // 1024-rank program that fits no flavour is not lowered twice).
+        Err(e)
+            if e.downcast_ref::<LowerError>().is_some_and(|l| {
+                options.flavor == Flavor::Rccl || l.is_too_many_threadblocks()
+            }) =>
+        {
             lower_fitted(algorithm, options, true).map_err(|_| e)
         }
         Err(e) => Err(e),

@@ -747,6 +747,22 @@ fn renumbered_fabrics_get_the_same_algorithms_renumbered() {
     }
 }
 
+/// Program `a` on `topology` and its renumbered twin `b` on `twin` simulate to the same
+/// busbw at 1 MB and 1 GB.
+fn assert_twins_simulate_alike(
+    a: &runtime::ir::Program,
+    topology: &Topology,
+    b: &runtime::ir::Program,
+    twin: &Topology,
+) {
+    for bytes in [1 << 20, 1 << 30] {
+        let sim = SimOptions::default();
+        let x = simulate(a, topology, bytes, &sim).unwrap().busbw;
+        let y = simulate(b, twin, bytes, &sim).unwrap().busbw;
+        assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
+    }
+}
+
 /// `fully-connected:n` and the one-step direct allgather on it: every rank sends its chunk
 /// to every other rank.
 fn direct_allgather(n: usize) -> (Topology, synth::algorithm::Algorithm) {
@@ -813,13 +829,7 @@ fn renumbered_twins_move_the_same_connections_to_further_channels() {
             to[r]
         );
     }
-    let twin_topology = topology.relabeled(&to);
-    for bytes in [1 << 20, 1 << 30] {
-        let sim = SimOptions::default();
-        let x = simulate(&a, &topology, bytes, &sim).unwrap().busbw;
-        let y = simulate(&b, &twin_topology, bytes, &sim).unwrap().busbw;
-        assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
-    }
+    assert_twins_simulate_alike(&a, &topology, &b, &topology.relabeled(&to));
 }
 
 /// Issue 27: a program with more threadblocks per rank than RCCL's 64 (an allgather straight
@@ -862,11 +872,5 @@ fn programs_past_rccls_threadblocks_pair_send_and_receive_threadblocks() {
     let twin = plain.renumbered(&to, 0).unwrap().unwrap();
     let (b, _) = lower_to_xml(&twin, &rccl).unwrap();
     assert_eq!(paired_tbs(&b), 3 * n);
-    let twin_topology = topology.relabeled(&to);
-    for bytes in [1 << 20, 1 << 30] {
-        let sim = SimOptions::default();
-        let x = simulate(&a, &topology, bytes, &sim).unwrap().busbw;
-        let y = simulate(&b, &twin_topology, bytes, &sim).unwrap().busbw;
-        assert!((x - y).abs() <= 1e-9 * x, "{bytes} B: {x} against {y} GB/s");
-    }
+    assert_twins_simulate_alike(&a, &topology, &b, &topology.relabeled(&to));
 }

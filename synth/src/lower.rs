@@ -949,7 +949,9 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
 
 /// [`lower_verified`] with `compact` receives and pairing (`fit`) or without.
 fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Result<Program> {
-    let error = match lower_split(algorithm, options, fit) {
+    let error = match within_elements(algorithm, options)
+        .and_then(|()| lower_split(algorithm, options, fit))
+    {
         Ok(program) => return Ok(program),
         Err(e) if too_many_elements(&e) => e,
         Err(e) => return Err(e),
@@ -974,13 +976,63 @@ fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Res
             piece_channels: 1,
             ..options.clone()
         };
-        match lower_split(&coarser, &narrowed, fit) {
+        match within_elements(&coarser, &narrowed)
+            .and_then(|()| lower_split(&coarser, &narrowed, fit))
+        {
             Ok(program) => return Ok(program),
             Err(e) if too_many_elements(&e) => factor *= 2,
             Err(_) => break,
         }
     }
     Err(error)
+}
+
+/// The writer's refusal of a rank with more XML elements than the parser holds, found
+/// before lowering where the fewest any lowering can write are already too many: the `algo`,
+/// every rank's `gpu` and one step per message a rank sends or receives (threadblocks,
+/// copies and nops come on top). A 1024-rank program is then not lowered in vain.
+fn within_elements(algorithm: &Algorithm, options: &LowerOptions) -> Result<()> {
+    let coll = &algorithm.collective;
+    let counts = message_chunks_of(algorithm)?;
+    let span = message_span(
+        coll.kind,
+        coll.ranks,
+        algorithm.chunks() * options.instances.max(1),
+    );
+    let mut messages_of = vec![0usize; coll.ranks];
+    for (step, &count) in algorithm.steps.iter().zip(&counts) {
+        let mut sends = step.sends.clone();
+        sends.sort_by_key(|s| (s.src, s.dst, s.chunk));
+        for run in messages(&sends, span, count, |_| 0) {
+            let s = sends[run[0]];
+            messages_of[s.src] += options.instances.max(1);
+            messages_of[s.dst] += options.instances.max(1);
+        }
+    }
+    let Some((rank, &messages)) = messages_of
+        .iter()
+        .enumerate()
+        .max_by_key(|&(r, m)| (m, std::cmp::Reverse(r)))
+    else {
+        return Ok(());
+    };
+    let elements = 1 + coll.ranks + messages;
+    if elements <= limits::MAX_RANK_ELEMENTS {
+        return Ok(());
+    }
+    Err(LowerError::Unwritable {
+        name: algorithm.name.clone(),
+        flavor: options.flavor,
+        source: runtime::xml::WriteError {
+            flavor: options.flavor,
+            problem: runtime::xml::WriteProblem::TooManyElements {
+                rank,
+                elements,
+                limit: limits::MAX_RANK_ELEMENTS,
+            },
+        },
+    }
+    .into())
 }
 
 /// Whether `e` is the writer's refusal of a rank with more XML elements than the parser

@@ -220,6 +220,32 @@ fn large_programs_fit_every_flavour() {
 }
 
 #[test]
+fn a_1024_rank_torus_allgather_has_a_program_the_xml_parser_loads() {
+    // The runtimes' parser holds 4095 elements per rank: the algo, 1024 gpus, and the rank's
+    // threadblocks and steps. Each rank receives 1023·C pieces and sends as many, so only one
+    // piece per root fits; its roots choose their trees one by one so that every link
+    // carries close to the optimum's 1023/4 pieces.
+    let topology = topology::load("torus-2d:32x32").unwrap();
+    let result = trees(&topology, Kind::AllGather);
+    let options = LowerOptions::default();
+    let fitting: Vec<_> = result
+        .algorithms
+        .iter()
+        .filter(|a| a.chunks() == 1 && a.rounds() <= 270)
+        .collect();
+    assert!(
+        !fitting.is_empty(),
+        "no one-piece schedule within 270 rounds"
+    );
+    for algorithm in fitting {
+        let program = synth::lower::lower_verified(algorithm, &options)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", algorithm.name));
+        runtime::xml::writable(&program, options.flavor)
+            .unwrap_or_else(|e| panic!("{}: {e}", algorithm.name));
+    }
+}
+
+#[test]
 fn dgx_a100x8_allreduce_lowers_in_every_flavour() {
     use runtime::ir::Flavor;
     // What `synth --topo dgx-a100x8 --coll allreduce --flavor F` writes: every algorithm in

@@ -10,6 +10,7 @@ use crate::collective::Kind;
 use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex, Translations};
 use crate::trees::packing::{Packing, RootTrees, Tree};
+use crate::trees::rounding::PieceCounts;
 use anyhow::Result;
 
 /// NCCL's rings as paths, always a candidate but where the torus bucket takes their place:
@@ -116,9 +117,16 @@ pub fn ring_algorithm(
         .iter()
         .map(|r| vec![per_tree; r.trees.len()])
         .collect();
-    let mut algorithm =
-        crate::trees::schedule::algorithm(topology, index, &packing, kind, chunks, &counts, true)?
-            .of_family(crate::origin::Family::Rings);
+    let mut algorithm = crate::trees::schedule::algorithm(
+        topology,
+        index,
+        &packing,
+        kind,
+        chunks,
+        &PieceCounts::Orbit(counts),
+        true,
+    )?
+    .of_family(crate::origin::Family::Rings);
     // NCCL runs each ring on its own channel; so must the lowering, or a relay's pieces of
     // different rings wait behind each other in one threadblock.
     algorithm.piece_channels = Some(packing.roots[0].trees.len());

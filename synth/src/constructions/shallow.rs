@@ -22,6 +22,7 @@ use crate::layout::reference;
 use crate::origin::Family;
 use crate::topology::{Topology, TopologyIndex, Translations};
 use crate::trees::packing::{Packing, RootTrees, Tree};
+use crate::trees::rounding::PieceCounts;
 use crate::trees::schedule;
 use anyhow::Result;
 use good_lp::{constraint, highs, variable, Constraint, Expression, ProblemVariables, Variable};
@@ -76,10 +77,18 @@ impl Construction for ShallowTrees {
         };
         let counts = vec![vec![1; chunks]];
         let kind = Kind::Broadcast;
-        let one = schedule::algorithm(topology, cx.index, &packing, kind, chunks, &counts, true)?
-            .of_family(Family::Shallow {
-                own_channels: false,
-            });
+        let one = schedule::algorithm(
+            topology,
+            cx.index,
+            &packing,
+            kind,
+            chunks,
+            &PieceCounts::Orbit(counts),
+            true,
+        )?
+        .of_family(Family::Shallow {
+            own_channels: false,
+        });
         let mut own = one
             .clone()
             .of_family(Family::Shallow { own_channels: true });

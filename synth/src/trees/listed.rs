@@ -2,6 +2,7 @@
 //! round per step, capacities per step, the longest remaining path first.
 
 use super::packing::{Packing, Tree};
+use super::rounding::PieceCounts;
 use super::schedule::{capacities, copies, depths, finish, heights, Copy};
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
@@ -50,7 +51,7 @@ pub fn list_scheduled(
     packing: &Packing,
     kind: Kind,
     chunks: usize,
-    counts: &[Vec<usize>],
+    counts: &PieceCounts,
     max_steps: usize,
     deadline: Instant,
 ) -> Result<Algorithm> {

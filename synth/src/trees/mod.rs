@@ -21,6 +21,7 @@ pub mod arborescence;
 pub mod integer;
 pub mod listed;
 pub mod packing;
+mod per_root;
 pub mod rounding;
 pub mod schedule;
 
@@ -211,7 +212,29 @@ fn depth_schedule(
         })
         .collect();
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let options = rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap);
+    let mut options = rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap);
+    // Where counts shared by an orbit lose more than 0.1% of the packing's rate within the
+    // pieces the runtimes can hold, each root chooses its own trees' images.
+    let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
+    if packing.group.order() > 1 && best_shared < packing.rate_gbps * (1.0 - 1e-3) {
+        for option in &mut options {
+            let chunks = option.chunks;
+            let rounding::PieceCounts::Orbit(shared) = &option.counts else {
+                continue;
+            };
+            if let Some((counts, time)) =
+                per_root::per_root_counts(topology, index, packing, chunks, shared)
+            {
+                if 1.0 / time > option.rate {
+                    *option = rounding::ChunkOption {
+                        chunks,
+                        counts,
+                        rate: 1.0 / time,
+                    };
+                }
+            }
+        }
+    }
     let build = |choice: &rounding::ChunkOption| -> Result<Algorithm> {
         let (chunks, counts) = (choice.chunks, &choice.counts);
         let a = schedule::algorithm(topology, index, packing, kind, chunks, counts, false)?;
@@ -244,12 +267,23 @@ fn staged(topology: &Topology, index: &TopologyIndex, algorithm: Algorithm) -> A
 
 /// The most pieces per root whose lowered program still fits the runtimes: an allgather puts
 /// about N(N−1)·C transfers on the fabric's links, and one link's connections hold at most
-/// 32 channels of 64-step threadblocks; half of that leaves room for uneven links.
+/// 32 channels of 64-step threadblocks (half of that leaves room for uneven links); and a
+/// rank receives (N−1)·C pieces and sends as many on average, each one step of the XML,
+/// whose parser holds [`runtime::limits::MAX_RANK_ELEMENTS`] elements with the `algo` and
+/// every rank's `gpu` element (room is left for [`THREADBLOCK_ROOM`] threadblocks).
 fn expressible_chunks(topology: &Topology) -> usize {
     let n = topology.ranks as f64;
     let per_link = runtime::limits::Limits::PORTABLE.link_transfers() as f64 / 2.0;
-    ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize
+    let by_links = ((per_link * topology.links.len() as f64) / (n * (n - 1.0))).floor() as usize;
+    let room =
+        runtime::limits::MAX_RANK_ELEMENTS.saturating_sub(1 + topology.ranks + THREADBLOCK_ROOM);
+    let by_elements = room / (2 * topology.ranks.saturating_sub(1)).max(1);
+    by_links.min(by_elements)
 }
+
+/// Threadblocks per rank that [`expressible_chunks`] leaves room for in the XML parser's
+/// budget: RCCL's most.
+const THREADBLOCK_ROOM: usize = 64;
 
 /// Most steps of a list-scheduled tree algorithm.
 const MAX_LISTED_STEPS: usize = 1 << 14;
@@ -260,7 +294,7 @@ const STABILIZER_IMAGES: usize = 48;
 /// Adds to each root's pool (with weight 0) the images of its trees under automorphisms
 /// that fix the root: on a torus, the rotations of a tree use the directions evenly, which
 /// integer rounding can then combine.
-fn add_symmetric_images(topology: &Topology, packing: &mut packing::Packing) {
+pub(crate) fn add_symmetric_images(topology: &Topology, packing: &mut packing::Packing) {
     for root in &mut packing.roots {
         let stabilizer = topology.automorphisms_mapping(root.root, root.root, STABILIZER_IMAGES);
         let mut extra = Vec::new();
@@ -360,5 +394,20 @@ impl Engine for TreeEngine {
             cuts: Vec::new(),
             notes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+
+    #[test]
+    fn a_1024_rank_allgather_gets_one_piece_per_root_so_its_xml_loads() {
+        // 1 algo + 1024 gpus + 2 · 1023 · C steps on a rank: C = 2 would need 5117 elements
+        // of the parser's 4095.
+        assert_eq!(expressible_chunks(&load("torus-2d:32x32").unwrap()), 1);
+        assert_eq!(expressible_chunks(&load("torus-2d:16x16").unwrap()), 7);
+        assert!(expressible_chunks(&load("torus-2d:8x8").unwrap()) >= 8);
     }
 }

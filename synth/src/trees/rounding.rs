@@ -175,13 +175,36 @@ pub(crate) fn shorten(
     }
 }
 
+/// How many pieces of each root travel each tree of its representative's pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PieceCounts {
+    /// Per representative root, pieces per tree; every root of its orbit takes the same
+    /// (the images of the trees under the group element that maps the representative to it).
+    Orbit(Vec<Vec<usize>>),
+    /// Per representative root and group element, pieces per tree of the representative's
+    /// pool: the roots of one orbit choose their trees' images one by one
+    /// ([`super::per_root`]).
+    Root(Vec<Vec<Vec<usize>>>),
+}
+
+impl PieceCounts {
+    /// Pieces per tree of representative `r`'s pool for the root that group element `e`
+    /// maps it to.
+    pub fn of(&self, r: usize, e: usize) -> &[usize] {
+        match self {
+            PieceCounts::Orbit(counts) => &counts[r],
+            PieceCounts::Root(counts) => &counts[r][e],
+        }
+    }
+}
+
 /// Integer piece counts for one number of pieces per root.
 #[derive(Debug, Clone)]
 pub struct ChunkOption {
     /// Pieces (chunks) per root.
     pub chunks: usize,
-    /// Pieces per representative root's tree.
-    pub counts: Vec<Vec<usize>>,
+    /// Pieces per tree.
+    pub counts: PieceCounts,
     /// The rate these counts reach (GB/s per root).
     pub rate: f64,
 }
@@ -201,7 +224,7 @@ pub fn chunk_options(
             let t = realized_time(packing, usages, bandwidth, &counts, c);
             ChunkOption {
                 chunks: c,
-                counts,
+                counts: PieceCounts::Orbit(counts),
                 rate: 1.0 / t,
             }
         })

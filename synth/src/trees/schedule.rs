@@ -5,6 +5,7 @@
 //! the rounds its busiest link or switch constraint needs.
 
 use super::packing::{Packing, Tree};
+use super::rounding::PieceCounts;
 use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::{Collective, Kind};
 use crate::origin::Family;
@@ -72,7 +73,7 @@ pub fn algorithm(
     packing: &Packing,
     kind: Kind,
     chunks: usize,
-    counts: &[Vec<usize>],
+    counts: &PieceCounts,
     per_tree: bool,
 ) -> Result<Algorithm> {
     let caps = capacities(topology, index)?;
@@ -139,27 +140,34 @@ pub(crate) fn capacities<'i>(
 }
 
 /// Every piece's copy of its tree, in order of representative root, tree, piece and group
-/// element, with its chunk id: pieces are numbered across a root's trees, or with
+/// element, with its chunk id: a root's pieces are numbered across its trees, or with
 /// `per_tree` round-robin over them (piece k follows tree k mod trees, and runs on that
 /// channel when lowered with as many).
 pub(crate) fn copies(
     packing: &Packing,
     kind: Kind,
     chunks: usize,
-    counts: &[Vec<usize>],
+    counts: &PieceCounts,
     per_tree: bool,
 ) -> Vec<Copy> {
     let mut copies = Vec::new();
+    let elements = &packing.group.elements;
     for (r, rep) in packing.roots.iter().enumerate() {
-        let mut piece = 0;
-        for (t, &count) in counts[r].iter().enumerate() {
-            for in_tree in 0..count {
-                let (id, offset) = if per_tree {
-                    (in_tree * rep.trees.len() + t, in_tree)
-                } else {
-                    (piece, piece)
-                };
-                for (e, g) in packing.group.elements.iter().enumerate() {
+        let trees = rep.trees.len();
+        let most = |t: usize| (0..elements.len()).map(|e| counts.of(r, e)[t]).max();
+        for t in 0..trees {
+            for in_tree in 0..most(t).unwrap_or(0) {
+                for (e, g) in elements.iter().enumerate() {
+                    let of_root = counts.of(r, e);
+                    if in_tree >= of_root[t] {
+                        continue;
+                    }
+                    let (id, offset) = if per_tree {
+                        (in_tree * trees + t, in_tree)
+                    } else {
+                        let piece = of_root[..t].iter().sum::<usize>() + in_tree;
+                        (piece, piece)
+                    };
                     let chunk = if kind == Kind::Broadcast {
                         id
                     } else {
@@ -173,7 +181,6 @@ pub(crate) fn copies(
                         offset,
                     });
                 }
-                piece += 1;
             }
         }
     }

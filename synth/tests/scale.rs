@@ -730,6 +730,9 @@ fn renumbered_fabrics_get_the_same_algorithms_renumbered() {
         ("torus-2d:4x8", Kind::ReduceScatter),
         ("random:20:3", Kind::AllGather),
         ("hypercube:32", Kind::AllReduce),
+        // Several nodes: numbered node-major, as the built-in is.
+        ("dgx-a100x2", Kind::AllGather),
+        ("dgx-h100x2", Kind::ReduceScatter),
     ] {
         let topology = topology::load(spec).unwrap();
         let plain = auto(&topology, kind);

@@ -11,7 +11,7 @@
 //! step reduces or copies, whichever packs more sends under the links' and switches'
 //! capacities in one round (ties: reduce), longest remaining path first. Every step moves
 //! at least one send, so it always ends (it cannot get stuck as a merge of overlapping sums
-//! can). Deterministic; ties go by rank numbering, so callers on one node run it in the
+//! can). Deterministic; ties go by rank numbering, so callers run it in the
 //! canonical numbering ([`crate::topology::canonical`]).
 
 use crate::algorithm::{Algorithm, Send, Step};

@@ -32,6 +32,9 @@ pub const EXHAUSTIVE_WORK: usize = 3_000_000;
 /// is a rank (a collective's root) that keeps a colour of its own. `None` when the work limit
 /// was reached before every rank had a colour of its own.
 pub fn canonical_numbering(topology: &Topology, fixed: Option<usize>) -> Option<Vec<usize>> {
+    if topology.nodes() > 1 {
+        return node_major_numbering(topology, fixed);
+    }
     // A square torus is numbered row-major, the layout its schedules are written for.
     if let Some(to) = super::shape::square_torus_numbering(topology, fixed.unwrap_or(0)) {
         return Some(to);
@@ -58,6 +61,99 @@ pub fn canonical_numbering(topology: &Topology, fixed: Option<usize>) -> Option<
         colours = individualised(&colours, colour, first_of(&colours, colour));
         colours = graph.refine(colours, &mut work)?;
     }
+}
+
+/// The node-major canonical numbering of a fabric of M ≥ 2 nodes of G ranks each: node `i`'s
+/// ranks become `i*G .. i*G+G-1`, in one local order shared by every node, as the built-in
+/// clusters are numbered. Nodes are placed one at a time: the unplaced node of least colour
+/// (the lowest-numbered among equals) is individualised, then its ranks (the least shared
+/// colour's lowest-numbered rank first) until they all differ, refining after each, and the
+/// node's ranks are numbered in colour order. Canonical where each individualised class is an
+/// orbit, as [`canonical_numbering`]; a fabric numbered so already keeps its numbering where
+/// its classes fall in rank order (a cluster of identical NVSwitch boxes). `None` for nodes of
+/// different sizes, past [`WORK_LIMIT`], or where the nodes' own links and switch constraints
+/// differ in the local order found (then the local index is not one role in every node).
+pub fn node_major_numbering(topology: &Topology, fixed: Option<usize>) -> Option<Vec<usize>> {
+    let nodes = super::shape::equal_nodes(topology)?;
+    let g = nodes[0].len();
+    let n = topology.ranks;
+    let node_vertex = |k: usize| n + topology.switches.len() + k;
+    let graph = Graph::of(topology);
+    let mut work = 0usize;
+    let mut colours = graph.refine(graph.initial_colours(fixed), &mut work)?;
+    let mut placed = vec![false; nodes.len()];
+    let mut to = vec![0; n];
+    for position in 0..nodes.len() {
+        let k = (0..nodes.len())
+            .filter(|&k| !placed[k])
+            .min_by_key(|&k| (colours[node_vertex(k)], k))?;
+        placed[k] = true;
+        let v = node_vertex(k);
+        if colours.iter().filter(|&&c| c == colours[v]).count() > 1 {
+            colours = graph.refine(individualised(&colours, colours[v], v), &mut work)?;
+        }
+        loop {
+            let mine: Vec<usize> = nodes[k].iter().map(|&r| colours[r]).collect();
+            let Some(colour) = shared_rank_colour(&mine) else {
+                break;
+            };
+            let first = nodes[k].iter().copied().find(|&r| colours[r] == colour)?;
+            colours = graph.refine(individualised(&colours, colour, first), &mut work)?;
+        }
+        let mut local = nodes[k].clone();
+        local.sort_by_key(|&r| colours[r]);
+        for (i, &r) in local.iter().enumerate() {
+            to[r] = position * g + i;
+        }
+    }
+    nodes_alike(&renumbered(topology, &to), g).then_some(to)
+}
+
+/// Whether `topology` is numbered node-major already: M ≥ 2 nodes of G ranks, node `i`
+/// holding ranks `i*G ..`, every node with the same links and switch constraints within it
+/// by local index (the built-in clusters).
+pub fn numbered_node_major(topology: &Topology) -> bool {
+    let Some(nodes) = super::shape::equal_nodes(topology) else {
+        return false;
+    };
+    let g = nodes[0].len();
+    (0..topology.ranks).all(|r| topology.node_of[r] == r / g) && nodes_alike(topology, g)
+}
+
+/// Whether every node of a node-major fabric (node `i` holds ranks `i*g ..`) has the same
+/// links and switch constraints within it, by local index.
+fn nodes_alike(topology: &Topology, g: usize) -> bool {
+    type Within = (
+        Vec<(usize, usize, i64, i64)>,
+        Vec<(Vec<usize>, Vec<usize>, i64)>,
+    );
+    let m = topology.ranks / g;
+    let mut within: Vec<Within> = vec![Default::default(); m];
+    for l in &topology.links {
+        if l.src / g == l.dst / g {
+            let k = l.src / g;
+            within[k]
+                .0
+                .push((l.src % g, l.dst % g, key(l.bandwidth), key(l.alpha)));
+        }
+    }
+    for s in &topology.switches {
+        let Some(&first) = s.srcs.first().or(s.dsts.first()) else {
+            continue;
+        };
+        let k = first / g;
+        if s.srcs.iter().chain(&s.dsts).all(|&r| r / g == k) {
+            let local = |set: &[usize]| set.iter().map(|&r| r % g).collect::<Vec<_>>();
+            within[k]
+                .1
+                .push((local(&s.srcs), local(&s.dsts), key(s.bandwidth)));
+        }
+    }
+    for w in &mut within {
+        w.0.sort_unstable();
+        w.1.sort_unstable();
+    }
+    within.windows(2).all(|w| w[0] == w[1])
 }
 
 /// The numbering that sorts ranks by their (all distinct) colours.
@@ -294,7 +390,49 @@ fn distinct(colours: &[usize]) -> usize {
 /// the numbering gave up.
 pub fn canonical(topology: &Topology, fixed: Option<usize>) -> Option<(Topology, Vec<usize>)> {
     let to = canonical_numbering(topology, fixed)?;
-    Some((renumbered(topology, &to), to))
+    let mut t = renumbered(topology, &to);
+    if topology.nodes() > 1 {
+        in_node_major_order(&mut t);
+    }
+    Some((t, to))
+}
+
+/// Lists a node-major fabric's links and switch constraints as the multi-node composition
+/// does (`multinode::compose`), so that a renumbered cluster is the built-in one link for
+/// link (engines break ties by link and constraint ids): links within a node before links
+/// between nodes, each by (source, destination); constraints within a node before those
+/// between nodes, each by the size of their smaller side (sources on a tie), that side, and
+/// the direction (from it before into it).
+fn in_node_major_order(t: &mut Topology) {
+    let node = |r: usize| t.node_of[r];
+    t.links
+        .sort_by_key(|l| (node(l.src) != node(l.dst), l.src, l.dst));
+    let within = |set: &[usize]| {
+        set.iter()
+            .all(|&r| Some(node(r)) == set.first().map(|&f| node(f)))
+    };
+    let mut keyed: Vec<_> = std::mem::take(&mut t.switches)
+        .into_iter()
+        .map(|s| {
+            let crossing = !within(&[s.srcs.as_slice(), s.dsts.as_slice()].concat());
+            let (side, into) = if s.srcs.len() <= s.dsts.len() {
+                (s.srcs.clone(), false)
+            } else {
+                (s.dsts.clone(), true)
+            };
+            let k = (
+                crossing,
+                side.len(),
+                side,
+                into,
+                s.srcs.clone(),
+                s.dsts.clone(),
+            );
+            (k, key(s.bandwidth), s)
+        })
+        .collect();
+    keyed.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    t.switches = keyed.into_iter().map(|(_, _, s)| s).collect();
 }
 
 /// `topology` with rank `r` renamed `to[r]`, nodes numbered by their first rank and switch
@@ -371,6 +509,123 @@ mod tests {
         ] {
             assert_invariant(&load(spec));
         }
+    }
+
+    /// Multi-node fabrics as the zoo and the built-ins write them: fat-tree, oversubscribed,
+    /// rail network.
+    const CLUSTERS: [&str; 5] = [
+        "dgx-h100x8",
+        "dgx-a100x4",
+        "[multinode]\nnode = \"dgx-a100\"\nnodes = 4\noversubscription = 4\n",
+        "[multinode]\nnode = \"dgx-h100\"\nnodes = 2\noversubscription = 2\n",
+        "[multinode]\nnode = \"dgx-h100\"\nnodes = 3\nnetwork = \"rail\"\n",
+    ];
+
+    fn cluster(spec: &str) -> Topology {
+        if spec.contains('\n') {
+            let src = crate::topology::toml_format::Source {
+                label: "t.toml".into(),
+                text: spec,
+                dir: None,
+                stem: "t".into(),
+            };
+            crate::topology::toml_format::parse(&src, None, 0)
+                .unwrap()
+                .topology
+        } else {
+            load(spec)
+        }
+    }
+
+    #[test]
+    fn clusters_are_numbered_node_major_as_built() {
+        for spec in CLUSTERS {
+            let topology = cluster(spec);
+            assert!(topology.nodes() > 1, "{spec}");
+            let to = canonical_numbering(&topology, None).expect("numbered");
+            assert_eq!(
+                to,
+                (0..topology.ranks).collect::<Vec<_>>(),
+                "{spec}: the built-in numbering is node-major already"
+            );
+            assert_invariant(&topology);
+            let (canonical, _) = super::canonical(&topology, None).unwrap();
+            assert_eq!(canonical.links, topology.links, "{spec}: links in order");
+            let sets = |t: &Topology| -> Vec<(Vec<usize>, Vec<usize>, i64)> {
+                t.switches
+                    .iter()
+                    .map(|s| (s.srcs.clone(), s.dsts.clone(), key(s.bandwidth)))
+                    .collect()
+            };
+            // Equal constraints (two nodes' uplinks: node 0's out is node 1's in) are one
+            // content; their order among themselves is no structure.
+            let (a, b) = (sets(&canonical), sets(&topology));
+            assert_eq!(a.len(), b.len());
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                let twice = b.iter().filter(|&z| z == y).count() > 1;
+                assert!(x == y || twice, "{spec}: switch {i} in order");
+            }
+        }
+    }
+
+    #[test]
+    fn a_renumbered_cluster_is_numbered_back_node_major() {
+        for spec in CLUSTERS {
+            let topology = cluster(spec);
+            let g = topology.ranks / topology.nodes();
+            for seed in [7, 11] {
+                let perm = random_permutation(topology.ranks, seed);
+                let twin = topology.relabeled(&perm);
+                let to = canonical_numbering(&twin, None).expect("numbered");
+                // Each node's ranks land on one block of G consecutive ranks.
+                for node in super::super::shape::nodes(&twin) {
+                    let block = to[node[0]] / g;
+                    assert!(node.iter().all(|&r| to[r] / g == block), "{spec} {seed}");
+                }
+                let (canonical, _) = super::canonical(&twin, None).unwrap();
+                assert!(form(&canonical) == form(&topology), "{spec} seed {seed}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_cluster_root_is_numbered_node_major() {
+        let topology = load("dgx-a100x4");
+        let perm = random_permutation(topology.ranks, 3);
+        let twin = topology.relabeled(&perm);
+        let (a, to) = super::canonical(&topology, Some(13)).unwrap();
+        let (b, twin_to) = super::canonical(&twin, Some(perm[13])).unwrap();
+        assert!(form(&a) == form(&b));
+        assert_eq!(to[13], twin_to[perm[13]]);
+        assert!(nodes_alike(&a, 8));
+    }
+
+    #[test]
+    fn nodes_that_differ_are_not_numbered_node_major() {
+        // Two nodes of four ranks: a ring in one, a line in the other.
+        let mut t = load("ring:8");
+        t.node_of = vec![0, 0, 0, 0, 1, 1, 1, 1];
+        t.links.clear();
+        for (a, b) in [
+            (0, 1),
+            (1, 2),
+            (2, 3),
+            (3, 0),
+            (4, 5),
+            (5, 6),
+            (6, 7),
+            (3, 4),
+        ] {
+            for (s, d) in [(a, b), (b, a)] {
+                t.links.push(crate::topology::Link {
+                    src: s,
+                    dst: d,
+                    bandwidth: 10.0,
+                    alpha: 1.0,
+                });
+            }
+        }
+        assert_eq!(node_major_numbering(&t, None), None);
     }
 
     #[test]

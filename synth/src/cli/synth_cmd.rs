@@ -215,6 +215,18 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 program: p.clone(),
             }))
         };
+        // A two-step twin follows its algorithm; where that could not be expressed, its
+        // lowering already tried the two-step receives (the fit pass): said, not lowered again.
+        let after_unexpressed = index > 0 && lowered.last().is_some_and(|(p, _)| p.is_empty());
+        if a.origin.two_step_receives && after_unexpressed {
+            dropped.push(format!(
+                "{}: no XML written: its two-step receives were tried in the lowering of {}",
+                a.name,
+                synthesis.algorithms[index - 1].name
+            ));
+            lowered.push((Vec::new(), None));
+            continue;
+        }
         match super::lower_args::write_xml(a, &args.out, &lowering, &progress, bound) {
             Ok((paths, h)) => {
                 if let Some(h) = h {

@@ -930,6 +930,10 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 /// XML elements than the runtimes' parser holds (4,095), messages carry 2, 4, ... times the
 /// chunks until it fits. A program the runtimes cannot express fails with a [`LowerError`].
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    // A two-step twin ([`two_step_twin`]) is lowered as the fit pass lowers.
+    if algorithm.origin.two_step_receives {
+        return lower_fitted(algorithm, options, true);
+    }
     match lower_fitted(algorithm, options, false) {
         Ok(program) => Ok(program),
         // Past the flavour's limits as lowered so far: receives without temporaries (where
@@ -945,6 +949,58 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
         }
         Err(e) => Err(e),
     }
+}
+
+/// The twin of `algorithm` whose unfused reductions are received in two steps (`r` into
+/// the accumulator, then `re`, instead of `r` into a temporary, `cpy`, `re`): named `-2r`
+/// ([`crate::origin::Origin::two_step_receives`]) and lowered by [`lower_verified`] as its
+/// fit pass lowers. Neither form is faster everywhere (the two-step form saves a copy but
+/// holds the accumulator's receive until the value before it is there), so both are
+/// candidates that the simulation chooses between. `None` where the twin would lower to
+/// the same program: a fused flavour, an algorithm with no reduction received into a slot
+/// other than its landing, or one that a rank's threadblocks already send to the fit pass
+/// (as lowered without splits).
+pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Algorithm> {
+    if Limits::of(options.flavor).fused_ops || algorithm.origin.two_step_receives {
+        return None;
+    }
+    // What does not lower as found (channels, step groups) has no twin: its own lowering
+    // ([`lower_verified`]) says why or finds the split that fits.
+    let Ok(groups) = step_groups_of(algorithm) else {
+        return None;
+    };
+    let Ok(staged) = lower_grouped(algorithm, options, &groups, false, None) else {
+        return None;
+    };
+    let most = staged
+        .gpus
+        .iter()
+        .map(|g| g.threadblocks.len())
+        .max()
+        .unwrap_or(0);
+    if most > Limits::of(options.flavor).max_tbs {
+        return None;
+    }
+    let Ok(compact) = lower_grouped(algorithm, options, &groups, true, None) else {
+        return None;
+    };
+    if compact == staged {
+        return None;
+    }
+    let mut twin = algorithm.clone();
+    twin.origin.two_step_receives = true;
+    let twin = if twin.origin.family == crate::origin::Family::External {
+        Algorithm {
+            name: format!(
+                "{}-2r",
+                crate::origin::shortened(&algorithm.name, crate::origin::MAX_NAME - 3)
+            ),
+            ..twin
+        }
+    } else {
+        twin.renamed()
+    };
+    Some(twin)
 }
 
 /// [`lower_verified`] with `compact` receives and pairing (`fit`) or without.

@@ -1,5 +1,5 @@
 //! Where an algorithm comes from: its typed provenance ([`Family`], [`Origin`]) and the one
-//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK]`).
+//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r]`).
 //!
 //! Code that decides anything about an algorithm (which allreduce halves pair, which are
 //! renumbered into messages) reads its [`Origin`], never its name: the name is for people
@@ -210,6 +210,11 @@ pub struct Origin {
     /// chosen for it; `None` for one group or groups the construction declared itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<usize>,
+    /// Lowered with unfused reductions received in two steps (`r` into the accumulator,
+    /// then `re`; named `-2r`): the twin of the same schedule lowered with a temporary
+    /// (`r`, `cpy`, `re`), which the simulation tells apart (`lower::two_step_twin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub two_step_receives: bool,
 }
 
 impl Origin {
@@ -218,6 +223,7 @@ impl Origin {
         Origin {
             family,
             stages: None,
+            two_step_receives: false,
         }
     }
 }
@@ -254,7 +260,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -268,6 +274,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if let Some(k) = parts.origin.stages {
         tail.push_str(&format!("-g{k}"));
+    }
+    if parts.origin.two_step_receives {
+        tail.push_str("-2r");
     }
     fit(&head, &tail, MAX_NAME)
 }
@@ -312,7 +321,11 @@ mod tests {
         render(NameParts {
             kind: Kind::AllGather,
             topology: "torus-2d:4x4",
-            origin: &Origin { family, stages },
+            origin: &Origin {
+                family,
+                stages,
+                two_step_receives: false,
+            },
             steps: 3,
             rounds: 7,
             chunks: 2,
@@ -390,13 +403,14 @@ mod tests {
             origin: &Origin {
                 family: long,
                 stages: Some(12),
+                two_step_receives: true,
             },
             steps: 121,
             rounds: 4600,
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-2r"), "{n}");
         assert!(n.starts_with("allreduce-torus3d-4x4x4-greedy"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }

@@ -1956,3 +1956,55 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
         "address 0 (a chunk starting on rank 0) cannot reach rank 2",
     );
 }
+
+/// Issue 27: where the runtime has no fused instructions (amd8 runs RCCL), the main command
+/// also lowers each reducing algorithm with its unfused receives in two steps (`r` into the
+/// accumulator, then `re`: the twin named `-2r`, with no `cpy`), simulates both and picks
+/// per size. On amd8's reduce-scatter the twin simulates faster at every compared size, so
+/// it is the one chosen at 1 GB; both programs verify and load on RCCL.
+#[test]
+fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
+    let dir = temp_dir("two-step-twins");
+    let d = dir.to_str().unwrap();
+    let out = synth(&[
+        "--topo",
+        "amd8",
+        "--coll",
+        "reducescatter",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<&str> = (doc["algorithms"].as_array().unwrap().iter())
+        .map(|a| a["file"].as_str().unwrap())
+        .collect();
+    let twins: Vec<&&str> = files.iter().filter(|f| f.ends_with("-2r.json")).collect();
+    assert!(!twins.is_empty(), "{files:?}");
+    for twin in &twins {
+        let plain = twin.replace("-2r.json", ".json");
+        assert!(files.contains(&plain.as_str()), "{plain} in {files:?}");
+        for xml in [
+            twin.replace(".json", ".xml"),
+            twin.replace(".json", ".inplace.xml"),
+            plain.replace(".json", ".xml"),
+        ] {
+            let v = synth(&["verify", "--json", &xml]);
+            let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+            assert_eq!(report["ok"], true, "{xml}: {report}");
+            assert_eq!(report["runtimes"]["rccl"]["loads"], true, "{xml}: {report}");
+        }
+        let text = std::fs::read_to_string(twin.replace(".json", ".xml")).unwrap();
+        assert!(!text.contains("type=\"cpy\""), "{twin}");
+    }
+    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
+    let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
+    let chosen = at_1gb["algorithm"].as_str().unwrap();
+    assert!(chosen.ends_with("-2r"), "{chosen}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -177,7 +177,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let collective = load_collective(required(&args.coll, "--coll")?, &topo, args.root)?;
     let lowering = args.lowering.for_problem(&topo, collective.kind)?;
     let (search, limits) = search_and_limits(args, started)?;
-    let mut synthesis = search_algorithms(args, &topo, collective, search, limits, &progress)?;
+    let mut synthesis = search_algorithms(
+        args, &topo, collective, search, limits, &lowering, &progress,
+    )?;
     if synthesis.algorithms.is_empty() {
         return Err(nothing_found(args, &topo, &synthesis, search, started));
     }
@@ -213,6 +215,18 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 program: p.clone(),
             }))
         };
+        // A two-step twin follows its algorithm; where that could not be expressed, its
+        // lowering already tried the two-step receives (the fit pass): said, not lowered again.
+        let after_unexpressed = index > 0 && lowered.last().is_some_and(|(p, _)| p.is_empty());
+        if a.origin.two_step_receives && after_unexpressed {
+            dropped.push(format!(
+                "{}: no XML written: its two-step receives were tried in the lowering of {}",
+                a.name,
+                synthesis.algorithms[index - 1].name
+            ));
+            lowered.push((Vec::new(), None));
+            continue;
+        }
         match super::lower_args::write_xml(a, &args.out, &lowering, &progress, bound) {
             Ok((paths, h)) => {
                 if let Some(h) = h {
@@ -332,6 +346,7 @@ fn search_algorithms(
     collective: Collective,
     search: Search,
     limits: Limits,
+    lowering: &super::lower_args::LowerArgs,
     progress: &Progress,
 ) -> Result<Synthesis> {
     let (method, sketch) = args.encoding.resolve()?;
@@ -346,11 +361,31 @@ fn search_algorithms(
     let result = synthesize_with(&request, method, sketch.as_ref());
     progress.finish();
     let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
+    synthesis.algorithms =
+        with_two_step_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
     crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     Ok(synthesis)
+}
+
+/// `algorithms`, each followed by its two-step twin where the flavour has no fused
+/// instructions and the twin lowers to another program ([`crate::lower::two_step_twin`]):
+/// both are lowered, verified and simulated, and the simulation picks per size (an equal
+/// figure keeps the earlier, the algorithm as found).
+fn with_two_step_twins(
+    algorithms: Vec<Algorithm>,
+    lowering: &super::lower_args::LowerArgs,
+) -> Result<Vec<Algorithm>> {
+    let options = lowering.options(false)?;
+    let mut all = Vec::with_capacity(algorithms.len());
+    for a in algorithms {
+        let twin = crate::lower::two_step_twin(&a, &options);
+        all.push(a);
+        all.extend(twin);
+    }
+    Ok(all)
 }
 
 /// Why a search that returned no algorithm found none: unsatisfiable, the caps, the greedy

@@ -201,16 +201,7 @@ fn depth_schedule(
     limits: &Limits,
 ) -> Result<(Algorithm, rounding::ChunkOption, Option<Scheduled>)> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
-    let usages: Vec<Vec<Vec<f64>>> = packing
-        .roots
-        .iter()
-        .map(|r| {
-            r.trees
-                .iter()
-                .map(|(t, _)| orbits.usage_of(t, index))
-                .collect()
-        })
-        .collect();
+    let usages = orbits.usages_of(packing, index);
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let mut options = rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap);
     // Where counts shared by an orbit lose more than 0.1% of the packing's rate within the

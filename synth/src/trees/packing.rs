@@ -134,6 +134,20 @@ impl Orbits {
         })
     }
 
+    /// [`Orbits::usage_of`] every tree of every representative's pool, in pool order.
+    pub(crate) fn usages_of(&self, packing: &Packing, index: &TopologyIndex) -> Vec<Vec<Vec<f64>>> {
+        packing
+            .roots
+            .iter()
+            .map(|r| {
+                r.trees
+                    .iter()
+                    .map(|(t, _)| self.usage_of(t, index))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Per orbit, what one unit of a representative's tree puts on each member.
     pub(crate) fn usage_of(&self, tree: &Tree, index: &TopologyIndex) -> Vec<f64> {
         let mut u = vec![0.0; self.bandwidth.len()];

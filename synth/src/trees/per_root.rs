@@ -4,8 +4,8 @@
 //! then loads the same directions and the busiest link carries far more than its share. Here
 //! each root of an orbit chooses its own pieces' trees among the images of its
 //! representative's pool, so that together they load every link and switch constraint
-//! evenly: a greedy pass, then moves of one piece at a time while the sum of squared loads
-//! falls (bounded passes, deterministic).
+//! evenly: a greedy pass, then moves of one piece at a time while a steep exponential penalty
+//! of the loads falls, steeper each pass (bounded passes, deterministic).
 
 use super::packing::Packing;
 use super::rounding::PieceCounts;
@@ -251,16 +251,7 @@ mod tests {
         let mut packing = pack_integer(&topo, &index, &group, &roots, rate.gbps).expect("packs");
         crate::trees::add_symmetric_images(&topo, &mut packing);
         let orbits = Orbits::new(&topo, &index, &group).unwrap();
-        let usages: Vec<Vec<Vec<f64>>> = packing
-            .roots
-            .iter()
-            .map(|r| {
-                r.trees
-                    .iter()
-                    .map(|(t, _)| orbits.usage_of(t, &index))
-                    .collect()
-            })
-            .collect();
+        let usages = orbits.usages_of(&packing, &index);
         let shared = &rounding::chunk_options(&packing, &usages, &orbits.bandwidth, 1)[0];
         let rounding::PieceCounts::Orbit(start) = &shared.counts else {
             panic!("orbit counts")

@@ -42,6 +42,8 @@ pub enum Family {
     Trees,
     /// Packed trees list-scheduled one round per step.
     Listed,
+    /// Trees grown step by step, the same for every root up to the symmetry group.
+    Grown,
     /// NCCL's rings as path trees.
     Rings,
     /// A broadcast's shallow trees (`own_channels`: each piece on a channel of its own).
@@ -139,6 +141,7 @@ impl Family {
             }
             Family::Trees => "trees",
             Family::Listed => "listed",
+            Family::Grown => "grown",
             Family::Rings => "rings",
             Family::Shallow { .. } => "shallow",
             Family::Bucket => "bucket",

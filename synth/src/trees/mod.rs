@@ -18,6 +18,7 @@
 //! reduce-scatter followed by allgather.
 
 pub mod arborescence;
+mod grown;
 pub mod integer;
 pub mod listed;
 pub mod packing;
@@ -51,6 +52,10 @@ pub struct TreeResult {
     /// The same pieces and trees list-scheduled one round per step (more steps, fewer
     /// rounds); `None` when that schedule passes its step cap.
     pub listed: Option<Algorithm>,
+    /// The trees grown step by step under the symmetry group ([`grown`]), where they reach
+    /// a better rate than the packing's piece counts (a 1024-rank torus at one piece per
+    /// root).
+    pub grown: Option<Algorithm>,
     /// The exact optimum rate (maximum flow).
     pub optimum_gbps: f64,
     /// The rate of the fractional packing.
@@ -93,11 +98,38 @@ pub fn synthesize_trees(
         }
     };
     add_symmetric_images(topology, &mut packing);
+    let mut out_of_time = false;
+    let grown = match coll.kind {
+        Kind::AllGather if group.order() > 1 => {
+            progress.message("growing trees step by step");
+            let chunks = expressible_chunks(topology).min(limits.max_chunks).max(1);
+            grown::grown(
+                topology,
+                index,
+                &group,
+                &roots,
+                chunks,
+                optimum_gbps,
+                limits.deadline,
+            )
+            .unwrap_or_else(|e| {
+                out_of_time |= e.is::<listed::OutOfTime>();
+                progress.message(&format!("no grown candidate: {e:#}"));
+                None
+            })
+        }
+        _ => None,
+    };
+    // Where the grown trees come within 0.5% of the optimum, the depth schedule is kept for
+    // its fewer steps only, and its piece counts are not balanced root by root (whole pieces
+    // leave a balance no better than the grown trees' on a fabric they fit).
+    let balance_roots = grown
+        .as_ref()
+        .is_none_or(|(_, rate)| *rate < optimum_gbps * (1.0 - 5e-3));
     progress.message("rounding the packing to pieces");
     let (algorithm, choice, best_rate) =
-        depth_schedule(topology, index, &packing, coll.kind, limits)?;
+        depth_schedule(topology, index, &packing, coll.kind, limits, balance_roots)?;
     progress.message("list-scheduling the trees");
-    let mut out_of_time = false;
     let mut listed_at = |choice: &rounding::ChunkOption| {
         let listed = listed_candidate(topology, index, &packing, coll.kind, choice, limits);
         match listed {
@@ -112,10 +144,13 @@ pub fn synthesize_trees(
     let listed = listed_at(&choice);
     let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
     let best_rate = best_rate.map(|(a, c)| (a, listed_at(&c)));
+    let grown = grown.filter(|(_, rate)| *rate > scheduled_gbps * (1.0 + 1e-3));
+    let grown = grown.map(|(a, _)| staged(topology, index, a));
     Ok(TreeResult {
         algorithm,
         best_rate,
         listed,
+        grown,
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
         scheduled_gbps,
@@ -192,13 +227,15 @@ type Scheduled = (Algorithm, rounding::ChunkOption);
 
 /// The packing's trees laid out by depth in stages ([`TreeResult::algorithm`]) at the piece
 /// count chosen for it, that choice, and the layout at the fewest pieces of the best rate
-/// where the choice took fewer ([`TreeResult::best_rate`]).
+/// where the choice took fewer ([`TreeResult::best_rate`]). With `balance_roots`, where
+/// counts shared by an orbit lose, each root chooses its own trees' images.
 fn depth_schedule(
     topology: &Topology,
     index: &TopologyIndex,
     packing: &packing::Packing,
     kind: Kind,
     limits: &Limits,
+    balance_roots: bool,
 ) -> Result<(Algorithm, rounding::ChunkOption, Option<Scheduled>)> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages = orbits.usages_of(packing, index);
@@ -207,7 +244,8 @@ fn depth_schedule(
     // Where counts shared by an orbit lose more than 0.1% of the packing's rate within the
     // pieces the runtimes can hold, each root chooses its own trees' images.
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
-    if packing.group.order() > 1 && best_shared < packing.rate_gbps * (1.0 - 1e-3) {
+    if balance_roots && packing.group.order() > 1 && best_shared < packing.rate_gbps * (1.0 - 1e-3)
+    {
         for option in &mut options {
             let chunks = option.chunks;
             let rounding::PieceCounts::Orbit(shared) = &option.counts else {
@@ -351,6 +389,7 @@ impl Engine for TreeEngine {
             [result.algorithm]
                 .into_iter()
                 .chain(result.listed)
+                .chain(result.grown)
                 .collect(),
         );
         if let Some((depth, listed)) = result.best_rate {

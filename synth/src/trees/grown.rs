@@ -1,0 +1,357 @@
+//! Allgather trees grown one step at a time in the time-expanded fabric, the same for every
+//! root up to the symmetry group: each representative root's pieces spread by adding, in
+//! every step, as many edges as the links and switch constraints hold, and every root of its
+//! orbit sends its own pieces along the images of those edges in the same step.
+//!
+//! Under a group acting freely on the ranks (translations), a link carries, in a step, one
+//! piece for every edge of its orbit that the representatives' trees take in that step (a
+//! link and the image of an edge meet under exactly one element). So a step fits its links
+//! and switch constraints when the edges taken fit each *orbit*'s capacity, whatever the
+//! number of roots: a 1024-rank torus schedules as one tree of 1023 edges, four per step,
+//! and every link is busy in every step but the last. A packing rounded to one piece per
+//! root cannot balance its links that finely ([`super::per_root`]).
+//!
+//! The edge taken for an orbit in a step enters the rank that the fewest of its in-links
+//! could still reach (ties: the one with the most neighbours still to reach), so that no
+//! rank is left reachable through one direction only at the end.
+
+use super::packing::Orbits;
+use super::schedule::{capacities, finish};
+use crate::algorithm::{Algorithm, Send, Step};
+use crate::collective::Kind;
+use crate::origin::Family;
+use crate::topology::{Topology, TopologyIndex, Translations};
+use anyhow::{bail, Result};
+use std::time::Instant;
+
+/// A piece's arrival step at a rank it has not reached.
+const NOT_YET: u32 = u32::MAX;
+
+/// Most pieces per root tried.
+const MAX_CHUNKS: usize = 8;
+
+/// Most pieces grown together (representatives × pieces per root).
+const MAX_PIECES: usize = 64;
+
+/// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, and
+/// that rate (GB/s per root); `None` where the group fixes no link orbits (it does not map
+/// the fabric to itself), or where the pieces would be too many to grow. Errors at
+/// `deadline`.
+pub(crate) fn grown(
+    topology: &Topology,
+    index: &TopologyIndex,
+    group: &Translations,
+    roots: &[usize],
+    max_chunks: usize,
+    optimum_gbps: f64,
+    deadline: Instant,
+) -> Result<Option<(Algorithm, f64)>> {
+    let Some(orbits) = Orbits::new(topology, index, group) else {
+        return Ok(None);
+    };
+    let caps = capacities(topology, index)?;
+    let fabric = Fabric::new(topology, index, &orbits, caps);
+    let mut best: Option<(usize, Vec<Vec<Edge>>, f64)> = None;
+    for chunks in 1..=max_chunks.min(MAX_CHUNKS) {
+        if roots.len() * chunks > MAX_PIECES {
+            break;
+        }
+        // No schedule of whole pieces takes fewer steps than the optimum allows.
+        let fewest = (chunks as f64 * caps.unit_gbps / optimum_gbps * (1.0 - 1e-9)).ceil();
+        let at_most = chunks as f64 * caps.unit_gbps / fewest.max(1.0);
+        if best.as_ref().is_some_and(|b| at_most <= b.2 * (1.0 + 1e-9)) {
+            continue;
+        }
+        // The orbits' order breaks ties: each rotation of it, until one takes the fewest.
+        for rotation in 0..fabric.link_orbits.len() {
+            let steps = fabric.grow(roots, chunks, rotation, deadline)?;
+            let rate = chunks as f64 * caps.unit_gbps / steps.len() as f64;
+            if best.as_ref().is_none_or(|b| rate > b.2 * (1.0 + 1e-9)) {
+                best = Some((chunks, steps, rate));
+            }
+            if rate >= at_most * (1.0 - 1e-9) {
+                break;
+            }
+        }
+        if best
+            .as_ref()
+            .is_some_and(|b| b.2 >= optimum_gbps * (1.0 - 1e-9))
+        {
+            break;
+        }
+    }
+    let Some((chunks, edges, rate)) = best else {
+        return Ok(None);
+    };
+    let steps = edges
+        .iter()
+        .map(|taken| {
+            let mut sends = Vec::with_capacity(taken.len() * group.order());
+            for e in taken {
+                for g in &group.elements {
+                    sends.push(Send {
+                        chunk: g[roots[e.root]] as usize * chunks + e.piece,
+                        src: g[e.src] as usize,
+                        dst: g[e.dst] as usize,
+                    });
+                }
+            }
+            crate::load::plain_step(index, caps, sends)
+        })
+        .collect::<Vec<Step>>();
+    if let Some(i) = steps.iter().position(|s| s.rounds != 1) {
+        bail!(
+            "internal error: grown step {i} on `{}` needs {} rounds",
+            topology.name,
+            steps[i].rounds
+        );
+    }
+    let mut algorithm = finish(
+        topology,
+        roots[0],
+        Kind::AllGather,
+        chunks,
+        Family::Grown,
+        steps,
+    )?;
+    // One round per step, like a list schedule: a link's sends go one after another.
+    algorithm.serial_links = true;
+    Ok(Some((algorithm, rate)))
+}
+
+/// An edge a representative's piece crosses in a step.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    /// Index of the representative root.
+    root: usize,
+    /// The piece among the root's.
+    piece: usize,
+    src: usize,
+    dst: usize,
+}
+
+/// The fabric as the grown trees see it: links by orbit, what a link's edge puts on each
+/// orbit's members, each orbit's capacity per step.
+struct Fabric {
+    ranks: usize,
+    /// Per rank, its in-links as (link orbit, source, link).
+    in_links: Vec<Vec<(usize, usize, usize)>>,
+    /// Per rank, the ranks its out-links reach.
+    out_ranks: Vec<Vec<usize>>,
+    /// The link orbits, in order of their first link.
+    link_orbits: Vec<usize>,
+    /// Per link: (orbit of a link or switch constraint, pieces it puts on each member).
+    load_of: Vec<Vec<(usize, u32)>>,
+    /// Capacity per step of each orbit's members, in pieces.
+    capacity: Vec<u32>,
+}
+
+impl Fabric {
+    fn new(
+        topology: &Topology,
+        index: &TopologyIndex,
+        orbits: &Orbits,
+        caps: &crate::topology::Capacities,
+    ) -> Fabric {
+        let resources = orbits.bandwidth.len();
+        let mut capacity = vec![u32::MAX; resources];
+        for (l, &o) in orbits.link.iter().enumerate() {
+            capacity[o] = caps.links[l];
+        }
+        for (j, &o) in orbits.switch.iter().enumerate() {
+            capacity[o] = caps.switches[j];
+        }
+        let mut link_orbits: Vec<usize> = Vec::new();
+        let mut in_links = vec![Vec::new(); topology.ranks];
+        let mut out_ranks = vec![Vec::new(); topology.ranks];
+        let mut load_of = Vec::with_capacity(topology.links.len());
+        for (l, link) in topology.links.iter().enumerate() {
+            let o = orbits.link[l];
+            if !link_orbits.contains(&o) {
+                link_orbits.push(o);
+            }
+            in_links[link.dst].push((o, link.src, l));
+            out_ranks[link.src].push(link.dst);
+            let factor = |o: usize| orbits.factor[o].round() as u32;
+            let mut load = vec![(o, factor(o))];
+            load.extend(index.governing[l].iter().map(|&j| {
+                let o = orbits.switch[j];
+                (o, factor(o))
+            }));
+            load_of.push(load);
+        }
+        Fabric {
+            ranks: topology.ranks,
+            in_links,
+            out_ranks,
+            link_orbits,
+            load_of,
+            capacity,
+        }
+    }
+
+    /// The edges of every step until each of `roots`' `chunks` pieces has reached every rank.
+    fn grow(
+        &self,
+        roots: &[usize],
+        chunks: usize,
+        rotation: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Vec<Edge>>> {
+        let n = self.ranks;
+        // Pieces in priority order: the first piece of every root, then the second, ...
+        let pieces: Vec<(usize, usize)> = (0..chunks)
+            .flat_map(|k| (0..roots.len()).map(move |r| (r, k)))
+            .collect();
+        // The step each piece reached each rank in (`NOT_YET` before).
+        let mut arrived = vec![NOT_YET; pieces.len() * n];
+        for (p, &(r, _)) in pieces.iter().enumerate() {
+            arrived[p * n + roots[r]] = 0;
+        }
+        let mut left = pieces.len() * (n - 1);
+        let mut steps: Vec<Vec<Edge>> = Vec::new();
+        let mut load = vec![0u32; self.capacity.len()];
+        // The most steps: every piece alone, one hop per step over a path through all ranks.
+        let max_steps = pieces.len() * n;
+        let k = self.link_orbits.len();
+        let orbits: Vec<usize> = (0..k)
+            .map(|i| self.link_orbits[(i + rotation) % k])
+            .collect();
+        while left > 0 {
+            if Instant::now() >= deadline {
+                bail!(super::listed::OutOfTime);
+            }
+            if steps.len() >= max_steps {
+                bail!("internal error: grown trees stalled");
+            }
+            load.iter_mut().for_each(|x| *x = 0);
+            let mut taken: Vec<(usize, usize, usize)> = Vec::new();
+            // The most constrained orbit first: the one whose best edge carries the earliest
+            // piece, then the one with the fewest edges to choose from, then in order.
+            loop {
+                let pick = orbits
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &o)| {
+                        let (p, choices, v, l) =
+                            self.best_edge(o, &arrived, &taken, &load, pieces.len())?;
+                        Some(((p, choices, i), (p, v, l)))
+                    })
+                    .min_by_key(|(key, _)| *key);
+                let Some((_, (p, v, l))) = pick else {
+                    break;
+                };
+                for &(x, f) in &self.load_of[l] {
+                    load[x] += f;
+                }
+                taken.push((p, v, l));
+            }
+            if taken.is_empty() {
+                bail!("internal error: grown trees found no edge to take");
+            }
+            let mut step = Vec::with_capacity(taken.len());
+            for &(p, v, l) in &taken {
+                arrived[p * n + v] = steps.len() as u32 + 1;
+                let (root, piece) = pieces[p];
+                let src = self.in_links[v]
+                    .iter()
+                    .find(|x| x.2 == l)
+                    .expect("an in-link")
+                    .1;
+                step.push(Edge {
+                    root,
+                    piece,
+                    src,
+                    dst: v,
+                });
+            }
+            left -= taken.len();
+            steps.push(step);
+        }
+        Ok(steps)
+    }
+
+    /// The edge of link orbit `o` to take next in this step, as (piece, edges of `o` that
+    /// piece could take, rank, link): over the first piece (in priority order) that has one,
+    /// into the rank the fewest in-links could reach now, then with the most out-neighbours
+    /// lacking the piece, then from the rank that has had the piece longest (its send need
+    /// not wait for the last step's arrival), then the lowest rank; `None` when no edge of
+    /// `o` fits the loads or reaches a rank lacking its piece.
+    fn best_edge(
+        &self,
+        o: usize,
+        arrived: &[u32],
+        taken: &[(usize, usize, usize)],
+        load: &[u32],
+        pieces: usize,
+    ) -> Option<(usize, usize, usize, usize)> {
+        let n = self.ranks;
+        let fits = |l: usize| {
+            self.load_of[l]
+                .iter()
+                .all(|&(x, f)| load[x] + f <= self.capacity[x])
+        };
+        for p in 0..pieces {
+            let at = &arrived[p * n..(p + 1) * n];
+            let has = |v: usize| at[v] != NOT_YET;
+            let mut best: Option<((usize, usize, u32, usize), usize)> = None;
+            let mut choices = 0;
+            for v in 0..n {
+                if has(v) {
+                    continue;
+                }
+                let Some(&(_, u, l)) = self.in_links[v].iter().find(|x| x.0 == o && has(x.1))
+                else {
+                    continue;
+                };
+                if taken.iter().any(|t| t.0 == p && t.1 == v) || !fits(l) {
+                    continue;
+                }
+                choices += 1;
+                let reach = self.in_links[v].iter().filter(|x| has(x.1)).count();
+                let lacking = self.out_ranks[v].iter().filter(|&&w| !has(w)).count();
+                let key = (reach, usize::MAX - lacking, at[u], v);
+                if best.is_none_or(|b| key < b.0) {
+                    best = Some((key, l));
+                }
+            }
+            if let Some(((_, _, _, v), l)) = best {
+                return Some((p, choices, v, l));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+
+    /// Fewest steps of the grown allgather at `chunks` pieces per root on `name` over the
+    /// rotations of the orbits' order.
+    fn grown_steps(name: &str, chunks: usize) -> usize {
+        let t = load(name).unwrap();
+        let index = t.index();
+        let group = t.translations();
+        let roots = group.representatives();
+        let orbits = Orbits::new(&t, &index, &group).unwrap();
+        let fabric = Fabric::new(&t, &index, &orbits, index.capacities.as_ref().unwrap());
+        let far = Instant::now() + std::time::Duration::from_secs(3600);
+        (0..fabric.link_orbits.len())
+            .map(|r| fabric.grow(&roots, chunks, r, far).unwrap().len())
+            .min()
+            .unwrap()
+    }
+
+    #[test]
+    fn grown_trees_keep_every_link_busy_until_the_last_step() {
+        // (N − 1)·C pieces into each rank over its in-links, one per link per step.
+        assert_eq!(grown_steps("torus-2d:8x8", 1), 16);
+        assert_eq!(grown_steps("torus-2d:4x8", 1), 8);
+        assert_eq!(grown_steps("torus-2d:3x10", 4), 29);
+        assert_eq!(grown_steps("torus-2d:16x16", 1), 64);
+        assert_eq!(grown_steps("torus-3d:3x3x3", 3), 13);
+        assert_eq!(grown_steps("hypercube:64", 4), 42);
+    }
+}

@@ -28,7 +28,7 @@ use std::time::Instant;
 const NOT_YET: u32 = u32::MAX;
 
 /// Most pieces per root tried.
-const MAX_CHUNKS: usize = 8;
+const MAX_CHUNKS: usize = 16;
 
 /// Most pieces grown together (representatives × pieces per root).
 const MAX_PIECES: usize = 64;

@@ -102,16 +102,30 @@ pub fn synthesize_trees(
     let grown = match coll.kind {
         Kind::AllGather if group.order() > 1 => {
             progress.message("growing trees step by step");
-            let chunks = expressible_chunks(topology).min(limits.max_chunks).max(1);
+            // Like the structured schedules, past the default piece cap unless one was given:
+            // whole pieces reach the optimum only at its denominator (13 on two DGX-A100s).
+            let mut chunks = expressible_chunks(topology);
+            if limits.max_chunks_given {
+                chunks = chunks.min(limits.max_chunks);
+            }
             grown::grown(
                 topology,
                 index,
                 &group,
                 &roots,
-                chunks,
+                chunks.max(1),
                 optimum_gbps,
                 limits.deadline,
             )
+            .inspect(|g| {
+                if let Some((a, rate)) = g {
+                    progress.message(&format!(
+                        "grown trees: {} piece(s) per root in {} steps, {rate:.3} GB/s per root",
+                        a.chunks(),
+                        a.steps.len()
+                    ));
+                }
+            })
             .unwrap_or_else(|e| {
                 out_of_time |= e.is::<listed::OutOfTime>();
                 progress.message(&format!("no grown candidate: {e:#}"));

@@ -442,6 +442,18 @@ fn lower_grouped(
     compact: bool,
     pairing: Option<Pairing>,
 ) -> Result<Program> {
+    lower_grouped_noting(algorithm, options, groups, compact, pairing).map(|(p, _)| p)
+}
+
+/// [`lower_grouped`], and whether an unfused reduction was received into a slot other than
+/// its landing: where none was, `compact` receives lower to the same program.
+fn lower_grouped_noting(
+    algorithm: &Algorithm,
+    options: &LowerOptions,
+    groups: &[usize],
+    compact: bool,
+    pairing: Option<Pairing>,
+) -> Result<(Program, bool)> {
     if options.instances == 0 {
         bail!("--instances must be at least 1");
     }
@@ -460,7 +472,8 @@ fn lower_grouped(
         }
         lowering.lower_step(step_index, step, counts[step_index])?;
     }
-    lowering.finish(options, pairing)
+    let compacts = lowering.compacts;
+    Ok((lowering.finish(options, pairing)?, compacts))
 }
 
 /// Scratch in blocks that hold every message's run of addresses: the largest count where it
@@ -560,6 +573,9 @@ struct Lowering<'a> {
     /// received there and reduced with it (two steps), not received into a temporary,
     /// copied and reduced (three).
     compact: bool,
+    /// Whether an unfused reduction was received into a slot other than its landing (the
+    /// one place where `compact` changes the program).
+    compacts: bool,
     /// Addresses one message may run over ([`message_span`]).
     span: usize,
 }
@@ -585,6 +601,7 @@ impl<'a> Lowering<'a> {
             block,
             fused: options.flavor != Flavor::Rccl,
             compact: false,
+            compacts: false,
             span: message_span(coll.kind, coll.ranks, coll.chunks_per_rank),
         };
         lowering.place_inputs(&by_address);
@@ -697,6 +714,10 @@ impl<'a> Lowering<'a> {
     ) {
         let (u, v) = (sends[run[0]].src, sends[run[0]].dst);
         let landings = self.landings(reduce, sends, run, v);
+        self.compacts |= !self.fused
+            && landings
+                .iter()
+                .any(|&(current, landing)| current.is_some_and(|c| c != landing));
         let temporaries: Vec<Option<Slot>> = landings
             .iter()
             .map(|&(current, landing)| {
@@ -814,6 +835,9 @@ impl<'a> Lowering<'a> {
             })
             .collect();
         peers::spread_peer_channels(&mut gpus, |r| place_of(algorithm, r));
+        for gpu in &mut gpus {
+            depended_first(gpu);
+        }
         let kind = coll.kind;
         Ok(Program {
             name: algorithm.name.clone(),
@@ -969,7 +993,10 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
     let Ok(groups) = step_groups_of(algorithm) else {
         return None;
     };
-    let Ok(staged) = lower_grouped(algorithm, options, &groups, false, None) else {
+    // One lowering decides: the compact form differs exactly where a reduction is received
+    // into a slot other than its landing.
+    let Ok((staged, compacts)) = lower_grouped_noting(algorithm, options, &groups, false, None)
+    else {
         return None;
     };
     let most = staged
@@ -978,13 +1005,7 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
         .map(|g| g.threadblocks.len())
         .max()
         .unwrap_or(0);
-    if most > Limits::of(options.flavor).max_tbs {
-        return None;
-    }
-    let Ok(compact) = lower_grouped(algorithm, options, &groups, true, None) else {
-        return None;
-    };
-    if compact == staged {
+    if !compacts || most > Limits::of(options.flavor).max_tbs {
         return None;
     }
     let mut twin = algorithm.clone();
@@ -1001,6 +1022,37 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
         twin.renamed()
     };
     Some(twin)
+}
+
+/// Whether two programs are the same but for their names (a two-step twin whose algorithm's
+/// own lowering took the fit pass).
+pub fn same_but_name(a: &Program, b: &Program) -> bool {
+    let Program {
+        name: _,
+        collective,
+        root,
+        protocol,
+        ngpus,
+        nchunksperloop,
+        inplace,
+        outofplace,
+        min_bytes,
+        max_bytes,
+        gpus,
+        custom,
+        compute,
+    } = a;
+    (collective, root, protocol, ngpus, nchunksperloop)
+        == (
+            &b.collective,
+            &b.root,
+            &b.protocol,
+            &b.ngpus,
+            &b.nchunksperloop,
+        )
+        && (inplace, outofplace, min_bytes, max_bytes)
+            == (&b.inplace, &b.outofplace, &b.min_bytes, &b.max_bytes)
+        && (gpus, custom, compute) == (&b.gpus, &b.custom, &b.compute)
 }
 
 /// [`lower_verified`] with `compact` receives and pairing (`fit`) or without.
@@ -1427,6 +1479,55 @@ fn build_gpu(
     }
 }
 
+/// Where a dependency of `gpu` names a threadblock past the runtimes' int8 `depid`, numbers
+/// the threadblocks that steps depend on first (each group keeping its order), so that up to
+/// [`limits::MAX_DEPID`] + 1 depended-on threadblocks fit however many others the rank has
+/// (a rank with hundreds of connections, few of which forward what they receive). A rank
+/// whose dependencies already fit keeps the lowering's numbering.
+fn depended_first(gpu: &mut Gpu) {
+    let depended = |gpu: &Gpu| -> Vec<bool> {
+        let mut on = vec![false; gpu.threadblocks.len()];
+        for tb in &gpu.threadblocks {
+            for d in tb.steps.iter().flat_map(|s| &s.deps) {
+                on[d.tb] = true;
+            }
+        }
+        on
+    };
+    let on = depended(gpu);
+    if on
+        .iter()
+        .rposition(|&d| d)
+        .is_none_or(|last| last <= limits::MAX_DEPID)
+    {
+        return;
+    }
+    let order: Vec<usize> = (0..on.len())
+        .filter(|&t| on[t])
+        .chain((0..on.len()).filter(|&t| !on[t]))
+        .collect();
+    let mut id = vec![0usize; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        id[old] = new;
+    }
+    let mut old: Vec<Option<Threadblock>> = std::mem::take(&mut gpu.threadblocks)
+        .into_iter()
+        .map(Some)
+        .collect();
+    gpu.threadblocks = order
+        .iter()
+        .map(|&t| old[t].take().expect("each threadblock once"))
+        .collect();
+    for d in gpu
+        .threadblocks
+        .iter_mut()
+        .flat_map(|tb| tb.steps.iter_mut())
+        .flat_map(|s| s.deps.iter_mut())
+    {
+        d.tb = id[d.tb];
+    }
+}
+
 /// Numbers the local threadblocks: local copies beyond one threadblock's step limit (an
 /// in-place alltoall past 64 ranks stages one copy per peer) go to further local
 /// threadblocks.
@@ -1626,6 +1727,66 @@ mod tests {
             .filter(|s| s.op != Op::Copy);
         assert!(transfers.clone().all(|s| s.count == 2));
         assert_eq!(transfers.count(), 2 * 32 * 32);
+        runtime::xml::read_str(&xml).expect("the runtimes' rules hold");
+    }
+
+    /// Issue 27 (nothing dropped for dependency ids): an allgather on 136 fully connected
+    /// ranks where rank 0 forwards the chunks of the last six ranks, which reach everyone
+    /// else through it. Rank 0 has 135 receive threadblocks, numbered by peer, and the six
+    /// that its sends depend on came past the runtimes' int8 `depid` (130 to 135): they are
+    /// numbered first, and the program is written and verifies.
+    #[test]
+    fn depended_on_threadblocks_are_numbered_first_where_ids_pass_the_int8() {
+        let n = 136;
+        let relayed = |r: usize| r >= n - 6;
+        let mut first = Vec::new();
+        let mut second = Vec::new();
+        for src in 0..n {
+            for dst in (0..n).filter(|&d| d != src) {
+                let send = Send {
+                    chunk: src,
+                    src,
+                    dst,
+                };
+                if !relayed(src) || dst == 0 {
+                    first.push(send);
+                } else {
+                    second.push(Send {
+                        chunk: src,
+                        src: 0,
+                        dst,
+                    });
+                }
+            }
+        }
+        let step = |sends: Vec<Send>| AlgoStep {
+            rounds: 6,
+            reduce: false,
+            sends,
+        };
+        let a = Algorithm::plain(
+            format!("allgather-relayed-{n}"),
+            format!("fully-connected:{n}"),
+            Collective::new(Kind::AllGather, n, 0, 1).unwrap(),
+            vec![step(first), step(second)],
+        );
+        crate::check::check(&a, &crate::topology::load(&a.topology).unwrap()).unwrap();
+        let (program, xml) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
+        let deps = || {
+            program.gpus[0]
+                .threadblocks
+                .iter()
+                .flat_map(|t| &t.steps)
+                .flat_map(|s| &s.deps)
+        };
+        assert!(deps().all(|d| d.tb <= limits::MAX_DEPID));
+        assert!(program.gpus[0].threadblocks.len() > limits::MAX_DEPID + 1);
+        // The relayed ranks' receive threadblocks are rank 0's first (in peer order).
+        let recv_of = |t: usize| program.gpus[0].threadblocks[t].recv;
+        assert_eq!(
+            (0..6).map(recv_of).collect::<Vec<_>>(),
+            (n - 6..n).map(Some).collect::<Vec<_>>()
+        );
         runtime::xml::read_str(&xml).expect("the runtimes' rules hold");
     }
 

@@ -2008,3 +2008,65 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
     assert!(chosen.ends_with("-2r"), "{chosen}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 27: a two-step twin whose algorithm's own lowering already took the fit pass
+/// (mi250-16's listed shortcut-ring reduce-scatter under RCCL) is the same program: the main
+/// command says so and neither writes nor simulates it again; every twin it does write is
+/// another program than its algorithm's.
+#[test]
+fn a_two_step_twin_that_is_its_algorithms_program_is_not_simulated_again() {
+    let dir = temp_dir("same-twin");
+    let d = dir.to_str().unwrap();
+    let out = synth(&[
+        "--topo",
+        "mi250-16",
+        "--coll",
+        "reducescatter",
+        "--out",
+        d,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes: Vec<&str> = (doc["notes"].as_array().unwrap().iter())
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let same: Vec<&&str> = notes
+        .iter()
+        .filter(|n| n.contains("lowers to the same program as"))
+        .collect();
+    assert!(!same.is_empty(), "{notes:?}");
+    let without_name = |path: &str| {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines().skip(1).collect::<Vec<_>>().join("\n")
+    };
+    for a in doc["algorithms"].as_array().unwrap() {
+        let file = a["file"].as_str().unwrap();
+        let Some(plain) = file.strip_suffix("-2r.json") else {
+            continue;
+        };
+        let name = Path::new(file)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let xml = a["xml"].as_array().unwrap();
+        if same.iter().any(|n| n.starts_with(&format!("{name}:"))) {
+            assert!(xml.is_empty(), "{name}: {xml:?}");
+            continue;
+        }
+        if xml.is_empty() {
+            continue;
+        }
+        assert_ne!(
+            without_name(&format!("{plain}.xml")),
+            without_name(&format!("{plain}-2r.xml")),
+            "{name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -203,8 +203,29 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut held: Vec<Held> = Vec::new();
     let mut held_steps = 0usize;
     let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
+    // The out-of-place program of the algorithm before, kept while its two-step twin is
+    // lowered: a twin that lowers to the same program (its algorithm took the fit pass) is
+    // neither written nor simulated again.
+    let mut before: Option<runtime::ir::Program> = None;
     for (index, a) in synthesis.algorithms.iter().enumerate() {
+        let original = if a.origin.two_step_receives {
+            before.take()
+        } else {
+            None
+        };
+        let twin_follows = !a.origin.two_step_receives
+            && (synthesis.algorithms.get(index + 1)).is_some_and(|t| t.origin.two_step_receives);
+        let mut kept: Option<runtime::ir::Program> = None;
         let bound = |p: &runtime::ir::Program| -> Result<Option<Held>> {
+            if original
+                .as_ref()
+                .is_some_and(|o| crate::lower::same_but_name(o, p))
+            {
+                return Err(SameProgram.into());
+            }
+            if twin_follows {
+                kept = Some(p.clone());
+            }
             if !simulated {
                 return Ok(None);
             }
@@ -235,6 +256,14 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 }
                 lowered.push((paths, None));
             }
+            Err(e) if e.downcast_ref::<SameProgram>().is_some() => {
+                dropped.push(format!(
+                    "{}: no XML written: it lowers to the same program as {}",
+                    a.name,
+                    synthesis.algorithms[index - 1].name
+                ));
+                lowered.push((Vec::new(), None));
+            }
             // An algorithm the runtimes cannot express (too many steps or channels for
             // one link, e.g. a 1024-rank alltoall) is still a checked algorithm: its
             // JSON is kept and the reason printed.
@@ -249,6 +278,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             }
             Err(e) => return Err(e),
         }
+        before = kept;
         if held_steps > HOLD_STEPS {
             simulate_held(
                 &mut race,
@@ -369,6 +399,12 @@ fn search_algorithms(
     crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     Ok(synthesis)
 }
+
+/// A two-step twin whose program is its algorithm's (the algorithm's own lowering took the
+/// fit pass, which receives in two steps): it is neither written nor simulated again.
+#[derive(Debug, thiserror::Error)]
+#[error("the two-step twin lowers to the same program as its algorithm")]
+struct SameProgram;
 
 /// `algorithms`, each followed by its two-step twin where the flavour has no fused
 /// instructions and the twin lowers to another program ([`crate::lower::two_step_twin`]):

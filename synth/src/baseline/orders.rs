@@ -25,7 +25,9 @@ use super::relay;
 use super::search;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 /// Most rings searched for on one node.
 pub const MAX_RINGS: usize = 16;
@@ -233,11 +235,78 @@ fn pack_cycles(topo: &Topology, ranks: &[usize]) -> Vec<Vec<usize>> {
 /// number of channels (rings are reused in turn). A ring's consecutive ranks share a link
 /// unless no Hamiltonian cycle was found: then they may be joined by a relayed path (see
 /// [`super::relay`]). An error only for a fabric without ranks or a disconnected one.
+///
+/// The search is a function of the fabric alone (its name aside), and one run asks for the
+/// same fabric's rings several times (the allgather's and the broadcast's rings-as-paths
+/// construction, NCCL's baselines, its tuner): the rings of the last [`REMEMBERED`] fabrics
+/// are kept and handed out again.
 pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<usize>>> {
     if topo.ranks == 0 {
         bail!("topology '{}' has no ranks", topo.name);
     }
-    let rings = if topo.nodes() <= 1 {
+    let rings = match remembered(topo) {
+        Some(rings) => rings,
+        None => {
+            let rings = search_rings(topo)?;
+            remember(topo, &rings);
+            rings
+        }
+    };
+    Ok(match channels {
+        Some(c) if c > 0 => (0..c).map(|i| rings[i % rings.len()].clone()).collect(),
+        _ => rings,
+    })
+}
+
+/// Fabrics whose rings [`ring_orders`] keeps.
+pub const REMEMBERED: usize = 16;
+
+/// The fabrics (named "") and rings [`ring_orders`] found last, the latest at the end.
+static RINGS: Mutex<Vec<(Topology, Vec<Vec<usize>>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Ring searches run on this thread (a test's count of work, not shared with other tests).
+    static SEARCHES: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Ring searches [`ring_orders`] ran on this thread, rather than hand out remembered rings.
+pub fn ring_searches() -> usize {
+    SEARCHES.with(Cell::get)
+}
+
+fn remembered(topo: &Topology) -> Option<Vec<Vec<usize>>> {
+    let kept = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    (kept.iter())
+        .find(|(t, _)| same_fabric(t, topo))
+        .map(|(_, rings)| rings.clone())
+}
+
+fn remember(topo: &Topology, rings: &[Vec<usize>]) {
+    let mut kept = RINGS.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.iter().any(|(t, _)| same_fabric(t, topo)) {
+        return;
+    }
+    if kept.len() >= REMEMBERED {
+        kept.remove(0);
+    }
+    let mut key = topo.clone();
+    key.name.clear();
+    kept.push((key, rings.to_vec()));
+}
+
+/// Equal but for the name: the same ranks, nodes, links and switch constraints, in order.
+fn same_fabric(a: &Topology, b: &Topology) -> bool {
+    a.ranks == b.ranks
+        && a.node_of == b.node_of
+        && a.links == b.links
+        && a.switches == b.switches
+        && a.runtime == b.runtime
+}
+
+/// The rings of [`ring_orders`], searched for.
+fn search_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
+    SEARCHES.with(|n| n.set(n.get() + 1));
+    Ok(if topo.nodes() <= 1 {
         let all: Vec<usize> = (0..topo.ranks).collect();
         let mut rings = pack_cycles(topo, &all);
         if rings.is_empty() {
@@ -252,10 +321,6 @@ pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<u
             Ok(rings) => rings,
             Err(_) => relayed_rings(topo)?,
         }
-    };
-    Ok(match channels {
-        Some(c) if c > 0 => (0..c).map(|i| rings[i % rings.len()].clone()).collect(),
-        _ => rings,
     })
 }
 
@@ -630,6 +695,30 @@ mod tests {
             out.push((fabric(&format!("{name}-permuted"), n, &pairs), rings));
         }
         out
+    }
+
+    #[test]
+    fn a_fabric_asked_again_gets_its_rings_without_a_search() {
+        // A fabric no other test builds (a 3×7 torus), under two names.
+        let (n, pairs) = torus(&[3, 7]);
+        let first = fabric("torus-3x7-a", n, &pairs);
+        let second = fabric("torus-3x7-b", n, &pairs);
+        let before = ring_searches();
+        let rings = ring_orders(&first, None).unwrap();
+        let searched = ring_searches();
+        assert!(searched <= before + 1);
+        assert_eq!(ring_orders(&second, None).unwrap(), rings);
+        assert_eq!(ring_orders(&first, Some(3)).unwrap().len(), 3);
+        assert_eq!(
+            ring_searches(),
+            searched,
+            "the rings were searched for again"
+        );
+        // Another fabric is searched for.
+        let mut faster = first.clone();
+        faster.links[0].bandwidth *= 2.0;
+        ring_orders(&faster, None).unwrap();
+        assert_eq!(ring_searches(), searched + 1);
     }
 
     #[test]

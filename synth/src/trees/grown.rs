@@ -34,8 +34,8 @@ const MAX_CHUNKS: usize = 16;
 const MAX_PIECES: usize = 64;
 
 /// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, and
-/// that rate (GB/s per root); `None` where the group fixes no link orbits (it does not map
-/// the fabric to itself), or where the pieces would be too many to grow. Errors at
+/// that rate (GB/s per root); `None` where the group does not map the fabric to itself, where
+/// the pieces would be too many to grow, or where no edge fits an empty step. Errors at
 /// `deadline`.
 pub(crate) fn grown(
     topology: &Topology,
@@ -62,9 +62,15 @@ pub(crate) fn grown(
         if best.as_ref().is_some_and(|b| at_most <= b.2 * (1.0 + 1e-9)) {
             continue;
         }
-        // The orbits' order breaks ties: each rotation of it, until one takes the fewest.
-        for rotation in 0..fabric.link_orbits.len() {
-            let steps = fabric.grow(roots, chunks, rotation, deadline)?;
+        // The orbits' order breaks ties: each priority and rotation, until one takes the
+        // fewest.
+        let tries = [Priority::Order, Priority::Fewest]
+            .into_iter()
+            .flat_map(|p| (0..fabric.link_orbits.len()).map(move |r| (p, r)));
+        for (priority, rotation) in tries {
+            let Some(steps) = fabric.grow(roots, chunks, priority, rotation, deadline)? else {
+                return Ok(None);
+            };
             let rate = chunks as f64 * caps.unit_gbps / steps.len() as f64;
             if best.as_ref().is_none_or(|b| rate > b.2 * (1.0 + 1e-9)) {
                 best = Some((chunks, steps, rate));
@@ -117,6 +123,17 @@ pub(crate) fn grown(
     // One round per step, like a list schedule: a link's sends go one after another.
     algorithm.serial_links = true;
     Ok(Some((algorithm, rate)))
+}
+
+/// Which piece an orbit serves first in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// In the pieces' order (the first piece of every root, then the second, ...): pieces
+    /// pipeline one behind another.
+    Order,
+    /// The piece that has reached the fewest ranks: pieces advance together, which a
+    /// scarce link needs (two DGX-A100s' NICs at 13 pieces per root).
+    Fewest,
 }
 
 /// An edge a representative's piece crosses in a step.
@@ -191,15 +208,18 @@ impl Fabric {
     }
 
     /// The edges of every step until each of `roots`' `chunks` pieces has reached every rank.
+    /// Pieces come first in their order (`Priority::Order`) or the one that has reached the
+    /// fewest ranks first (`Priority::Fewest`); the orbits in `rotation` of their order.
     fn grow(
         &self,
         roots: &[usize],
         chunks: usize,
+        priority: Priority,
         rotation: usize,
         deadline: Instant,
-    ) -> Result<Vec<Vec<Edge>>> {
+    ) -> Result<Option<Vec<Vec<Edge>>>> {
         let n = self.ranks;
-        // Pieces in priority order: the first piece of every root, then the second, ...
+        // Pieces in order: the first piece of every root, then the second, ...
         let pieces: Vec<(usize, usize)> = (0..chunks)
             .flat_map(|k| (0..roots.len()).map(move |r| (r, k)))
             .collect();
@@ -208,6 +228,7 @@ impl Fabric {
         for (p, &(r, _)) in pieces.iter().enumerate() {
             arrived[p * n + roots[r]] = 0;
         }
+        let mut reached = vec![1usize; pieces.len()];
         let mut left = pieces.len() * (n - 1);
         let mut steps: Vec<Vec<Edge>> = Vec::new();
         let mut load = vec![0u32; self.capacity.len()];
@@ -225,17 +246,21 @@ impl Fabric {
                 bail!("internal error: grown trees stalled");
             }
             load.iter_mut().for_each(|x| *x = 0);
+            let mut order: Vec<usize> = (0..pieces.len()).collect();
+            if priority == Priority::Fewest {
+                order.sort_by_key(|&p| (reached[p], p));
+            }
             let mut taken: Vec<(usize, usize, usize)> = Vec::new();
-            // The most constrained orbit first: the one whose best edge carries the earliest
-            // piece, then the one with the fewest edges to choose from, then in order.
+            // The most constrained orbit first: the one whose best edge carries the first piece
+            // in `order`, then the one with the fewest edges to choose from, then in order.
             loop {
                 let pick = orbits
                     .iter()
                     .enumerate()
                     .filter_map(|(i, &o)| {
-                        let (p, choices, v, l) =
-                            self.best_edge(o, &arrived, &taken, &load, pieces.len())?;
-                        Some(((p, choices, i), (p, v, l)))
+                        let (rank, choices, v, l) =
+                            self.best_edge(o, &arrived, &taken, &load, &order)?;
+                        Some(((rank, choices, i), (order[rank], v, l)))
                     })
                     .min_by_key(|(key, _)| *key);
                 let Some((_, (p, v, l))) = pick else {
@@ -247,11 +272,14 @@ impl Fabric {
                 taken.push((p, v, l));
             }
             if taken.is_empty() {
-                bail!("internal error: grown trees found no edge to take");
+                // No edge fits even an empty step: a switch constraint holds less than one
+                // edge's images (an oversubscribed uplink), which the grown trees cannot use.
+                return Ok(None);
             }
             let mut step = Vec::with_capacity(taken.len());
             for &(p, v, l) in &taken {
                 arrived[p * n + v] = steps.len() as u32 + 1;
+                reached[p] += 1;
                 let (root, piece) = pieces[p];
                 let src = self.in_links[v]
                     .iter()
@@ -268,11 +296,12 @@ impl Fabric {
             left -= taken.len();
             steps.push(step);
         }
-        Ok(steps)
+        Ok(Some(steps))
     }
 
-    /// The edge of link orbit `o` to take next in this step, as (piece, edges of `o` that
-    /// piece could take, rank, link): over the first piece (in priority order) that has one,
+    /// The edge of link orbit `o` to take next in this step, as (the piece's place in
+    /// `order`, edges of `o` that piece could take, rank, link): over the first piece in
+    /// `order` that has one,
     /// into the rank the fewest in-links could reach now, then with the most out-neighbours
     /// lacking the piece, then from the rank that has had the piece longest (its send need
     /// not wait for the last step's arrival), then the lowest rank; `None` when no edge of
@@ -283,7 +312,7 @@ impl Fabric {
         arrived: &[u32],
         taken: &[(usize, usize, usize)],
         load: &[u32],
-        pieces: usize,
+        order: &[usize],
     ) -> Option<(usize, usize, usize, usize)> {
         let n = self.ranks;
         let fits = |l: usize| {
@@ -291,7 +320,7 @@ impl Fabric {
                 .iter()
                 .all(|&(x, f)| load[x] + f <= self.capacity[x])
         };
-        for p in 0..pieces {
+        for (rank, &p) in order.iter().enumerate() {
             let at = &arrived[p * n..(p + 1) * n];
             let has = |v: usize| at[v] != NOT_YET;
             let mut best: Option<((usize, usize, u32, usize), usize)> = None;
@@ -316,7 +345,7 @@ impl Fabric {
                 }
             }
             if let Some(((_, _, _, v), l)) = best {
-                return Some((p, choices, v, l));
+                return Some((rank, choices, v, l));
             }
         }
         None
@@ -338,8 +367,16 @@ mod tests {
         let orbits = Orbits::new(&t, &index, &group).unwrap();
         let fabric = Fabric::new(&t, &index, &orbits, index.capacities.as_ref().unwrap());
         let far = Instant::now() + std::time::Duration::from_secs(3600);
-        (0..fabric.link_orbits.len())
-            .map(|r| fabric.grow(&roots, chunks, r, far).unwrap().len())
+        [Priority::Order, Priority::Fewest]
+            .into_iter()
+            .flat_map(|p| (0..fabric.link_orbits.len()).map(move |r| (p, r)))
+            .map(|(p, r)| {
+                fabric
+                    .grow(&roots, chunks, p, r, far)
+                    .unwrap()
+                    .unwrap()
+                    .len()
+            })
             .min()
             .unwrap()
     }
@@ -353,5 +390,8 @@ mod tests {
         assert_eq!(grown_steps("torus-2d:16x16", 1), 64);
         assert_eq!(grown_steps("torus-3d:3x3x3", 3), 13);
         assert_eq!(grown_steps("hypercube:64", 4), 42);
+        // Two DGX-A100s: 15 pieces into each GPU, 13 per step (12 through its NVSwitch port,
+        // one through its NIC), so 13 pieces per root fill 15 steps exactly.
+        assert_eq!(grown_steps("dgx-a100x2", 13), 15);
     }
 }

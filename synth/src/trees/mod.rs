@@ -99,8 +99,13 @@ pub fn synthesize_trees(
     };
     add_symmetric_images(topology, &mut packing);
     let mut out_of_time = false;
+    progress.message("rounding the packing to pieces");
+    let options = shared_options(topology, index, &packing, limits);
+    let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
+    // Grown only where the packing's pieces shared by an orbit lose more than 0.1%.
+    let rounding_loses = best_shared < packing.rate_gbps * (1.0 - 1e-3);
     let grown = match coll.kind {
-        Kind::AllGather if group.order() > 1 => {
+        Kind::AllGather if group.order() > 1 && rounding_loses => {
             progress.message("growing trees step by step");
             // Like the structured schedules, past the default piece cap unless one was given:
             // whole pieces reach the optimum only at its denominator (13 on two DGX-A100s).
@@ -140,9 +145,8 @@ pub fn synthesize_trees(
     let balance_roots = grown
         .as_ref()
         .is_none_or(|(_, rate)| *rate < optimum_gbps * (1.0 - 5e-3));
-    progress.message("rounding the packing to pieces");
     let (algorithm, choice, best_rate) =
-        depth_schedule(topology, index, &packing, coll.kind, limits, balance_roots)?;
+        depth_schedule(topology, index, &packing, coll.kind, options, balance_roots)?;
     progress.message("list-scheduling the trees");
     let mut listed_at = |choice: &rounding::ChunkOption| {
         let listed = listed_candidate(topology, index, &packing, coll.kind, choice, limits);
@@ -248,13 +252,9 @@ fn depth_schedule(
     index: &TopologyIndex,
     packing: &packing::Packing,
     kind: Kind,
-    limits: &Limits,
+    mut options: Vec<rounding::ChunkOption>,
     balance_roots: bool,
 ) -> Result<(Algorithm, rounding::ChunkOption, Option<Scheduled>)> {
-    let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
-    let usages = orbits.usages_of(packing, index);
-    let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    let mut options = rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap);
     // Where counts shared by an orbit lose more than 0.1% of the packing's rate within the
     // pieces the runtimes can hold, each root chooses its own trees' images.
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
@@ -300,6 +300,20 @@ fn depth_schedule(
         }
     }
     Ok((algorithm, choice.clone(), best_rate))
+}
+
+/// The packing's weights rounded to piece counts shared by each orbit, at every piece count
+/// the runtimes can hold ([`expressible_chunks`], at most `limits.max_chunks`).
+fn shared_options(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &packing::Packing,
+    limits: &Limits,
+) -> Vec<rounding::ChunkOption> {
+    let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
+    let usages = orbits.usages_of(packing, index);
+    let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
+    rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap)
 }
 
 /// `algorithm` in the step groups chosen for it ([`crate::layout::groups::step_groups`]).

@@ -11,9 +11,13 @@
 //! and every link is busy in every step but the last. A packing rounded to one piece per
 //! root cannot balance its links that finely ([`super::per_root`]).
 //!
-//! The edge taken for an orbit in a step enters the rank that the fewest of its in-links
-//! could still reach (ties: the one with the most neighbours still to reach), so that no
-//! rank is left reachable through one direction only at the end.
+//! The most constrained orbit takes its edge first. The edge enters the rank that the fewest
+//! of its in-links could still reach (ties: the one with the most neighbours still to
+//! reach), so that no rank is left reachable through one direction only at the end, and
+//! comes from the rank that has held the piece longest, so that its send need not wait for
+//! the last step's arrival. Pieces are served in order (they pipeline) or fewest-reached
+//! first (they advance together); each such priority and each rotation of the orbits'
+//! order is tried until one takes the fewest steps the optimum allows.
 
 use super::packing::Orbits;
 use super::schedule::{capacities, finish};

@@ -37,6 +37,12 @@ const MAX_CHUNKS: usize = 16;
 /// Most pieces grown together (representatives × pieces per root).
 const MAX_PIECES: usize = 64;
 
+/// Most candidate edges weighed over all tries (a count, not a time, so the result does not
+/// depend on the machine): a 1024-rank torus weighs about 4 million per try; a fabric of
+/// many link orbits and pieces stops trying further priorities, rotations and piece counts
+/// past it.
+const MAX_WORK: u64 = 200_000_000;
+
 /// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, and
 /// that rate (GB/s per root); `None` where the group does not map the fabric to itself, where
 /// the pieces would be too many to grow, or where no edge fits an empty step. Errors at
@@ -72,8 +78,11 @@ pub(crate) fn grown(
             .into_iter()
             .flat_map(|p| (0..fabric.link_orbits.len()).map(move |r| (p, r)));
         for (priority, rotation) in tries {
+            if fabric.work.get() > MAX_WORK {
+                break;
+            }
             let Some(steps) = fabric.grow(roots, chunks, priority, rotation, deadline)? else {
-                return Ok(None);
+                continue;
             };
             let rate = chunks as f64 * caps.unit_gbps / steps.len() as f64;
             if best.as_ref().is_none_or(|b| rate > b.2 * (1.0 + 1e-9)) {
@@ -165,6 +174,8 @@ struct Fabric {
     load_of: Vec<Vec<(usize, u32)>>,
     /// Capacity per step of each orbit's members, in pieces.
     capacity: Vec<u32>,
+    /// Candidate edges weighed so far ([`MAX_WORK`]).
+    work: std::cell::Cell<u64>,
 }
 
 impl Fabric {
@@ -208,6 +219,7 @@ impl Fabric {
             link_orbits,
             load_of,
             capacity,
+            work: std::cell::Cell::new(0),
         }
     }
 
@@ -275,6 +287,10 @@ impl Fabric {
                 }
                 taken.push((p, v, l));
             }
+            if self.work.get() > 2 * MAX_WORK {
+                // Past the work bound within one try: not a candidate.
+                return Ok(None);
+            }
             if taken.is_empty() {
                 // No edge fits even an empty step: a switch constraint holds less than one
                 // edge's images (an oversubscribed uplink), which the grown trees cannot use.
@@ -329,6 +345,7 @@ impl Fabric {
             let has = |v: usize| at[v] != NOT_YET;
             let mut best: Option<((usize, usize, u32, usize), usize)> = None;
             let mut choices = 0;
+            self.work.set(self.work.get() + n as u64);
             for v in 0..n {
                 if has(v) {
                     continue;

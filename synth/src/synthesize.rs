@@ -186,11 +186,14 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
+    /// `half`: the collective is one phase of a composed one (an allreduce's reduce-scatter
+    /// or allgather, a reduce, a broadcast), whose candidates are composed afterwards.
     fn new(
         topology: &Topology,
         base: &'a Collective,
         method: Method,
         sketch: Option<&Sketch>,
+        half: bool,
     ) -> Result<Plan<'a>> {
         let original = move |c: usize| resplit(base, c);
         let dual = base.dual()?.is_some();
@@ -198,7 +201,10 @@ impl<'a> Plan<'a> {
         let sketch = if dual { sketch.reversed() } else { sketch };
         let engine: Box<dyn Engine> = match method {
             Method::Smt => Box::new(SmtEngine),
-            Method::Trees => Box::new(TreeEngine { for_dual: dual }),
+            Method::Trees => Box::new(TreeEngine {
+                for_dual: dual,
+                half,
+            }),
             Method::Greedy { seed } => Box::new(GreedyEngine { seed }),
             Method::Milp | Method::Auto => Box::new(MilpEngine { sketch }),
         };
@@ -522,7 +528,7 @@ fn synthesize_as_numbered(
         return reduce_and_spread(req, collective, method, sketch)
             .map(|s| with_direct(s, req, collective, &direct));
     }
-    let plan = Plan::new(req.topology, collective, method, sketch)?;
+    let plan = Plan::new(req.topology, collective, method, sketch, false)?;
     if let Some(algorithm) = plan.nothing_to_deliver(req.topology)? {
         return Ok(Synthesis {
             bounds: BoundsReport {
@@ -668,8 +674,8 @@ fn allreduce(req: &Request, method: Method, sketch: Option<&Sketch>) -> Result<S
     let n = req.topology.ranks;
     let rs_base = Collective::new(Kind::ReduceScatter, n, 0, 1)?;
     let ag_base = Collective::new(Kind::AllGather, n, 0, 1)?;
-    let rs = Plan::new(req.topology, &rs_base, method, sketch)?;
-    let ag = Plan::new(req.topology, &ag_base, method, sketch)?;
+    let rs = Plan::new(req.topology, &rs_base, method, sketch, true)?;
+    let ag = Plan::new(req.topology, &ag_base, method, sketch, true)?;
     let bounds = two_phase_bounds(&rs, &ag, req)?;
     let mut cuts = Vec::new();
     let mut notes = Vec::new();
@@ -784,9 +790,9 @@ fn reduce_and_spread(
         "{} steps, R/C >= {}",
         bounds.steps, bounds.rounds_per_chunk
     ));
-    let reduce = Plan::new(req.topology, &phases.reduce, method, sketch)?;
+    let reduce = Plan::new(req.topology, &phases.reduce, method, sketch, true)?;
     let spread = (!phases.spread.chunks.is_empty())
-        .then(|| Plan::new(req.topology, &phases.spread, method, sketch))
+        .then(|| Plan::new(req.topology, &phases.spread, method, sketch, true))
         .transpose()?;
     let deadline = req.limits.deadline;
     let join = |x: &Algorithm, y: Option<&Algorithm>| {
@@ -1015,8 +1021,8 @@ fn reduce_broadcast(req: &Request, cuts: &mut Vec<crate::engine::Cut>) -> Result
         Collective::new(Kind::Reduce, n, 0, 1)?,
         Collective::new(Kind::Broadcast, n, 0, 1)?,
     );
-    let reduce_plan = Plan::new(req.topology, &reduce_to_0, method, sketch)?;
-    let broadcast_plan = Plan::new(req.topology, &broadcast_from_0, method, sketch)?;
+    let reduce_plan = Plan::new(req.topology, &reduce_to_0, method, sketch, true)?;
+    let broadcast_plan = Plan::new(req.topology, &broadcast_from_0, method, sketch, true)?;
     let search = |plan: &Plan| -> Result<Found> {
         Ok(plan
             .run(Search::Pareto, &req.limits, req.progress, req.topology)?

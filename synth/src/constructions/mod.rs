@@ -39,6 +39,9 @@ pub struct Context<'a> {
     /// The candidates are reversed into a combining collective afterwards: schedules known
     /// to lose only there are left out.
     pub for_dual: bool,
+    /// The candidates are one phase of a composed collective (an allreduce's reduce-scatter
+    /// or allgather): schedules that win only standing alone are left out.
+    pub half: bool,
     /// Progress display.
     pub progress: &'a Progress,
 }
@@ -127,6 +130,7 @@ mod tests {
             limits: &limits,
             optimum_gbps: 1.0,
             for_dual: false,
+            half: false,
             progress: &progress,
         };
         let (found, notes) = candidates(&cx);

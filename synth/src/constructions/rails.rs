@@ -64,7 +64,7 @@ impl Construction for RailRings {
         };
         let (topology, index) = (cx.topology, cx.index);
         let mut algorithms = Vec::new();
-        for chunks in piece_counts(nodes.len(), cx.limits, cx.for_dual) {
+        for chunks in piece_counts(nodes.len(), cx.limits, cx.for_dual && cx.half) {
             algorithms.extend(rail_allgather(topology, index, &nodes, chunks, 0)?);
             let shortcuts = best_shortcuts(index, &nodes, chunks);
             if shortcuts > 0 {
@@ -100,10 +100,13 @@ const CHANNEL_TRANSFERS: usize = runtime::limits::Limits::PORTABLE.max_steps;
 /// 99.4% of the optimum against 98.9% at 8, the last relay being half as long) and loses
 /// on dgx-a100x4 (32 pieces: 96.4% against 98.7%), and fewer pieces cost fewer transfers
 /// at middle sizes, so each is a candidate and the simulator chooses per size. Reversed
-/// into a reduce-scatter (`for_dual`), a spilled count always lost (dgx-a100x8, 16 pieces:
-/// 222.2 against 222.5 GB/s at 8; dgx-a100x4, 32 pieces: 251.6 against 255.0 at 16): the
-/// one-channel counts only.
-pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, for_dual: bool) -> Vec<usize> {
+/// into a reduce-scatter, a spilled count loses on dgx-a100x8 (16 pieces: 222.2 against
+/// 222.5 GB/s at 8) and dgx-a100x4 (32 pieces: 251.6 against 255.0 at 16) but wins on three
+/// DGX-H100s (32 pieces: 495.1 against 490.7 at 8, 99.05% of the optimum), so it is a
+/// candidate there too; only a reduce-scatter composed into an allreduce (`dual_half`)
+/// leaves it out, where no spilled pair won (dgx-h100x3, dgx-a100x4) and each cost seconds
+/// of composing and simulating.
+pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, dual_half: bool) -> Vec<usize> {
     let cap = if limits.max_chunks_given {
         limits.max_chunks
     } else {
@@ -113,7 +116,7 @@ pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, for_dual: bool
         cap.clamp(1, (channels * CHANNEL_TRANSFERS / nodes.max(1)).max(1))
     };
     let mut counts = vec![fit(limits.max_chunks, 1), fit(cap, 1)];
-    if !for_dual {
+    if !dual_half {
         counts.push(fit(cap, 2));
     }
     counts.sort_unstable();
@@ -445,7 +448,7 @@ mod tests {
     fn piece_counts_fill_one_and_two_channels_within_the_cap() {
         let mut limits = crate::engine::Limits::new(16, 8, std::time::Instant::now());
         // Default: the search cap, and up to 32 within one and two channels of 64 transfers
-        // (one only for a reduce-scatter).
+        // (one only for an allreduce's reduce-scatter).
         assert_eq!(piece_counts(8, &limits, false), vec![8, 16]);
         assert_eq!(piece_counts(8, &limits, true), vec![8]);
         assert_eq!(piece_counts(4, &limits, false), vec![8, 16, 32]);

@@ -375,6 +375,9 @@ pub struct TreeEngine {
     /// The algorithms are reversed into a combining collective (reduce-scatter, reduce,
     /// allreduce) afterwards: schedules known to lose only there are left out.
     pub for_dual: bool,
+    /// The collective is one phase of a composed one (an allreduce's reduce-scatter or
+    /// allgather): schedules that win only standing alone are left out.
+    pub half: bool,
 }
 
 impl Engine for TreeEngine {
@@ -433,6 +436,7 @@ impl Engine for TreeEngine {
             limits,
             optimum_gbps: result.optimum_gbps,
             for_dual: self.for_dual,
+            half: self.half,
             progress: problem.progress,
         };
         // The structured schedules are built only while the search has time left.

@@ -282,8 +282,11 @@ fn packed(caps: search::Capacities, bound: usize) -> Vec<Vec<usize>> {
     cycles
 }
 
+/// One search of [`packed`]: its capacities, its bound and the cycles it found.
+type Packing = (search::Capacities, usize, Vec<Vec<usize>>);
+
 /// The inputs and results of [`packed`]'s last searches, the latest at the end.
-static PACKED: Mutex<Vec<(search::Capacities, usize, Vec<Vec<usize>>)>> = Mutex::new(Vec::new());
+static PACKED: Mutex<Vec<Packing>> = Mutex::new(Vec::new());
 
 thread_local! {
     /// Cycle packings run on this thread (a test's count of work).

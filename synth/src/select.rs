@@ -27,7 +27,8 @@
 
 use crate::baseline::{self, Algo, BaselineOptions, Choice, Tuner};
 use crate::simulate::{
-    bounds_at, simulate, simulate_sizes, simulate_sizes_unless, Bound, SimOptions, SimResult,
+    bounds_at, simulate, simulate_sizes, simulate_sizes_unless_bounded, Bound, SimOptions,
+    SimResult,
 };
 use crate::topology::Topology;
 use anyhow::Result;
@@ -87,6 +88,28 @@ impl Point {
     }
 }
 
+/// A program's [`Bound`]s per protocol of a [`Simulation`] ([`Simulation::bounds`]): the
+/// protocol, the indices of the sizes it is simulated at, and its bound at each.
+#[derive(Debug, Clone)]
+pub struct ProgramBounds {
+    sizes: usize,
+    per_protocol: Vec<(Protocol, Vec<usize>, Vec<Option<Bound>>)>,
+}
+
+impl ProgramBounds {
+    /// The highest busbw a bound leaves at each size, over the protocols (infinite where a
+    /// protocol's bound is not known): [`Simulation::bound_busbw`].
+    pub fn busbw(&self) -> Vec<f64> {
+        let mut most = vec![f64::NEG_INFINITY; self.sizes];
+        for (_, at, bounds) in &self.per_protocol {
+            for (&i, bound) in at.iter().zip(bounds) {
+                most[i] = most[i].max(bound.map_or(f64::INFINITY, |b| b.busbw));
+            }
+        }
+        most
+    }
+}
+
 /// The order in which to simulate candidates with `keys` (each one's [`Simulation::bound_busbw`]
 /// at the size that matters most): highest key first, a tie in their given order. Bounds do
 /// not depend on how ranks are numbered, so the candidate likely to win is simulated first
@@ -126,8 +149,25 @@ impl Race {
         place: usize,
         program: &Program,
     ) -> Result<Vec<Option<Point>>> {
+        self.enter_bounded(simulation, place, program, None)
+    }
+
+    /// [`Self::enter`] with the program's bounds known ([`Simulation::bounds`] of the same
+    /// simulation), so that they are not computed again.
+    pub fn enter_bounded(
+        &mut self,
+        simulation: &Simulation,
+        place: usize,
+        program: &Program,
+        bounds: Option<&ProgramBounds>,
+    ) -> Result<Vec<Option<Point>>> {
         let ties_win: Vec<bool> = self.holder.iter().map(|&w| place < w).collect();
-        let points = simulation.curve_winning(program, &self.bar, &ties_win)?;
+        let points = match (simulation.runs, bounds) {
+            (Runs::Together, Some(b)) => {
+                simulation.best_of(program, simulation.sizes, &self.bar, &ties_win, Some(b))?
+            }
+            _ => simulation.curve_winning(program, &self.bar, &ties_win)?,
+        };
         for ((b, w), p) in self.bar.iter_mut().zip(&mut self.holder).zip(&points) {
             if let Some(p) = p {
                 // A kept point beats the bar, or ties it from an earlier place.
@@ -195,7 +235,7 @@ impl Simulation<'_> {
     /// `program` at one `size`, under its fastest protocol (a protocol whose bound shows it
     /// is not faster than one simulated before is not simulated).
     pub fn point(&self, program: &Program, size: u64) -> Result<Point> {
-        self.best_of(program, &[size], &[f64::NEG_INFINITY], &[false])?
+        self.best_of(program, &[size], &[f64::NEG_INFINITY], &[false], None)?
             .remove(0)
             .ok_or_else(|| anyhow::anyhow!("no protocol to simulate"))
     }
@@ -231,9 +271,9 @@ impl Simulation<'_> {
         ties_win: &[bool],
     ) -> Result<Vec<Option<Point>>> {
         match self.runs {
-            Runs::Together => self.best_of(program, self.sizes, bar, ties_win),
+            Runs::Together => self.best_of(program, self.sizes, bar, ties_win, None),
             Runs::OneByOne => (self.sizes.iter().zip(bar).zip(ties_win))
-                .map(|((&s, &b), &t)| Ok(self.best_of(program, &[s], &[b], &[t])?.remove(0)))
+                .map(|((&s, &b), &t)| Ok(self.best_of(program, &[s], &[b], &[t], None)?.remove(0)))
                 .collect(),
         }
     }
@@ -242,22 +282,31 @@ impl Simulation<'_> {
     /// simulated there (infinite where a protocol's bound is not known), found without
     /// simulating: the key of [`simulation_order`].
     pub fn bound_busbw(&self, program: &Program) -> Result<Vec<f64>> {
-        let mut most = vec![f64::NEG_INFINITY; self.sizes.len()];
+        Ok(self.bounds(program)?.busbw())
+    }
+
+    /// `program`'s [`Bound`]s under each of [`Self::protocols`] at the sizes it is
+    /// simulated at, found without simulating (what [`Self::bound_busbw`] reads, kept so
+    /// that [`Race::enter_bounded`] does not compute them again).
+    pub fn bounds(&self, program: &Program) -> Result<ProgramBounds> {
+        let mut per_protocol = Vec::with_capacity(self.protocols.len());
         for &protocol in self.protocols {
             let at: Vec<usize> = (0..self.sizes.len())
                 .filter(|&i| self.applies(protocol, self.sizes[i]))
                 .collect();
-            if at.is_empty() {
-                continue;
-            }
-            let asked: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
-            let options = self.options.with_protocol(protocol);
-            let bounds = bounds_at(program, self.topology, &asked, &options)?;
-            for (&i, bound) in at.iter().zip(bounds) {
-                most[i] = most[i].max(bound.map_or(f64::INFINITY, |b| b.busbw));
-            }
+            let bounds = if at.is_empty() {
+                Vec::new()
+            } else {
+                let asked: Vec<u64> = at.iter().map(|&i| self.sizes[i]).collect();
+                let options = self.options.with_protocol(protocol);
+                bounds_at(program, self.topology, &asked, &options)?
+            };
+            per_protocol.push((protocol, at, bounds));
         }
-        Ok(most)
+        Ok(ProgramBounds {
+            sizes: self.sizes.len(),
+            per_protocol,
+        })
     }
 
     /// `program` at `sizes` laid out once per protocol, the fastest protocol per size where
@@ -269,6 +318,7 @@ impl Simulation<'_> {
         sizes: &[u64],
         bar: &[f64],
         ties_win: &[bool],
+        known: Option<&ProgramBounds>,
     ) -> Result<Vec<Option<Point>>> {
         let mut best: Vec<Option<Point>> = vec![None; sizes.len()];
         for &protocol in self.protocols {
@@ -286,7 +336,20 @@ impl Simulation<'_> {
                     .is_some_and(|b| bound.time_us >= b.time_us * (1.0 + BOUND_MARGIN));
                 slower || bound.busbw <= bar[i] * (1.0 - BOUND_MARGIN)
             };
-            let runs = simulate_sizes_unless(program, self.topology, &asked, &options, beaten)?;
+            // Bounds computed for the same protocol and sizes are not computed again.
+            let bounds = known.and_then(|k| {
+                (k.per_protocol.iter())
+                    .find(|(p, a, _)| *p == protocol && *a == at)
+                    .map(|(_, _, b)| &b[..])
+            });
+            let runs = simulate_sizes_unless_bounded(
+                program,
+                self.topology,
+                &asked,
+                &options,
+                bounds,
+                beaten,
+            )?;
             for ((&i, &size), run) in at.iter().zip(&asked).zip(runs) {
                 if let Some(run) = run {
                     let p = Point::of(size, &run, protocol);

@@ -67,6 +67,8 @@ struct Clocks {
     width: usize,
     snapshots: Snapshots,
     races: Races,
+    /// Message clocks received and joined, whose allocations the next sends reuse.
+    spare: Vec<Vec<u32>>,
 }
 
 pub(super) struct Execution<'a> {
@@ -200,6 +202,7 @@ fn full_clocks(p: &Program, tbs: &[Tb<'_>], first: &[usize], steps: usize, races
         width,
         snapshots: Snapshots::new(steps, width, width, targets.into_iter()),
         races,
+        spare: Vec::new(),
     }
 }
 
@@ -551,13 +554,21 @@ impl<'a> Execution<'a> {
             if raised {
                 c.snapshots.changed(t);
             }
+            if message_clock.capacity() > 0 {
+                c.spare.push(message_clock);
+            }
         }
         let outgoing = self.apply(t, at, step, &received)?;
         self.recv_buf = received;
         if let Some(data) = outgoing {
             let c = self.tbs[t].send as usize;
-            let clock = match &self.clocks {
-                Some(k) => k.clock[t * k.width..(t + 1) * k.width].to_vec(),
+            let clock = match &mut self.clocks {
+                Some(k) => {
+                    let mut copy = k.spare.pop().unwrap_or_default();
+                    copy.clear();
+                    copy.extend_from_slice(&k.clock[t * k.width..(t + 1) * k.width]);
+                    copy
+                }
                 None => Vec::new(),
             };
             let fifo = &mut self.fifos[c];

@@ -6,7 +6,7 @@ use crate::bounds::{cut_bounds, lower_bounds};
 use crate::collective::{Collective, Kind};
 use crate::cutbound::CutBound;
 use crate::progress::Progress;
-use crate::select::{simulation_order, Point, Race, Row, Rule, Runs, Simulation};
+use crate::select::{simulation_order, Point, ProgramBounds, Race, Row, Rule, Runs, Simulation};
 use crate::simulate::SimOptions;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
@@ -229,10 +229,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             if !simulated {
                 return Ok(None);
             }
-            let key = compared(&topo, &sim).bound_busbw(p)?;
+            let bounds = compared(&topo, &sim).bounds(p)?;
             Ok(Some(Held {
                 index,
-                key: key.last().copied().unwrap_or(f64::INFINITY),
+                key: bounds.busbw().last().copied().unwrap_or(f64::INFINITY),
+                bounds,
                 program: p.clone(),
             }))
         };
@@ -870,6 +871,8 @@ struct Held {
     index: usize,
     /// Its [`Simulation::bound_busbw`] at the largest compared size.
     key: f64,
+    /// Its bounds, which the simulation reads again.
+    bounds: ProgramBounds,
     program: runtime::ir::Program,
 }
 
@@ -888,7 +891,8 @@ fn simulate_held(
     for k in simulation_order(&keys) {
         let h = held[k].take().expect("each once");
         progress.message(&format!("simulating {} at 1 KB to 1 GB", h.program.name));
-        let points = race.enter(&compared(topo, sim), h.index, &h.program)?;
+        let points =
+            race.enter_bounded(&compared(topo, sim), h.index, &h.program, Some(&h.bounds))?;
         lowered[h.index].1 = Some(Simulated {
             name: h.program.name.clone(),
             points,

@@ -446,14 +446,33 @@ pub fn simulate_sizes_unless(
     options: &SimOptions,
     beaten: impl Fn(usize, &Bound) -> bool + Sync,
 ) -> Result<Vec<Option<SimResult>>> {
+    simulate_sizes_unless_bounded(program, topology, sizes, options, None, beaten)
+}
+
+/// [`simulate_sizes_unless`] with the bounds at `sizes` already known (`bounds`, what
+/// [`bounds_at`] gave for the same program, sizes and options), else computed.
+pub fn simulate_sizes_unless_bounded(
+    program: &Program,
+    topology: &Topology,
+    sizes: &[u64],
+    options: &SimOptions,
+    bounds: Option<&[Option<Bound>]>,
+    beaten: impl Fn(usize, &Bound) -> bool + Sync,
+) -> Result<Vec<Option<SimResult>>> {
     use rayon::prelude::*;
     check_inputs(program, topology, sizes, options)?;
     let layout = engine::Layout::new(program, topology, options)?;
-    let skipped: Vec<bool> = (bounds_of(&layout, program, sizes, options)
-        .iter()
-        .enumerate())
-    .map(|(i, bound)| bound.as_ref().is_some_and(|b| beaten(i, b)))
-    .collect();
+    let computed;
+    let bounds = match bounds {
+        Some(b) if b.len() == sizes.len() => b,
+        _ => {
+            computed = bounds_of(&layout, program, sizes, options);
+            &computed[..]
+        }
+    };
+    let skipped: Vec<bool> = (bounds.iter().enumerate())
+        .map(|(i, bound)| bound.as_ref().is_some_and(|b| beaten(i, b)))
+        .collect();
     (sizes.par_iter().zip(skipped))
         .map(|(&size, skip)| {
             (!skip)

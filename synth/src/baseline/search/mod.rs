@@ -74,7 +74,7 @@ const STALL_ATTEMPTS: u64 = 32;
 const PROBE_ATTEMPTS: u64 = 4;
 
 /// The links among a set of vertices, in capacity units (rings).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Capacities {
     /// Number of vertices (`0..vertices`).
     pub vertices: usize,
@@ -85,7 +85,7 @@ pub struct Capacities {
 }
 
 /// One directed arc of [`Capacities`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Arc {
     /// Sending vertex.
     pub src: usize,

@@ -29,6 +29,8 @@ use super::packing::{Orbits, Packing, RootTrees, Tree};
 use crate::flow::maxflow::MaxFlow;
 use crate::topology::{Topology, TopologyIndex, Translations};
 use num_rational::Ratio;
+use std::cell::Cell;
+use std::sync::Mutex;
 
 /// Most trees per root tried for whole-number link capacities.
 const MAX_TREES_PER_ROOT: i128 = 8;
@@ -43,10 +45,10 @@ const MAX_WORK: u64 = 40_000_000;
 /// The integer packing at the exact optimum `optimum` (GB/s per root) for the roots
 /// `roots` (representatives of `group`'s orbits), or `None` where no small tree count makes
 /// every capacity whole, the fabric has switch constraints, the construction finds no
-/// acceptable edge or runs out of work.
+/// acceptable edge or runs out of work. The answers for the last [`REMEMBERED`] inputs are
+/// kept: a fabric and its reversal with the same links (both ways alike) get one packing.
 pub fn pack_integer(
     topology: &Topology,
-    index: &TopologyIndex,
     group: &Translations,
     roots: &[usize],
     optimum: Ratio<i128>,
@@ -54,6 +56,91 @@ pub fn pack_integer(
     if !topology.switches.is_empty() || roots.is_empty() {
         return None;
     }
+    let input = Input {
+        ranks: topology.ranks,
+        links: {
+            let mut links: Vec<(usize, usize, u64)> = (topology.links.iter())
+                .map(|l| (l.src, l.dst, l.bandwidth.to_bits()))
+                .collect();
+            links.sort_unstable();
+            links
+        },
+        group: group.clone(),
+        roots: roots.to_vec(),
+        optimum,
+    };
+    if let Some(found) = remembered(&input) {
+        return found;
+    }
+    // Built on the links in sorted order, so that the packing is a function of the input
+    // (whether it was kept or not) and not of the order the fabric lists its links in.
+    let canonical = Topology {
+        links: {
+            let mut links = topology.links.clone();
+            links.sort_by_key(|l| (l.src, l.dst));
+            links
+        },
+        ..topology.clone()
+    };
+    let found = construct(&canonical, &canonical.index(), group, roots, optimum);
+    remember(input, &found);
+    found
+}
+
+/// What decides [`pack_integer`]'s packing: the links as a set (a packing valid for one
+/// order of them is valid for any), the group, the roots and the optimum.
+#[derive(PartialEq)]
+struct Input {
+    ranks: usize,
+    links: Vec<(usize, usize, u64)>,
+    group: Translations,
+    roots: Vec<usize>,
+    optimum: Ratio<i128>,
+}
+
+/// Inputs whose packings [`pack_integer`] keeps (the latest at the end).
+const REMEMBERED: usize = 8;
+
+/// The last [`REMEMBERED`] inputs of [`pack_integer`] and what it found for them.
+static PACKINGS: Mutex<Vec<(Input, Option<Packing>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// Integer packings constructed on this thread, rather than handed out again.
+    static CONSTRUCTED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Integer packings [`pack_integer`] constructed on this thread (a test's count of work).
+pub fn constructed() -> usize {
+    CONSTRUCTED.with(Cell::get)
+}
+
+fn remembered(input: &Input) -> Option<Option<Packing>> {
+    let kept = PACKINGS.lock().unwrap_or_else(|e| e.into_inner());
+    kept.iter()
+        .find(|(i, _)| i == input)
+        .map(|(_, p)| p.clone())
+}
+
+fn remember(input: Input, found: &Option<Packing>) {
+    let mut kept = PACKINGS.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.iter().any(|(i, _)| *i == input) {
+        return;
+    }
+    if kept.len() >= REMEMBERED {
+        kept.remove(0);
+    }
+    kept.push((input, found.clone()));
+}
+
+/// [`pack_integer`] without the memory: Lovász's construction.
+fn construct(
+    topology: &Topology,
+    index: &TopologyIndex,
+    group: &Translations,
+    roots: &[usize],
+    optimum: Ratio<i128>,
+) -> Option<Packing> {
+    CONSTRUCTED.with(|n| n.set(n.get() + 1));
     let orbits = Orbits::new(topology, index, group)?;
     let (k, units) = whole_units(&orbits.bandwidth, optimum)?;
     if topology.ranks * k > MAX_TREES {
@@ -317,7 +404,7 @@ mod tests {
         let group = topo.translations();
         let roots = group.representatives();
         let rate = allgather_rate(&FlowNetwork::new(&topo).unwrap(), &roots).unwrap();
-        let packing = pack_integer(&topo, &index, &group, &roots, rate.gbps).expect("packs");
+        let packing = pack_integer(&topo, &group, &roots, rate.gbps).expect("packs");
         let k = packing.roots[0].trees.len();
         let mut load = vec![0usize; topo.links.len()];
         for root in &packing.roots {
@@ -348,10 +435,34 @@ mod tests {
     }
 
     #[test]
+    fn a_reversed_fabric_with_the_same_links_is_not_packed_again() {
+        // An allreduce packs its allgather's trees and, on the reversed fabric, its
+        // reduce-scatter's: a random fabric links every pair both ways alike, so the second
+        // is the first (random:64:3: 2.6 s each).
+        let topo = generate("random", parse_size("24:1").unwrap(), 25.0, 0.7).unwrap();
+        let reversed = topo.reversed();
+        assert_ne!(
+            topo.links, reversed.links,
+            "the test needs another link order"
+        );
+        let before = constructed();
+        let mut found = Vec::new();
+        for t in [&topo, &reversed] {
+            let group = Translations::trivial(t.ranks);
+            let roots = group.representatives();
+            let rate = allgather_rate(&FlowNetwork::new(t).unwrap(), &roots).unwrap();
+            let packing = pack_integer(t, &group, &roots, rate.gbps).expect("packs");
+            found.push(format!("{:?}", packing.roots));
+        }
+        assert_eq!(constructed() - before, 1);
+        assert_eq!(found[0], found[1]);
+    }
+
+    #[test]
     fn a_fabric_with_switch_constraints_is_left_to_rounding() {
         let topo = generate("shared-hub", parse_size("4").unwrap(), 25.0, 0.7).unwrap();
         let group = topo.translations();
         let roots = group.representatives();
-        assert!(pack_integer(&topo, &topo.index(), &group, &roots, Ratio::new(1, 1)).is_none());
+        assert!(pack_integer(&topo, &group, &roots, Ratio::new(1, 1)).is_none());
     }
 }

@@ -83,7 +83,7 @@ pub fn synthesize_trees(
     let (group, roots, optimum) = optimum(topology, index, coll, progress)?;
     let optimum_gbps = *optimum.numer() as f64 / *optimum.denom() as f64;
     progress.message(&format!("packing whole trees for {} root(s)", roots.len()));
-    let mut packing = match integer::pack_integer(topology, index, &group, &roots, optimum) {
+    let mut packing = match integer::pack_integer(topology, &group, &roots, optimum) {
         Some(p) => p,
         None => {
             progress.message(&format!("packing trees for {} root(s)", roots.len()));

@@ -262,7 +262,7 @@ mod tests {
         let group = topo.translations();
         let roots = group.representatives();
         let rate = allgather_rate(&FlowNetwork::new(&topo).unwrap(), &roots).unwrap();
-        let mut packing = pack_integer(&topo, &index, &group, &roots, rate.gbps).expect("packs");
+        let mut packing = pack_integer(&topo, &group, &roots, rate.gbps).expect("packs");
         crate::trees::add_symmetric_images(&topo, &mut packing);
         let orbits = Orbits::new(&topo, &index, &group).unwrap();
         let usages = orbits.usages_of(&packing, &index);

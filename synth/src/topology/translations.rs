@@ -20,6 +20,10 @@ use super::Topology;
 /// Automorphisms with a given image of rank 0 that are tried per image.
 const CANDIDATES_PER_IMAGE: usize = 16;
 
+/// Fabrics of up to this many ranks are searched by the backtracking derangement search of
+/// `automorphism.rs` instead of by refinement.
+const OLD_SEARCH_RANKS: usize = 256;
+
 /// The largest group built (bounded by the number of ranks anyway).
 const MAX_ORDER: usize = 1 << 16;
 
@@ -412,6 +416,7 @@ impl Topology {
         let mut reached = vec![false; n];
         reached[0] = true;
         let mut matcher: Option<Matcher> = None;
+        let mut old = None;
         for k in 1..n {
             if reached[k] {
                 continue;
@@ -420,7 +425,16 @@ impl Topology {
             let mut try_one = |candidate: &[usize]| {
                 let mut with = generators.clone();
                 with.push(candidate.iter().map(|&x| x as u32).collect());
-                match generated(&with, n) {
+                // Small fabrics list the elements as before (every element a generator):
+                // schedules there follow the group's element order.
+                let closure = if n <= OLD_SEARCH_RANKS {
+                    let mut all: Vec<Vec<u32>> = group.elements[1..].to_vec();
+                    all.push(with[with.len() - 1].clone());
+                    generated(&all, n)
+                } else {
+                    generated(&with, n)
+                };
+                match closure {
                     Some(g) => {
                         bigger = Some((g, with));
                         true
@@ -428,7 +442,14 @@ impl Topology {
                     None => false,
                 }
             };
-            if !shifts.iter().filter(|p| p[0] == k).any(|p| try_one(p)) {
+            if shifts.iter().filter(|p| p[0] == k).any(|p| try_one(p)) {
+            } else if n <= OLD_SEARCH_RANKS {
+                // Small fabrics keep the backtracking derangement search (whose groups the
+                // tree schedules there were tuned on: mi250-16x2's staged trees).
+                let finder =
+                    old.get_or_insert_with(|| self.derangement_finder(CANDIDATES_PER_IMAGE));
+                let _ = finder.mapping(0, k).iter().any(|p| try_one(p));
+            } else {
                 // The search runs only when no shift of the numbering fits.
                 let m = matcher.get_or_insert_with(|| Matcher::new(self, limit));
                 if m.spent() {

@@ -308,6 +308,33 @@ fn translations_of_generated_fabrics_are_transitive() {
     }
 }
 
+/// The translation group of 1024-rank fabrics, as numbered and renumbered: a free group of
+/// every rank's order (one orbit) either way, within a bounded count of refinement work (the
+/// derangement search this replaced gave up on the hypercube after minutes with 64 or 16).
+#[test]
+fn translations_of_1024_rank_fabrics_are_transitive_whatever_the_numbering() {
+    for spec in ["hypercube:1024", "torus-3d:8x8x16"] {
+        let t = topology::load(spec).unwrap();
+        let twin = t.relabeled(&synth::topology::toml_format::random_permutation(1024, 11));
+        for (name, fabric) in [("as numbered", &t), ("renumbered", &twin)] {
+            let g = fabric.translations();
+            assert_eq!(g.order(), 1024, "{spec} {name}");
+            assert_eq!(g.representatives().len(), 1, "{spec} {name}");
+            for e in &g.elements[1..] {
+                let perm: Vec<usize> = e.iter().map(|&x| x as usize).collect();
+                assert!(
+                    perm.iter().enumerate().all(|(r, &p)| r != p),
+                    "{spec} {name}"
+                );
+            }
+            for e in g.elements.iter().step_by(97) {
+                let perm: Vec<usize> = e.iter().map(|&x| x as usize).collect();
+                assert!(fabric.is_automorphism(&perm), "{spec} {name}");
+            }
+        }
+    }
+}
+
 /// The best busbw at 1 GB among `result`'s algorithms, each lowered (default options) and
 /// simulated as the main command does; every figure is checked against `bound` (busbw at
 /// the simulated size), which a simulation may never beat.

@@ -168,12 +168,12 @@ fn numbering(colours: &[usize]) -> Vec<usize> {
 }
 
 /// The lowest-numbered vertex of `colour`.
-fn first_of(colours: &[usize], colour: usize) -> usize {
+pub(super) fn first_of(colours: &[usize], colour: usize) -> usize {
     colours.iter().position(|&c| c == colour).unwrap_or(0)
 }
 
 /// `colours` with `vertex` split off its class, sorting before the rest of it.
-fn individualised(colours: &[usize], colour: usize, vertex: usize) -> Vec<usize> {
+pub(super) fn individualised(colours: &[usize], colour: usize, vertex: usize) -> Vec<usize> {
     let keys: Vec<(usize, bool)> = colours
         .iter()
         .enumerate()
@@ -237,14 +237,14 @@ impl Exhaustive<'_> {
 }
 
 /// The least colour that two ranks share.
-fn shared_rank_colour(colours: &[usize]) -> Option<usize> {
+pub(super) fn shared_rank_colour(colours: &[usize]) -> Option<usize> {
     let mut sorted = colours.to_vec();
     sorted.sort_unstable();
     sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
 }
 
 /// The fabric as a labelled graph: ranks, then switch constraints, then nodes.
-struct Graph {
+pub(super) struct Graph {
     /// Every vertex's labelled neighbours: (edge label, neighbour).
     adjacency: Vec<Vec<(Label, usize)>>,
     /// Initial colour keys of the non-rank vertices (a switch's bandwidth; nodes alike).
@@ -284,7 +284,7 @@ fn key(x: f64) -> i64 {
 }
 
 impl Graph {
-    fn of(topology: &Topology) -> Graph {
+    pub(super) fn of(topology: &Topology) -> Graph {
         let n = topology.ranks;
         let switches = &topology.switches;
         let nodes = topology.nodes();
@@ -328,7 +328,7 @@ impl Graph {
     }
 
     /// Colours from the vertices' kinds, `fixed` in a colour of its own.
-    fn initial_colours(&self, fixed: Option<usize>) -> Vec<usize> {
+    pub(super) fn initial_colours(&self, fixed: Option<usize>) -> Vec<usize> {
         let keys: Vec<(Kind, bool)> = self
             .kinds
             .iter()
@@ -338,8 +338,29 @@ impl Graph {
         rank_keys(&keys)
     }
 
+    /// Colours from the vertices' kinds, each `(vertex, label)` of `labelled` in a colour of
+    /// its own ordered by label, before the unlabelled vertices of its kind.
+    pub(super) fn labelled_colours(&self, labelled: &[(usize, usize)]) -> Vec<usize> {
+        let mut keys: Vec<(Kind, usize)> = self.kinds.iter().map(|&k| (k, usize::MAX)).collect();
+        for &(v, label) in labelled {
+            keys[v].1 = label;
+        }
+        rank_keys(&keys)
+    }
+
     /// Refines `colours` until stable; `None` past the work limit.
-    fn refine(&self, mut colours: Vec<usize>, work: &mut usize) -> Option<Vec<usize>> {
+    fn refine(&self, colours: Vec<usize>, work: &mut usize) -> Option<Vec<usize>> {
+        self.refine_within(colours, work, WORK_LIMIT)
+    }
+
+    /// Refines `colours` until stable, adding the labelled incidences processed to `work`;
+    /// `None` once `work` passes `limit`.
+    pub(super) fn refine_within(
+        &self,
+        mut colours: Vec<usize>,
+        work: &mut usize,
+        limit: usize,
+    ) -> Option<Vec<usize>> {
         let mut classes = distinct(&colours);
         loop {
             let signatures: Vec<(usize, Vec<(Label, usize)>)> = self
@@ -354,7 +375,7 @@ impl Graph {
                 })
                 .collect();
             *work += self.adjacency.iter().map(Vec::len).sum::<usize>() + colours.len();
-            if *work > WORK_LIMIT {
+            if *work > limit {
                 return None;
             }
             let next = rank_keys(&signatures);

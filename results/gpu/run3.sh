@@ -6,9 +6,7 @@
 # .bin/ holds msccl-run, the cuda test binary, ../shared and .bin/progs3 (see results/gpu/README.md).
 set -u
 cd "$(dirname "$0")/../.."
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
-  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+. results/gpu/cuda-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee $OUT/nvidia-smi.txt
 mkdir -p /work/main/runtime; rm -rf /work/shared; cp -r .bin/shared /work/shared
 echo "== cuda tests"; date +%T

@@ -7,9 +7,7 @@
 # change since), .bin/progs4 and .bin/t32-listed.xml.gz.
 set -u
 cd "$(dirname "$0")/../.."
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
-  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+. results/gpu/cuda-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 echo "== mi250-16 allreduce -2r programs"; date +%T
 timeout 200 .bin/msccl-run --sizes 1K:64M:16 --iters 3 --warmup 1 --out-dir $OUT/mi250 .bin/progs4/*.xml > $OUT/mi250-2r.log 2>&1

@@ -6,9 +6,7 @@
 # since), .bin/t32-grown.xml.gz and .bin/t32-rs-grown.xml.gz.
 set -u
 cd "$(dirname "$0")/../.."
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
-  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+. results/gpu/cuda-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 for c in allgather:t32-grown reducescatter:t32-rs-grown; do
   coll=${c%%:*}; file=${c#*:}

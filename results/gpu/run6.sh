@@ -5,9 +5,7 @@
 # .bin/ holds msccl-run (session 20's build) and .bin/progs5 (the four XML files).
 set -u
 cd "$(dirname "$0")/../.."
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
-  if ls "$d"/libnvrtc.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; break; fi
-done
+. results/gpu/cuda-env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 date +%T
 timeout 240 .bin/msccl-run --sizes 1K:64M:16 --iters 3 --warmup 1 .bin/progs5/*.xml > $OUT/a100x2-grown.log 2>&1

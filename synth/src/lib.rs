@@ -29,6 +29,7 @@ pub mod milp;
 pub mod origin;
 pub mod pair_set;
 pub mod progress;
+pub mod remembered;
 pub mod request_limits;
 pub mod select;
 pub mod simulate;

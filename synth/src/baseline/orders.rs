@@ -23,11 +23,11 @@
 
 use super::relay;
 use super::search;
+use crate::remembered::Remembered;
 use crate::topology::Topology;
 use anyhow::{bail, Result};
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 /// Most rings searched for on one node.
 pub const MAX_RINGS: usize = 16;
@@ -264,29 +264,19 @@ pub fn ring_orders(topo: &Topology, channels: Option<usize>) -> Result<Vec<Vec<u
 /// random fabric), so an allreduce's reduce-scatter, searched on the reversed fabric, does
 /// not search again for the allgather's rings (random:24:1, about 1.5 s).
 fn packed(caps: search::Capacities, bound: usize) -> Vec<Vec<usize>> {
-    {
-        let kept = PACKED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, cycles)) = kept.iter().find(|(c, b, _)| *b == bound && *c == caps) {
-            return cycles.clone();
-        }
+    let same = |(c, b): &(search::Capacities, usize)| *b == bound && *c == caps;
+    if let Some(cycles) = PACKED.find(same) {
+        return cycles;
     }
     PACKS.with(|n| n.set(n.get() + 1));
     let cycles = search::pack(&caps, bound);
-    let mut kept = PACKED.lock().unwrap_or_else(|e| e.into_inner());
-    if !kept.iter().any(|(c, b, _)| *b == bound && *c == caps) {
-        if kept.len() >= REMEMBERED {
-            kept.remove(0);
-        }
-        kept.push((caps, bound, cycles.clone()));
-    }
+    PACKED.keep((caps.clone(), bound), cycles.clone(), same);
     cycles
 }
 
-/// One search of [`packed`]: its capacities, its bound and the cycles it found.
-type Packing = (search::Capacities, usize, Vec<Vec<usize>>);
-
-/// The inputs and results of [`packed`]'s last searches, the latest at the end.
-static PACKED: Mutex<Vec<Packing>> = Mutex::new(Vec::new());
+/// The inputs (capacities, bound) and results of [`packed`]'s last searches.
+static PACKED: Remembered<(search::Capacities, usize), Vec<Vec<usize>>> =
+    Remembered::new(REMEMBERED);
 
 thread_local! {
     /// Cycle packings run on this thread (a test's count of work).
@@ -301,8 +291,8 @@ pub fn cycle_packings() -> usize {
 /// Fabrics whose rings [`ring_orders`] keeps.
 pub const REMEMBERED: usize = 16;
 
-/// The fabrics (named "") and rings [`ring_orders`] found last, the latest at the end.
-static RINGS: Mutex<Vec<(Topology, Vec<Vec<usize>>)>> = Mutex::new(Vec::new());
+/// The fabrics (named "") and rings [`ring_orders`] found last.
+static RINGS: Remembered<Topology, Vec<Vec<usize>>> = Remembered::new(REMEMBERED);
 
 thread_local! {
     /// Ring searches run on this thread (a test's count of work, not shared with other tests).
@@ -315,23 +305,13 @@ pub fn ring_searches() -> usize {
 }
 
 fn remembered(topo: &Topology) -> Option<Vec<Vec<usize>>> {
-    let kept = RINGS.lock().unwrap_or_else(|e| e.into_inner());
-    (kept.iter())
-        .find(|(t, _)| same_fabric(t, topo))
-        .map(|(_, rings)| rings.clone())
+    RINGS.find(|t| same_fabric(t, topo))
 }
 
 fn remember(topo: &Topology, rings: &[Vec<usize>]) {
-    let mut kept = RINGS.lock().unwrap_or_else(|e| e.into_inner());
-    if kept.iter().any(|(t, _)| same_fabric(t, topo)) {
-        return;
-    }
-    if kept.len() >= REMEMBERED {
-        kept.remove(0);
-    }
     let mut key = topo.clone();
     key.name.clear();
-    kept.push((key, rings.to_vec()));
+    RINGS.keep(key, rings.to_vec(), |t| same_fabric(t, topo));
 }
 
 /// Equal but for the name: the same ranks, nodes, links and switch constraints, in order.

@@ -27,10 +27,10 @@
 
 use super::packing::{Orbits, Packing, RootTrees, Tree};
 use crate::flow::maxflow::MaxFlow;
+use crate::remembered::Remembered;
 use crate::topology::{Topology, TopologyIndex, Translations};
 use num_rational::Ratio;
 use std::cell::Cell;
-use std::sync::Mutex;
 
 /// Most trees per root tried for whole-number link capacities.
 const MAX_TREES_PER_ROOT: i128 = 8;
@@ -45,7 +45,7 @@ const MAX_WORK: u64 = 40_000_000;
 /// The integer packing at the exact optimum `optimum` (GB/s per root) for the roots
 /// `roots` (representatives of `group`'s orbits), or `None` where no small tree count makes
 /// every capacity whole, the fabric has switch constraints, the construction finds no
-/// acceptable edge or runs out of work. The answers for the last [`REMEMBERED`] inputs are
+/// acceptable edge or runs out of work. The answers for the last inputs are
 /// kept: a fabric and its reversal with the same links (both ways alike) get one packing.
 pub fn pack_integer(
     topology: &Topology,
@@ -56,40 +56,35 @@ pub fn pack_integer(
     if !topology.switches.is_empty() || roots.is_empty() {
         return None;
     }
+    // Built on the links in sorted order, so that the packing is a function of the input
+    // (whether it was kept or not) and not of the order the fabric lists its links in.
+    let mut links = topology.links.clone();
+    links.sort_by_key(|l| (l.src, l.dst));
     let input = Input {
         ranks: topology.ranks,
-        links: {
-            let mut links: Vec<(usize, usize, u64)> = (topology.links.iter())
-                .map(|l| (l.src, l.dst, l.bandwidth.to_bits()))
-                .collect();
-            links.sort_unstable();
-            links
-        },
+        links: links
+            .iter()
+            .map(|l| (l.src, l.dst, l.bandwidth.to_bits()))
+            .collect(),
         group: group.clone(),
         roots: roots.to_vec(),
         optimum,
     };
-    if let Some(found) = remembered(&input) {
+    if let Some(found) = PACKINGS.find(|i| *i == input) {
         return found;
     }
-    // Built on the links in sorted order, so that the packing is a function of the input
-    // (whether it was kept or not) and not of the order the fabric lists its links in.
     let canonical = Topology {
-        links: {
-            let mut links = topology.links.clone();
-            links.sort_by_key(|l| (l.src, l.dst));
-            links
-        },
+        links,
         ..topology.clone()
     };
     let found = construct(&canonical, &canonical.index(), group, roots, optimum);
-    remember(input, &found);
+    PACKINGS.keep(input.clone(), found.clone(), |i| *i == input);
     found
 }
 
 /// What decides [`pack_integer`]'s packing: the links as a set (a packing valid for one
 /// order of them is valid for any), the group, the roots and the optimum.
-#[derive(PartialEq)]
+#[derive(PartialEq, Clone)]
 struct Input {
     ranks: usize,
     links: Vec<(usize, usize, u64)>,
@@ -98,11 +93,8 @@ struct Input {
     optimum: Ratio<i128>,
 }
 
-/// Inputs whose packings [`pack_integer`] keeps (the latest at the end).
-const REMEMBERED: usize = 8;
-
-/// The last [`REMEMBERED`] inputs of [`pack_integer`] and what it found for them.
-static PACKINGS: Mutex<Vec<(Input, Option<Packing>)>> = Mutex::new(Vec::new());
+/// The last inputs of [`pack_integer`] and what it found for them.
+static PACKINGS: Remembered<Input, Option<Packing>> = Remembered::new(8);
 
 thread_local! {
     /// Integer packings constructed on this thread, rather than handed out again.
@@ -112,24 +104,6 @@ thread_local! {
 /// Integer packings [`pack_integer`] constructed on this thread (a test's count of work).
 pub fn constructed() -> usize {
     CONSTRUCTED.with(Cell::get)
-}
-
-fn remembered(input: &Input) -> Option<Option<Packing>> {
-    let kept = PACKINGS.lock().unwrap_or_else(|e| e.into_inner());
-    kept.iter()
-        .find(|(i, _)| i == input)
-        .map(|(_, p)| p.clone())
-}
-
-fn remember(input: Input, found: &Option<Packing>) {
-    let mut kept = PACKINGS.lock().unwrap_or_else(|e| e.into_inner());
-    if kept.iter().any(|(i, _)| *i == input) {
-        return;
-    }
-    if kept.len() >= REMEMBERED {
-        kept.remove(0);
-    }
-    kept.push((input, found.clone()));
 }
 
 /// [`pack_integer`] without the memory: Lovász's construction.

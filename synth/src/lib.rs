@@ -22,6 +22,7 @@ pub mod flow;
 pub mod frontier;
 pub mod fuse;
 pub mod greedy;
+pub mod handoff;
 pub mod layout;
 pub mod load;
 pub mod lower;

@@ -1293,7 +1293,8 @@ fn reduce_then_broadcast(
 }
 
 /// `rs` then `ag`, each refined to `pieces`, as one allreduce of `family` at `c` pieces
-/// per slice (its addresses the halves' refined addresses), checked.
+/// per slice (its addresses the halves' refined addresses), `ag` taking up the pieces in
+/// the order `rs` delivers them where their messages allow ([`crate::handoff`]), checked.
 fn joined(
     rs: &Algorithm,
     ag: &Algorithm,
@@ -1309,6 +1310,10 @@ fn joined(
         None
     };
     let (x, y) = (rs.refined(pieces), ag.refined(pieces));
+    let y = match crate::handoff::applies(rs, ag) {
+        true => crate::handoff::matched_order(&x, &y).unwrap_or(y),
+        false => y,
+    };
     // Each half keeps its message sizes (one chunk per message where it sets none).
     let message_chunks = (x.message_chunks.is_some() || y.message_chunks.is_some()).then(|| {
         let mut m = x.message_chunks_or_one();

@@ -2,6 +2,7 @@
 //! algorithm respects, the tree-packing engine, and lowering that fits the runtimes' limits.
 
 use std::time::{Duration, Instant};
+use synth::algorithm::Algorithm;
 use synth::collective::{Collective, Kind};
 use synth::cutbound::CutBound;
 use synth::engine::Limits;
@@ -624,6 +625,15 @@ fn assert_allreduce_candidate_reaches(spec: &str, label: &str, fraction: f64) {
 }
 
 #[test]
+fn allreduce_allgather_takes_up_pieces_as_the_reduce_scatter_delivers_them() {
+    // dgx-a100x2: the rail shortcut reduce-scatter (99.5% of the optimum at 1 GB) completes
+    // each rank's pieces in the reverse of the order its allgather (99.5%) sends them, so the
+    // allgather's first transfer waited for the reduce-scatter's last: 311.1 GB/s composed.
+    // The allgather's pieces relabelled to the delivery order: 323.8 (99.65%).
+    assert_allreduce_candidate_reaches("dgx-a100x2", "rails-shortcut", 0.99);
+}
+
+#[test]
 fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the
@@ -660,22 +670,32 @@ fn spilled_rail_reduce_scatter_reaches_99_percent_on_three_dgx_h100s() {
     assert_candidate_reaches("dgx-h100x3", Kind::ReduceScatter, "rails", 0.99);
 }
 
-/// The 1 GB busbw of `result`'s `-LABEL-` candidate (both halves of an allreduce so
+/// The 1 GB busbw of `result`'s best `-LABEL-` candidate (both halves of an allreduce so
 /// labelled), simulated out of place.
 fn candidate_at_1gb(topology: &Topology, result: &Synthesis, label: &str) -> f64 {
-    let algorithm = result
+    let fabric = topology.name.replace([':', '/'], "_");
+    let labelled: Vec<&Algorithm> = result
         .algorithms
         .iter()
-        .find(|a| {
-            let fabric = topology.name.replace([':', '/'], "_");
+        .filter(|a| {
             let prefix = format!("{}-{fabric}-{label}-s", a.collective.kind);
             a.name.starts_with(&prefix)
         })
-        .unwrap_or_else(|| panic!("{}: no {label} candidate", topology.name));
-    let (program, _) = lower_to_xml(algorithm, &LowerOptions::default()).unwrap();
-    simulate(&program, topology, 1 << 30, &SimOptions::default())
-        .unwrap()
-        .busbw
+        .collect();
+    assert!(
+        !labelled.is_empty(),
+        "{}: no {label} candidate",
+        topology.name
+    );
+    labelled
+        .iter()
+        .map(|a| {
+            let (program, _) = lower_to_xml(a, &LowerOptions::default()).unwrap();
+            simulate(&program, topology, 1 << 30, &SimOptions::default())
+                .unwrap()
+                .busbw
+        })
+        .fold(0.0, f64::max)
 }
 
 #[test]

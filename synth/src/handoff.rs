@@ -58,9 +58,9 @@ pub fn matched_order(first: &Algorithm, second: &Algorithm) -> Option<Algorithm>
     }
     // Pieces are matched within a class: one holder, one channel.
     let mut classes = std::collections::BTreeMap::<(usize, usize), Vec<usize>>::new();
-    for a in 0..addresses {
+    for (a, &rank) in holder.iter().enumerate() {
         classes
-            .entry((holder[a], (a % c) % channels))
+            .entry((rank, (a % c) % channels))
             .or_default()
             .push(a);
     }

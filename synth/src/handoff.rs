@@ -18,9 +18,22 @@ pub fn applies(first: &Algorithm, second: &Algorithm) -> bool {
     first.message_chunks.is_none() && second.message_chunks.is_none()
 }
 
-/// Position of a transfer in a schedule: its step, then its place in the step's list (the
-/// order the lowering gives a threadblock's transfers).
+/// Position of a transfer: its step, then its place among the step's transfers over the
+/// same link (the order a threadblock runs them in; transfers over different links run side
+/// by side, so they have no order between them).
 type Position = (usize, usize);
+
+/// The position of every transfer of `algorithm`, step by step, in list order.
+fn positions(algorithm: &Algorithm) -> impl Iterator<Item = (Position, &crate::algorithm::Send)> {
+    algorithm.steps.iter().enumerate().flat_map(|(s, step)| {
+        let mut on_link = std::collections::HashMap::<(usize, usize), usize>::new();
+        step.sends.iter().map(move |x| {
+            let place = on_link.entry((x.src, x.dst)).or_insert(0);
+            *place += 1;
+            ((s, *place - 1), x)
+        })
+    })
+}
 
 /// The addresses of `second` relabelled so that, on every rank that starts with pieces of
 /// its own, `second` takes them up in the order `first` completes them there, each piece
@@ -41,19 +54,15 @@ pub fn matched_order(first: &Algorithm, second: &Algorithm) -> Option<Algorithm>
     // When the first phase last delivers each address to its holder, and when the second
     // first sends it from there.
     let mut completed: Vec<Position> = vec![(0, 0); addresses];
-    for (s, step) in first.steps.iter().enumerate() {
-        for (i, x) in step.sends.iter().enumerate() {
-            if x.chunk < addresses && holder[x.chunk] == x.dst {
-                completed[x.chunk] = completed[x.chunk].max((s, i));
-            }
+    for (at, x) in positions(first) {
+        if x.chunk < addresses && holder[x.chunk] == x.dst {
+            completed[x.chunk] = completed[x.chunk].max(at);
         }
     }
     let mut taken: Vec<Position> = vec![(usize::MAX, usize::MAX); addresses];
-    for (s, step) in second.steps.iter().enumerate() {
-        for (i, x) in step.sends.iter().enumerate() {
-            if x.chunk < addresses && holder[x.chunk] == x.src {
-                taken[x.chunk] = taken[x.chunk].min((s, i));
-            }
+    for (at, x) in positions(second) {
+        if x.chunk < addresses && holder[x.chunk] == x.src {
+            taken[x.chunk] = taken[x.chunk].min(at);
         }
     }
     // Pieces are matched within a class: one holder, one channel.

@@ -954,12 +954,35 @@ pub fn lower_to_xml(algorithm: &Algorithm, options: &LowerOptions) -> Result<(Pr
 /// XML elements than the runtimes' parser holds (4,095), messages carry 2, 4, ... times the
 /// chunks until it fits. A program the runtimes cannot express fails with a [`LowerError`].
 pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<Program> {
+    lower_verified_noting(algorithm, options).map(|v| v.program)
+}
+
+/// A program [`lower_verified`] made, and whether its fit pass made it.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    /// The verified program.
+    pub program: Program,
+    /// Made by the fit pass (unfused receives in two steps, send and receive threadblocks
+    /// paired): the algorithm's two-step twin ([`two_step_twin`]) lowers to the same
+    /// program but for its name.
+    pub fit_pass: bool,
+}
+
+/// [`lower_verified`], saying whether the fit pass made the program.
+pub fn lower_verified_noting(algorithm: &Algorithm, options: &LowerOptions) -> Result<Verified> {
+    let fitted = |program| Verified {
+        program,
+        fit_pass: true,
+    };
     // A two-step twin ([`two_step_twin`]) is lowered as the fit pass lowers.
     if algorithm.origin.two_step_receives {
-        return lower_fitted(algorithm, options, true);
+        return lower_fitted(algorithm, options, true).map(fitted);
     }
     match lower_fitted(algorithm, options, false) {
-        Ok(program) => Ok(program),
+        Ok(program) => Ok(Verified {
+            program,
+            fit_pass: false,
+        }),
         // Past the flavour's limits as lowered so far: receives without temporaries (where
         // unfused) and send and receive threadblocks paired; else the first reason. A fused
         // flavour gains only the pairing, so it lowers again only past its threadblocks (a
@@ -969,7 +992,9 @@ pub fn lower_verified(algorithm: &Algorithm, options: &LowerOptions) -> Result<P
                 options.flavor == Flavor::Rccl || l.is_too_many_threadblocks()
             }) =>
         {
-            lower_fitted(algorithm, options, true).map_err(|_| e)
+            lower_fitted(algorithm, options, true)
+                .map(fitted)
+                .map_err(|_| e)
         }
         Err(e) => Err(e),
     }

@@ -2057,6 +2057,16 @@ fn a_two_step_twin_that_is_its_algorithms_program_is_not_simulated_again() {
         let xml = a["xml"].as_array().unwrap();
         if same.iter().any(|n| n.starts_with(&format!("{name}:"))) {
             assert!(xml.is_empty(), "{name}: {xml:?}");
+            // Not lowered by the main command (its algorithm took the fit pass): lowered
+            // here, it is its algorithm's program but for the name.
+            let again = dir.join("again");
+            let lowered = synth(&["lower", "--out", again.to_str().unwrap(), file]);
+            assert!(lowered.status.success(), "{name}");
+            assert_eq!(
+                without_name(&format!("{plain}.xml")),
+                without_name(again.join(format!("{name}.xml")).to_str().unwrap()),
+                "{name}"
+            );
             continue;
         }
         if xml.is_empty() {

@@ -3,7 +3,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::collective::Kind;
-use crate::lower::{lower_verified, LowerOptions};
+use crate::lower::{lower_verified_noting, LowerOptions, Verified};
 use crate::progress::Progress;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -130,7 +130,7 @@ pub fn check_out(dir: &Path) -> Result<()> {
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
 /// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and what `use_program` made of
-/// the out-of-place program. Nothing is written unless both programs can be expressed. The
+/// the out-of-place program (and whether the lowering's fit pass made it). Nothing is written unless both programs can be expressed. The
 /// two programs are lowered, verified and streamed to temporary files in parallel (one
 /// core each: lowering and verifying are sequential passes), the in-place one is dropped,
 /// and the out-of-place one is handed to `use_program` (the main command simulates it, in
@@ -141,7 +141,7 @@ pub fn write_xml<T: Send>(
     dir: &Path,
     args: &LowerArgs,
     progress: &Progress,
-    use_program: impl FnOnce(&Program) -> Result<T> + Send,
+    use_program: impl FnOnce(&Verified) -> Result<T> + Send,
 ) -> Result<(Vec<String>, T)> {
     let mut written: Vec<(PathBuf, PathBuf)> = Vec::new();
     let result = (|| {
@@ -157,7 +157,7 @@ pub fn write_xml<T: Send>(
         written.extend(files);
         written.extend(inplace.as_ref().ok().cloned());
         let (outofplace, _) = (outofplace?, inplace?);
-        let used = use_program(&outofplace.program)?;
+        let used = use_program(&outofplace.verified)?;
         drop(outofplace);
         for (partial, path) in &written {
             std::fs::rename(partial, path)
@@ -179,7 +179,7 @@ pub fn write_xml<T: Send>(
 
 /// A program lowered, verified and written to a temporary file.
 struct Written {
-    program: Program,
+    verified: Verified,
     /// The temporary file, and the name it gets.
     partial: PathBuf,
     path: PathBuf,
@@ -196,19 +196,19 @@ fn lower_and_write(
 ) -> Result<Written> {
     let mode = if inplace { "in place" } else { "out of place" };
     progress.message(&format!("lowering and verifying {} {mode}", algorithm.name));
-    let program = lower_verified(algorithm, &args.options(inplace)?)?;
+    let verified = lower_verified_noting(algorithm, &args.options(inplace)?)?;
     let path = dir.join(format!(
         "{}.xml",
-        program.name.replace("-inplace", ".inplace")
+        verified.program.name.replace("-inplace", ".inplace")
     ));
     let partial = path.with_extension("xml.partial");
     progress.message(&format!("writing {}", path.display()));
-    if let Err(e) = write_file(&program, args.flavor(), &partial) {
+    if let Err(e) = write_file(&verified.program, args.flavor(), &partial) {
         let _ = std::fs::remove_file(&partial);
         return Err(e);
     }
     Ok(Written {
-        program,
+        verified,
         partial,
         path,
     })

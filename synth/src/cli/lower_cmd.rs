@@ -41,8 +41,8 @@ pub fn run(args: &LowerCmdArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .lowering
         .for_problem(&loaded.topology, loaded.algorithm.collective.kind)?;
     let (paths, threadblocks) =
-        write_xml(&loaded.algorithm, &args.out, &lowering, &progress, |p| {
-            Ok(p.threadblocks().count())
+        write_xml(&loaded.algorithm, &args.out, &lowering, &progress, |v| {
+            Ok(v.program.threadblocks().count())
         })
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", args.file))?;
     progress.finish();

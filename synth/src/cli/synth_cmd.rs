@@ -204,9 +204,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut held_steps = 0usize;
     let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
     // The out-of-place program of the algorithm before, kept while its two-step twin is
-    // lowered: a twin that lowers to the same program (its algorithm took the fit pass) is
-    // neither written nor simulated again.
+    // lowered: a twin that lowers to the same program is neither written nor simulated
+    // again; where the algorithm's own lowering took the fit pass (which receives in two
+    // steps), the twin is not lowered at all.
     let mut before: Option<runtime::ir::Program> = None;
+    let mut before_fit_pass = false;
     for (index, a) in synthesis.algorithms.iter().enumerate() {
         let original = if a.origin.two_step_receives {
             before.take()
@@ -216,7 +218,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         let twin_follows = !a.origin.two_step_receives
             && (synthesis.algorithms.get(index + 1)).is_some_and(|t| t.origin.two_step_receives);
         let mut kept: Option<runtime::ir::Program> = None;
-        let bound = |p: &runtime::ir::Program| -> Result<Option<Held>> {
+        let mut fit_pass = false;
+        let bound = |v: &crate::lower::Verified| -> Result<Option<Held>> {
+            let p = &v.program;
             if original
                 .as_ref()
                 .is_some_and(|o| crate::lower::same_but_name(o, p))
@@ -224,7 +228,10 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 return Err(SameProgram.into());
             }
             if twin_follows {
-                kept = Some(p.clone());
+                fit_pass = v.fit_pass;
+                if !v.fit_pass {
+                    kept = Some(p.clone());
+                }
             }
             if !simulated {
                 return Ok(None);
@@ -249,6 +256,11 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             lowered.push((Vec::new(), None));
             continue;
         }
+        if a.origin.two_step_receives && std::mem::take(&mut before_fit_pass) {
+            dropped.push(same_program(a, &synthesis.algorithms[index - 1]));
+            lowered.push((Vec::new(), None));
+            continue;
+        }
         match super::lower_args::write_xml(a, &args.out, &lowering, &progress, bound) {
             Ok((paths, h)) => {
                 if let Some(h) = h {
@@ -258,11 +270,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
                 lowered.push((paths, None));
             }
             Err(e) if e.downcast_ref::<SameProgram>().is_some() => {
-                dropped.push(format!(
-                    "{}: no XML written: it lowers to the same program as {}",
-                    a.name,
-                    synthesis.algorithms[index - 1].name
-                ));
+                dropped.push(same_program(a, &synthesis.algorithms[index - 1]));
                 lowered.push((Vec::new(), None));
             }
             // An algorithm the runtimes cannot express (too many steps or channels for
@@ -280,6 +288,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             Err(e) => return Err(e),
         }
         before = kept;
+        before_fit_pass = fit_pass;
         if held_steps > HOLD_STEPS {
             simulate_held(
                 &mut race,
@@ -399,6 +408,14 @@ fn search_algorithms(
     });
     crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     Ok(synthesis)
+}
+
+/// The note on two-step twin `twin` that lowers to the same program as `algorithm`.
+fn same_program(twin: &Algorithm, algorithm: &Algorithm) -> String {
+    format!(
+        "{}: no XML written: it lowers to the same program as {}",
+        twin.name, algorithm.name
+    )
 }
 
 /// A two-step twin whose program is its algorithm's (the algorithm's own lowering took the

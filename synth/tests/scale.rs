@@ -634,6 +634,19 @@ fn allreduce_allgather_takes_up_pieces_as_the_reduce_scatter_delivers_them() {
 }
 
 #[test]
+fn allreduce_halves_are_not_both_cut_finer_than_built() {
+    // Six DGX-H100s: the rail-ring halves come with 8 and 10 pieces per rank (the allgather
+    // also 21, and 40 in messages); 8 and 21 composed at their least common multiple, 168,
+    // a candidate that cost 5 s to lower and simulate and was the fastest at no size it is
+    // rated at (but 1 KB, where its 8,064 pieces round the buffer up to 32 KB).
+    let topology = topology::load("dgx-h100x6").unwrap();
+    let result = trees(&topology, Kind::AllReduce);
+    let pieces: Vec<usize> = result.algorithms.iter().map(|a| a.chunks()).collect();
+    assert!(pieces.contains(&8) && pieces.contains(&10), "{pieces:?}");
+    assert!(pieces.iter().all(|&c| c <= 40), "{pieces:?}");
+}
+
+#[test]
 fn rail_ring_drains_less_than_trees_across_nodes() {
     // Tree packing sends each GPU's pieces to every remote node at once: the NIC's
     // connections share it, finish together and leave their relays for the end (93.2% of the

@@ -1312,9 +1312,10 @@ fn joined(
         None
     };
     let (x, y) = (rs.refined(pieces), ag.refined(pieces));
-    let y = match crate::handoff::applies(rs, ag) {
-        true => crate::handoff::matched_order(&x, &y).unwrap_or(y),
-        false => y,
+    let y = if crate::handoff::applies(rs, ag) {
+        crate::handoff::matched_order(&x, &y).unwrap_or(y)
+    } else {
+        y
     };
     // Each half keeps its message sizes (one chunk per message where it sets none).
     let message_chunks = (x.message_chunks.is_some() || y.message_chunks.is_some()).then(|| {

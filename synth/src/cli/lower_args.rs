@@ -130,10 +130,11 @@ pub fn check_out(dir: &Path) -> Result<()> {
 
 /// Lowers `algorithm` out of place and in place, verifies both programs and writes
 /// `DIR/NAME.xml` and `DIR/NAME.inplace.xml`; returns the paths and what `use_program` made of
-/// the out-of-place program (and whether the lowering's fit pass made it). Nothing is written unless both programs can be expressed. The
-/// two programs are lowered, verified and streamed to temporary files in parallel (one
-/// core each: lowering and verifying are sequential passes), the in-place one is dropped,
-/// and the out-of-place one is handed to `use_program` (the main command simulates it, in
+/// the out-of-place program (with whether the lowering's fit pass made it). Nothing is
+/// written unless both programs can be expressed. The two programs are lowered, verified
+/// and streamed to temporary files in parallel (one core each: lowering and verifying are
+/// sequential passes), the in-place one is dropped, and the out-of-place one is handed to
+/// `use_program` (the main command simulates it, in
 /// parallel over sizes); the files get their names once both exist. At most two programs
 /// are held at a time (a 1024-rank program takes hundreds of megabytes).
 pub fn write_xml<T: Send>(

@@ -203,35 +203,28 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut held: Vec<Held> = Vec::new();
     let mut held_steps = 0usize;
     let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
-    // The out-of-place program of the algorithm before, kept while its two-step twin is
-    // lowered: a twin that lowers to the same program is neither written nor simulated
-    // again; where the algorithm's own lowering took the fit pass (which receives in two
-    // steps), the twin is not lowered at all.
-    let mut before: Option<runtime::ir::Program> = None;
-    let mut before_fit_pass = false;
+    // What the algorithm before says of its two-step twin, kept while the twin is lowered.
+    let mut before = TwinOf::Nothing;
     for (index, a) in synthesis.algorithms.iter().enumerate() {
         let original = if a.origin.two_step_receives {
-            before.take()
+            std::mem::replace(&mut before, TwinOf::Nothing)
         } else {
-            None
+            TwinOf::Nothing
         };
         let twin_follows = !a.origin.two_step_receives
             && (synthesis.algorithms.get(index + 1)).is_some_and(|t| t.origin.two_step_receives);
-        let mut kept: Option<runtime::ir::Program> = None;
-        let mut fit_pass = false;
+        let mut kept = TwinOf::Nothing;
         let bound = |v: &crate::lower::Verified| -> Result<Option<Held>> {
             let p = &v.program;
-            if original
-                .as_ref()
-                .is_some_and(|o| crate::lower::same_but_name(o, p))
-            {
+            if matches!(&original, TwinOf::Program(o) if crate::lower::same_but_name(o, p)) {
                 return Err(SameProgram.into());
             }
             if twin_follows {
-                fit_pass = v.fit_pass;
-                if !v.fit_pass {
-                    kept = Some(p.clone());
-                }
+                kept = if v.fit_pass {
+                    TwinOf::FitPass
+                } else {
+                    TwinOf::Program(Box::new(p.clone()))
+                };
             }
             if !simulated {
                 return Ok(None);
@@ -256,7 +249,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             lowered.push((Vec::new(), None));
             continue;
         }
-        if a.origin.two_step_receives && std::mem::take(&mut before_fit_pass) {
+        if matches!(original, TwinOf::FitPass) {
             dropped.push(same_program(a, &synthesis.algorithms[index - 1]));
             lowered.push((Vec::new(), None));
             continue;
@@ -288,7 +281,6 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             Err(e) => return Err(e),
         }
         before = kept;
-        before_fit_pass = fit_pass;
         if held_steps > HOLD_STEPS {
             simulate_held(
                 &mut race,
@@ -418,8 +410,20 @@ fn same_program(twin: &Algorithm, algorithm: &Algorithm) -> String {
     )
 }
 
-/// A two-step twin whose program is its algorithm's (the algorithm's own lowering took the
-/// fit pass, which receives in two steps): it is neither written nor simulated again.
+/// What the main command knows, when it comes to a two-step twin, of the algorithm before.
+enum TwinOf {
+    /// Nothing: no twin follows, or the algorithm was not written.
+    Nothing,
+    /// The algorithm's out-of-place program: a twin that lowers to it (but for its name) is
+    /// neither written nor simulated.
+    Program(Box<runtime::ir::Program>),
+    /// The algorithm's own lowering took the fit pass, which receives in two steps: the twin
+    /// is that program, so it is not lowered at all.
+    FitPass,
+}
+
+/// A two-step twin that lowered to its algorithm's program but for its name: it is neither
+/// written nor simulated again.
 #[derive(Debug, thiserror::Error)]
 #[error("the two-step twin lowers to the same program as its algorithm")]
 struct SameProgram;

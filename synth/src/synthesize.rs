@@ -41,9 +41,10 @@ pub enum Method {
         seed: u64,
     },
     /// With a sketch: MILP. Without: SMT for one node of at most [`AUTO_SMT_MAX_RANKS`] ranks
-    /// with integer capacities; otherwise, with integer capacities, tree packing (for the
-    /// collectives it builds) and the greedy engine together ([`Method::portfolio`]); MILP
-    /// when the capacities are not integral.
+    /// with integer capacities, with tree packing beside it for the collectives tree packing
+    /// builds; otherwise, with integer capacities, tree packing (for those collectives) and
+    /// the greedy engine together ([`Method::portfolio`]); MILP when the capacities are not
+    /// integral.
     Auto,
 }
 
@@ -88,9 +89,9 @@ impl Method {
     /// The engines a request runs, in order: `Auto` past one small box (no sketch, integer
     /// capacities, at most [`AUTO_GREEDY_MAX_RANKS`] ranks) runs tree packing (bandwidth
     /// side, where it applies) and the greedy engine (latency side) and keeps both engines'
-    /// algorithms, so the simulator can choose per message size; on one small box, broadcast
-    /// and reduce run SMT and tree packing; every other method is one engine
-    /// ([`Method::resolve`]).
+    /// algorithms, so the simulator can choose per message size; on one small box, the
+    /// collectives tree packing builds run SMT and tree packing; every other method is one
+    /// engine ([`Method::resolve`]).
     pub fn portfolio(self, topology: &Topology, kind: Kind, sketched: bool) -> Vec<Method> {
         match self.resolve(topology, kind, sketched) {
             Method::Trees if self == Method::Auto && topology.ranks <= AUTO_GREEDY_MAX_RANKS => {
@@ -101,12 +102,11 @@ impl Method {
                     },
                 ]
             }
-            // SMT's broadcast and reduce cap pieces at `--max-chunks`, too few to pipeline
-            // (dgx1 broadcast: 58.3 GB/s at 1 GB against NCCL ring's 140.1); tree
-            // packing's shallow trees beside it reach 146.5 (97.7% of the optimum).
-            Method::Smt
-                if self == Method::Auto && matches!(kind, Kind::Broadcast | Kind::Reduce) =>
-            {
+            // SMT caps pieces at `--max-chunks` and steps at `--max-steps`: too few to
+            // pipeline or to reach the optimum on every box (dgx1 broadcast: 58.3 GB/s at
+            // 1 GB against NCCL ring's 140.1, tree packing's shallow trees 146.5; mi250
+            // allgather: 310.0 GB/s, 88.6% of the optimum, tree packing 344.6).
+            Method::Smt if self == Method::Auto && trees_build(kind) => {
                 vec![Method::Smt, Method::Trees]
             }
             m => vec![m],
@@ -395,9 +395,21 @@ pub fn synthesize_with(
     method: Method,
     sketch: Option<&Sketch>,
 ) -> Result<Synthesis> {
-    match canonically(req, method, sketch) {
+    solve(req, method, sketch, method)
+}
+
+/// [`synthesize_with`], the direct schedules (allreduce and the collectives that end on
+/// many ranks) those of `direct_for` ([`direct_engines`]): a portfolio's engines take the
+/// ones `auto` would.
+fn solve(
+    req: &Request,
+    method: Method,
+    sketch: Option<&Sketch>,
+    direct_for: Method,
+) -> Result<Synthesis> {
+    match canonically(req, method, sketch, direct_for) {
         Some(result) => result,
-        None => synthesize_as_numbered(req, method, sketch),
+        None => synthesize_as_numbered(req, method, sketch, direct_for),
     }
 }
 
@@ -413,6 +425,7 @@ fn canonically(
     req: &Request,
     method: Method,
     sketch: Option<&Sketch>,
+    direct_for: Method,
 ) -> Option<Result<Synthesis>> {
     let kind = req.collective.kind;
     let engines = method.portfolio(req.topology, kind, sketch.is_some());
@@ -459,7 +472,7 @@ fn canonically(
         progress: req.progress,
     };
     Some(
-        synthesize_as_numbered(&canonical, method, sketch).and_then(|mut synthesis| {
+        synthesize_as_numbered(&canonical, method, sketch, direct_for).and_then(|mut synthesis| {
             let algorithms = std::mem::take(&mut synthesis.algorithms);
             synthesis.algorithms = algorithms
                 .iter()
@@ -476,11 +489,12 @@ fn canonically(
     )
 }
 
-/// [`synthesize_with`] on the fabric as numbered.
+/// [`solve`] on the fabric as numbered.
 fn synthesize_as_numbered(
     req: &Request,
     method: Method,
     sketch: Option<&Sketch>,
+    direct_for: Method,
 ) -> Result<Synthesis> {
     // A custom collective equal to a built-in one is solved as that built-in (its symmetry,
     // bounds, engines and lowering).
@@ -491,7 +505,7 @@ fn synthesize_as_numbered(
         return run_portfolio(req, &portfolio, sketch);
     }
     let resolved = method.resolve(req.topology, collective.kind, sketch.is_some());
-    let direct = direct_engines(method, resolved, req.topology);
+    let direct = direct_engines(direct_for, resolved, req.topology);
     // Tree packing and the greedy engine have no memory model: `auto` takes the MILP instead
     // under a memory limit.
     let method = match (method, resolved) {
@@ -560,13 +574,19 @@ fn synthesize_as_numbered(
 
 /// Runs every engine of `engines` on the request (the greedy engine first, on
 /// [`AUTO_GREEDY_SHARE`] of the time and for its fewest-steps algorithm when the request is
-/// a frontier, then the others on what is left) and keeps all their
+/// a frontier, then tree packing, then SMT on what is left) and keeps all their
 /// algorithms: the engines' cost models differ, so choosing among them is left to the
 /// simulator. An engine that fails is a note while another one succeeds; if all fail, the
 /// first error is returned.
 fn run_portfolio(req: &Request, engines: &[Method], sketch: Option<&Sketch>) -> Result<Synthesis> {
+    // The engines with a bounded cost first (greedy, then tree packing), so that an exact
+    // engine that runs to the deadline leaves them their share.
     let mut order: Vec<Method> = engines.to_vec();
-    order.sort_by_key(|m| !matches!(m, Method::Greedy { .. }));
+    order.sort_by_key(|m| match m {
+        Method::Greedy { .. } => 0,
+        Method::Trees => 1,
+        _ => 2,
+    });
     let mut results: Vec<(usize, Synthesis)> = Vec::new();
     let mut first_error = None;
     let mut notes = Vec::new();
@@ -600,7 +620,14 @@ fn run_portfolio(req: &Request, engines: &[Method], sketch: Option<&Sketch>) -> 
             },
             progress: req.progress,
         };
-        match synthesize_with(&sub, engine, sketch) {
+        // Beside tree packing on a small box, SMT's direct schedules are the greedy engine's,
+        // as for `auto` alone: the direct SMT encoding can take the whole time limit (mi250
+        // allreduce: 300 s against 34).
+        let direct_for = match engine {
+            Method::Smt => Method::Auto,
+            other => other,
+        };
+        match solve(&sub, engine, sketch, direct_for) {
             Ok(s) => results.push((engines.iter().position(|&m| m == engine).unwrap_or(0), s)),
             Err(e) => {
                 notes.push(format!("{} engine: {e:#}", engine.name()));

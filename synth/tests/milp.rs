@@ -193,7 +193,7 @@ fn auto_picks_smt_for_one_small_node_and_trees_with_greedy_at_scale() {
         Method::Greedy { seed: 0 }
     );
     // Past one box, auto runs tree packing and the greedy engine together; MILP only with a
-    // sketch; one engine on a small box.
+    // sketch.
     assert_eq!(
         Method::Auto.portfolio(&a100, Kind::AllGather, false),
         vec![Method::Trees, Method::Greedy { seed: 0 }]
@@ -206,8 +206,14 @@ fn auto_picks_smt_for_one_small_node_and_trees_with_greedy_at_scale() {
         Method::Auto.portfolio(&a100, Kind::AllGather, true),
         vec![Method::Milp]
     );
+    // On a small box SMT, with tree packing beside it where tree packing builds the
+    // collective.
     assert_eq!(
         Method::Auto.portfolio(&dgx1, Kind::AllGather, false),
+        vec![Method::Smt, Method::Trees]
+    );
+    assert_eq!(
+        Method::Auto.portfolio(&dgx1, Kind::AllToAll, false),
         vec![Method::Smt]
     );
     assert_eq!(

@@ -13,7 +13,7 @@ pub struct MethodArgs {
     /// sketches), `trees` (throughput-optimal tree packing at any scale), `greedy` (greedy
     /// link-chunk matching over the time-expanded fabric, every collective at any scale) or
     /// `auto` (milp with a sketch; else smt for one node of at most 8 ranks, with tree
-    /// packing beside it for broadcast and reduce; else tree
+    /// packing beside it for allgather, reduce-scatter, allreduce, broadcast and reduce; else tree
     /// packing plus the greedy engine up to 256 ranks, tree packing alone past that, for
     /// allgather, reduce-scatter, allreduce, broadcast and reduce; the greedy engine for
     /// the other collectives; milp where capacities are not integral).

@@ -90,8 +90,10 @@ fn json_output_follows_the_convention() {
     assert_eq!(doc["bounds"]["rounds_per_chunk"], "7/6");
     assert_eq!(doc["complete"], true);
     assert!(doc["seconds"].as_f64().is_some());
+    // SMT's frontier (2 algorithms), then tree packing's beside it.
     let algorithms = doc["algorithms"].as_array().unwrap();
-    assert_eq!(algorithms.len(), 2);
+    assert_eq!(algorithms.len(), 5);
+    assert_eq!(doc["engines"], serde_json::json!(["smt", "trees"]));
     assert_eq!(
         (
             algorithms[0]["steps"].as_u64(),
@@ -1178,9 +1180,9 @@ fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // Two algorithms: a JSON file and two XML files each.
-    assert!(stderr.contains("wrote 6 files to out"), "{stderr}");
-    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 6);
+    // Five algorithms (SMT's two, tree packing's three): a JSON file and two XML files each.
+    assert!(stderr.contains("wrote 15 files to out"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 15);
     assert!(!dir.join("results").exists());
     // The repository ignores that folder.
     let gitignore = include_str!("../../.gitignore");

@@ -448,13 +448,21 @@ fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
                     }
                 })
                 .collect();
-            if k % 2 == 1 || !linked(&alt) {
-                bail!(
-                    "topology '{}': cannot chain the nodes into a ring through their NICs (ring {c})",
-                    topo.name
-                );
+            if k % 2 == 0 && linked(&alt) {
+                alt
+            } else {
+                // An odd number of nodes: node i is entered on rail c + i and left on the
+                // next node's rail (the last node on the first's), every NIC once per ring
+                // set and direction.
+                let shifted = rail_shifted_ends(&groups, &nodes, c, count);
+                if !shifted.as_ref().is_some_and(|e| linked(e)) {
+                    bail!(
+                        "topology '{}': cannot chain the nodes into a ring through their NICs (ring {c})",
+                        topo.name
+                    );
+                }
+                shifted.unwrap_or_default()
             }
-            alt
         };
         let mut ring = Vec::with_capacity(topo.ranks);
         for i in 0..k {
@@ -471,6 +479,28 @@ fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
         rings.push(ring);
     }
     Ok(rings)
+}
+
+/// Entry and exit GPU of ring `c` in every node when the ring crosses each node boundary on
+/// one rail: node i is entered at NIC group c + i and left from the group the next node is
+/// entered at (the last node from group c); `None` where a node with several GPUs would be
+/// entered and left at the same GPU.
+fn rail_shifted_ends(
+    groups: &[Vec<RankSet>],
+    nodes: &[RankSet],
+    c: usize,
+    count: usize,
+) -> Option<Vec<(usize, usize)>> {
+    let k = nodes.len();
+    let gpu = |node: usize, group: usize| groups[node][group % count][0];
+    let ends: Vec<(usize, usize)> = (0..k)
+        .map(|i| {
+            let exit_group = if i + 1 < k { c + i + 1 } else { c };
+            (gpu(i, c + i), gpu(i, exit_group))
+        })
+        .collect();
+    let distinct = (0..k).all(|i| nodes[i].len() < 2 || ends[i].0 != ends[i].1);
+    distinct.then_some(ends)
 }
 
 /// The tree of every channel for the NCCL tree baseline, as a parent per rank (`None` for
@@ -865,6 +895,29 @@ mod tests {
             assert!(ring.unwrap() > 0.0, "{}", topo.name);
         }
         assert!(relayed >= 8, "only {relayed} of 12 fabrics needed relays");
+    }
+
+    #[test]
+    fn an_odd_number_of_nodes_on_a_rail_network_gets_a_ring_per_nic() {
+        // Three DGX-A100s whose GPU i reaches only GPU i of the other nodes: the rings cross
+        // each node boundary on one rail, shifted by one rail per node.
+        let src = crate::topology::toml_format::Source {
+            label: "rail3.toml".into(),
+            text: "[multinode]\nnode = \"dgx-a100\"\nnodes = 3\nnetwork = \"rail\"\n",
+            dir: None,
+            stem: "rail3".into(),
+        };
+        let topo = crate::topology::toml_format::parse(&src, None, 0)
+            .unwrap()
+            .topology;
+        let rings = ring_orders(&topo, None).unwrap();
+        assert_eq!(rings.len(), 8);
+        check_rings(&topo, &rings);
+        let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
+        runtime::verify::verify(&p).unwrap();
+        // Each NIC (25 GB/s) carries one ring per direction: about 8 × 25 GB/s of busbw.
+        let r = simulate(&p, &topo, 1 << 30, &SimOptions::default()).unwrap();
+        assert!(r.busbw > 150.0, "{}", r.busbw);
     }
 
     #[test]

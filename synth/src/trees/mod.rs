@@ -100,7 +100,7 @@ pub fn synthesize_trees(
     add_symmetric_images(topology, &mut packing);
     let mut out_of_time = false;
     progress.message("rounding the packing to pieces");
-    let options = shared_options(topology, index, &packing, limits);
+    let mut options = shared_options(topology, index, &packing, limits);
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
     // Grown only where the packing's pieces shared by an orbit lose more than 0.1%.
     let rounding_loses = best_shared < packing.rate_gbps * (1.0 - 1e-3);
@@ -145,8 +145,26 @@ pub fn synthesize_trees(
     let balance_roots = grown
         .as_ref()
         .is_none_or(|(_, rate)| *rate < optimum_gbps * (1.0 - 5e-3));
-    let (algorithm, choice, best_rate) =
-        depth_schedule(topology, index, &packing, coll.kind, options, balance_roots)?;
+    // Where neither the counts within the cap nor the grown trees come within 0.1% of the
+    // allgather packing, more pieces per root, up to the packing's exact denominator (amd8:
+    // 38) or [`MAX_PIECES_PAST_CAP`].
+    let capped = options.len();
+    let grown_reaches = grown
+        .as_ref()
+        .is_some_and(|(_, rate)| *rate >= packing.rate_gbps * (1.0 - 1e-3));
+    if coll.kind == Kind::AllGather && rounding_loses && !limits.max_chunks_given && !grown_reaches
+    {
+        progress.message("rounding the packing to more pieces");
+        options.extend(counts_past_cap(topology, index, &packing, capped));
+    }
+    let (algorithm, choice, best_rate) = depth_schedule(
+        topology,
+        index,
+        &packing,
+        coll.kind,
+        (options, capped),
+        balance_roots,
+    )?;
     progress.message("list-scheduling the trees");
     let mut listed_at = |choice: &rounding::ChunkOption| {
         let listed = listed_candidate(topology, index, &packing, coll.kind, choice, limits);
@@ -245,22 +263,24 @@ type Scheduled = (Algorithm, rounding::ChunkOption);
 
 /// The packing's trees laid out by depth in stages ([`TreeResult::algorithm`]) at the piece
 /// count chosen for it, that choice, and the layout at the fewest pieces of the best rate
-/// where the choice took fewer ([`TreeResult::best_rate`]). With `balance_roots`, where
-/// counts shared by an orbit lose, each root chooses its own trees' images.
+/// where the choice took fewer ([`TreeResult::best_rate`]). `options` are the rounded
+/// counts, the first `capped` of them within the piece cap: the choice is among those, and
+/// the best rate among all. With `balance_roots`, where counts shared by an orbit lose
+/// within the cap, each root chooses its own trees' images there.
 fn depth_schedule(
     topology: &Topology,
     index: &TopologyIndex,
     packing: &packing::Packing,
     kind: Kind,
-    mut options: Vec<rounding::ChunkOption>,
+    (mut options, capped): (Vec<rounding::ChunkOption>, usize),
     balance_roots: bool,
 ) -> Result<(Algorithm, rounding::ChunkOption, Option<Scheduled>)> {
     // Where counts shared by an orbit lose more than 0.1% of the packing's rate within the
     // pieces the runtimes can hold, each root chooses its own trees' images.
-    let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
+    let best_shared = options[..capped].iter().map(|o| o.rate).fold(0.0, f64::max);
     if balance_roots && packing.group.order() > 1 && best_shared < packing.rate_gbps * (1.0 - 1e-3)
     {
-        for option in &mut options {
+        for option in &mut options[..capped] {
             let chunks = option.chunks;
             let rounding::PieceCounts::Orbit(shared) = &option.counts else {
                 continue;
@@ -284,9 +304,14 @@ fn depth_schedule(
         Ok(staged(topology, index, a))
     };
     let best = rounding::fewest_pieces(&options);
-    let mut choice = best;
+    let mut choice = rounding::fewest_pieces(&options[..capped]);
     let mut algorithm = build(choice)?;
     let mut best_rate = None;
+    if best.chunks > capped {
+        // The counts past the cap reach a better rate: both go on, the simulation decides
+        // (the fewer pieces win at small sizes).
+        best_rate = Some((build(best)?, best.clone()));
+    }
     // A schedule in stages pays about a slice period of pipeline fill at the reference size;
     // where the pieces are cut in two or more slices there, fewer, larger pieces may win.
     // Both go on: the simulation decides.
@@ -294,9 +319,9 @@ fn depth_schedule(
     if algorithm.step_groups.is_some() && slices(choice.chunks) >= 2.0 {
         let pipelined = rounding::best_pipelined(&options[..choice.chunks], slices);
         if pipelined.chunks != choice.chunks {
+            let exact = std::mem::replace(&mut algorithm, build(pipelined)?);
+            best_rate.get_or_insert((exact, choice.clone()));
             choice = pipelined;
-            let exact = std::mem::replace(&mut algorithm, build(choice)?);
-            best_rate = Some((exact, best.clone()));
         }
     }
     Ok((algorithm, choice.clone(), best_rate))
@@ -320,6 +345,32 @@ fn shared_options(
 fn staged(topology: &Topology, index: &TopologyIndex, algorithm: Algorithm) -> Algorithm {
     let groups = crate::layout::groups::step_groups(topology, index, &algorithm);
     crate::layout::groups::with_groups(algorithm, groups)
+}
+
+/// Most pieces per root the rounding tries past the piece cap (each count costs a rounding;
+/// a broadcast packing's rounding did not come within 0.1% by 287 on amd8).
+const MAX_PIECES_PAST_CAP: usize = 64;
+
+/// The rounded counts from `capped` + 1 pieces per root up to [`expressible_chunks`] and
+/// [`MAX_PIECES_PAST_CAP`], up to the first whose rate is within 0.1% of the packing's.
+fn counts_past_cap(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &packing::Packing,
+    capped: usize,
+) -> Vec<rounding::ChunkOption> {
+    let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
+    let usages = orbits.usages_of(packing, index);
+    let mut options = Vec::new();
+    for chunks in capped + 1..=expressible_chunks(topology).min(MAX_PIECES_PAST_CAP) {
+        let option = rounding::chunk_option(packing, &usages, &orbits.bandwidth, chunks);
+        let exact = option.rate >= packing.rate_gbps * (1.0 - 1e-3);
+        options.push(option);
+        if exact {
+            break;
+        }
+    }
+    options
 }
 
 /// The most pieces per root whose lowered program still fits the runtimes: an allgather puts
@@ -463,6 +514,40 @@ impl Engine for TreeEngine {
 mod tests {
     use super::*;
     use crate::topology::load;
+
+    fn limits(max_chunks_given: bool) -> Limits {
+        Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            max_chunks_given,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(3600),
+            extra_memory: None,
+            work_limit: None,
+        }
+    }
+
+    #[test]
+    fn the_rounding_goes_past_the_default_piece_cap_to_the_packings_denominator() {
+        // amd8: every pair linked by 40 or 48 GB/s; the optimum relays 3 of every 38 pieces
+        // to a rank's slower neighbours over faster links. Within 8 pieces per root the
+        // rounding keeps the one-hop schedule at 40 GB/s per root.
+        let t = load("amd8").unwrap();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let progress = crate::progress::Progress::hidden();
+        let r = synthesize_trees(&t, &t.index(), &coll, &limits(false), &progress).unwrap();
+        assert!(r.scheduled_gbps >= r.optimum_gbps * (1.0 - 1e-3), "{r:?}");
+        let (exact, _) = r
+            .best_rate
+            .as_ref()
+            .expect("the denominator's layout beside");
+        assert_eq!(exact.chunks(), 38);
+        // The layout within the cap stays, for small sizes.
+        assert!(r.algorithm.chunks() <= 8);
+        // A cap the user gives holds.
+        let r = synthesize_trees(&t, &t.index(), &coll, &limits(true), &progress).unwrap();
+        assert!(r.scheduled_gbps < r.optimum_gbps * 0.95);
+        assert!(r.best_rate.is_none_or(|(a, _)| a.chunks() <= 8));
+    }
 
     #[test]
     fn a_1024_rank_allgather_gets_one_piece_per_root_so_its_xml_loads() {

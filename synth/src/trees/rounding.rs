@@ -217,18 +217,26 @@ pub fn chunk_options(
     max_chunks: usize,
 ) -> Vec<ChunkOption> {
     (1..=max_chunks.max(1))
-        .map(|c| {
-            let mut counts = piece_counts(packing, c);
-            improve_counts(packing, usages, bandwidth, &mut counts);
-            shorten(packing, usages, bandwidth, &mut counts);
-            let t = realized_time(packing, usages, bandwidth, &counts, c);
-            ChunkOption {
-                chunks: c,
-                counts: PieceCounts::Orbit(counts),
-                rate: 1.0 / t,
-            }
-        })
+        .map(|c| chunk_option(packing, usages, bandwidth, c))
         .collect()
+}
+
+/// The packing's weights rounded to piece counts at `chunks` pieces per root.
+pub fn chunk_option(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    chunks: usize,
+) -> ChunkOption {
+    let mut counts = piece_counts(packing, chunks);
+    improve_counts(packing, usages, bandwidth, &mut counts);
+    shorten(packing, usages, bandwidth, &mut counts);
+    let t = realized_time(packing, usages, bandwidth, &counts, chunks);
+    ChunkOption {
+        chunks,
+        counts: PieceCounts::Orbit(counts),
+        rate: 1.0 / t,
+    }
 }
 
 /// The fewest pieces whose rate is within 0.1% of the best option's (more pieces of the

@@ -351,10 +351,16 @@ fn staged(topology: &Topology, index: &TopologyIndex, algorithm: Algorithm) -> A
 /// a broadcast packing's rounding did not come within 0.1% by 287 on amd8).
 const MAX_PIECES_PAST_CAP: usize = 64;
 
+/// Work the rounding past the piece cap may take, in trees of the pool times pieces per
+/// root summed over the counts tried (the local search's cost grows with both): amd8's 81
+/// trees reach their denominator 38 at 57,105; mi250-16x2's 650 trees, which no count up
+/// to 64 rounds within 0.1%, stop at 18 pieces instead of costing 17 s.
+const PAST_CAP_WORK: usize = 100_000;
+
 /// The rounded counts from `capped` + 1 pieces per root up to the first whose rate is within
-/// 0.1% of the packing's, within [`expressible_chunks`] and [`MAX_PIECES_PAST_CAP`]; none
-/// where no count gets there (hypercube:128: 98.5% at 12 pieces, whose layouts simulated
-/// below the grown trees').
+/// 0.1% of the packing's, within [`expressible_chunks`], [`MAX_PIECES_PAST_CAP`] and
+/// [`PAST_CAP_WORK`]; none where no count gets there (hypercube:128: 98.5% at 12 pieces,
+/// whose layouts simulated below the grown trees').
 fn counts_past_cap(
     topology: &Topology,
     index: &TopologyIndex,
@@ -363,8 +369,14 @@ fn counts_past_cap(
 ) -> Vec<rounding::ChunkOption> {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages = orbits.usages_of(packing, index);
+    let pool: usize = packing.roots.iter().map(|r| r.trees.len()).sum();
     let mut options = Vec::new();
+    let mut work = 0;
     for chunks in capped + 1..=expressible_chunks(topology).min(MAX_PIECES_PAST_CAP) {
+        work += pool * chunks;
+        if work > PAST_CAP_WORK {
+            break;
+        }
         let option = rounding::chunk_option(packing, &usages, &orbits.bandwidth, chunks);
         let exact = option.rate >= packing.rate_gbps * (1.0 - 1e-3);
         options.push(option);

@@ -454,14 +454,13 @@ fn multi_node_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
                 // An odd number of nodes: node i is entered on rail c + i and left on the
                 // next node's rail (the last node on the first's), every NIC once per ring
                 // set and direction.
-                let shifted = rail_shifted_ends(&groups, &nodes, c, count);
-                if !shifted.as_ref().is_some_and(|e| linked(e)) {
-                    bail!(
+                match rail_shifted_ends(&groups, &nodes, c, count) {
+                    Some(shifted) if linked(&shifted) => shifted,
+                    _ => bail!(
                         "topology '{}': cannot chain the nodes into a ring through their NICs (ring {c})",
                         topo.name
-                    );
+                    ),
                 }
-                shifted.unwrap_or_default()
             }
         };
         let mut ring = Vec::with_capacity(topo.ranks);

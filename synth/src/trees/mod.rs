@@ -100,7 +100,9 @@ pub fn synthesize_trees(
     add_symmetric_images(topology, &mut packing);
     let mut out_of_time = false;
     progress.message("rounding the packing to pieces");
-    let mut options = shared_options(topology, index, &packing, limits);
+    let round = shared_rounding(topology, index, &packing);
+    let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
+    let mut options: Vec<rounding::ChunkOption> = (1..=cap).map(&round).collect();
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
     // Grown only where the packing's pieces shared by an orbit lose more than 0.1%.
     let rounding_loses = best_shared < packing.rate_gbps * (1.0 - 1e-3);
@@ -155,7 +157,7 @@ pub fn synthesize_trees(
     if coll.kind == Kind::AllGather && rounding_loses && !limits.max_chunks_given && !grown_reaches
     {
         progress.message("rounding the packing to more pieces");
-        options.extend(counts_past_cap(topology, index, &packing, capped));
+        options.extend(counts_past_cap(topology, &packing, capped, &round));
     }
     let (algorithm, choice, best_rate) = depth_schedule(
         topology,
@@ -327,18 +329,16 @@ fn depth_schedule(
     Ok((algorithm, choice.clone(), best_rate))
 }
 
-/// The packing's weights rounded to piece counts shared by each orbit, at every piece count
-/// the runtimes can hold ([`expressible_chunks`], at most `limits.max_chunks`).
-fn shared_options(
+/// The packing's weights rounded to piece counts shared by each orbit, at a given number of
+/// pieces per root (the orbits' usages computed once).
+fn shared_rounding<'a>(
     topology: &Topology,
     index: &TopologyIndex,
-    packing: &packing::Packing,
-    limits: &Limits,
-) -> Vec<rounding::ChunkOption> {
+    packing: &'a packing::Packing,
+) -> impl Fn(usize) -> rounding::ChunkOption + 'a {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages = orbits.usages_of(packing, index);
-    let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    rounding::chunk_options(packing, &usages, &orbits.bandwidth, cap)
+    move |chunks| rounding::chunk_option(packing, &usages, &orbits.bandwidth, chunks)
 }
 
 /// `algorithm` in the step groups chosen for it ([`crate::layout::groups::step_groups`]).
@@ -363,12 +363,10 @@ const PAST_CAP_WORK: usize = 100_000;
 /// whose layouts simulated below the grown trees').
 fn counts_past_cap(
     topology: &Topology,
-    index: &TopologyIndex,
     packing: &packing::Packing,
     capped: usize,
+    round: impl Fn(usize) -> rounding::ChunkOption,
 ) -> Vec<rounding::ChunkOption> {
-    let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
-    let usages = orbits.usages_of(packing, index);
     let pool: usize = packing.roots.iter().map(|r| r.trees.len()).sum();
     let mut options = Vec::new();
     let mut work = 0;
@@ -377,7 +375,7 @@ fn counts_past_cap(
         if work > PAST_CAP_WORK {
             break;
         }
-        let option = rounding::chunk_option(packing, &usages, &orbits.bandwidth, chunks);
+        let option = round(chunks);
         let exact = option.rate >= packing.rate_gbps * (1.0 - 1e-3);
         options.push(option);
         if exact {

@@ -266,7 +266,7 @@ mod tests {
         crate::trees::add_symmetric_images(&topo, &mut packing);
         let orbits = Orbits::new(&topo, &index, &group).unwrap();
         let usages = orbits.usages_of(&packing, &index);
-        let shared = &rounding::chunk_options(&packing, &usages, &orbits.bandwidth, 1)[0];
+        let shared = &rounding::chunk_option(&packing, &usages, &orbits.bandwidth, 1);
         let rounding::PieceCounts::Orbit(start) = &shared.counts else {
             panic!("orbit counts")
         };

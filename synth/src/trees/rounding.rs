@@ -209,18 +209,6 @@ pub struct ChunkOption {
     pub rate: f64,
 }
 
-/// The rounded piece counts for every number of pieces from 1 to `max_chunks`, in order.
-pub fn chunk_options(
-    packing: &Packing,
-    usages: &[Vec<Vec<f64>>],
-    bandwidth: &[f64],
-    max_chunks: usize,
-) -> Vec<ChunkOption> {
-    (1..=max_chunks.max(1))
-        .map(|c| chunk_option(packing, usages, bandwidth, c))
-        .collect()
-}
-
 /// The packing's weights rounded to piece counts at `chunks` pieces per root.
 pub fn chunk_option(
     packing: &Packing,

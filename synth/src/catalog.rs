@@ -633,8 +633,8 @@ fn lower_candidate(
     })
 }
 
-/// Every algorithm with every replication count of the options, lowered and simulated
-/// (see [`lower_candidate`]), algorithm by algorithm.
+/// Every algorithm and its twins ([`crate::lower::twins`]) with every replication count of
+/// the options, lowered and simulated (see [`lower_candidate`]), algorithm by algorithm.
 fn lower_candidates(
     algorithms: &[Algorithm],
     options: &Options,
@@ -642,7 +642,18 @@ fn lower_candidates(
     notes: &mut Vec<String>,
 ) -> Vec<Candidate> {
     let mut candidates = Vec::new();
-    for algorithm in algorithms {
+    let twins_of = |a: &Algorithm| {
+        let lowering = crate::lower::LowerOptions {
+            flavor: options.flavor,
+            ..crate::lower::LowerOptions::default()
+        };
+        crate::lower::twins(a, &lowering)
+    };
+    let with_twins = algorithms
+        .iter()
+        .flat_map(|a| std::iter::once(a.clone()).chain(twins_of(a)));
+    for algorithm in with_twins {
+        let algorithm = &algorithm;
         for &instances in &options.instances {
             candidates.extend(lower_candidate(
                 algorithm,

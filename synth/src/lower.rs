@@ -578,6 +578,10 @@ struct Lowering<'a> {
     compacts: bool,
     /// Addresses one message may run over ([`message_span`]).
     span: usize,
+    /// Whether reductions that several messages of one step make into one accumulator
+    /// are received into temporaries and reduced on local threadblocks
+    /// ([`crate::origin::Origin::local_reductions`]).
+    local_reductions: bool,
 }
 
 impl<'a> Lowering<'a> {
@@ -603,6 +607,7 @@ impl<'a> Lowering<'a> {
             compact: false,
             compacts: false,
             span: message_span(coll.kind, coll.ranks, coll.chunks_per_rank),
+            local_reductions: algorithm.origin.local_reductions,
         };
         lowering.place_inputs(&by_address);
         if options.inplace {
@@ -667,8 +672,29 @@ impl<'a> Lowering<'a> {
         let runs = messages(&sends, self.span, count, |a| {
             self.channels.base_of(a, step_index)
         });
+        let local = self.local_reductions && step.reduce;
+        let fan_in = if local { fan_in(&sends) } else { FxHashMap::default() };
+        let arrival = if local { arrival_fractions(&sends) } else { Vec::new() };
+        let mut deferred: Vec<LocalReduction> = Vec::new();
         for run in runs {
-            self.lower_run(step_index, step.reduce, &sends, &sources, &run);
+            let joined = |&i: &usize| fan_in.get(&(sends[i].dst, sends[i].chunk)) > Some(&1);
+            for part in run.chunk_by(|a, b| joined(a) == joined(b)) {
+                if joined(&part[0]) {
+                    let sent = (&sends[..], &sources[..]);
+                    self.lower_run_locally(step_index, sent, part, &arrival, &mut deferred);
+                } else {
+                    self.lower_run(step_index, step.reduce, &sends, &sources, part);
+                }
+            }
+        }
+        // In the order their messages should arrive (an accumulator's first value before
+        // every reduction into it), on the local threadblocks.
+        deferred.sort_by(|a, b| a.arrival.total_cmp(&b.arrival).then(a.sender.cmp(&b.sender)));
+        for r in deferred {
+            let key = TbKey::Local { part: 0 };
+            self.code[r.rank]
+                .ops
+                .extend(r.steps.into_iter().map(|s| (key, s)));
         }
         Ok(())
     }
@@ -743,6 +769,58 @@ impl<'a> Lowering<'a> {
             self.emit(u, v, sends[run[0]].chunk, step_index, recv_ops, send_ops);
         }
         for (&i, &(_, landing)) in run.iter().zip(&landings) {
+            self.location.insert((v, sends[i].chunk), landing);
+        }
+    }
+
+    /// Lowers a run of sends that reduce into accumulators other messages of the step
+    /// reduce into too: received into temporaries, reduced by local threadblocks
+    /// (`deferred`), so that no receive waits for another's reduction. Where the receiver
+    /// holds no value yet, as [`Lowering::lower_run`] does.
+    fn lower_run_locally(
+        &mut self,
+        step_index: usize,
+        (sends, sources): (&[Send], &[Slot]),
+        run: &[usize],
+        arrival: &[f64],
+        deferred: &mut Vec<LocalReduction>,
+    ) {
+        let (u, v) = (sends[run[0]].src, sends[run[0]].dst);
+        let landings = self.landings(true, sends, run, v);
+        if landings.iter().any(|(current, _)| current.is_none()) {
+            return self.lower_run(step_index, true, sends, sources, run);
+        }
+        let temporaries: Vec<Slot> = run.iter().map(|_| self.code[v].scratch_slot()).collect();
+        let steps = |op: Op| -> Vec<Vec<Step>> {
+            run.iter()
+                .zip(&temporaries)
+                .map(|(&i, &tmp)| vec![Step::new(op, sources[i], tmp, 1)])
+                .collect()
+        };
+        let (received, sent) = (steps(Op::Recv), steps(Op::Send));
+        let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
+            (Some(r), Some(s)) => vec![(r, s)],
+            _ => received.into_iter().zip(sent).collect(),
+        };
+        for (recv_ops, send_ops) in messages {
+            self.emit(u, v, sends[run[0]].chunk, step_index, recv_ops, send_ops);
+        }
+        let sender = place_of(self.algorithm, u);
+        for ((&i, &(current, landing)), &tmp) in run.iter().zip(&landings).zip(&temporaries) {
+            if let Some(current) = current.filter(|&c| c != landing) {
+                deferred.push(LocalReduction {
+                    arrival: f64::NEG_INFINITY,
+                    sender,
+                    rank: v,
+                    steps: vec![Step::new(Op::Copy, current, landing, 1)],
+                });
+            }
+            deferred.push(LocalReduction {
+                arrival: arrival[i],
+                sender,
+                rank: v,
+                steps: vec![Step::new(Op::Reduce, tmp, landing, 1)],
+            });
             self.location.insert((v, sends[i].chunk), landing);
         }
     }
@@ -855,6 +933,45 @@ impl<'a> Lowering<'a> {
             compute: None,
         })
     }
+}
+
+/// A reduction moved off its receiving threadblock ([`Lowering::lower_run_locally`]).
+struct LocalReduction {
+    /// Roughly when in its step its message arrives ([`arrival_fractions`]).
+    arrival: f64,
+    /// The sender's place in [`Algorithm::rank_order`] (ties).
+    sender: usize,
+    /// The receiving rank, whose local threadblocks reduce.
+    rank: usize,
+    steps: Vec<Step>,
+}
+
+/// How many sends of a step end on each (receiver, address).
+fn fan_in(sends: &[Send]) -> FxHashMap<(usize, usize), usize> {
+    let mut fan_in: FxHashMap<(usize, usize), usize> = FxHashMap::default();
+    for s in sends {
+        *fan_in.entry((s.dst, s.chunk)).or_default() += 1;
+    }
+    fan_in
+}
+
+/// For each send of a step, the fraction of the step after which its message arrives were
+/// every link busy all the step: `(k + 1/2) / n` for the k-th of its link's n sends.
+fn arrival_fractions(sends: &[Send]) -> Vec<f64> {
+    let mut on_link: FxHashMap<(usize, usize), usize> = FxHashMap::default();
+    let places: Vec<usize> = sends
+        .iter()
+        .map(|s| {
+            let n = on_link.entry((s.src, s.dst)).or_default();
+            *n += 1;
+            *n - 1
+        })
+        .collect();
+    sends
+        .iter()
+        .zip(places)
+        .map(|(s, k)| (k as f64 + 0.5) / on_link[&(s.src, s.dst)] as f64)
+        .collect()
 }
 
 /// The steps that move one value from `src` to `landing`: (the receiver's, the sender's).
@@ -1047,6 +1164,46 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
         twin.renamed()
     };
     Some(twin)
+}
+
+/// The twins of `algorithm` that lower to other programs of the same schedule, in order:
+/// its two-step twin ([`two_step_twin`]) and its twin with local reductions
+/// ([`local_reduction_twin`]). The main command and catalogs simulate each beside its
+/// algorithm and pick per size.
+pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
+    (two_step_twin(algorithm, options).into_iter())
+        .chain(local_reduction_twin(algorithm))
+        .collect()
+}
+
+/// The twin of `algorithm` with its joined reductions on local threadblocks: named `-lr`
+/// ([`crate::origin::Origin::local_reductions`]). Neither form is faster everywhere (the
+/// local form frees the receives, and with them the senders, from waiting on each other's
+/// reductions, but makes a further pass through memory per message), so both are
+/// candidates that the simulation chooses between. `None` where no step reduces two
+/// messages into one accumulator, and for a twin.
+pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
+    let origin = &algorithm.origin;
+    if origin.local_reductions || origin.two_step_receives {
+        return None;
+    }
+    let joined = |step: &AlgoStep| step.reduce && fan_in(&step.sends).values().any(|&n| n > 1);
+    if !algorithm.steps.iter().any(joined) {
+        return None;
+    }
+    let mut twin = algorithm.clone();
+    twin.origin.local_reductions = true;
+    Some(if twin.origin.family == crate::origin::Family::External {
+        Algorithm {
+            name: format!(
+                "{}-lr",
+                crate::origin::shortened(&algorithm.name, crate::origin::MAX_NAME - 3)
+            ),
+            ..twin
+        }
+    } else {
+        twin.renamed()
+    })
 }
 
 /// Whether two programs are the same but for their names (a two-step twin whose algorithm's
@@ -1555,16 +1712,30 @@ fn depended_first(gpu: &mut Gpu) {
 
 /// Numbers the local threadblocks: local copies beyond one threadblock's step limit (an
 /// in-place alltoall past 64 ranks stages one copy per peer) go to further local
-/// threadblocks.
+/// threadblocks. A reduction counts [`LOCAL_REDUCTION_STEPS`] steps, so that the local
+/// reductions of [`Lowering::lower_run_locally`] come in short runs on threadblocks of
+/// their own, which run side by side.
 fn number_local_parts(ops: &mut [(TbKey, Step)]) {
     let mut locals = 0;
-    for (key, _) in ops.iter_mut() {
+    for (key, step) in ops.iter_mut() {
         if let TbKey::Local { part } = key {
+            let steps = if step.op == Op::Reduce {
+                LOCAL_REDUCTION_STEPS
+            } else {
+                1
+            };
+            if locals % LOCAL_STEPS + steps > LOCAL_STEPS {
+                locals = locals.next_multiple_of(LOCAL_STEPS);
+            }
             *part = locals / LOCAL_STEPS;
-            locals += 1;
+            locals += steps;
         }
     }
 }
+
+/// Steps a local reduction may take: itself and a nop for each dependency past its first
+/// (its temporary's receive, the accumulator's last writer and its readers since).
+const LOCAL_REDUCTION_STEPS: usize = 4;
 
 /// One threadblock per key (in `keys`' order, which gives their ids), each with room for
 /// its steps in `ops`.
@@ -1981,6 +2152,53 @@ mod tests {
         let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
         let sizes = vec![(Op::Send, 1), (Op::Send, 2), (Op::Send, 1)];
         assert_eq!(ops(&program, 0, 1), sizes);
+    }
+
+    #[test]
+    fn joined_reductions_go_to_local_threadblocks_in_the_local_twin() {
+        // Ranks 0 and 2 of line:3 send both their chunks to rank 1 in one step: two messages
+        // join in each of rank 1's accumulators.
+        let sends = [0, 2]
+            .into_iter()
+            .flat_map(|src| (0..2).map(move |chunk| Send { chunk, src, dst: 1 }))
+            .collect();
+        let step = AlgoStep {
+            rounds: 2,
+            reduce: true,
+            sends,
+        };
+        let a = Algorithm::plain(
+            "reduce-line_3",
+            "line:3",
+            Collective::new(Kind::Reduce, 3, 1, 2).unwrap(),
+            vec![step],
+        );
+        let twin = local_reduction_twin(&a).expect("two messages join");
+        assert!(twin.name.ends_with("-lr"), "{}", twin.name);
+        assert!(local_reduction_twin(&twin).is_none());
+        for flavor in [Flavor::Nccl, Flavor::Rccl] {
+            let options = LowerOptions {
+                flavor,
+                ..LowerOptions::default()
+            };
+            let plain = lower_verified(&a, &options).unwrap();
+            let local = lower_verified(&twin, &options).unwrap();
+            let rank1 = |p: &Program, receiving: bool| -> Vec<Op> {
+                (p.gpus[1].threadblocks.iter())
+                    .filter(|t| t.recv.is_some() == receiving && t.send.is_none())
+                    .flat_map(|t| t.steps.iter().map(|s| s.op))
+                    .filter(|&op| op != Op::Nop)
+                    .collect()
+            };
+            // The plain form reduces on its receiving threadblocks, the twin only receives
+            // there and reduces (twice per address) on local ones.
+            assert!(rank1(&plain, true).iter().any(|op| op.reduces()), "{flavor:?}");
+            assert!(rank1(&local, true).iter().all(|&op| op == Op::Recv));
+            let reductions = rank1(&local, false).iter().filter(|&&op| op == Op::Reduce).count();
+            assert_eq!(reductions, 4, "{flavor:?}");
+        }
+        // Nothing joins in a line: no twin.
+        assert!(local_reduction_twin(&line_of_four(Kind::Reduce, [0, 1, 2, 3], None)).is_none());
     }
 
     #[test]

@@ -218,6 +218,13 @@ pub struct Origin {
     /// (`r`, `cpy`, `re`), which the simulation tells apart (`lower::two_step_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub two_step_receives: bool,
+    /// Lowered with the reductions that several messages of one step make into one
+    /// accumulator received into temporaries and reduced on local threadblocks in the order
+    /// the messages should arrive (named `-lr`): no receive then waits for another's
+    /// reduction, so no sender stalls on a full connection, at the cost of a pass through
+    /// the rank's memory per message (`lower::local_reduction_twin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local_reductions: bool,
 }
 
 impl Origin {
@@ -227,6 +234,7 @@ impl Origin {
             family,
             stages: None,
             two_step_receives: false,
+            local_reductions: false,
         }
     }
 }
@@ -263,7 +271,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r][-lr]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -280,6 +288,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if parts.origin.two_step_receives {
         tail.push_str("-2r");
+    }
+    if parts.origin.local_reductions {
+        tail.push_str("-lr");
     }
     fit(&head, &tail, MAX_NAME)
 }
@@ -328,6 +339,7 @@ mod tests {
                 family,
                 stages,
                 two_step_receives: false,
+                local_reductions: false,
             },
             steps: 3,
             rounds: 7,
@@ -407,13 +419,14 @@ mod tests {
                 family: long,
                 stages: Some(12),
                 two_step_receives: true,
+                local_reductions: true,
             },
             steps: 121,
             rounds: 4600,
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12-2r"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-2r-lr"), "{n}");
         assert!(n.starts_with("allreduce-torus3d-4x4x4-greedy"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }

@@ -1962,8 +1962,9 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
 /// Issue 27: where the runtime has no fused instructions (amd8 runs RCCL), the main command
 /// also lowers each reducing algorithm with its unfused receives in two steps (`r` into the
 /// accumulator, then `re`: the twin named `-2r`, with no `cpy`), simulates both and picks
-/// per size. On amd8's reduce-scatter the twin simulates faster at every compared size, so
-/// it is the one chosen at 1 GB; both programs verify and load on RCCL.
+/// per size; every reducing algorithm that joins messages in one accumulator also has a twin
+/// with those reductions on local threadblocks (`-lr`). All verify and load on RCCL; on
+/// amd8's reduce-scatter the local twin of the 38-piece layout is chosen at 1 GB.
 #[test]
 fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
     let dir = temp_dir("two-step-twins");
@@ -2004,10 +2005,22 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
         let text = std::fs::read_to_string(twin.replace(".json", ".xml")).unwrap();
         assert!(!text.contains("type=\"cpy\""), "{twin}");
     }
+    // The twins with local reductions (`-lr`) load on RCCL too, and at 1 GB one of them is
+    // chosen: the 38-piece layout's, at 99% of the optimum.
+    let local: Vec<&&str> = files.iter().filter(|f| f.ends_with("-lr.json")).collect();
+    assert!(!local.is_empty(), "{files:?}");
+    for twin in &local {
+        let v = synth(&["verify", "--json", &twin.replace(".json", ".xml")]);
+        let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+        assert_eq!(report["ok"], true, "{twin}: {report}");
+        assert_eq!(report["runtimes"]["rccl"]["loads"], true, "{twin}: {report}");
+    }
     let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
     let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
     let chosen = at_1gb["algorithm"].as_str().unwrap();
-    assert!(chosen.ends_with("-2r"), "{chosen}");
+    assert!(chosen.ends_with("-lr"), "{chosen}");
+    let (busbw, bound) = (doc["at_1gb"]["busbw"].as_f64(), doc["at_1gb"]["bound"].as_f64());
+    assert!(busbw.unwrap() >= 0.99 * bound.unwrap(), "{busbw:?} of {bound:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

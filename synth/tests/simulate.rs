@@ -945,3 +945,44 @@ fn simulation_order_is_by_key_then_place() {
         vec![4, 1, 3, 2, 0]
     );
 }
+
+/// amd8's exact reduce-scatter, 38 pieces per root (the dual of its exact allgather), joins
+/// up to 7 messages in each accumulator. Received into it in turn, each receive waits for
+/// the reduction before it, its sender's two-message connection fills, and links idle; with
+/// the joined reductions on local threadblocks (the `-lr` twin) it reaches the optimum.
+#[test]
+fn local_reductions_take_amd8s_reduce_scatter_to_the_optimum() {
+    use std::time::{Duration, Instant};
+    use synth::collective::{Collective as Coll, Kind};
+    use synth::lower::{local_reduction_twin, lower_verified, LowerOptions};
+    use synth::progress::Progress;
+    use synth::synthesize::{synthesize_with, Method, Request, Search};
+    let topo = topology::load("amd8").unwrap();
+    let progress = Progress::hidden();
+    let request = Request {
+        topology: &topo,
+        collective: Coll::new(Kind::ReduceScatter, 8, 0, 1).unwrap(),
+        search: Search::Pareto,
+        limits: synth::smt::Limits::new(16, 8, Instant::now() + Duration::from_secs(600)),
+        progress: &progress,
+    };
+    let found = synthesize_with(&request, Method::Trees, None).unwrap();
+    let plain = (found.algorithms.iter())
+        .find(|a| a.chunks() == 38)
+        .expect("the 38-piece layout");
+    let local = local_reduction_twin(plain).expect("accumulators join messages");
+    let bound = cutbound::busbw_bound(Collective::ReduceScatter, &topo);
+    for flavor in [runtime::ir::Flavor::Rccl, runtime::ir::Flavor::Nccl] {
+        let options = LowerOptions {
+            flavor,
+            ..LowerOptions::default()
+        };
+        let busbw = |a| {
+            let p = lower_verified(a, &options).unwrap();
+            simulate(&p, &topo, GB, &SimOptions::default()).unwrap().busbw
+        };
+        let (plain, local) = (busbw(plain), busbw(&local));
+        assert!(local >= 0.99 * bound, "{flavor:?}: {local} of {bound}");
+        assert!(plain < local, "{flavor:?}: {plain} vs {local}");
+    }
+}

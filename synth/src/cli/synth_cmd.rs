@@ -394,7 +394,7 @@ fn search_algorithms(
     progress.finish();
     let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
     synthesis.algorithms =
-        with_two_step_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
+        with_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
@@ -428,20 +428,20 @@ enum TwinOf {
 #[error("the two-step twin lowers to the same program as its algorithm")]
 struct SameProgram;
 
-/// `algorithms`, each followed by its two-step twin where the flavour has no fused
-/// instructions and the twin lowers to another program ([`crate::lower::two_step_twin`]):
-/// both are lowered, verified and simulated, and the simulation picks per size (an equal
-/// figure keeps the earlier, the algorithm as found).
-fn with_two_step_twins(
+/// `algorithms`, each followed by its twins ([`crate::lower::twins`]: two-step receives
+/// where the flavour has no fused instructions, local reductions where messages join in a
+/// reduction): all are lowered, verified and simulated, and the simulation picks per size
+/// (an equal figure keeps the earlier, the algorithm as found).
+fn with_twins(
     algorithms: Vec<Algorithm>,
     lowering: &super::lower_args::LowerArgs,
 ) -> Result<Vec<Algorithm>> {
     let options = lowering.options(false)?;
     let mut all = Vec::with_capacity(algorithms.len());
     for a in algorithms {
-        let twin = crate::lower::two_step_twin(&a, &options);
+        let twins = crate::lower::twins(&a, &options);
         all.push(a);
-        all.extend(twin);
+        all.extend(twins);
     }
     Ok(all)
 }

@@ -673,8 +673,16 @@ impl<'a> Lowering<'a> {
             self.channels.base_of(a, step_index)
         });
         let local = self.local_reductions && step.reduce;
-        let fan_in = if local { fan_in(&sends) } else { FxHashMap::default() };
-        let arrival = if local { arrival_fractions(&sends) } else { Vec::new() };
+        let fan_in = if local {
+            fan_in(&sends)
+        } else {
+            FxHashMap::default()
+        };
+        let arrival = if local {
+            arrival_fractions(&sends)
+        } else {
+            Vec::new()
+        };
         let mut deferred: Vec<LocalReduction> = Vec::new();
         for run in runs {
             let joined = |&i: &usize| fan_in.get(&(sends[i].dst, sends[i].chunk)) > Some(&1);
@@ -689,7 +697,11 @@ impl<'a> Lowering<'a> {
         }
         // In the order their messages should arrive (an accumulator's first value before
         // every reduction into it), on the local threadblocks.
-        deferred.sort_by(|a, b| a.arrival.total_cmp(&b.arrival).then(a.sender.cmp(&b.sender)));
+        deferred.sort_by(|a, b| {
+            a.arrival
+                .total_cmp(&b.arrival)
+                .then(a.sender.cmp(&b.sender))
+        });
         for r in deferred {
             let key = TbKey::Local { part: 0 };
             self.code[r.rank]
@@ -2192,9 +2204,15 @@ mod tests {
             };
             // The plain form reduces on its receiving threadblocks, the twin only receives
             // there and reduces (twice per address) on local ones.
-            assert!(rank1(&plain, true).iter().any(|op| op.reduces()), "{flavor:?}");
+            assert!(
+                rank1(&plain, true).iter().any(|op| op.reduces()),
+                "{flavor:?}"
+            );
             assert!(rank1(&local, true).iter().all(|&op| op == Op::Recv));
-            let reductions = rank1(&local, false).iter().filter(|&&op| op == Op::Reduce).count();
+            let reductions = rank1(&local, false)
+                .iter()
+                .filter(|&&op| op == Op::Reduce)
+                .count();
             assert_eq!(reductions, 4, "{flavor:?}");
         }
         // Nothing joins in a line: no twin.

@@ -140,6 +140,11 @@ impl Race {
         }
     }
 
+    /// The busbw each size's best candidate so far reached (0 where none was entered).
+    pub fn bar(&self) -> &[f64] {
+        &self.bar
+    }
+
     /// The points of `program`, the candidate at `place` in the table, for the table: `None`
     /// where it cannot win against the candidates entered before
     /// ([`Simulation::curve_winning`]); the bar rises with the points kept.

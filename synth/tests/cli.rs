@@ -2013,14 +2013,23 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
         let v = synth(&["verify", "--json", &twin.replace(".json", ".xml")]);
         let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
         assert_eq!(report["ok"], true, "{twin}: {report}");
-        assert_eq!(report["runtimes"]["rccl"]["loads"], true, "{twin}: {report}");
+        assert_eq!(
+            report["runtimes"]["rccl"]["loads"], true,
+            "{twin}: {report}"
+        );
     }
     let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
     let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
     let chosen = at_1gb["algorithm"].as_str().unwrap();
     assert!(chosen.ends_with("-lr"), "{chosen}");
-    let (busbw, bound) = (doc["at_1gb"]["busbw"].as_f64(), doc["at_1gb"]["bound"].as_f64());
-    assert!(busbw.unwrap() >= 0.99 * bound.unwrap(), "{busbw:?} of {bound:?}");
+    let (busbw, bound) = (
+        doc["at_1gb"]["busbw"].as_f64(),
+        doc["at_1gb"]["bound"].as_f64(),
+    );
+    assert!(
+        busbw.unwrap() >= 0.99 * bound.unwrap(),
+        "{busbw:?} of {bound:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

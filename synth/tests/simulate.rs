@@ -979,7 +979,9 @@ fn local_reductions_take_amd8s_reduce_scatter_to_the_optimum() {
         };
         let busbw = |a| {
             let p = lower_verified(a, &options).unwrap();
-            simulate(&p, &topo, GB, &SimOptions::default()).unwrap().busbw
+            simulate(&p, &topo, GB, &SimOptions::default())
+                .unwrap()
+                .busbw
         };
         let (plain, local) = (busbw(plain), busbw(&local));
         assert!(local >= 0.99 * bound, "{flavor:?}: {local} of {bound}");

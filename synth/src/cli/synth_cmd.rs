@@ -203,6 +203,12 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut held: Vec<Held> = Vec::new();
     let mut held_steps = 0usize;
     let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
+    let mut stalls = Stalls {
+        joined: (synthesis.algorithms.iter())
+            .map(|a| crate::lower::local_reduction_twin(a).is_some())
+            .collect(),
+        unstalled: vec![None; synthesis.algorithms.len()],
+    };
     // What the algorithm before says of its two-step twin, kept while the twin is lowered.
     let mut before = TwinOf::Nothing;
     for (index, a) in synthesis.algorithms.iter().enumerate() {
@@ -285,15 +291,57 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             simulate_held(
                 &mut race,
                 std::mem::take(&mut held),
-                &topo,
-                &sim,
+                (&topo, &sim),
                 &progress,
                 &mut lowered,
+                &mut stalls,
             )?;
             held_steps = 0;
         }
     }
-    simulate_held(&mut race, held, &topo, &sim, &progress, &mut lowered)?;
+    let sims = (&topo, &sim);
+    simulate_held(&mut race, held, sims, &progress, &mut lowered, &mut stalls)?;
+    let mut files = files;
+    let bar = race.bar().last().copied();
+    let twins = local_reduction_twins(&synthesis.algorithms, &stalls.unstalled, bar);
+    for twin in twins {
+        let index = synthesis.algorithms.len();
+        files.extend(write_algorithms(std::slice::from_ref(&twin), &args.out)?);
+        let bound = |v: &crate::lower::Verified| -> Result<Held> {
+            let p = &v.program;
+            Ok(Held {
+                index,
+                key: 0.0,
+                bounds: compared(&topo, &sim).bounds(p)?,
+                program: p.clone(),
+            })
+        };
+        match super::lower_args::write_xml(&twin, &args.out, &lowering, &progress, bound) {
+            Ok((paths, h)) => {
+                lowered.push((paths, None));
+                let sims = (&topo, &sim);
+                simulate_held(
+                    &mut race,
+                    vec![h],
+                    sims,
+                    &progress,
+                    &mut lowered,
+                    &mut stalls,
+                )?;
+            }
+            Err(e) if unexpressible(&e) => {
+                dropped.push(format!(
+                    "{}: no XML written (the {} runtime cannot load its local reductions; {} is rated): {e:#}",
+                    twin.name,
+                    lowering.flavor().name(),
+                    twin.name.trim_end_matches("-lr"),
+                ));
+                lowered.push((Vec::new(), None));
+            }
+            Err(e) => return Err(e),
+        }
+        synthesis.algorithms.push(twin);
+    }
     // Said on stderr with the other notes and carried by `--json`'s `notes`.
     synthesis.notes.extend(dropped);
     // Checked algorithms that no runtime can load are not a result.
@@ -394,13 +442,53 @@ fn search_algorithms(
     progress.finish();
     let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
     synthesis.algorithms =
-        with_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
+        with_two_step_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
     crate::algorithm::name_uniquely(&mut synthesis.algorithms, custom_file);
     Ok(synthesis)
 }
+
+/// The twins with local reductions ([`crate::lower::local_reduction_twin`]) worth lowering
+/// and simulating after `algorithms`: those of algorithms that, with connections that never
+/// fill (`unstalled`), come within [`TWIN_REACH`] of what the simulation reached at the
+/// largest compared size (`bar`): freed receives may take them past it. Named `NAME-lr`
+/// where the rendered name is taken.
+fn local_reduction_twins(
+    algorithms: &[Algorithm],
+    unstalled: &[Option<f64>],
+    bar: Option<f64>,
+) -> Vec<Algorithm> {
+    let Some(bar) = bar else {
+        return Vec::new();
+    };
+    let mut names: std::collections::HashSet<String> =
+        algorithms.iter().map(|a| a.name.clone()).collect();
+    let mut twins = Vec::new();
+    for (a, unstalled) in algorithms.iter().zip(unstalled) {
+        if !unstalled.is_some_and(|u| u > bar * (1.0 - TWIN_REACH)) {
+            continue;
+        }
+        let Some(mut twin) = crate::lower::local_reduction_twin(a) else {
+            continue;
+        };
+        if names.contains(&twin.name) {
+            let most = crate::origin::MAX_NAME - "-lr".len();
+            twin.name = format!("{}-lr", crate::origin::shortened(&a.name, most));
+        }
+        if names.insert(twin.name.clone()) {
+            twins.push(twin);
+        }
+    }
+    twins
+}
+
+/// How far below the best figure at 1 GB an algorithm's unstalled figure may be for its twin
+/// with local reductions to be tried: the twin's receives wait on nothing, not even on each
+/// other's reductions, so it may pass the unstalled figure (dgx-h100x2's 8-piece rail
+/// shortcut allreduce: 476.7 GB/s unstalled, 494.3 as the twin, past the best plain 488.6).
+const TWIN_REACH: f64 = 0.05;
 
 /// The note on two-step twin `twin` that lowers to the same program as `algorithm`.
 fn same_program(twin: &Algorithm, algorithm: &Algorithm) -> String {
@@ -428,20 +516,21 @@ enum TwinOf {
 #[error("the two-step twin lowers to the same program as its algorithm")]
 struct SameProgram;
 
-/// `algorithms`, each followed by its twins ([`crate::lower::twins`]: two-step receives
-/// where the flavour has no fused instructions, local reductions where messages join in a
-/// reduction): all are lowered, verified and simulated, and the simulation picks per size
-/// (an equal figure keeps the earlier, the algorithm as found).
-fn with_twins(
+/// `algorithms`, each followed by its two-step twin where the flavour has no fused
+/// instructions and the twin lowers to another program ([`crate::lower::two_step_twin`]):
+/// both are lowered, verified and simulated, and the simulation picks per size (an equal
+/// figure keeps the earlier, the algorithm as found). Twins with local reductions come
+/// later, where they may win ([`local_reduction_twins`]).
+fn with_two_step_twins(
     algorithms: Vec<Algorithm>,
     lowering: &super::lower_args::LowerArgs,
 ) -> Result<Vec<Algorithm>> {
     let options = lowering.options(false)?;
     let mut all = Vec::with_capacity(algorithms.len());
     for a in algorithms {
-        let twins = crate::lower::twins(&a, &options);
+        let twin = crate::lower::two_step_twin(&a, &options);
         all.push(a);
-        all.extend(twins);
+        all.extend(twin);
     }
     Ok(all)
 }
@@ -902,10 +991,10 @@ struct Held {
 fn simulate_held(
     race: &mut Race,
     held: Vec<Held>,
-    topo: &Topology,
-    sim: &SimOptions,
+    (topo, sim): (&Topology, &SimOptions),
     progress: &Progress,
     lowered: &mut [(Vec<String>, Option<Simulated>)],
+    stalls: &mut Stalls,
 ) -> Result<()> {
     let keys: Vec<f64> = held.iter().map(|h| h.key).collect();
     let mut held: Vec<Option<Held>> = held.into_iter().map(Some).collect();
@@ -914,12 +1003,44 @@ fn simulate_held(
         progress.message(&format!("simulating {} at 1 KB to 1 GB", h.program.name));
         let points =
             race.enter_bounded(&compared(topo, sim), h.index, &h.program, Some(&h.bounds))?;
+        let above_the_bar = race.bar().last().is_some_and(|&bar| h.key > bar);
+        if stalls.joined.get(h.index) == Some(&true) && above_the_bar {
+            // A filter only: where this simulation fails, no twin is tried.
+            stalls.unstalled[h.index] = unstalled_busbw(&h.program, topo, sim).ok();
+        }
         lowered[h.index].1 = Some(Simulated {
             name: h.program.name.clone(),
             points,
         });
     }
     Ok(())
+}
+
+/// What the main command learns, while it simulates, of the algorithms whose reductions
+/// join messages: whether their twins with local reductions may win
+/// ([`local_reduction_twins`]).
+struct Stalls {
+    /// Per algorithm: whether a step of it joins messages in one accumulator (it has a
+    /// twin with local reductions).
+    joined: Vec<bool>,
+    /// Per algorithm: its busbw at the largest compared size with connections that never
+    /// fill, where it was above the bar ([`unstalled_busbw`]).
+    unstalled: Vec<Option<f64>>,
+}
+
+/// `program`'s busbw at [`COMPARE_BYTES`] (Simple) where no connection ever holds its
+/// sender back (an unbounded FIFO): what it loses to full connections is what its twin with
+/// local reductions, whose receives never wait for each other, can win back (at the cost of
+/// a pass through memory per message).
+fn unstalled_busbw(
+    program: &runtime::ir::Program,
+    topo: &Topology,
+    sim: &SimOptions,
+) -> Result<f64> {
+    let mut options = *sim;
+    options.model.fifo_depth = usize::MAX;
+    options.protocol = Some(runtime::ir::Protocol::Simple);
+    Ok(crate::simulate::simulate(program, topo, COMPARE_BYTES, &options)?.busbw)
 }
 
 /// An algorithm's name and simulated figures at each of [`COMPARE_SIZES`] (`None` where it

@@ -678,11 +678,19 @@ impl<'a> Lowering<'a> {
         } else {
             FxHashMap::default()
         };
-        let arrival = if local {
+        let arrival = if step.reduce {
             arrival_fractions(&sends)
         } else {
             Vec::new()
         };
+        // The reductions into one accumulator run in the order of their messages in the
+        // program, so in a reducing step the messages go in the order they should arrive: a
+        // receive then seldom waits for the reduction of a message that comes later (while
+        // its own connection fills). Each link keeps its order.
+        let mut runs = runs;
+        if step.reduce {
+            runs.sort_by(|a, b| arrival[a[a.len() - 1]].total_cmp(&arrival[b[b.len() - 1]]));
+        }
         let mut deferred: Vec<LocalReduction> = Vec::new();
         for run in runs {
             let joined = |&i: &usize| fan_in.get(&(sends[i].dst, sends[i].chunk)) > Some(&1);
@@ -2164,6 +2172,52 @@ mod tests {
         let (program, _) = lower_to_xml(&a, &LowerOptions::default()).unwrap();
         let sizes = vec![(Op::Send, 1), (Op::Send, 2), (Op::Send, 1)];
         assert_eq!(ops(&program, 0, 1), sizes);
+    }
+
+    #[test]
+    fn joined_reductions_chain_in_the_order_their_messages_arrive() {
+        // Rank 1 (the root) gets chunks 0, 1, 2 from rank 0 and 2, 0, 1 from rank 2, in one
+        // step: chunk 2 comes first from rank 2 and last from rank 0, so its reduction from
+        // rank 0 waits for rank 2's, not the other way round (the chain is not by rank).
+        let send = |src, chunk| Send { chunk, src, dst: 1 };
+        let step = AlgoStep {
+            rounds: 3,
+            reduce: true,
+            sends: vec![
+                send(0, 0),
+                send(0, 1),
+                send(0, 2),
+                send(2, 2),
+                send(2, 0),
+                send(2, 1),
+            ],
+        };
+        let a = Algorithm::plain(
+            "reduce-line_3",
+            "line:3",
+            Collective::new(Kind::Reduce, 3, 1, 3).unwrap(),
+            vec![step],
+        );
+        let program = lower_verified(&a, &LowerOptions::default()).unwrap();
+        let gpu = &program.gpus[1];
+        let from = |peer| {
+            let id = (gpu.threadblocks.iter())
+                .position(|t| t.recv == Some(peer))
+                .unwrap();
+            (id, &gpu.threadblocks[id])
+        };
+        let ((id0, tb0), (id2, tb2)) = (from(0), from(2));
+        assert!(tb2.steps[0].deps.is_empty(), "{:?}", tb2.steps[0]);
+        assert!(
+            tb0.steps[2].deps.iter().any(|d| d.tb == id2),
+            "{:?}",
+            tb0.steps[2]
+        );
+        assert!(
+            tb2.steps[1].deps.iter().any(|d| d.tb == id0),
+            "{:?}",
+            tb2.steps[1]
+        );
     }
 
     #[test]

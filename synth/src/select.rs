@@ -154,7 +154,7 @@ impl Race {
         place: usize,
         program: &Program,
     ) -> Result<Vec<Option<Point>>> {
-        self.enter_bounded(simulation, place, program, None)
+        Ok(self.enter_bounded(simulation, place, program, None)?.points)
     }
 
     /// [`Self::enter`] with the program's bounds known ([`Simulation::bounds`] of the same
@@ -165,13 +165,17 @@ impl Race {
         place: usize,
         program: &Program,
         bounds: Option<&ProgramBounds>,
-    ) -> Result<Vec<Option<Point>>> {
+    ) -> Result<Entered> {
         let ties_win: Vec<bool> = self.holder.iter().map(|&w| place < w).collect();
-        let points = match (simulation.runs, bounds) {
+        let (points, own) = match (simulation.runs, bounds) {
             (Runs::Together, Some(b)) => {
-                simulation.best_of(program, simulation.sizes, &self.bar, &ties_win, Some(b))?
+                let own = simulation.own_best(program, simulation.sizes, &self.bar, Some(b))?;
+                (winning(own.clone(), &self.bar, &ties_win), own)
             }
-            _ => simulation.curve_winning(program, &self.bar, &ties_win)?,
+            _ => {
+                let points = simulation.curve_winning(program, &self.bar, &ties_win)?;
+                (points.clone(), points)
+            }
         };
         for ((b, w), p) in self.bar.iter_mut().zip(&mut self.holder).zip(&points) {
             if let Some(p) = p {
@@ -180,8 +184,26 @@ impl Race {
                 *w = place;
             }
         }
-        Ok(points)
+        Ok(Entered { points, own })
     }
+}
+
+/// The points of `best` that win against `bar`: faster, or as fast from an earlier place
+/// (`ties_win`).
+fn winning(best: Vec<Option<Point>>, bar: &[f64], ties_win: &[bool]) -> Vec<Option<Point>> {
+    (best.into_iter().zip(bar).zip(ties_win))
+        .map(|((p, &b), &tie)| p.filter(|p| p.busbw > b || (tie && p.busbw == b)))
+        .collect()
+}
+
+/// What [`Race::enter_bounded`] learned of a program.
+#[derive(Debug, Clone)]
+pub struct Entered {
+    /// Its points for the table: `None` where it cannot win.
+    pub points: Vec<Option<Point>>,
+    /// Its own fastest point at each size, won or not: `None` where its bounds ruled the
+    /// simulation out (without known bounds, the points it won only).
+    pub own: Vec<Option<Point>>,
 }
 
 /// NCCL's choice at one size: the algorithm and protocol its tuner picks, simulated (NVLS:
@@ -325,6 +347,19 @@ impl Simulation<'_> {
         ties_win: &[bool],
         known: Option<&ProgramBounds>,
     ) -> Result<Vec<Option<Point>>> {
+        let best = self.own_best(program, sizes, bar, known)?;
+        Ok(winning(best, bar, ties_win))
+    }
+
+    /// `program`'s fastest point at each of `sizes` over the protocols, won against `bar` or
+    /// not; `None` where its bounds ruled every simulation there out.
+    fn own_best(
+        &self,
+        program: &Program,
+        sizes: &[u64],
+        bar: &[f64],
+        known: Option<&ProgramBounds>,
+    ) -> Result<Vec<Option<Point>>> {
         let mut best: Vec<Option<Point>> = vec![None; sizes.len()];
         for &protocol in self.protocols {
             let at: Vec<usize> = (0..sizes.len())
@@ -362,9 +397,7 @@ impl Simulation<'_> {
                 }
             }
         }
-        Ok((best.into_iter().zip(bar).zip(ties_win))
-            .map(|((p, &b), &tie)| p.filter(|p| p.busbw > b || (tie && p.busbw == b)))
-            .collect())
+        Ok(best)
     }
 
     /// `program` under `protocol` at `sizes` (a failure fails them all).

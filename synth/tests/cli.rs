@@ -1962,9 +1962,8 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
 /// Issue 27: where the runtime has no fused instructions (amd8 runs RCCL), the main command
 /// also lowers each reducing algorithm with its unfused receives in two steps (`r` into the
 /// accumulator, then `re`: the twin named `-2r`, with no `cpy`), simulates both and picks
-/// per size; every reducing algorithm that joins messages in one accumulator also has a twin
-/// with those reductions on local threadblocks (`-lr`). All verify and load on RCCL; on
-/// amd8's reduce-scatter the local twin of the 38-piece layout is chosen at 1 GB.
+/// per size. Both verify and load on RCCL; on amd8's reduce-scatter the 38-piece layout is
+/// chosen at 1 GB.
 #[test]
 fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
     let dir = temp_dir("two-step-twins");
@@ -2005,18 +2004,55 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
         let text = std::fs::read_to_string(twin.replace(".json", ".xml")).unwrap();
         assert!(!text.contains("type=\"cpy\""), "{twin}");
     }
-    // The twins with local reductions (`-lr`) load on RCCL too, and at 1 GB one of them is
-    // chosen: the 38-piece layout's, at 99% of the optimum.
+    // At 1 GB the 38-piece layout is chosen, at 99% of the optimum (its reductions chained in
+    // the order their messages arrive).
+    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
+    let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
+    let chosen = at_1gb["algorithm"].as_str().unwrap();
+    assert!(chosen.contains("-c38"), "{chosen}");
+    let (busbw, bound) = (
+        doc["at_1gb"]["busbw"].as_f64(),
+        doc["at_1gb"]["bound"].as_f64(),
+    );
+    assert!(
+        busbw.unwrap() >= 0.99 * bound.unwrap(),
+        "{busbw:?} of {bound:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 27: where an algorithm's receives stall on each other's reductions (dgx-h100x2's
+/// 8-piece rail shortcut reduce-scatter simulates faster with connections that never fill),
+/// the main command also lowers it with those reductions on local threadblocks, the twin
+/// named `-lr`, which verifies and is chosen at 1 GB.
+#[test]
+fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
+    let dir = temp_dir("local-twins");
+    let d = dir.to_str().unwrap();
+    let args = ["--topo", "dgx-h100x2", "--coll", "reducescatter"];
+    let out = synth(&[&args[..], &["--out", d, "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<&str> = (doc["algorithms"].as_array().unwrap().iter())
+        .map(|a| a["file"].as_str().unwrap())
+        .collect();
     let local: Vec<&&str> = files.iter().filter(|f| f.ends_with("-lr.json")).collect();
     assert!(!local.is_empty(), "{files:?}");
     for twin in &local {
-        let v = synth(&["verify", "--json", &twin.replace(".json", ".xml")]);
-        let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
-        assert_eq!(report["ok"], true, "{twin}: {report}");
-        assert_eq!(
-            report["runtimes"]["rccl"]["loads"], true,
-            "{twin}: {report}"
-        );
+        let json = std::fs::read_to_string(twin).unwrap();
+        assert!(json.contains("\"local_reductions\": true"), "{twin}");
+        for xml in [
+            twin.replace(".json", ".xml"),
+            twin.replace(".json", ".inplace.xml"),
+        ] {
+            let v = synth(&["verify", "--json", &xml]);
+            let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+            assert_eq!(report["ok"], true, "{xml}: {report}");
+        }
     }
     let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
     let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
@@ -2027,7 +2063,7 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
         doc["at_1gb"]["bound"].as_f64(),
     );
     assert!(
-        busbw.unwrap() >= 0.99 * bound.unwrap(),
+        busbw.unwrap() >= 0.985 * bound.unwrap(),
         "{busbw:?} of {bound:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);

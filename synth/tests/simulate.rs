@@ -946,12 +946,13 @@ fn simulation_order_is_by_key_then_place() {
     );
 }
 
-/// amd8's exact reduce-scatter, 38 pieces per root (the dual of its exact allgather), joins
-/// up to 7 messages in each accumulator. Received into it in turn, each receive waits for
-/// the reduction before it, its sender's two-message connection fills, and links idle; with
-/// the joined reductions on local threadblocks (the `-lr` twin) it reaches the optimum.
+/// amd8's exact reduce-scatter, 38 pieces per root laid out by list scheduling (the dual of
+/// its exact allgather), joins up to 7 messages in each accumulator. Reduced in the order its messages arrive, it
+/// reaches the optimum (reduced by sender rank it stayed at 272 GB/s of 304: each receive
+/// waited for a later message's reduction while its connection filled); so does its twin
+/// with the reductions on local threadblocks (`-lr`).
 #[test]
-fn local_reductions_take_amd8s_reduce_scatter_to_the_optimum() {
+fn amd8s_exact_reduce_scatter_reaches_the_optimum_in_both_reduction_forms() {
     use std::time::{Duration, Instant};
     use synth::collective::{Collective as Coll, Kind};
     use synth::lower::{local_reduction_twin, lower_verified, LowerOptions};
@@ -968,8 +969,8 @@ fn local_reductions_take_amd8s_reduce_scatter_to_the_optimum() {
     };
     let found = synthesize_with(&request, Method::Trees, None).unwrap();
     let plain = (found.algorithms.iter())
-        .find(|a| a.chunks() == 38)
-        .expect("the 38-piece layout");
+        .find(|a| a.chunks() == 38 && a.origin.family == synth::origin::Family::Listed)
+        .expect("the 38-piece listed layout");
     let local = local_reduction_twin(plain).expect("accumulators join messages");
     let bound = cutbound::busbw_bound(Collective::ReduceScatter, &topo);
     for flavor in [runtime::ir::Flavor::Rccl, runtime::ir::Flavor::Nccl] {
@@ -977,14 +978,16 @@ fn local_reductions_take_amd8s_reduce_scatter_to_the_optimum() {
             flavor,
             ..LowerOptions::default()
         };
-        let busbw = |a| {
+        for a in [plain, &local] {
             let p = lower_verified(a, &options).unwrap();
-            simulate(&p, &topo, GB, &SimOptions::default())
+            let busbw = simulate(&p, &topo, GB, &SimOptions::default())
                 .unwrap()
-                .busbw
-        };
-        let (plain, local) = (busbw(plain), busbw(&local));
-        assert!(local >= 0.99 * bound, "{flavor:?}: {local} of {bound}");
-        assert!(plain < local, "{flavor:?}: {plain} vs {local}");
+                .busbw;
+            assert!(
+                busbw >= 0.99 * bound,
+                "{flavor:?} {}: {busbw} of {bound}",
+                a.name
+            );
+        }
     }
 }

@@ -484,6 +484,10 @@ fn local_reduction_twins(
     twins
 }
 
+/// How much faster a program must simulate at 1 GB with connections that never fill than
+/// with the runtime's for its twin with local reductions to be tried.
+const STALL_MARGIN: f64 = 0.005;
+
 /// How far below the best figure at 1 GB an algorithm's unstalled figure may be for its twin
 /// with local reductions to be tried: the twin's receives wait on nothing, not even on each
 /// other's reductions, so it may pass the unstalled figure (dgx-h100x2's 8-piece rail
@@ -1001,13 +1005,19 @@ fn simulate_held(
     for k in simulation_order(&keys) {
         let h = held[k].take().expect("each once");
         progress.message(&format!("simulating {} at 1 KB to 1 GB", h.program.name));
-        let points =
-            race.enter_bounded(&compared(topo, sim), h.index, &h.program, Some(&h.bounds))?;
         let above_the_bar = race.bar().last().is_some_and(|&bar| h.key > bar);
-        if stalls.joined.get(h.index) == Some(&true) && above_the_bar {
-            // A filter only: where this simulation fails, no twin is tried.
-            stalls.unstalled[h.index] = unstalled_busbw(&h.program, topo, sim).ok();
+        let entered =
+            race.enter_bounded(&compared(topo, sim), h.index, &h.program, Some(&h.bounds))?;
+        let own = entered.own.last().cloned().flatten().map(|p| p.busbw);
+        if let Some(own) =
+            own.filter(|_| stalls.joined.get(h.index) == Some(&true) && above_the_bar)
+        {
+            // A filter only: where this simulation fails, no twin is tried. Only a program
+            // that its full connections slow down keeps the figure.
+            let unstalled = unstalled_busbw(&h.program, topo, sim).ok();
+            stalls.unstalled[h.index] = unstalled.filter(|&u| u > own * (1.0 + STALL_MARGIN));
         }
+        let points = entered.points;
         lowered[h.index].1 = Some(Simulated {
             name: h.program.name.clone(),
             points,
@@ -1024,7 +1034,8 @@ struct Stalls {
     /// twin with local reductions).
     joined: Vec<bool>,
     /// Per algorithm: its busbw at the largest compared size with connections that never
-    /// fill, where it was above the bar ([`unstalled_busbw`]).
+    /// fill ([`unstalled_busbw`]), where it was above the bar and that figure is more than
+    /// [`STALL_MARGIN`] above its own.
     unstalled: Vec<Option<f64>>,
 }
 

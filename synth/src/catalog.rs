@@ -642,16 +642,13 @@ fn lower_candidates(
     notes: &mut Vec<String>,
 ) -> Vec<Candidate> {
     let mut candidates = Vec::new();
-    let twins_of = |a: &Algorithm| {
-        let lowering = crate::lower::LowerOptions {
-            flavor: options.flavor,
-            ..crate::lower::LowerOptions::default()
-        };
-        crate::lower::twins(a, &lowering)
+    let lowering = crate::lower::LowerOptions {
+        flavor: options.flavor,
+        ..crate::lower::LowerOptions::default()
     };
     let with_twins = algorithms
         .iter()
-        .flat_map(|a| std::iter::once(a.clone()).chain(twins_of(a)));
+        .flat_map(|a| std::iter::once(a.clone()).chain(crate::lower::twins(a, &lowering)));
     for algorithm in with_twins {
         let algorithm = &algorithm;
         for &instances in &options.instances {

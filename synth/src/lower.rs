@@ -781,13 +781,7 @@ impl<'a> Lowering<'a> {
             received.push(recv_ops);
             sent.push(send_ops);
         }
-        let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
-            (Some(r), Some(s)) => vec![(r, s)],
-            _ => received.into_iter().zip(sent).collect(),
-        };
-        for (recv_ops, send_ops) in messages {
-            self.emit(u, v, sends[run[0]].chunk, step_index, recv_ops, send_ops);
-        }
+        self.emit_run(u, v, sends[run[0]].chunk, step_index, (received, sent));
         for (&i, &(_, landing)) in run.iter().zip(&landings) {
             self.location.insert((v, sends[i].chunk), landing);
         }
@@ -818,13 +812,7 @@ impl<'a> Lowering<'a> {
                 .collect()
         };
         let (received, sent) = (steps(Op::Recv), steps(Op::Send));
-        let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
-            (Some(r), Some(s)) => vec![(r, s)],
-            _ => received.into_iter().zip(sent).collect(),
-        };
-        for (recv_ops, send_ops) in messages {
-            self.emit(u, v, sends[run[0]].chunk, step_index, recv_ops, send_ops);
-        }
+        self.emit_run(u, v, sends[run[0]].chunk, step_index, (received, sent));
         let sender = place_of(self.algorithm, u);
         for ((&i, &(current, landing)), &tmp) in run.iter().zip(&landings).zip(&temporaries) {
             if let Some(current) = current.filter(|&c| c != landing) {
@@ -875,6 +863,25 @@ impl<'a> Lowering<'a> {
             });
         }
         landings
+    }
+
+    /// Emits a run's steps (one list per send, the receiver's and the sender's) as one
+    /// message where both ends merge ([`merged`]), else as one message per send.
+    fn emit_run(
+        &mut self,
+        u: usize,
+        v: usize,
+        address: usize,
+        step_index: usize,
+        (received, sent): (Vec<Vec<Step>>, Vec<Vec<Step>>),
+    ) {
+        let messages: Vec<(Vec<Step>, Vec<Step>)> = match (merged(&received), merged(&sent)) {
+            (Some(r), Some(s)) => vec![(r, s)],
+            _ => received.into_iter().zip(sent).collect(),
+        };
+        for (recv_ops, send_ops) in messages {
+            self.emit(u, v, address, step_index, recv_ops, send_ops);
+        }
     }
 
     /// Appends one message from `u` to `v` (of `address`'s base channel in step
@@ -1172,18 +1179,7 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
     }
     let mut twin = algorithm.clone();
     twin.origin.two_step_receives = true;
-    let twin = if twin.origin.family == crate::origin::Family::External {
-        Algorithm {
-            name: format!(
-                "{}-2r",
-                crate::origin::shortened(&algorithm.name, crate::origin::MAX_NAME - 3)
-            ),
-            ..twin
-        }
-    } else {
-        twin.renamed()
-    };
-    Some(twin)
+    Some(twin_named(twin, &algorithm.name, "-2r"))
 }
 
 /// The twins of `algorithm` that lower to other programs of the same schedule, in order:
@@ -1207,23 +1203,32 @@ pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     if origin.local_reductions || origin.two_step_receives {
         return None;
     }
-    let joined = |step: &AlgoStep| step.reduce && fan_in(&step.sends).values().any(|&n| n > 1);
-    if !algorithm.steps.iter().any(joined) {
+    if !joins_messages(algorithm) {
         return None;
     }
     let mut twin = algorithm.clone();
     twin.origin.local_reductions = true;
-    Some(if twin.origin.family == crate::origin::Family::External {
-        Algorithm {
-            name: format!(
-                "{}-lr",
-                crate::origin::shortened(&algorithm.name, crate::origin::MAX_NAME - 3)
-            ),
-            ..twin
-        }
-    } else {
-        twin.renamed()
-    })
+    Some(twin_named(twin, &algorithm.name, "-lr"))
+}
+
+/// Whether a reducing step of `algorithm` joins several messages in one accumulator (what
+/// its twin with local reductions changes).
+pub fn joins_messages(algorithm: &Algorithm) -> bool {
+    let joined = |step: &AlgoStep| step.reduce && fan_in(&step.sends).values().any(|&n| n > 1);
+    algorithm.steps.iter().any(joined)
+}
+
+/// A twin's name: rendered from its origin, or for an algorithm read from a file (whose
+/// name was not rendered) its algorithm's `name` with `suffix`, within the runtimes' limit.
+fn twin_named(twin: Algorithm, name: &str, suffix: &str) -> Algorithm {
+    if twin.origin.family != crate::origin::Family::External {
+        return twin.renamed();
+    }
+    let most = crate::origin::MAX_NAME - suffix.len();
+    Algorithm {
+        name: format!("{}{suffix}", crate::origin::shortened(name, most)),
+        ..twin
+    }
 }
 
 /// Whether two programs are the same but for their names (a two-step twin whose algorithm's

@@ -205,7 +205,7 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let mut lowered: Vec<(Vec<String>, Option<Simulated>)> = Vec::new();
     let mut stalls = Stalls {
         joined: (synthesis.algorithms.iter())
-            .map(|a| crate::lower::local_reduction_twin(a).is_some())
+            .map(|a| !a.origin.two_step_receives && crate::lower::joins_messages(a))
             .collect(),
         unstalled: vec![None; synthesis.algorithms.len()],
     };

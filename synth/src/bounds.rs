@@ -3,6 +3,7 @@
 //! (DESIGN §3, §6).
 
 use crate::collective::{Chunk, Collective};
+use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology};
 use anyhow::{bail, Result};
 use good_lp::{
@@ -322,12 +323,13 @@ fn flow_lp_bound(
 pub fn step_bound(
     topology: &Topology,
     coll: &Collective,
+    symmetry: Option<&Group>,
     steps: usize,
     chunks: Option<usize>,
     deadline: Instant,
 ) -> Result<Option<f64>> {
     let min_rho = chunks.map_or(0.0, |c| 1.0 / c as f64);
-    let Some(lp) = StepLp::new(topology, coll, steps, min_rho)? else {
+    let Some(lp) = StepLp::new(topology, coll, symmetry, steps, min_rho)? else {
         return Ok(None);
     };
     let objective: Expression = lp.rho.iter().sum();
@@ -341,6 +343,7 @@ pub fn step_bound(
 pub fn step_round_caps(
     topology: &Topology,
     coll: &Collective,
+    symmetry: Option<&Group>,
     steps: usize,
     rounds: usize,
     chunks: usize,
@@ -352,7 +355,7 @@ pub fn step_round_caps(
     let total = rounds as f64 / chunks as f64 + LP_SLACK;
     let mut caps = Vec::with_capacity(steps);
     for s in 0..steps {
-        let Some(lp) = StepLp::new(topology, coll, steps, 1.0 / chunks as f64)? else {
+        let Some(lp) = StepLp::new(topology, coll, symmetry, steps, 1.0 / chunks as f64)? else {
             return Ok(None);
         };
         let objective = -Expression::from(lp.rho[s]);
@@ -427,9 +430,17 @@ struct StepLp {
 impl StepLp {
     /// Builds the LP for the C = 1 collective `coll`, with every rho_s ≥ `min_rho`; `None`
     /// above the variable cap.
+    ///
+    /// With `symmetry` (a group mapping the fabric and `coll` to themselves), only one chunk
+    /// per orbit gets flow variables, and its use of each link counts on every image of that
+    /// link, weighted by orbit size / group order. The optimum is the same: the LP is convex
+    /// and the group maps feasible points to feasible points, so averaging a solution over
+    /// the group gives a symmetric one of equal value, and a symmetric solution is one
+    /// chunk's flows per orbit (each image's flows averaged over the ways to reach it).
     fn new(
         topology: &Topology,
         coll: &Collective,
+        symmetry: Option<&Group>,
         steps: usize,
         min_rho: f64,
     ) -> Result<Option<StepLp>> {
@@ -450,21 +461,32 @@ impl StepLp {
         // load[s][l]: Σ over chunks of the chunk's use of link l in step s+1.
         let nlinks = topology.links.len();
         let mut load: Vec<Vec<Expression>> = vec![vec![Expression::from(0.0); nlinks]; steps];
-        for chunk in &coll.chunks {
-            lp.add_chunk(topology, &dist, steps, chunk, &mut load);
+        let identity: Vec<usize> = (0..nlinks).collect();
+        for (c, chunk) in coll.chunks.iter().enumerate() {
+            let (images, weight) = match symmetry {
+                Some(group) => match chunk_orbit_images(group, c) {
+                    Some(images) => images,
+                    None => continue,
+                },
+                None => (std::slice::from_ref(&identity), 1.0),
+            };
+            lp.add_chunk(topology, &dist, steps, chunk, (images, weight), &mut load);
         }
         lp.add_capacities(topology, &caps, &load);
         Ok(Some(lp))
     }
 
     /// Adds one chunk: its use (0 to 1) of every (link, step) it can usefully cross, added
-    /// to `load`, and a unit flow to every rank that needs it within that use.
+    /// to `load` on the link's image under each of `images`' link permutations, times its
+    /// weight (without symmetry: the identity, weight 1), and a unit flow to every rank that
+    /// needs it within that use.
     fn add_chunk(
         &mut self,
         topology: &Topology,
         dist: &[Vec<Option<usize>>],
         steps: usize,
         chunk: &Chunk,
+        (images, weight): (&[Vec<usize>], f64),
         load: &mut [Vec<Expression>],
     ) {
         let needers: Vec<usize> = chunk
@@ -479,7 +501,9 @@ impl StepLp {
             .map(|_| self.vars.add(variable().min(0.0).max(1.0)))
             .collect();
         for (&(l, s), u) in arcs.iter().zip(&uses) {
-            load[s - 1][l] += *u;
+            for image in images {
+                load[s - 1][image[l]] += weight * *u;
+            }
         }
         for &d in &needers {
             self.add_demand(topology, steps, chunk, &arcs, &uses, d);
@@ -588,6 +612,18 @@ impl StepLp {
     }
 }
 
+/// For chunk `c` of a group's collective: `None` unless `c` is the first of its orbit, else
+/// the link permutation of every group element and the weight of each image: orbit size /
+/// group order (each chunk of the orbit is reached by group order / orbit size elements,
+/// and takes the average of their images).
+fn chunk_orbit_images(group: &Group, c: usize) -> Option<(&[Vec<usize>], f64)> {
+    let orbit: std::collections::BTreeSet<usize> = group.chunks.iter().map(|g| g[c]).collect();
+    if orbit.first() != Some(&c) {
+        return None;
+    }
+    Some((&group.links, orbit.len() as f64 / group.order() as f64))
+}
+
 /// The largest fraction with denominator ≤ 1000 not above `value` (plus solver tolerance):
 /// the LP optimum is a rational vertex, so this recovers it exactly (e.g. 7/6).
 pub fn to_ratio_floor(value: f64) -> Ratio<u64> {
@@ -621,7 +657,11 @@ mod tests {
     #[test]
     fn step_bound_on_dgx1_allgather_matches_the_frontier() {
         let (topo, coll) = dgx1_allgather();
-        let at = |s, c| step_bound(&topo, &coll, s, c, far()).unwrap().unwrap();
+        let at = |s, c| {
+            step_bound(&topo, &coll, None, s, c, far())
+                .unwrap()
+                .unwrap()
+        };
         // One step cannot reach the ranks two hops away.
         assert!(at(1, None).is_infinite());
         // Two steps need 3/2 rounds per chunk: (2,3,2) is optimal at two steps.
@@ -637,9 +677,45 @@ mod tests {
         let (topo, coll) = dgx1_allgather();
         // (3,7,6): no step can take more than 3 rounds (the LP admits exactly the six round
         // splits with every step at most 3).
-        let caps = step_round_caps(&topo, &coll, 3, 7, 6, far())
+        let caps = step_round_caps(&topo, &coll, None, 3, 7, 6, far())
             .unwrap()
             .unwrap();
         assert_eq!(caps, vec![3, 3, 3]);
+    }
+
+    /// The LP with one chunk per orbit has the optimum of the whole LP: mi250's allgather
+    /// and reduce-scatter (8 symmetries, uneven links) and a 2x3 torus's allgather, every
+    /// step count from the least to two more, with and without a chunk count.
+    #[test]
+    fn step_bound_is_the_same_with_one_chunk_per_orbit() {
+        for (name, kind) in [
+            ("mi250", Kind::AllGather),
+            ("mi250", Kind::ReduceScatter),
+            ("torus-2d:2x3", Kind::AllGather),
+        ] {
+            let topo = crate::topology::load(name).unwrap();
+            let coll = Collective::new(kind, topo.ranks, 0, 1).unwrap();
+            let group = Group::new(&topo, &coll, &topo.automorphisms(64)).unwrap();
+            assert!(group.order() >= 6, "{name}: {} symmetries", group.order());
+            let least = steps_lower_bound(&topo, &coll).unwrap();
+            for steps in least..=least + 2 {
+                for chunks in [None, Some(1), Some(3)] {
+                    let at = |g: Option<&Group>| {
+                        step_bound(&topo, &coll, g, steps, chunks, far())
+                            .unwrap()
+                            .unwrap()
+                    };
+                    let (whole, reduced) = (at(None), at(Some(&group)));
+                    assert!(
+                        (whole - reduced).abs() < 1e-6 || (whole.is_infinite() && reduced.is_infinite()),
+                        "{name} {kind:?} S={steps} C={chunks:?}: {whole} without symmetry, {reduced} with"
+                    );
+                }
+            }
+            let caps = |g: Option<&Group>| {
+                step_round_caps(&topo, &coll, g, least + 1, 3 * least + 3, 3, far()).unwrap()
+            };
+            assert_eq!(caps(None), caps(Some(&group)), "{name} {kind:?}");
+        }
     }
 }

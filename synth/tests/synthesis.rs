@@ -190,10 +190,16 @@ fn step_bound_is_sound_on_small_fabrics() {
         for steps in least..=least + 1 {
             for chunks in 1..=3 {
                 let deadline = Instant::now() + Duration::from_secs(60);
-                let bound =
-                    synth::bounds::step_bound(&topology, &coll, steps, Some(chunks), deadline)
-                        .unwrap()
-                        .unwrap();
+                let bound = synth::bounds::step_bound(
+                    &topology,
+                    &coll,
+                    None,
+                    steps,
+                    Some(chunks),
+                    deadline,
+                )
+                .unwrap()
+                .unwrap();
                 let rounds = (bound * chunks as f64 - 1e-6).ceil() as usize;
                 if rounds > steps {
                     assert!(

@@ -8,13 +8,14 @@ use super::symmetry::symmetry_ladder;
 use crate::algorithm::Algorithm;
 use crate::bounds::{step_bound, step_round_caps, to_ratio_floor, Bounds, LP_SLACK};
 use crate::check::{check, check_memory};
+use crate::collective::Collective;
 use crate::progress::Progress;
 use crate::symmetry::Group;
 use crate::topology::{Capacities, Topology, TopologyIndex};
 use anyhow::{bail, Result};
 use num_rational::Ratio;
 use rayon::prelude::*;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 /// The most topology automorphisms used to restrict a solve to symmetric schedules.
@@ -31,6 +32,9 @@ pub struct Searcher<'a> {
     make: &'a MakeCollective<'a>,
     progress: &'a Progress,
     extra_memory: Option<usize>,
+    /// The C = 1 collective the step-limited LPs bound, and the symmetry group that shrinks
+    /// them (built on first use).
+    lp_collective: OnceLock<(Collective, Option<Group>)>,
 }
 
 /// What a solve says about (S, R, C), once checked.
@@ -55,6 +59,7 @@ impl<'a> Searcher<'a> {
             make,
             progress,
             extra_memory: None,
+            lp_collective: OnceLock::new(),
         })
     }
 
@@ -77,9 +82,11 @@ impl<'a> Searcher<'a> {
         ));
         let collective = (self.make)(chunks)?;
         let round_caps = if rounds > steps {
+            let (one, symmetry) = self.lp_collective(deadline)?;
             step_round_caps(
                 self.topology,
-                &(self.make)(1)?,
+                one,
+                symmetry.as_ref(),
                 steps,
                 rounds,
                 chunks,
@@ -391,9 +398,11 @@ impl<'a> Searcher<'a> {
         deadline: Instant,
     ) -> Result<Option<usize>> {
         let lo = rounds_floor(bounds.rounds_per_chunk, chunks).max(steps);
+        let (one, symmetry) = self.lp_collective(deadline)?;
         match step_bound(
             self.topology,
-            &(self.make)(1)?,
+            one,
+            symmetry.as_ref(),
             steps,
             Some(chunks),
             deadline,
@@ -412,11 +421,32 @@ impl<'a> Searcher<'a> {
         steps: usize,
         deadline: Instant,
     ) -> Result<Option<Ratio<u64>>> {
-        match step_bound(self.topology, &(self.make)(1)?, steps, None, deadline)? {
+        let (one, symmetry) = self.lp_collective(deadline)?;
+        match step_bound(self.topology, one, symmetry.as_ref(), steps, None, deadline)? {
             Some(v) if v.is_infinite() => Ok(None),
             Some(v) => Ok(Some(to_ratio_floor(v).max(bounds.rounds_per_chunk))),
             None => Ok(Some(bounds.rounds_per_chunk)),
         }
+    }
+
+    /// The C = 1 collective of the step-limited LPs and the group of automorphisms that map
+    /// it to itself (`None` where only the identity does, or the group is too large to
+    /// close by `deadline`).
+    fn lp_collective(&self, deadline: Instant) -> Result<&(Collective, Option<Group>)> {
+        if let Some(built) = self.lp_collective.get() {
+            return Ok(built);
+        }
+        let one = (self.make)(1)?;
+        let group = Group::new_before(
+            self.topology,
+            &self.index,
+            &one,
+            &self.automorphisms,
+            Some(deadline),
+        )
+        .ok()
+        .filter(|g| g.order() > 1);
+        Ok(self.lp_collective.get_or_init(|| (one, group)))
     }
 
     /// Rounds beyond which bandwidth cannot bind: every address over every link in every step.

@@ -370,20 +370,33 @@ impl Topology {
     /// it is larger: the search's order of candidates follows the numbering, and a scrambled
     /// numbering can lead its greedy choice into a small group.
     pub fn translations(&self) -> Translations {
-        let (own, cut) = self.translations_as_numbered(OWN_WORK_LIMIT);
+        let small = self.ranks <= OLD_SEARCH_RANKS;
+        let (mut own, mut cut) = self.translations_as_numbered(OWN_WORK_LIMIT, small);
         if own.order() == self.ranks {
             return own;
+        }
+        // The backtracking search of a small fabric keeps the first of a few derangements
+        // per image, and can close into a group that no further one extends (a 7-D
+        // hypercube: 32 of its 128 translations); the refinement search may go further.
+        if small {
+            let (refined, refined_cut) = self.translations_as_numbered(OWN_WORK_LIMIT, false);
+            if refined.order() == self.ranks {
+                return refined;
+            }
+            if refined.order() > own.order() {
+                (own, cut) = (refined, refined_cut);
+            }
         }
         let canonical = super::canonical::canonical(self, None)
             .filter(|(_, to)| to.iter().enumerate().any(|(r, &t)| r != t));
         let Some((canonical, to)) = canonical else {
             return if cut {
-                self.translations_as_numbered(WORK_LIMIT).0
+                self.translations_as_numbered(WORK_LIMIT, small).0
             } else {
                 own
             };
         };
-        let (other, _) = canonical.translations_as_numbered(WORK_LIMIT);
+        let (other, _) = canonical.translations_as_numbered(WORK_LIMIT, small);
         if other.order() <= own.order() {
             return own;
         }
@@ -401,8 +414,10 @@ impl Topology {
     }
 
     /// [`Topology::translations`] in the fabric's own numbering alone, the search within
-    /// `limit` refinement work, and whether that limit cut the search short.
-    fn translations_as_numbered(&self, limit: usize) -> (Translations, bool) {
+    /// `limit` refinement work, and whether that limit cut the search short. `backtracking`: the
+    /// backtracking derangement search and element-wise closure that fabrics of up to
+    /// [`OLD_SEARCH_RANKS`] ranks use first, instead of the refinement search.
+    fn translations_as_numbered(&self, limit: usize, backtracking: bool) -> (Translations, bool) {
         let n = self.ranks;
         let mut group = Translations::trivial(n);
         if n < 2 {
@@ -427,7 +442,7 @@ impl Topology {
                 with.push(candidate.iter().map(|&x| x as u32).collect());
                 // Small fabrics list the elements as before (every element a generator):
                 // schedules there follow the group's element order.
-                let closure = if n <= OLD_SEARCH_RANKS {
+                let closure = if backtracking {
                     let mut all: Vec<Vec<u32>> = group.elements[1..].to_vec();
                     all.push(with[with.len() - 1].clone());
                     generated(&all, n)
@@ -443,7 +458,7 @@ impl Topology {
                 }
             };
             if shifts.iter().filter(|p| p[0] == k).any(|p| try_one(p)) {
-            } else if n <= OLD_SEARCH_RANKS {
+            } else if backtracking {
                 // Small fabrics keep the backtracking derangement search (whose groups the
                 // tree schedules there were tuned on: mi250-16x2's staged trees).
                 let finder =

@@ -109,17 +109,6 @@ pub fn node_major_numbering(topology: &Topology, fixed: Option<usize>) -> Option
     nodes_alike(&renumbered(topology, &to), g).then_some(to)
 }
 
-/// Whether `topology` is numbered node-major already: M ≥ 2 nodes of G ranks, node `i`
-/// holding ranks `i*G ..`, every node with the same links and switch constraints within it
-/// by local index (the built-in clusters).
-pub fn numbered_node_major(topology: &Topology) -> bool {
-    let Some(nodes) = super::shape::equal_nodes(topology) else {
-        return false;
-    };
-    let g = nodes[0].len();
-    (0..topology.ranks).all(|r| topology.node_of[r] == r / g) && nodes_alike(topology, g)
-}
-
 /// Whether every node of a node-major fabric (node `i` holds ranks `i*g ..`) has the same
 /// links and switch constraints within it, by local index.
 fn nodes_alike(topology: &Topology, g: usize) -> bool {

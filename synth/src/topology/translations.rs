@@ -21,7 +21,7 @@ use super::Topology;
 const CANDIDATES_PER_IMAGE: usize = 16;
 
 /// Fabrics of up to this many ranks are searched by the backtracking derangement search of
-/// `automorphism.rs` instead of by refinement.
+/// `automorphism.rs` first (by refinement only where it leaves more than one orbit).
 const OLD_SEARCH_RANKS: usize = 256;
 
 /// The largest group built (bounded by the number of ranks anyway).
@@ -364,7 +364,9 @@ impl Topology {
     /// A semiregular group of automorphisms, as transitive as a greedy search finds: for each
     /// rank not yet in the orbit of rank 0, automorphisms mapping 0 there (shifts of the
     /// numbering first, then ones found by search, see the module doc) are tried, and the
-    /// first whose closure with the group so far still fixes no rank is kept. Where that
+    /// first whose closure with the group so far still fixes no rank is kept. On a fabric of
+    /// up to [`OLD_SEARCH_RANKS`] ranks where the backtracking search leaves more than one
+    /// orbit, the refinement search's group is taken if it has one. Where the search
     /// leaves more than one orbit, the same search on the fabric renumbered canonically
     /// ([`super::canonical::canonical`]) is tried too, and its group (numbered back) kept if
     /// it is larger: the search's order of candidates follows the numbering, and a scrambled

@@ -105,17 +105,37 @@ fn flow_term(coll: Collective, topology: &Topology, root: usize) -> Option<(f64,
     ))
 }
 
-/// The allreduce's transfer term (µs per byte of nccl-tests size): every rank's result
-/// holds every input, so each byte position needs at least 2(n−1) transfers over links in
-/// all (one-way gossip among n ranks takes 2n−2 calls; reduced or copied, a transfer
-/// carries one value per position), and all links together carry at most their joint
-/// capacity. The cuts alone allow more on fabrics where every rank has few links (ring:5:
-/// 80 GB/s busbw by the cuts, 50 by this term, which reduce-scatter + allgather reach).
-/// `None` without links.
-fn transfers_term(topology: &Topology) -> Option<f64> {
+/// The transfer term (µs per byte of nccl-tests size) of `coll`: the bytes that must be
+/// received in all ([`transfers_needed`]) over what all links together carry at most, their
+/// joint capacity. It binds where one constraint covers many links: on `shared-hub:8` the
+/// cuts and flows allow 25 GB/s of allgather busbw (a switch vertex of the flow network
+/// passes one copy on to every rank), this term 3.125, which a schedule reaches. `None`
+/// without links or for a collective without a count.
+fn transfers_term(coll: Collective, topology: &Topology) -> Option<f64> {
+    let need = transfers_needed(coll, topology.ranks)?;
     let total = joint_capacity(topology);
-    let n = topology.ranks as f64;
-    (total > 0.0).then(|| 2.0 * (n - 1.0) / (total * 1e3))
+    (total > 0.0 && need > 0.0).then(|| need / (total * 1e3))
+}
+
+/// The bytes, as a multiple of the nccl-tests size, that the ranks must receive in all:
+/// allgather, reduce-scatter and alltoall (n−1): each rank's (n−1)/n of the buffer from the
+/// others; broadcast and reduce (n−1): the whole buffer into, or out of, every other rank;
+/// gather and scatter (n−1)/n; allreduce 2(n−1): every rank's result holds every input, so
+/// each byte position needs 2(n−1) transfers (one-way gossip among n ranks takes 2n−2 calls;
+/// reduced or copied, a transfer carries one value per position; ring:5: 80 GB/s busbw by
+/// the cuts, 50 by this term, which reduce-scatter + allgather reach).
+fn transfers_needed(coll: Collective, ranks: usize) -> Option<f64> {
+    let n = ranks as f64;
+    match coll {
+        Collective::AllReduce => Some(2.0 * (n - 1.0)),
+        Collective::AllGather
+        | Collective::ReduceScatter
+        | Collective::AllToAll
+        | Collective::Broadcast
+        | Collective::Reduce => Some(n - 1.0),
+        Collective::Gather | Collective::Scatter => Some((n - 1.0) / n),
+        _ => None,
+    }
 }
 
 /// Links up to which [`joint_capacity`] solves its LP (past them, the linear-time bound).
@@ -225,12 +245,14 @@ impl CutBound {
                 }
             }
         }
-        if coll == Collective::AllReduce {
-            if let Some(v) = transfers_term(topology).filter(|&v| v > worst) {
-                worst = v;
-                binding = "every byte crosses 2(n-1) links in all (one-way gossip)".into();
-                exact = false;
-            }
+        if let Some(v) = transfers_term(coll, topology).filter(|&v| v > worst * (1.0 + 1e-9)) {
+            worst = v;
+            binding = if coll == Collective::AllReduce {
+                "every byte crosses 2(n-1) links in all (one-way gossip)".into()
+            } else {
+                "the bytes every rank must receive, over all links together".into()
+            };
+            exact = false;
         }
         CutBound {
             us_per_byte: worst,

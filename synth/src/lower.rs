@@ -493,7 +493,10 @@ fn scratch_block(counts: &[usize]) -> usize {
 /// connection has carried another `max_transfers` transfers on it.
 struct Channels {
     instances: usize,
-    /// Piece channels per instance.
+    /// Whether the lanes go by address ([`crate::origin::Origin::address_channels`]), not
+    /// by a chunk's piece.
+    by_address: bool,
+    /// Lanes (piece or address channels) per instance.
     spread: usize,
     /// Pieces per rank.
     pieces: usize,
@@ -516,15 +519,19 @@ impl Channels {
     /// `options`, step `s` in group `groups[s]`.
     fn new(algorithm: &Algorithm, options: &LowerOptions, groups: &[usize]) -> Channels {
         let instances = options.instances;
-        let spread = options
-            .piece_channels
-            .max(algorithm.piece_channels.unwrap_or(1))
-            .clamp(1, (MAX_CHANNELS / instances).max(1));
+        let by_address = algorithm.origin.address_channels;
+        let spread = lanes(
+            algorithm,
+            options,
+            algorithm.collective.addresses() / instances,
+        )
+        .clamp(1, (MAX_CHANNELS / instances).max(1));
         let per_group = spread * instances;
         let groups = squeeze(groups, MAX_CHANNELS / per_group);
         let base = per_group * groups.iter().max().map_or(1, |g| g + 1);
         Channels {
             instances,
+            by_address,
             spread,
             pieces: algorithm.collective.chunks_per_rank,
             per_group,
@@ -539,9 +546,12 @@ impl Channels {
     /// The base channel of `address` in step `step`.
     fn base_of(&self, address: usize, step: usize) -> usize {
         let instances = self.instances;
-        ((address % self.pieces) / instances % self.spread) * instances
-            + address % instances
-            + self.groups[step] * self.per_group
+        let lane = if self.by_address {
+            address / instances % self.spread
+        } else {
+            (address % self.pieces) / instances % self.spread
+        };
+        lane * instances + address % instances + self.groups[step] * self.per_group
     }
 
     /// The channel of the next transfer of `address` from `u` to `v` in step `step`.
@@ -1079,6 +1089,19 @@ fn custom_conditions(
 /// dependencies without doubling the channels (RCCL's 64 threadblocks run out first).
 const TRANSFER_LIMITS: [usize; 12] = [0, 64, 56, 48, 40, 32, 24, 16, 8, 4, 2, 1];
 
+/// Channels per instance in one step group: one per address where `algorithm` asks for
+/// address channels ([`crate::origin::Origin::address_channels`]; `addresses`: its
+/// addresses before instances), else its piece channels.
+fn lanes(algorithm: &Algorithm, options: &LowerOptions, addresses: usize) -> usize {
+    if algorithm.origin.address_channels {
+        addresses
+    } else {
+        options
+            .piece_channels
+            .max(algorithm.piece_channels.unwrap_or(1))
+    }
+}
+
 /// Lowers `algorithm` with `options` for the runtimes: connections are split over more
 /// channels until every threadblock is within the flavour's step limit (pieces stay on the
 /// channels `options` gives them: spreading them wider simulates slower, as more
@@ -1183,13 +1206,57 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
 }
 
 /// The twins of `algorithm` that lower to other programs of the same schedule, in order:
-/// its two-step twin ([`two_step_twin`]) and its twin with local reductions
-/// ([`local_reduction_twin`]). The main command and catalogs simulate each beside its
-/// algorithm and pick per size.
+/// its two-step twin ([`two_step_twin`]), its twin with local reductions
+/// ([`local_reduction_twin`]), then its twin on address channels
+/// ([`address_channel_twin`]) followed by that twin's own two. The main command and
+/// catalogs simulate each beside its algorithm and pick per size.
 pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
-    (two_step_twin(algorithm, options).into_iter())
-        .chain(local_reduction_twin(algorithm))
-        .collect()
+    let own = |a: &Algorithm| {
+        (two_step_twin(a, options).into_iter())
+            .chain(local_reduction_twin(a))
+            .collect::<Vec<_>>()
+    };
+    let mut all = own(algorithm);
+    if let Some(spread) = address_channel_twin(algorithm, options) {
+        let after = own(&spread);
+        all.push(spread);
+        all.extend(after);
+    }
+    all
+}
+
+/// The twin of `algorithm` with every address on channels of its own: named `-ac`
+/// ([`crate::origin::Origin::address_channels`]). Where one threadblock holds the messages
+/// of several trees, a receive whose reduction waits for another tree's message holds up
+/// the messages behind it, and with them the senders of other trees (mi250's
+/// reduce-scatter trees: 85.6% of the optimum at 16 GB on one channel per step group,
+/// 99.1% at 4 GB on an address's own); on channels of their own they only share the links.
+/// Neither form is faster everywhere (more threadblocks share each link, so a message
+/// takes longer to arrive), so both are candidates that the simulation chooses between.
+/// `None` for a twin, where no step joins messages ([`joins_messages`]), where the
+/// addresses of every step group need more than the runtimes' channels, and where the
+/// twin does not lower with `options` (a rank past its flavour's threadblocks).
+pub fn address_channel_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Algorithm> {
+    let origin = &algorithm.origin;
+    if origin.address_channels || origin.two_step_receives || origin.local_reductions {
+        return None;
+    }
+    let addresses = algorithm.collective.addresses();
+    let groups = step_groups_of(algorithm)
+        .ok()?
+        .iter()
+        .max()
+        .map_or(1, |g| g + 1);
+    if addresses < 2
+        || addresses * groups * options.instances.max(1) > MAX_CHANNELS
+        || !joins_messages(algorithm)
+    {
+        return None;
+    }
+    let mut twin = algorithm.clone();
+    twin.origin.address_channels = true;
+    lower_verified(&twin, options).ok()?;
+    Some(twin_named(twin, &algorithm.name, "-ac"))
 }
 
 /// The twin of `algorithm` with its joined reductions on local threadblocks: named `-lr`
@@ -1285,6 +1352,10 @@ fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Res
                     .collect(),
             ),
             piece_channels: Some(1),
+            origin: crate::origin::Origin {
+                address_channels: false,
+                ..algorithm.origin.clone()
+            },
             ..algorithm.clone()
         };
         let narrowed = LowerOptions {
@@ -1365,9 +1436,7 @@ fn lower_split(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Resu
     let mut most = groups.iter().max().map_or(1, |g| g + 1);
     // Past the step groups, fewer channels for the pieces (RCCL's 64 threadblocks): the
     // algorithm narrowed to `spread` piece channels.
-    let mut spread = options
-        .piece_channels
-        .max(algorithm.piece_channels.unwrap_or(1));
+    let mut spread = lanes(algorithm, options, algorithm.collective.addresses());
     let mut narrowed: Option<(Algorithm, LowerOptions)> = None;
     loop {
         let (a, o) = match &narrowed {
@@ -1377,7 +1446,8 @@ fn lower_split(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Resu
         match lower_verified_grouped(a, o, &squeeze(&groups, most), fit)? {
             Ok(done) => return Ok(done),
             Err(_) if most > 1 => most /= 2,
-            Err(_) if spread > 1 => {
+            // Address channels are the point of their twin: not narrowed.
+            Err(_) if spread > 1 && !algorithm.origin.address_channels => {
                 spread /= 2;
                 let a = Algorithm {
                     piece_channels: Some(spread),
@@ -1403,9 +1473,7 @@ fn lower_verified_grouped(
     groups: &[usize],
     fit: bool,
 ) -> Result<Result<Program, LowerError>> {
-    let spread = options
-        .piece_channels
-        .max(algorithm.piece_channels.unwrap_or(1));
+    let spread = lanes(algorithm, options, algorithm.collective.addresses());
     let per_group = spread * options.instances.max(1);
     let groups = squeeze(groups, MAX_CHANNELS / per_group.max(1));
     let busiest = busiest_connection(algorithm, options, &groups)?;

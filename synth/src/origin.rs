@@ -225,6 +225,13 @@ pub struct Origin {
     /// the rank's memory per message (`lower::local_reduction_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub local_reductions: bool,
+    /// Lowered with every address on channels of its own (named `-ac`): no threadblock
+    /// then holds the messages of two addresses, so a receive whose reduction waits on
+    /// another tree never holds up the messages of the trees behind it in that
+    /// threadblock, at the cost of more threadblocks sharing each link
+    /// (`lower::address_channel_twin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub address_channels: bool,
 }
 
 impl Origin {
@@ -235,6 +242,7 @@ impl Origin {
             stages: None,
             two_step_receives: false,
             local_reductions: false,
+            address_channels: false,
         }
     }
 }
@@ -271,7 +279,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r][-lr]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -285,6 +293,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if let Some(k) = parts.origin.stages {
         tail.push_str(&format!("-g{k}"));
+    }
+    if parts.origin.address_channels {
+        tail.push_str("-ac");
     }
     if parts.origin.two_step_receives {
         tail.push_str("-2r");
@@ -340,6 +351,7 @@ mod tests {
                 stages,
                 two_step_receives: false,
                 local_reductions: false,
+                address_channels: false,
             },
             steps: 3,
             rounds: 7,
@@ -420,14 +432,15 @@ mod tests {
                 stages: Some(12),
                 two_step_receives: true,
                 local_reductions: true,
+                address_channels: true,
             },
             steps: 121,
             rounds: 4600,
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12-2r-lr"), "{n}");
-        assert!(n.starts_with("allreduce-torus3d-4x4x4-greedy"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-ac-2r-lr"), "{n}");
+        assert!(n.starts_with("allreduce-torus3d-4x4x4-gre"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }
 }

@@ -59,6 +59,36 @@ fn exact_allgather_optima_of_the_benchmark_fabrics() {
     }
 }
 
+/// Issue 27: a switch constraint shared by several senders and several receivers (a
+/// shared hub, a NIC of two GPUs) lets a flow pass it once and fan out to many ranks, a
+/// copy the fabric carries once per receiver: the flow figure is then only a bound, and
+/// the bytes all links must carry together bound tighter.
+#[test]
+fn a_shared_switch_bounds_by_what_all_links_carry() {
+    use runtime::ir::Collective::{AllGather, Broadcast, ReduceScatter};
+    for (spec, coll, busbw) in [
+        // 8 ranks through one 25 GB/s hub: 7 × S over 25 GB/s, busbw 25 / 8.
+        ("shared-hub:8", AllGather, 25.0 / 8.0),
+        ("shared-hub:8", ReduceScatter, 25.0 / 8.0),
+        // Every one of 7 ranks receives S through the hub.
+        ("shared-hub:8", Broadcast, 25.0 / 7.0),
+        // 2 × DGX-2: 162.5 by flow; 31 × S over 32 × 150 GB/s of NVSwitch ports and 16 ×
+        // 12.5 of NICs: 5000 / 31 GB/s algbw, busbw 156.25.
+        ("dgx2x2", AllGather, 156.25),
+    ] {
+        let b = busbw_bound(spec, coll);
+        assert!(!b.exact, "{spec} {coll:?}: a shared switch");
+        assert!(
+            (b.busbw() - busbw).abs() < 0.01,
+            "{spec} {coll:?}: bound {} vs {busbw}",
+            b.busbw()
+        );
+    }
+    // A ring's flow optimum equals what its links carry together: still exact.
+    let ring = busbw_bound("ring:8", AllGather);
+    assert!(ring.exact && (ring.busbw() - 50.0).abs() < 1e-9);
+}
+
 #[test]
 fn allreduce_bound_is_not_the_two_phase_figure() {
     // A line:4 allreduce simulates at about 37.1 GB/s busbw, above the classical

@@ -532,9 +532,12 @@ fn with_two_step_twins(
     let options = lowering.options(false)?;
     let mut all = Vec::with_capacity(algorithms.len());
     for a in algorithms {
-        let twin = crate::lower::two_step_twin(&a, &options);
-        all.push(a);
-        all.extend(twin);
+        let spread = crate::lower::address_channel_twin(&a, &options);
+        for a in std::iter::once(a).chain(spread) {
+            let twin = crate::lower::two_step_twin(&a, &options);
+            all.push(a);
+            all.extend(twin);
+        }
     }
     Ok(all)
 }

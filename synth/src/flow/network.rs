@@ -7,8 +7,9 @@
 //! destinations last) becomes the path `u -> k1 -> ... -> km -> v`; parallel pieces of paths
 //! are merged by adding their capacities. Every schedule on the fabric is a flow here, so cuts
 //! of this network bound every algorithm. The network is *exact* (every flow is also a
-//! schedule) when each switch vertex joins only ranks that have links between them and no
-//! link is slower than the constraints it passes; all built-in fabrics are exact.
+//! schedule) when each switch vertex joins only ranks that have links between them, no
+//! link is slower than the constraints it passes, and no constraint is shared by several
+//! senders and several receivers (where a flow would fan out from the switch itself).
 
 use crate::topology::Topology;
 use anyhow::{bail, Result};
@@ -114,7 +115,9 @@ impl FlowNetwork {
         let vertices = n + 2 * switch_caps.len();
         let edges: Vec<(usize, usize, i128)> =
             merged.into_iter().map(|((a, b), c)| (a, b, c)).collect();
-        let exact = slowest_ok && only_real_links(topology, vertices, &edges);
+        let exact = slowest_ok
+            && no_shared_crossbar(topology)
+            && only_real_links(topology, vertices, &edges);
         FlowNetwork {
             ranks: n,
             vertices,
@@ -141,6 +144,18 @@ impl FlowNetwork {
             ..self.clone()
         }
     }
+}
+
+/// Whether no switch constraint is shared by several senders and several receivers (a
+/// NIC of two GPUs, an oversubscribed spine, a shared hub). A flow passes such a vertex
+/// once and may leave it for several ranks, a copy the fabric carries once per receiver:
+/// `dgx2x2` allgather, 162.5 GB/s busbw by flow, 156.25 by the bytes all links carry
+/// together (`cutbound`), which a schedule reaches.
+fn no_shared_crossbar(topology: &Topology) -> bool {
+    topology
+        .switches
+        .iter()
+        .all(|s| s.srcs.len() <= 1 || s.dsts.len() <= 1)
 }
 
 /// Whether every rank-to-rank path through switch vertices joins two ranks with a link.

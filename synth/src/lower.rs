@@ -1233,30 +1233,57 @@ pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
 /// 99.1% at 4 GB on an address's own); on channels of their own they only share the links.
 /// Neither form is faster everywhere (more threadblocks share each link, so a message
 /// takes longer to arrive), so both are candidates that the simulation chooses between.
-/// `None` for a twin, where no step joins messages ([`joins_messages`]), where the
-/// addresses of every step group need more than the runtimes' channels, and where the
-/// twin does not lower with `options` (a rank past its flavour's threadblocks).
+/// `None` for a twin, where no step joins messages ([`joins_messages`]), where no
+/// connection carries several addresses, where the addresses of every step group need more
+/// than the runtimes' channels or a rank more than its flavour's threadblocks (counted
+/// before lowering: a 32-rank one-shot's failed lowering took 10 s), and where the twin
+/// does not lower with `options`.
 pub fn address_channel_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Algorithm> {
     let origin = &algorithm.origin;
     if origin.address_channels || origin.two_step_receives || origin.local_reductions {
         return None;
     }
     let addresses = algorithm.collective.addresses();
-    let groups = step_groups_of(algorithm)
-        .ok()?
-        .iter()
-        .max()
-        .map_or(1, |g| g + 1);
+    let step_groups = step_groups_of(algorithm).ok()?;
+    let groups = step_groups.iter().max().map_or(1, |g| g + 1);
     if addresses < 2
         || addresses * groups * options.instances.max(1) > MAX_CHANNELS
         || !joins_messages(algorithm)
     {
         return None;
     }
+    // Counted before lowering, which is costly where it fails (a 32-rank one-shot).
+    let (threadblocks, shared) = address_threadblocks(algorithm, &step_groups);
+    if !shared || threadblocks * options.instances.max(1) > Limits::of(options.flavor).max_tbs {
+        return None;
+    }
     let mut twin = algorithm.clone();
     twin.origin.address_channels = true;
     lower_verified(&twin, options).ok()?;
     Some(twin_named(twin, &algorithm.name, "-ac"))
+}
+
+/// The most threadblocks a rank holds with every address on channels of its own (one per
+/// peer, direction, step group and address carried, before splits and local
+/// threadblocks), and whether some connection carries several addresses (where none does,
+/// the twin lowers as the algorithm does).
+fn address_threadblocks(algorithm: &Algorithm, groups: &[usize]) -> (usize, bool) {
+    let mut carried: FxHashMap<(usize, usize, bool, usize), FxHashSet<usize>> =
+        FxHashMap::default();
+    for (step, &group) in algorithm.steps.iter().zip(groups) {
+        for s in &step.sends {
+            for key in [(s.src, s.dst, true, group), (s.dst, s.src, false, group)] {
+                carried.entry(key).or_default().insert(s.chunk);
+            }
+        }
+    }
+    let mut per_rank = vec![0usize; algorithm.collective.ranks];
+    let mut shared = false;
+    for (&(rank, _, _, _), addresses) in &carried {
+        per_rank[rank] += addresses.len();
+        shared |= addresses.len() > 1;
+    }
+    (per_rank.into_iter().max().unwrap_or(0), shared)
 }
 
 /// The twin of `algorithm` with its joined reductions on local threadblocks: named `-lr`
@@ -2344,6 +2371,61 @@ mod tests {
         }
         // Nothing joins in a line: no twin.
         assert!(local_reduction_twin(&line_of_four(Kind::Reduce, [0, 1, 2, 3], None)).is_none());
+    }
+
+    #[test]
+    fn the_address_twin_gives_every_address_threadblocks_of_its_own() {
+        // Ranks 0 and 2 of line:3 send both their chunks to rank 1 in one step: each
+        // connection carries two addresses, whose reductions join on rank 1.
+        let sends = [0, 2]
+            .into_iter()
+            .flat_map(|src| (0..2).map(move |chunk| Send { chunk, src, dst: 1 }))
+            .collect();
+        let step = AlgoStep {
+            rounds: 2,
+            reduce: true,
+            sends,
+        };
+        let a = Algorithm::plain(
+            "reduce-line_3",
+            "line:3",
+            Collective::new(Kind::Reduce, 3, 1, 2).unwrap(),
+            vec![step],
+        );
+        for flavor in [Flavor::Nccl, Flavor::Rccl] {
+            let options = LowerOptions {
+                flavor,
+                ..LowerOptions::default()
+            };
+            let twin = address_channel_twin(&a, &options).expect("two addresses a connection");
+            assert!(twin.name.ends_with("-ac"), "{}", twin.name);
+            assert!(address_channel_twin(&twin, &options).is_none());
+            let receiving = |p: &Program| -> Vec<usize> {
+                (p.gpus[1].threadblocks.iter())
+                    .filter(|t| t.recv.is_some())
+                    .map(|t| t.channel)
+                    .collect()
+            };
+            // One receiving threadblock per peer as lowered; per peer and address in the twin.
+            let plain = lower_verified(&a, &options).unwrap();
+            let own = lower_verified(&twin, &options).unwrap();
+            assert_eq!(receiving(&plain).len(), 2, "{flavor:?}");
+            let mut channels = receiving(&own);
+            assert_eq!(channels.len(), 4, "{flavor:?}");
+            channels.sort_unstable();
+            assert_eq!(channels, vec![0, 0, 1, 1], "{flavor:?}");
+        }
+        // A 32-rank one-shot would hold a threadblock per peer, direction and address: no
+        // twin, and no lowering tried.
+        let topology = crate::topology::load("fully-connected:32").unwrap();
+        let one_shot = crate::allreduce_shapes::one_shot(&topology, 1)
+            .unwrap()
+            .unwrap();
+        assert!(joins_messages(&one_shot));
+        assert_eq!(one_shot.collective.addresses(), 32);
+        let (threadblocks, shared) = address_threadblocks(&one_shot, &[0]);
+        assert!(shared && threadblocks == 31 * 2 * 32, "{threadblocks}");
+        assert!(address_channel_twin(&one_shot, &LowerOptions::default()).is_none());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 use crate::algorithm::{Algorithm, Send, Step as AlgoStep};
 use crate::collective::Kind;
+use crate::layout::groups::RESIDENT_THREADBLOCKS;
 use anyhow::{bail, Context, Result};
 use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use runtime::limits::{self, Limits};
@@ -1237,7 +1238,8 @@ pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
 /// connection carries several addresses, where the addresses of every step group need more
 /// than the runtimes' channels or a rank more than its flavour's threadblocks (counted
 /// before lowering: a 32-rank one-shot's failed lowering took 10 s), and where the twin
-/// does not lower with `options`.
+/// does not lower with `options` within [`RESIDENT_THREADBLOCKS`] per rank (all of them
+/// spin on each other's flags: dgx-h100x2's grown allreduce twin had 120).
 pub fn address_channel_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Algorithm> {
     let origin = &algorithm.origin;
     if origin.address_channels || origin.two_step_receives || origin.local_reductions {
@@ -1253,14 +1255,19 @@ pub fn address_channel_twin(algorithm: &Algorithm, options: &LowerOptions) -> Op
         return None;
     }
     // Counted before lowering, which is costly where it fails (a 32-rank one-shot).
+    // All of a program's threadblocks must be resident at once, whatever the flavour holds.
     let (threadblocks, shared) = address_threadblocks(algorithm, &step_groups);
-    if !shared || threadblocks * options.instances.max(1) > Limits::of(options.flavor).max_tbs {
+    let most = Limits::of(options.flavor)
+        .max_tbs
+        .min(RESIDENT_THREADBLOCKS - 1);
+    if !shared || threadblocks * options.instances.max(1) > most {
         return None;
     }
     let mut twin = algorithm.clone();
     twin.origin.address_channels = true;
-    lower_verified(&twin, options).ok()?;
-    Some(twin_named(twin, &algorithm.name, "-ac"))
+    let program = lower_verified(&twin, options).ok()?;
+    let resident = (program.gpus.iter()).all(|g| g.threadblocks.len() < RESIDENT_THREADBLOCKS);
+    resident.then(|| twin_named(twin, &algorithm.name, "-ac"))
 }
 
 /// The most threadblocks a rank holds with every address on channels of its own (one per

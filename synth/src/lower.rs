@@ -2327,10 +2327,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn joined_reductions_go_to_local_threadblocks_in_the_local_twin() {
-        // Ranks 0 and 2 of line:3 send both their chunks to rank 1 in one step: two messages
-        // join in each of rank 1's accumulators.
+    /// A reduce to rank 1 of line:3 in which ranks 0 and 2 send both their chunks in one
+    /// step: each connection carries two addresses, and two messages join in each of rank
+    /// 1's accumulators.
+    fn joined_reduce_on_line_3() -> Algorithm {
         let sends = [0, 2]
             .into_iter()
             .flat_map(|src| (0..2).map(move |chunk| Send { chunk, src, dst: 1 }))
@@ -2340,12 +2340,17 @@ mod tests {
             reduce: true,
             sends,
         };
-        let a = Algorithm::plain(
+        Algorithm::plain(
             "reduce-line_3",
             "line:3",
             Collective::new(Kind::Reduce, 3, 1, 2).unwrap(),
             vec![step],
-        );
+        )
+    }
+
+    #[test]
+    fn joined_reductions_go_to_local_threadblocks_in_the_local_twin() {
+        let a = joined_reduce_on_line_3();
         let twin = local_reduction_twin(&a).expect("two messages join");
         assert!(twin.name.ends_with("-lr"), "{}", twin.name);
         assert!(local_reduction_twin(&twin).is_none());
@@ -2382,23 +2387,7 @@ mod tests {
 
     #[test]
     fn the_address_twin_gives_every_address_threadblocks_of_its_own() {
-        // Ranks 0 and 2 of line:3 send both their chunks to rank 1 in one step: each
-        // connection carries two addresses, whose reductions join on rank 1.
-        let sends = [0, 2]
-            .into_iter()
-            .flat_map(|src| (0..2).map(move |chunk| Send { chunk, src, dst: 1 }))
-            .collect();
-        let step = AlgoStep {
-            rounds: 2,
-            reduce: true,
-            sends,
-        };
-        let a = Algorithm::plain(
-            "reduce-line_3",
-            "line:3",
-            Collective::new(Kind::Reduce, 3, 1, 2).unwrap(),
-            vec![step],
-        );
+        let a = joined_reduce_on_line_3();
         for flavor in [Flavor::Nccl, Flavor::Rccl] {
             let options = LowerOptions {
                 flavor,

@@ -2021,6 +2021,42 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The main command's `--json` document for `args`, its files written to `dir`.
+fn main_command_json(args: &[&str], dir: &Path) -> serde_json::Value {
+    let out = synth(&[args, &["--out", dir.to_str().unwrap(), "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The algorithm JSON files a main command's document lists.
+fn written_files(doc: &serde_json::Value) -> Vec<String> {
+    (doc["algorithms"].as_array().unwrap().iter())
+        .map(|a| a["file"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The algorithm chosen at 1 GB, its busbw and the bound, from a main command's document.
+fn chosen_at_1gb(doc: &serde_json::Value) -> (String, f64, f64) {
+    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
+    let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
+    (
+        at_1gb["algorithm"].as_str().unwrap().to_string(),
+        doc["at_1gb"]["busbw"].as_f64().unwrap(),
+        doc["at_1gb"]["bound"].as_f64().unwrap(),
+    )
+}
+
+/// Asserts that `synth verify` accepts the XML file `xml`.
+fn assert_verifies(xml: &str) {
+    let v = synth(&["verify", "--json", xml]);
+    let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+    assert_eq!(report["ok"], true, "{xml}: {report}");
+}
+
 /// Issue 27: where an algorithm's receives stall on each other's reductions (dgx-h100x2's
 /// 8-piece rail shortcut reduce-scatter simulates faster with connections that never fill),
 /// the main command also lowers it with those reductions on local threadblocks, the twin
@@ -2028,44 +2064,19 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
 #[test]
 fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
     let dir = temp_dir("local-twins");
-    let d = dir.to_str().unwrap();
-    let args = ["--topo", "dgx-h100x2", "--coll", "reducescatter"];
-    let out = synth(&[&args[..], &["--out", d, "--json"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let files: Vec<&str> = (doc["algorithms"].as_array().unwrap().iter())
-        .map(|a| a["file"].as_str().unwrap())
-        .collect();
-    let local: Vec<&&str> = files.iter().filter(|f| f.ends_with("-lr.json")).collect();
+    let doc = main_command_json(&["--topo", "dgx-h100x2", "--coll", "reducescatter"], &dir);
+    let files = written_files(&doc);
+    let local: Vec<&String> = files.iter().filter(|f| f.ends_with("-lr.json")).collect();
     assert!(!local.is_empty(), "{files:?}");
     for twin in &local {
         let json = std::fs::read_to_string(twin).unwrap();
         assert!(json.contains("\"local_reductions\": true"), "{twin}");
-        for xml in [
-            twin.replace(".json", ".xml"),
-            twin.replace(".json", ".inplace.xml"),
-        ] {
-            let v = synth(&["verify", "--json", &xml]);
-            let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
-            assert_eq!(report["ok"], true, "{xml}: {report}");
-        }
+        assert_verifies(&twin.replace(".json", ".xml"));
+        assert_verifies(&twin.replace(".json", ".inplace.xml"));
     }
-    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
-    let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
-    let chosen = at_1gb["algorithm"].as_str().unwrap();
+    let (chosen, busbw, bound) = chosen_at_1gb(&doc);
     assert!(chosen.ends_with("-lr"), "{chosen}");
-    let (busbw, bound) = (
-        doc["at_1gb"]["busbw"].as_f64(),
-        doc["at_1gb"]["bound"].as_f64(),
-    );
-    assert!(
-        busbw.unwrap() >= 0.985 * bound.unwrap(),
-        "{busbw:?} of {bound:?}"
-    );
+    assert!(busbw >= 0.985 * bound, "{busbw} of {bound}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -2077,24 +2088,14 @@ fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
 #[test]
 fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
     let dir = temp_dir("address-twins");
-    let d = dir.to_str().unwrap();
-    let args = ["--topo", "mi250", "--coll", "reducescatter"];
-    let out = synth(&[&args[..], &["--out", d, "--json"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let files: Vec<&str> = (doc["algorithms"].as_array().unwrap().iter())
-        .map(|a| a["file"].as_str().unwrap())
-        .collect();
+    let doc = main_command_json(&["--topo", "mi250", "--coll", "reducescatter"], &dir);
+    let files = written_files(&doc);
     let twin = files
         .iter()
         .find(|f| f.contains("-trees-") && f.ends_with("-ac.json"))
         .unwrap_or_else(|| panic!("no tree twin on address channels: {files:?}"));
     let plain = twin.replace("-ac.json", ".json");
-    assert!(files.contains(&plain.as_str()), "{files:?}");
+    assert!(files.contains(&plain), "{files:?}");
     let json = std::fs::read_to_string(twin).unwrap();
     assert!(json.contains("\"address_channels\": true"), "{twin}");
     // The same trees as lowered on one channel per step group and as the twin, at 4 GB.
@@ -2102,16 +2103,10 @@ fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
         let xml_dir = dir.join("lowered");
         let lowered = synth(&["lower", file, "--out", xml_dir.to_str().unwrap()]);
         assert!(lowered.status.success(), "{file}");
-        let stem = std::path::Path::new(file)
-            .file_stem()
-            .unwrap()
-            .to_str()
-            .unwrap();
+        let stem = Path::new(file).file_stem().unwrap().to_str().unwrap();
         let xml = xml_dir.join(format!("{stem}.xml"));
         let xml = xml.to_str().unwrap();
-        let v = synth(&["verify", "--json", xml]);
-        let report: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
-        assert_eq!(report["ok"], true, "{xml}: {report}");
+        assert_verifies(xml);
         let s = synth(&[
             "simulate", xml, "--topo", "mi250", "--sizes", "4G", "--json",
         ]);
@@ -2126,14 +2121,8 @@ fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
     let (shared, _) = at_4gb(&plain);
     assert!(own >= 0.985 * bound, "{own} of {bound}");
     assert!(shared < 0.9 * bound, "{shared} of {bound}");
-    let sizes = doc["at_1gb"]["sizes"].as_array().unwrap();
-    let at_1gb = sizes.iter().find(|s| s["bytes"] == 1u64 << 30).unwrap();
-    let chosen = at_1gb["algorithm"].as_str().unwrap();
+    let (chosen, busbw, bound) = chosen_at_1gb(&doc);
     assert!(chosen.contains("-ac"), "{chosen}");
-    let (busbw, bound) = (
-        doc["at_1gb"]["busbw"].as_f64().unwrap(),
-        doc["at_1gb"]["bound"].as_f64().unwrap(),
-    );
     assert!(busbw >= 0.95 * bound, "{busbw} of {bound}");
     let _ = std::fs::remove_dir_all(&dir);
 }

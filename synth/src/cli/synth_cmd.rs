@@ -441,8 +441,7 @@ fn search_algorithms(
     let result = synthesize_with(&request, method, sketch.as_ref());
     progress.finish();
     let mut synthesis = result.map_err(|e| time_limit_error(e, args.time_limit))?;
-    synthesis.algorithms =
-        with_two_step_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
+    synthesis.algorithms = with_early_twins(std::mem::take(&mut synthesis.algorithms), lowering)?;
     let custom_file = (synthesis.algorithms.first()).and_then(|a| {
         (a.collective.kind == Kind::Custom).then(|| Path::new(args.coll.as_deref().unwrap_or("")))
     });
@@ -520,12 +519,13 @@ enum TwinOf {
 #[error("the two-step twin lowers to the same program as its algorithm")]
 struct SameProgram;
 
-/// `algorithms`, each followed by its two-step twin where the flavour has no fused
-/// instructions and the twin lowers to another program ([`crate::lower::two_step_twin`]):
-/// both are lowered, verified and simulated, and the simulation picks per size (an equal
-/// figure keeps the earlier, the algorithm as found). Twins with local reductions come
-/// later, where they may win ([`local_reduction_twins`]).
-fn with_two_step_twins(
+/// `algorithms`, each followed by its twin on address channels where one is made
+/// ([`crate::lower::address_channel_twin`]), each of those by its two-step twin where the
+/// flavour has no fused instructions and the twin lowers to another program
+/// ([`crate::lower::two_step_twin`]): all are lowered, verified and simulated, and the
+/// simulation picks per size (an equal figure keeps the earlier, the algorithm as found).
+/// Twins with local reductions come later, where they may win ([`local_reduction_twins`]).
+fn with_early_twins(
     algorithms: Vec<Algorithm>,
     lowering: &super::lower_args::LowerArgs,
 ) -> Result<Vec<Algorithm>> {

@@ -11,7 +11,7 @@ use synth::progress::Progress;
 use synth::simulate::{simulate, SimOptions};
 use synth::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
 use synth::topology::{self, Topology};
-use synth::trees::synthesize_trees;
+use synth::trees::{synthesize_trees, Depth};
 
 fn busbw_bound(spec: &str, coll: runtime::ir::Collective) -> CutBound {
     CutBound::new(coll, &topology::load(spec).unwrap(), 0)
@@ -191,7 +191,15 @@ fn tree_packing_reaches_the_optimum_rate() {
     ] {
         let topology = topology::load(spec).unwrap();
         let coll = Collective::new(Kind::AllGather, topology.ranks, 0, 1).unwrap();
-        let r = synthesize_trees(&topology, &topology.index(), &coll, &limits, &progress).unwrap();
+        let r = synthesize_trees(
+            &topology,
+            &topology.index(),
+            &coll,
+            &limits,
+            &progress,
+            Depth::Both,
+        )
+        .unwrap();
         assert!(
             r.packing_gbps >= r.optimum_gbps * (1.0 - 1e-6),
             "{spec}: packing {} below the optimum {}",
@@ -279,7 +287,15 @@ fn a_1024_rank_torus_allgather_has_a_program_the_xml_parser_loads() {
     let twin = topology.relabeled(&synth::topology::toml_format::random_permutation(1024, 11));
     let coll = Collective::new(Kind::AllGather, 1024, 0, 1).unwrap();
     let progress = Progress::hidden();
-    let r = synthesize_trees(&twin, &twin.index(), &coll, &tree_limits(), &progress).unwrap();
+    let r = synthesize_trees(
+        &twin,
+        &twin.index(),
+        &coll,
+        &tree_limits(),
+        &progress,
+        Depth::Both,
+    )
+    .unwrap();
     let grown = r.grown.expect("grown trees on the renumbered torus");
     assert_eq!((grown.chunks(), grown.rounds()), (1, 256));
 }
@@ -854,7 +870,15 @@ fn listed_whole_trees_reach_the_optimum_on_a_rectangular_torus() {
         .collect();
     for topology in [plain.clone(), plain.relabeled(&to)] {
         let coll = Collective::new(Kind::AllGather, topology.ranks, 0, 1).unwrap();
-        let r = synthesize_trees(&topology, &topology.index(), &coll, &limits, &progress).unwrap();
+        let r = synthesize_trees(
+            &topology,
+            &topology.index(),
+            &coll,
+            &limits,
+            &progress,
+            Depth::Both,
+        )
+        .unwrap();
         assert!((r.scheduled_gbps - r.optimum_gbps).abs() <= 1e-9 * r.optimum_gbps);
         let listed = r.listed.expect("a list schedule");
         assert!(listed.serial_links);

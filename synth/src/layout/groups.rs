@@ -169,7 +169,15 @@ mod tests {
             work_limit: None,
         };
         let progress = crate::progress::Progress::hidden();
-        let r = crate::trees::synthesize_trees(&topo, &index, &coll, &limits, &progress).unwrap();
+        let r = crate::trees::synthesize_trees(
+            &topo,
+            &index,
+            &coll,
+            &limits,
+            &progress,
+            crate::trees::Depth::Both,
+        )
+        .unwrap();
         assert_eq!(r.algorithm.step_groups, Some(vec![0, 1]));
         assert!(r.algorithm.name.ends_with("-g2"), "{}", r.algorithm.name);
         assert_eq!(ungrouped(&r.algorithm).step_groups, None);

@@ -56,6 +56,9 @@ pub struct TreeResult {
     /// a better rate than the packing's piece counts (a 1024-rank torus at one piece per
     /// root).
     pub grown: Option<Algorithm>,
+    /// With [`Depth::Both`], the schedules of the shallowest trees at the optimum
+    /// ([`packing::shallower`]) that the first packing's do not have.
+    pub shallow: Vec<Algorithm>,
     /// The exact optimum rate (maximum flow).
     pub optimum_gbps: f64,
     /// The rate of the fractional packing.
@@ -72,31 +75,109 @@ pub struct TreeResult {
     pub out_of_time: bool,
 }
 
-/// Packs trees for `coll` (allgather or broadcast, any C) on `topology`.
+impl TreeResult {
+    /// Every schedule it holds.
+    fn algorithms(&self) -> impl Iterator<Item = &Algorithm> {
+        let best_rate = self
+            .best_rate
+            .iter()
+            .flat_map(|(a, l)| std::iter::once(a).chain(l));
+        std::iter::once(&self.algorithm)
+            .chain(&self.listed)
+            .chain(&self.grown)
+            .chain(best_rate)
+            .chain(&self.shallow)
+    }
+}
+
+/// Which tree packings at the optimum the schedules come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// The first that column generation finds.
+    First,
+    /// The one with the shallowest trees ([`packing::shallower`]).
+    Shallow,
+    /// The first, and the shallowest one's schedules beside its own
+    /// ([`TreeResult::shallow`]).
+    Both,
+}
+
+/// Packs trees for `coll` (allgather or broadcast, any C) on `topology`: with `depth`, from
+/// which packings at the optimum (column generation's only; whole trees are kept as built).
 pub fn synthesize_trees(
     topology: &Topology,
     index: &TopologyIndex,
     coll: &Collective,
     limits: &Limits,
     progress: &crate::progress::Progress,
+    depth: Depth,
 ) -> Result<TreeResult> {
     let (group, roots, optimum) = optimum(topology, index, coll, progress)?;
     let optimum_gbps = *optimum.numer() as f64 / *optimum.denom() as f64;
     progress.message(&format!("packing whole trees for {} root(s)", roots.len()));
-    let mut packing = match integer::pack_integer(topology, &group, &roots, optimum) {
-        Some(p) => p,
+    let (mut packing, generated) = match integer::pack_integer(topology, &group, &roots, optimum) {
+        Some(p) => (p, false),
         None => {
             progress.message(&format!("packing trees for {} root(s)", roots.len()));
-            pack(
+            let p = pack(
                 topology,
                 index,
                 &group,
                 &roots,
                 Some(optimum_gbps),
                 limits.deadline,
-            )?
+            )?;
+            (p, true)
         }
     };
+    // The shallowest trees at the optimum, where column generation reached it.
+    let mut shallow =
+        (depth != Depth::First && packing.rate_gbps >= optimum_gbps * (1.0 - 1e-9) && generated)
+            .then(|| packing::shallower(topology, index, &packing, limits.deadline))
+            .flatten();
+    if depth == Depth::Shallow {
+        if let Some(p) = shallow.take() {
+            packing = p;
+        }
+    }
+    let mut result = schedules_of(
+        topology,
+        index,
+        coll,
+        limits,
+        progress,
+        packing,
+        optimum_gbps,
+    )?;
+    // Neither packing's trees win everywhere (eight DGX-1s: the shallow allgather is faster
+    // at 1 GB, the reduce-scatter of the first packing): both go on, the simulation decides.
+    if let Some(p) = shallow {
+        progress.message("scheduling the shallowest trees");
+        let other = schedules_of(topology, index, coll, limits, progress, p, optimum_gbps)?;
+        let new: Vec<Algorithm> = (other.algorithms())
+            .filter(|a| {
+                !(result.algorithms()).any(|k| k.steps == a.steps && k.step_groups == a.step_groups)
+            })
+            .cloned()
+            .collect();
+        result.out_of_time |= other.out_of_time;
+        result.shallow = new;
+    }
+    Ok(result)
+}
+
+/// The schedules of `packing` (at the exact optimum `optimum_gbps` per root) for `coll`.
+fn schedules_of(
+    topology: &Topology,
+    index: &TopologyIndex,
+    coll: &Collective,
+    limits: &Limits,
+    progress: &crate::progress::Progress,
+    mut packing: packing::Packing,
+    optimum_gbps: f64,
+) -> Result<TreeResult> {
+    let group = packing.group.clone();
+    let roots: Vec<usize> = packing.roots.iter().map(|r| r.root).collect();
     add_symmetric_images(topology, &mut packing);
     let mut out_of_time = false;
     progress.message("rounding the packing to pieces");
@@ -189,6 +270,7 @@ pub fn synthesize_trees(
         best_rate,
         listed,
         grown,
+        shallow: Vec::new(),
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
         scheduled_gbps,
@@ -457,12 +539,20 @@ impl Engine for TreeEngine {
             bail!("--method trees chooses its own steps, rounds and chunks; drop --steps/--rounds");
         }
         let coll = (problem.make)(1)?;
+        // An allreduce's halves pipeline into each other: the shallowest trees (two DGX-1s:
+        // 88.2 -> 90.9 GB/s at 1 GB; eight: 50.3 -> 52.2). Standing alone, both.
+        let depth = if self.half {
+            Depth::Shallow
+        } else {
+            Depth::Both
+        };
         let result = synthesize_trees(
             problem.topology,
             problem.index,
             &coll,
             limits,
             problem.progress,
+            depth,
         )?;
         let mut complete =
             result.packing_gbps >= result.optimum_gbps * (1.0 - 1e-6) && !result.out_of_time;
@@ -491,6 +581,9 @@ impl Engine for TreeEngine {
                 [depth].into_iter().chain(listed).collect(),
             ));
         }
+        // The shallowest trees' schedules: fewer steps and rounds, yet not always faster,
+        // so beside the first packing's frontier.
+        algorithms.extend(crate::frontier::pareto_filter(result.shallow));
         let cx = Context {
             topology: problem.topology,
             index: problem.index,
@@ -546,7 +639,15 @@ mod tests {
         let t = load("amd8").unwrap();
         let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
         let progress = crate::progress::Progress::hidden();
-        let r = synthesize_trees(&t, &t.index(), &coll, &limits(false), &progress).unwrap();
+        let r = synthesize_trees(
+            &t,
+            &t.index(),
+            &coll,
+            &limits(false),
+            &progress,
+            Depth::Both,
+        )
+        .unwrap();
         assert!(r.scheduled_gbps >= r.optimum_gbps * (1.0 - 1e-3), "{r:?}");
         let (exact, _) = r
             .best_rate
@@ -556,9 +657,39 @@ mod tests {
         // The layout within the cap stays, for small sizes.
         assert!(r.algorithm.chunks() <= 8);
         // A cap the user gives holds.
-        let r = synthesize_trees(&t, &t.index(), &coll, &limits(true), &progress).unwrap();
+        let r =
+            synthesize_trees(&t, &t.index(), &coll, &limits(true), &progress, Depth::Both).unwrap();
         assert!(r.scheduled_gbps < r.optimum_gbps * 0.95);
         assert!(r.best_rate.is_none_or(|(a, _)| a.chunks() <= 8));
+    }
+
+    #[test]
+    fn the_shallowest_trees_at_the_optimum_are_scheduled_beside_the_first_packings() {
+        // Two DGX-1s: the first packing's depth schedule takes 4 steps; the shallowest trees
+        // (one NIC hop, then two NVLink hops at most) take 3.
+        let t = crate::topology::load_nodes("dgx1", Some(2), None).unwrap();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let progress = crate::progress::Progress::hidden();
+        let at = |depth| synthesize_trees(&t, &t.index(), &coll, &limits(false), &progress, depth);
+        let first = at(Depth::First).unwrap();
+        assert!(first.shallow.is_empty());
+        let both = at(Depth::Both).unwrap();
+        assert_eq!(both.algorithm.steps, first.algorithm.steps);
+        let fewest = both.shallow.iter().map(Algorithm::num_steps).min();
+        assert_eq!(first.algorithm.num_steps(), 4);
+        assert_eq!(
+            fewest,
+            Some(3),
+            "{:?}",
+            both.shallow.iter().map(|a| &a.name).collect::<Vec<_>>()
+        );
+        // In an allreduce's halves the shallowest trees replace the first packing's.
+        let shallow = at(Depth::Shallow).unwrap();
+        assert!(shallow.shallow.is_empty());
+        assert!(shallow.algorithm.num_steps() < first.algorithm.num_steps());
+        for a in both.shallow.iter().chain([&shallow.algorithm]) {
+            crate::check::check(a, &t).unwrap();
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct Packing {
     pub rate_gbps: f64,
     /// The group that maps representatives' trees to the other roots.
     pub group: Translations,
-    /// Column-generation rounds run.
+    /// LP rounds run (column generation, then [`shallower`]'s).
     pub rounds: usize,
 }
 
@@ -210,7 +210,6 @@ pub fn pack(
         let u = orbits.usage_of(&tree, index);
         columns.push((k, tree, u));
     }
-    // Distance from each root, for a tie-break towards shallow trees.
     let mut rounds = 0;
     loop {
         let (time, weights, prices) = solve_master(&orbits, roots.len(), &columns)?;
@@ -264,6 +263,216 @@ pub fn pack(
             });
         }
     }
+}
+
+/// The packing at `packing`'s rate whose trees put ranks fewest hops from their root in all,
+/// over its pool and the trees [`shallow_tree`] prices; `None` where its LP fails. Column
+/// generation stops at the first packing at the optimum, whose trees can be as deep as the
+/// fabric has ranks to relay through (eight DGX-1s: depth 6 on a fabric of diameter 2); a
+/// staged schedule pays for every level in pipeline fill.
+pub fn shallower(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &Packing,
+    deadline: Instant,
+) -> Option<Packing> {
+    let orbits = Orbits::new(topology, index, &packing.group)?;
+    let roots: Vec<usize> = packing.roots.iter().map(|r| r.root).collect();
+    let mut columns: Vec<(usize, Tree, Vec<f64>)> = (packing.roots.iter().enumerate())
+        .flat_map(|(k, r)| r.trees.iter().map(move |(t, _)| (k, t.clone())))
+        .map(|(k, t)| {
+            let u = orbits.usage_of(&t, index);
+            (k, t, u)
+        })
+        .collect();
+    let time = 1.0 / packing.rate_gbps;
+    let (weights, rounds) = shallowest(
+        topology,
+        index,
+        &orbits,
+        &roots,
+        &mut columns,
+        time,
+        deadline,
+    )
+    .ok()?;
+    let mut per_root: Vec<RootTrees> = (roots.iter())
+        .map(|&root| RootTrees {
+            root,
+            trees: Vec::new(),
+        })
+        .collect();
+    // Only the trees it weighs: the rounding would otherwise go back to deeper ones of the
+    // pool that balance its pieces as well.
+    for ((k, tree, _), w) in columns.into_iter().zip(weights) {
+        if w > 1e-9 {
+            per_root[k].trees.push((tree, w));
+        }
+    }
+    for r in &mut per_root {
+        let total: f64 = r.trees.iter().map(|t| t.1).sum();
+        r.trees.iter_mut().for_each(|t| t.1 /= total);
+    }
+    Some(Packing {
+        roots: per_root,
+        rate_gbps: packing.rate_gbps,
+        group: packing.group.clone(),
+        rounds: packing.rounds + rounds,
+    })
+}
+
+/// Most rounds of [`shallowest`].
+const MAX_SHALLOW_ROUNDS: usize = 100;
+
+/// The weights, at time `time`, of the trees whose ranks are fewest hops from their root in
+/// all (columns priced by [`shallow_tree`] and added to `columns`), and the LP rounds run.
+fn shallowest(
+    topology: &Topology,
+    index: &TopologyIndex,
+    orbits: &Orbits,
+    roots: &[usize],
+    columns: &mut Vec<(usize, Tree, Vec<f64>)>,
+    time: f64,
+    deadline: Instant,
+) -> Result<(Vec<f64>, usize)> {
+    let time = time * (1.0 + 1e-7);
+    let mut rounds = 0;
+    loop {
+        let depths: Vec<f64> = columns.iter().map(|(_, t, _)| total_depth(t)).collect();
+        let (weights, prices, per_root) =
+            solve_shallow(orbits, roots.len(), columns, &depths, time)?;
+        rounds += 1;
+        if rounds >= MAX_SHALLOW_ROUNDS || Instant::now() >= deadline {
+            return Ok((weights, rounds));
+        }
+        let mut added = false;
+        for (k, &root) in roots.iter().enumerate() {
+            let Some(tree) = shallow_tree(topology, index, orbits, &prices, root) else {
+                continue;
+            };
+            let u = orbits.usage_of(&tree, index);
+            let reduced = total_depth(&tree) + dot(&u, &prices) - per_root[k];
+            if reduced < -1e-9 * (1.0 + per_root[k].abs())
+                && !columns.iter().any(|(c, t, _)| *c == k && *t == tree)
+            {
+                columns.push((k, tree, u));
+                added = true;
+            }
+        }
+        if !added {
+            return Ok((weights, rounds));
+        }
+    }
+}
+
+/// Hops from the root summed over the ranks of `tree`.
+fn total_depth(tree: &Tree) -> f64 {
+    (0..tree.len()).map(|v| f64::from(hops(tree, v))).sum()
+}
+
+/// Hops from the root of `tree` to `v`.
+fn hops(tree: &Tree, mut v: usize) -> u32 {
+    let mut hops = 0;
+    while let Some(p) = tree[v] {
+        v = p;
+        hops += 1;
+    }
+    hops
+}
+
+/// The least total depth plus priced load over trees at fixed loads: the weights, the price of
+/// each resource orbit and of each root's row.
+fn solve_shallow(
+    orbits: &Orbits,
+    roots: usize,
+    columns: &[(usize, Tree, Vec<f64>)],
+    depths: &[f64],
+    time: f64,
+) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let mut vars = ProblemVariables::new();
+    let w: Vec<Variable> = columns
+        .iter()
+        .map(|_| vars.add(variable().min(0.0)))
+        .collect();
+    let objective: Expression = w.iter().zip(depths).map(|(&x, &d)| d * x).sum();
+    let mut model = vars.minimise(objective).using(highs);
+    model.set_verbose(false);
+    let mut rows = Vec::new();
+    for o in 0..orbits.bandwidth.len() {
+        let load: Expression = columns
+            .iter()
+            .zip(&w)
+            .filter(|((_, _, u), _)| u[o] > 0.0)
+            .map(|((_, _, u), &x)| u[o] * x)
+            .sum();
+        rows.push(model.add_constraint(load.leq(orbits.bandwidth[o] * time)));
+    }
+    let mut root_rows = Vec::new();
+    for k in 0..roots {
+        let total: Expression = columns
+            .iter()
+            .zip(&w)
+            .filter(|((c, _, _), _)| *c == k)
+            .map(|(_, &x)| Expression::from(x))
+            .sum();
+        root_rows.push(model.add_constraint(total.geq(1.0)));
+    }
+    let mut solution = match model.solve() {
+        Ok(s) => s,
+        Err(e) => bail!("shallow tree packing LP failed: {e}"),
+    };
+    let weights: Vec<f64> = w.iter().map(|&x| solution.value(x)).collect();
+    let duals = solution.compute_dual();
+    let prices: Vec<f64> = rows.iter().map(|r| duals.dual(r.clone()).abs()).collect();
+    let per_root: Vec<f64> = root_rows
+        .iter()
+        .map(|r| duals.dual(r.clone()).abs())
+        .collect();
+    Ok((weights, prices, per_root))
+}
+
+/// A spanning tree of `root` grown one rank at a time (Prim's order), each rank joined by the
+/// link whose price plus the depth it reaches is least: a heuristic for the least total
+/// depth plus priced load.
+fn shallow_tree(
+    topology: &Topology,
+    index: &TopologyIndex,
+    orbits: &Orbits,
+    prices: &[f64],
+    root: usize,
+) -> Option<Tree> {
+    let price = |l: usize| {
+        let mut cost = prices[orbits.link[l]] * orbits.factor[orbits.link[l]];
+        for &j in &index.governing[l] {
+            cost += prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]];
+        }
+        cost
+    };
+    let n = topology.ranks;
+    let mut tree: Tree = vec![None; n];
+    let mut depth = vec![u32::MAX; n];
+    let mut best: Vec<(f64, usize)> = vec![(f64::INFINITY, usize::MAX); n];
+    depth[root] = 0;
+    let mut last = root;
+    for _ in 1..n {
+        for &l in &index.out_links[last] {
+            let v = topology.links[l].dst;
+            if depth[v] == u32::MAX {
+                let c = price(l) + f64::from(depth[last] + 1);
+                if c < best[v].0 {
+                    best[v] = (c, last);
+                }
+            }
+        }
+        let v = (0..n)
+            .filter(|&v| depth[v] == u32::MAX && best[v].1 != usize::MAX)
+            .min_by(|&a, &b| best[a].0.total_cmp(&best[b].0))?;
+        let u = best[v].1;
+        tree[v] = Some(u);
+        depth[v] = depth[u] + 1;
+        last = v;
+    }
+    Some(tree)
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -354,4 +563,61 @@ fn cheapest_tree(
         tree[edges[i].to] = Some(edges[i].from);
     }
     Some(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::{allgather_rate, FlowNetwork};
+
+    /// The weighted mean over roots of the hops from the root summed over ranks.
+    fn mean_depth(p: &Packing) -> f64 {
+        let total: f64 = (p.roots.iter())
+            .flat_map(|r| r.trees.iter().map(|(t, w)| total_depth(t) * w))
+            .sum();
+        total / p.roots.len() as f64
+    }
+
+    #[test]
+    fn at_the_optimum_the_packing_takes_the_shallowest_trees() {
+        // Two DGX-1s: column generation stops at trees four levels deep (eight DGX-1s: six)
+        // on a fabric of diameter 2.
+        let t = crate::topology::load_nodes("dgx1", Some(2), None).unwrap();
+        let index = t.index();
+        let group = t.translations();
+        let roots = group.representatives();
+        let optimum = allgather_rate(&FlowNetwork::new(&t).unwrap(), &roots)
+            .unwrap()
+            .as_f64();
+        let deadline = Instant::now() + std::time::Duration::from_secs(3600);
+        let first = pack(&t, &index, &group, &roots, Some(optimum), deadline).unwrap();
+        let shallow = shallower(&t, &index, &first, deadline).unwrap();
+        let orbits = Orbits::new(&t, &index, &group).unwrap();
+        for p in [&first, &shallow] {
+            assert!(p.rate_gbps >= optimum * (1.0 - 1e-9), "{}", p.rate_gbps);
+            // The weights keep every resource within the optimum's time.
+            let mut load = vec![0.0; orbits.bandwidth.len()];
+            for r in &p.roots {
+                for (tree, w) in &r.trees {
+                    for (o, u) in orbits.usage_of(tree, &index).iter().enumerate() {
+                        load[o] += w * u;
+                    }
+                }
+            }
+            for (l, b) in load.iter().zip(&orbits.bandwidth) {
+                assert!(*l <= b / optimum * (1.0 + 1e-6), "{l} over {b}");
+            }
+        }
+        let (deep, shallow_depth) = (mean_depth(&first), mean_depth(&shallow));
+        let deepest = |p: &Packing| {
+            (p.roots.iter().flat_map(|r| &r.trees))
+                .filter(|(_, w)| *w > 1e-9)
+                .map(|(t, _)| (0..t.len()).map(|v| hops(t, v)).max().unwrap_or(0))
+                .max()
+        };
+        // 30 -> 28 hops in all per root, at most 4 -> 3 levels (one NIC hop, two NVLink).
+        assert!(shallow_depth < deep - 1.0, "{shallow_depth} against {deep}");
+        assert!(deepest(&shallow) < deepest(&first));
+        assert_eq!(deepest(&shallow), Some(3));
+    }
 }

@@ -56,6 +56,11 @@ pub trait Construction: Sync {
     fn build(&self, cx: &Context) -> Result<Vec<Algorithm>>;
     /// Whether it makes algorithms of `family`.
     fn makes(&self, family: &Family) -> bool;
+    /// Whether its candidates are a floor the result must not fall below (NCCL's own
+    /// schedule), built even once the search's time is up.
+    fn is_floor(&self) -> bool {
+        false
+    }
     /// How it lays out an allreduce composed of its own reduce-scatter and allgather
     /// (renumbered, in messages, ...); `None` keeps the composition as it is.
     fn allreduce_pair(&self) -> Option<PairLayout> {
@@ -84,13 +89,13 @@ pub const REGISTRY: &[&dyn Construction] = &[
     &shallow::ShallowTrees,
 ];
 
-/// The candidates of every construction of [`REGISTRY`] that fits `cx`, and a note for each
-/// that failed.
-pub fn candidates(cx: &Context) -> (Vec<Algorithm>, Vec<String>) {
+/// The candidates of every construction of [`REGISTRY`] that fits `cx` (with `floors_only`,
+/// of those that are a floor: the search is out of time), and a note for each that failed.
+pub fn candidates(cx: &Context, floors_only: bool) -> (Vec<Algorithm>, Vec<String>) {
     let mut algorithms = Vec::new();
     let mut notes = Vec::new();
     for construction in REGISTRY {
-        if !construction.fits(cx) {
+        if !construction.fits(cx) || (floors_only && !construction.is_floor()) {
             continue;
         }
         cx.progress.message(construction.name());
@@ -133,7 +138,7 @@ mod tests {
             half: false,
             progress: &progress,
         };
-        let (found, notes) = candidates(&cx);
+        let (found, notes) = candidates(&cx, false);
         assert!(notes.is_empty(), "{notes:?}");
         for a in &found {
             crate::check::check(a, &topology).unwrap();

@@ -37,6 +37,10 @@ impl Construction for NcclRings {
     fn makes(&self, family: &Family) -> bool {
         matches!(family, Family::Rings)
     }
+
+    fn is_floor(&self) -> bool {
+        true
+    }
 }
 
 /// The path along `ring` that starts at `root`, as a tree (parent of each rank).

@@ -68,54 +68,232 @@ pub fn canonical_numbering(topology: &Topology, fixed: Option<usize>) -> Option<
 /// clusters are numbered. Nodes are placed one at a time: the unplaced node of least colour
 /// (the lowest-numbered among equals) is individualised, then its ranks (the least shared
 /// colour's lowest-numbered rank first) until they all differ, refining after each, and the
-/// node's ranks are numbered in colour order. Canonical where each individualised class is an
-/// orbit, as [`canonical_numbering`]; a fabric numbered so already keeps its numbering where
-/// its classes fall in rank order (a cluster of identical NVSwitch boxes). `None` for nodes of
-/// different sizes, past [`WORK_LIMIT`], or where the nodes' own links and switch constraints
-/// differ in the local order found (then the local index is not one role in every node).
+/// node's ranks are numbered in colour order. The first node placed sets the local order.
+/// Where its refinement classes are not orbits (a DGX-1), every branch of its
+/// individualisation is tried, within [`EXHAUSTIVE_WORK`], and the least renumbered fabric
+/// wins; a later node whose first choices give it other links or switch constraints by local
+/// index takes the first of its other choices that matches. Canonical where each
+/// individualised class of a later node is an orbit; a fabric numbered so already keeps its
+/// numbering where its classes fall in rank order (a cluster of identical NVSwitch boxes).
+/// `None` for nodes of different sizes, past [`WORK_LIMIT`], or where no choice gives a node
+/// the first one's local links and switch constraints.
 pub fn node_major_numbering(topology: &Topology, fixed: Option<usize>) -> Option<Vec<usize>> {
     let nodes = super::shape::equal_nodes(topology)?;
-    let g = nodes[0].len();
-    let n = topology.ranks;
-    let node_vertex = |k: usize| n + topology.switches.len() + k;
-    let graph = Graph::of(topology);
+    let placing = NodePlacing {
+        graph: &Graph::of(topology),
+        topology,
+        nodes: &nodes,
+    };
     let mut work = 0usize;
-    let mut colours = graph.refine(graph.initial_colours(fixed), &mut work)?;
-    let mut placed = vec![false; nodes.len()];
-    let mut to = vec![0; n];
-    for position in 0..nodes.len() {
-        let k = (0..nodes.len())
-            .filter(|&k| !placed[k])
-            .min_by_key(|&k| (colours[node_vertex(k)], k))?;
-        placed[k] = true;
-        let v = node_vertex(k);
-        if colours.iter().filter(|&&c| c == colours[v]).count() > 1 {
-            colours = graph.refine(individualised(&colours, colours[v], v), &mut work)?;
+    let colours = (placing.graph).refine(placing.graph.initial_colours(fixed), &mut work)?;
+    let (first, colours) = placing.next_node(colours, &[], &mut work)?;
+    // Every local order of the first node, where they are few; else its first.
+    let mut orders = Vec::new();
+    let mut explored = 0usize;
+    let every = (placing.leaves(
+        &nodes[first],
+        colours.clone(),
+        &mut explored,
+        EXHAUSTIVE_WORK,
+    ))
+    .visit(&mut |colours, local| {
+        orders.push((colours, local));
+        false
+    });
+    work += explored;
+    if every.is_none() {
+        orders.clear();
+        (placing.leaves(&nodes[first], colours, &mut work, WORK_LIMIT)).visit(
+            &mut |colours, local| {
+                orders.push((colours, local));
+                true
+            },
+        )?;
+    }
+    let mut best: Option<(Certificate, Vec<usize>)> = None;
+    let mut placing_work = 0usize;
+    for (colours, local) in orders {
+        if placing_work > EXHAUSTIVE_WORK && best.is_some() {
+            break;
         }
-        loop {
-            let mine: Vec<usize> = nodes[k].iter().map(|&r| colours[r]).collect();
-            let Some(colour) = shared_rank_colour(&mine) else {
+        let before = work;
+        if let Some(to) = placing.rest(first, colours, local, &mut work)? {
+            let cert = certificate(topology, &to);
+            if best.as_ref().is_none_or(|(least, _)| cert < *least) {
+                best = Some((cert, to));
+            }
+        }
+        placing_work += work - before;
+    }
+    let (_, to) = best?;
+    nodes_alike(&renumbered(topology, &to), nodes[0].len()).then_some(to)
+}
+
+/// One node's links and switch constraints within it, by local index.
+type Within = (
+    Vec<(usize, usize, i64, i64)>,
+    Vec<(Vec<usize>, Vec<usize>, i64)>,
+);
+
+/// The links and switch constraints within the node whose ranks, in local order, are `local`.
+fn within_node(topology: &Topology, local: &[usize]) -> Within {
+    let index = |r: usize| local.iter().position(|&x| x == r);
+    let mut links: Vec<_> = (topology.links.iter())
+        .filter_map(|l| Some((index(l.src)?, index(l.dst)?, key(l.bandwidth), key(l.alpha))))
+        .collect();
+    let mut switches: Vec<_> = (topology.switches.iter())
+        .filter(|s| s.srcs.iter().chain(&s.dsts).next().is_some())
+        .filter_map(|s| {
+            let mut srcs: Vec<usize> = s.srcs.iter().map(|&r| index(r)).collect::<Option<_>>()?;
+            let mut dsts: Vec<usize> = s.dsts.iter().map(|&r| index(r)).collect::<Option<_>>()?;
+            srcs.sort_unstable();
+            dsts.sort_unstable();
+            Some((srcs, dsts, key(s.bandwidth)))
+        })
+        .collect();
+    links.sort_unstable();
+    switches.sort_unstable();
+    (links, switches)
+}
+
+/// The placement of a fabric's nodes in a node-major numbering ([`node_major_numbering`]).
+struct NodePlacing<'a> {
+    graph: &'a Graph,
+    topology: &'a Topology,
+    nodes: &'a [Vec<usize>],
+}
+
+impl NodePlacing<'_> {
+    /// The unplaced node of least colour (the lowest-numbered among equals), and `colours`
+    /// with it individualised and refined; `None` past the work limit.
+    fn next_node(
+        &self,
+        colours: Vec<usize>,
+        placed: &[usize],
+        work: &mut usize,
+    ) -> Option<(usize, Vec<usize>)> {
+        let vertex = |k: usize| self.topology.ranks + self.topology.switches.len() + k;
+        let k = (0..self.nodes.len())
+            .filter(|k| !placed.contains(k))
+            .min_by_key(|&k| (colours[vertex(k)], k))?;
+        let v = vertex(k);
+        if colours.iter().filter(|&&c| c == colours[v]).count() == 1 {
+            return Some((k, colours));
+        }
+        let refined = self
+            .graph
+            .refine(individualised(&colours, colours[v], v), work)?;
+        Some((k, refined))
+    }
+
+    /// The nodes after the first (`first`, whose ranks in local order are `local`) placed
+    /// below `colours`: the numbering, `Some(None)` where a node has no choice that gives it
+    /// the first node's structure, `None` past the work limit.
+    fn rest(
+        &self,
+        first: usize,
+        mut colours: Vec<usize>,
+        local: Vec<usize>,
+        work: &mut usize,
+    ) -> Option<Option<Vec<usize>>> {
+        let g = local.len();
+        let like = within_node(self.topology, &local);
+        let mut to = vec![0; self.topology.ranks];
+        let mut placed = vec![first];
+        let mut order = local;
+        for position in 0.. {
+            for (i, &r) in order.iter().enumerate() {
+                to[r] = position * g + i;
+            }
+            if placed.len() == self.nodes.len() {
                 break;
+            }
+            let (k, next) = self.next_node(colours, &placed, work)?;
+            placed.push(k);
+            let mut found = None;
+            (self.leaves(&self.nodes[k], next, work, WORK_LIMIT)).visit(
+                &mut |colours, local| {
+                    let fits = within_node(self.topology, &local) == like;
+                    if fits {
+                        found = Some((colours, local));
+                    }
+                    fits
+                },
+            )?;
+            let Some((refined, local)) = found else {
+                return Some(None);
             };
-            let first = nodes[k].iter().copied().find(|&r| colours[r] == colour)?;
-            colours = graph.refine(individualised(&colours, colour, first), &mut work)?;
+            colours = refined;
+            order = local;
         }
-        let mut local = nodes[k].clone();
-        local.sort_by_key(|&r| colours[r]);
-        for (i, &r) in local.iter().enumerate() {
-            to[r] = position * g + i;
+        Some(Some(to))
+    }
+
+    /// The individualisation of `node`'s ranks below `colours`, its refinement work added
+    /// to `work` and bounded by `limit`.
+    fn leaves<'b>(
+        &'b self,
+        node: &'b [usize],
+        colours: Vec<usize>,
+        work: &'b mut usize,
+        limit: usize,
+    ) -> Leaves<'b> {
+        Leaves {
+            graph: self.graph,
+            node,
+            colours,
+            work,
+            limit,
         }
     }
-    nodes_alike(&renumbered(topology, &to), g).then_some(to)
+}
+
+/// The leaves of one node's individualisation ([`NodePlacing::leaves`]).
+struct Leaves<'a> {
+    graph: &'a Graph,
+    node: &'a [usize],
+    colours: Vec<usize>,
+    work: &'a mut usize,
+    limit: usize,
+}
+
+impl Leaves<'_> {
+    /// Calls `visit` with the refined colours and the node's ranks in colour order at each
+    /// leaf (the least shared colour's ranks in rank order at each level), until it returns
+    /// true; whether it did, `None` past the work limit.
+    fn visit(mut self, visit: &mut dyn FnMut(Vec<usize>, Vec<usize>) -> bool) -> Option<bool> {
+        let colours = std::mem::take(&mut self.colours);
+        self.below(colours, visit)
+    }
+
+    fn below(
+        &mut self,
+        colours: Vec<usize>,
+        visit: &mut dyn FnMut(Vec<usize>, Vec<usize>) -> bool,
+    ) -> Option<bool> {
+        let mine: Vec<usize> = self.node.iter().map(|&r| colours[r]).collect();
+        let Some(colour) = shared_rank_colour(&mine) else {
+            let mut local = self.node.to_vec();
+            local.sort_by_key(|&r| colours[r]);
+            return Some(visit(colours, local));
+        };
+        let choices: Vec<usize> = (self.node.iter().copied())
+            .filter(|&r| colours[r] == colour)
+            .collect();
+        for r in choices {
+            let next = individualised(&colours, colour, r);
+            let refined = self.graph.refine_within(next, self.work, self.limit)?;
+            if self.below(refined, visit)? {
+                return Some(true);
+            }
+        }
+        Some(false)
+    }
 }
 
 /// Whether every node of a node-major fabric (node `i` holds ranks `i*g ..`) has the same
 /// links and switch constraints within it, by local index.
 fn nodes_alike(topology: &Topology, g: usize) -> bool {
-    type Within = (
-        Vec<(usize, usize, i64, i64)>,
-        Vec<(Vec<usize>, Vec<usize>, i64)>,
-    );
     let m = topology.ranks / g;
     let mut within: Vec<Within> = vec![Default::default(); m];
     for l in &topology.links {
@@ -594,6 +772,32 @@ mod tests {
                 }
                 let (canonical, _) = super::canonical(&twin, None).unwrap();
                 assert!(form(&canonical) == form(&topology), "{spec} seed {seed}");
+            }
+        }
+    }
+
+    /// Clusters of boxes whose refinement classes are not orbits (a DGX-1 splits its ranks
+    /// into classes that the first choice in one node and in another need not match).
+    const UNEVEN_BOX_CLUSTERS: [&str; 3] = [
+        "[multinode]\nnode = \"dgx1\"\nnodes = 8\n",
+        "[multinode]\nnode = \"dgx1\"\nnodes = 3\nnetwork = \"rail\"\n",
+        "[multinode]\nnode = \"ndv2\"\nnodes = 4\n",
+    ];
+
+    #[test]
+    fn clusters_of_uneven_boxes_are_numbered_node_major_whatever_their_numbering() {
+        for spec in UNEVEN_BOX_CLUSTERS {
+            let topology = cluster(spec);
+            let g = topology.ranks / topology.nodes();
+            let (canonical, _) = super::canonical(&topology, None).expect("numbered");
+            assert!(nodes_alike(&canonical, g), "{spec}");
+            for seed in [7, 11] {
+                let twin = topology.relabeled(&random_permutation(topology.ranks, seed));
+                let (twin_canonical, _) = super::canonical(&twin, None).expect("numbered");
+                assert!(
+                    form(&twin_canonical) == form(&canonical),
+                    "{spec} seed {seed}"
+                );
             }
         }
     }

@@ -178,9 +178,10 @@ fn schedules_of(
 ) -> Result<TreeResult> {
     let group = packing.group.clone();
     let roots: Vec<usize> = packing.roots.iter().map(|r| r.root).collect();
-    add_symmetric_images(topology, &mut packing);
+    add_symmetric_images(topology, index, &mut packing);
     let mut out_of_time = false;
-    progress.message("rounding the packing to pieces");
+    let pool: usize = packing.roots.iter().map(|r| r.trees.len()).sum();
+    progress.message(&format!("rounding the packing ({pool} trees) to pieces"));
     let round = shared_rounding(topology, index, &packing);
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
     let mut options: Vec<rounding::ChunkOption> = (1..=cap).map(&round).collect();
@@ -493,21 +494,52 @@ const MAX_LISTED_STEPS: usize = 1 << 14;
 /// Automorphisms fixing a root tried per root to vary its trees.
 const STABILIZER_IMAGES: usize = 48;
 
+/// Trees of the pool times resource orbits that [`add_symmetric_images`] fills up to (the
+/// rounding keeps each tree's use of each orbit: 128 MB).
+const POOL_ENTRIES: usize = 1 << 24;
+
 /// Adds to each root's pool (with weight 0) the images of its trees under automorphisms
 /// that fix the root: on a torus, the rotations of a tree use the directions evenly, which
-/// integer rounding can then combine.
-pub(crate) fn add_symmetric_images(topology: &Topology, packing: &mut packing::Packing) {
+/// integer rounding can then combine. Each root's pool grows to at most its share of
+/// [`POOL_ENTRIES`] (64 roots of a fabric without symmetry would otherwise hold a hundred
+/// thousand trees).
+pub(crate) fn add_symmetric_images(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &mut packing::Packing,
+) {
+    add_symmetric_images_within(topology, index, packing, POOL_ENTRIES);
+}
+
+/// [`add_symmetric_images`] with each root's pool at most its share of `entries`.
+fn add_symmetric_images_within(
+    topology: &Topology,
+    index: &TopologyIndex,
+    packing: &mut packing::Packing,
+    entries: usize,
+) {
+    let orbits = Orbits::new(topology, index, &packing.group).map_or(1, |o| o.bandwidth.len());
+    let per_root = entries / orbits.max(1) / packing.roots.len().max(1);
     for root in &mut packing.roots {
+        let room = per_root.saturating_sub(root.trees.len());
+        if room == 0 {
+            continue;
+        }
         let stabilizer = topology.automorphisms_mapping(root.root, root.root, STABILIZER_IMAGES);
+        let mut known: std::collections::HashSet<packing::Tree> =
+            root.trees.iter().map(|(t, _)| t.clone()).collect();
         let mut extra = Vec::new();
-        for (tree, _) in &root.trees {
+        'trees: for (tree, _) in &root.trees {
             for sigma in &stabilizer {
                 let mut image: packing::Tree = vec![None; tree.len()];
                 for (v, p) in tree.iter().enumerate() {
                     image[sigma[v]] = p.map(|p| sigma[p]);
                 }
-                if !root.trees.iter().any(|(t, _)| *t == image) && !extra.contains(&image) {
+                if known.insert(image.clone()) {
                     extra.push(image);
+                    if extra.len() == room {
+                        break 'trees;
+                    }
                 }
             }
         }
@@ -595,16 +627,16 @@ impl Engine for TreeEngine {
             half: self.half,
             progress: problem.progress,
         };
-        // The structured schedules are built only while the search has time left.
-        let (structured, notes) = if std::time::Instant::now() < limits.deadline {
-            constructions::candidates(&cx)
-        } else {
+        // The structured schedules are built while the search has time left; past it, only
+        // the floor (NCCL's rings), so that a search cut short still does not fall below it.
+        let out_of_time = std::time::Instant::now() >= limits.deadline;
+        if out_of_time {
             complete = false;
-            problem
-                .progress
-                .message("time limit reached: the structured schedules are left out");
-            (Vec::new(), Vec::new())
-        };
+            (problem.progress).message(
+                "time limit reached: of the structured schedules only NCCL's rings are built",
+            );
+        }
+        let (structured, notes) = constructions::candidates(&cx, out_of_time);
         algorithms.extend(structured);
         Ok(Found {
             algorithms,
@@ -690,6 +722,70 @@ mod tests {
         for a in both.shallow.iter().chain([&shallow.algorithm]) {
             crate::check::check(a, &t).unwrap();
         }
+    }
+
+    /// A packing of one BFS tree per rank of `t` under the trivial group.
+    fn one_tree_per_root(t: &Topology) -> packing::Packing {
+        let group = Translations::trivial(t.ranks);
+        let roots: Vec<usize> = (0..t.ranks).collect();
+        let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        let mut p = packing::pack(t, &t.index(), &group, &roots, Some(1e-9), far).unwrap();
+        for r in &mut p.roots {
+            r.trees.truncate(1);
+            r.trees[0].1 = 1.0;
+        }
+        p
+    }
+
+    #[test]
+    fn symmetric_images_fill_each_roots_pool_to_its_share_only() {
+        // A 4x4 torus under the trivial group: 16 roots, 64 link orbits; every root's
+        // stabilizer has 8 automorphisms, so its one tree has up to 7 new images.
+        let t = load("torus-2d:4x4").unwrap();
+        let mut all = one_tree_per_root(&t);
+        add_symmetric_images(&t, &t.index(), &mut all);
+        assert!(
+            all.roots.iter().all(|r| r.trees.len() > 4),
+            "{:?}",
+            all.roots[0]
+        );
+        // Room for 4 trees per root: 16 roots x 64 orbits x 4.
+        let mut capped = one_tree_per_root(&t);
+        add_symmetric_images_within(&t, &t.index(), &mut capped, 16 * 64 * 4);
+        for (r, c) in all.roots.iter().zip(&capped.roots) {
+            assert_eq!(c.trees.len(), 4);
+            assert_eq!(c.trees[..], r.trees[..4]);
+        }
+    }
+
+    #[test]
+    fn a_search_out_of_time_still_offers_nccls_rings() {
+        let t = load("hypercube:16").unwrap();
+        let index = t.index();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
+        let progress = crate::progress::Progress::hidden();
+        let mut limits = limits(false);
+        limits.deadline = std::time::Instant::now();
+        let problem = Problem {
+            topology: &t,
+            index: &index,
+            make: &make,
+            progress: &progress,
+            deadline: limits.deadline,
+        };
+        let engine = TreeEngine {
+            for_dual: false,
+            half: false,
+        };
+        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        assert!(!found.complete);
+        let families: Vec<&crate::origin::Family> =
+            found.algorithms.iter().map(|a| &a.origin.family).collect();
+        assert!(
+            families.contains(&&crate::origin::Family::Rings),
+            "{families:?}"
+        );
     }
 
     #[test]

@@ -263,7 +263,7 @@ mod tests {
         let roots = group.representatives();
         let rate = allgather_rate(&FlowNetwork::new(&topo).unwrap(), &roots).unwrap();
         let mut packing = pack_integer(&topo, &group, &roots, rate.gbps).expect("packs");
-        crate::trees::add_symmetric_images(&topo, &mut packing);
+        crate::trees::add_symmetric_images(&topo, &index, &mut packing);
         let orbits = Orbits::new(&topo, &index, &group).unwrap();
         let usages = orbits.usages_of(&packing, &index);
         let shared = &rounding::chunk_option(&packing, &usages, &orbits.bandwidth, 1);

@@ -59,9 +59,75 @@ pub(crate) fn realized_time(
 /// Most single-piece moves of the rounding's local search.
 pub(crate) const MAX_MOVES: usize = 400;
 
+/// Work of one local search ([`improve_counts`], [`shorten`]), in resource orbits looked at
+/// over the moves tried: the search stops there with the counts it has (a fabric of 64 ranks
+/// without symmetry has 64 roots and thousands of trees in their pools).
+pub(crate) const MOVE_WORK: usize = 400_000_000;
+
+/// Per representative root and tree of its pool, the resource orbits it uses.
+fn supports(usages: &[Vec<Vec<f64>>]) -> Vec<Vec<Vec<usize>>> {
+    (usages.iter())
+        .map(|root| {
+            (root.iter())
+                .map(|u| (0..u.len()).filter(|&o| u[o] != 0.0).collect())
+                .collect()
+        })
+        .collect()
+}
+
+/// The orbits that moving a piece from tree `a` to tree `b` of one root changes (the union
+/// of their supports, sorted), into `out`.
+fn changed(a: &[usize], b: &[usize], out: &mut Vec<usize>) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                x
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                i += 1;
+                x
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (_, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => unreachable!(),
+        };
+        out.push(next);
+    }
+}
+
+/// The orbits' loads (load over bandwidth) of piece counts.
+fn loads(
+    packing: &Packing,
+    usages: &[Vec<Vec<f64>>],
+    bandwidth: &[f64],
+    counts: &[Vec<usize>],
+) -> Vec<f64> {
+    let orbits = bandwidth.len();
+    let mut load = vec![0.0; orbits];
+    for (r, root) in packing.roots.iter().enumerate() {
+        for t in (0..root.trees.len()).filter(|&t| counts[r][t] > 0) {
+            for o in 0..orbits {
+                load[o] += counts[r][t] as f64 * usages[r][t][o] / bandwidth[o];
+            }
+        }
+    }
+    load
+}
+
 /// Improves integer piece counts by moving one piece at a time from one tree of a root to
 /// another tree of the same root's pool while the busiest resource orbit gets less loaded
-/// (ties: a smaller sum of squared loads). Deterministic: the first best move wins.
+/// (ties: a smaller sum of squared loads). Deterministic: the first best move wins. A move
+/// is looked at on the orbits it changes; within [`MOVE_WORK`].
 pub(crate) fn improve_counts(
     packing: &Packing,
     usages: &[Vec<Vec<f64>>],
@@ -69,62 +135,97 @@ pub(crate) fn improve_counts(
     counts: &mut [Vec<usize>],
 ) {
     let orbits = bandwidth.len();
-    let mut load = vec![0.0; orbits];
-    for (r, root) in packing.roots.iter().enumerate() {
-        for t in 0..root.trees.len() {
-            for o in 0..orbits {
-                load[o] += counts[r][t] as f64 * usages[r][t][o] / bandwidth[o];
-            }
-        }
-    }
+    let supports = supports(usages);
+    let mut load = loads(packing, usages, bandwidth, counts);
     let score = |load: &[f64]| {
         let max = load.iter().copied().fold(0.0, f64::max);
         (max, load.iter().map(|x| x * x).sum::<f64>())
     };
+    let better = |x: (f64, f64), y: (f64, f64)| {
+        x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
+    };
+    // `better` with room for the rounding of a sum of squares updated on the changed orbits
+    // only; the exact score decides where this passes.
+    let maybe_better = |x: (f64, f64), y: (f64, f64)| {
+        x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 + 1e-10))
+    };
+    let mut work = 0usize;
+    let mut union = Vec::new();
+    let mut mark = vec![usize::MAX; orbits];
+    let mut stamp = 0usize;
     for _ in 0..MAX_MOVES {
         let current = score(&load);
         // Only moves that unload the busiest orbit can lower the maximum.
         let hot = (0..orbits)
             .max_by(|&x, &y| load[x].total_cmp(&load[y]))
             .unwrap_or(0);
+        // The orbits by load, busiest first: a move's maximum over the orbits it leaves
+        // alone is the first of them it does not change.
+        let mut by_load: Vec<usize> = (0..orbits).collect();
+        by_load.sort_by(|&x, &y| load[y].total_cmp(&load[x]));
         let mut best: Option<((f64, f64), usize, usize, usize)> = None;
-        for (r, root) in packing.roots.iter().enumerate() {
+        'roots: for (r, root) in packing.roots.iter().enumerate() {
             for a in (0..root.trees.len()).filter(|&a| counts[r][a] > 0) {
                 for b in (0..root.trees.len())
                     .filter(|&b| b != a && usages[r][b][hot] <= usages[r][a][hot])
                 {
+                    changed(&supports[r][a], &supports[r][b], &mut union);
+                    work += union.len() + 1;
+                    stamp += 1;
+                    let (mut max, mut squares) = (0.0f64, current.1);
+                    for &o in &union {
+                        mark[o] = stamp;
+                        let moved = load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
+                        max = max.max(moved);
+                        squares += moved * moved - load[o] * load[o];
+                    }
+                    if let Some(&o) = by_load.iter().find(|&&o| mark[o] != stamp) {
+                        max = max.max(load[o]);
+                    }
+                    let estimate = (max, squares);
+                    if !(maybe_better(estimate, current)
+                        && best.is_none_or(|(bs, ..)| maybe_better(estimate, bs)))
+                    {
+                        continue;
+                    }
+                    work += orbits;
                     let moved: Vec<f64> = (0..orbits)
                         .map(|o| load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o])
                         .collect();
                     let s = score(&moved);
-                    let better = |x: (f64, f64), y: (f64, f64)| {
-                        x.0 < y.0 * (1.0 - 1e-12)
-                            || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
-                    };
                     if better(s, current) && best.is_none_or(|(bs, ..)| better(s, bs)) {
                         best = Some((s, r, a, b));
                     }
+                }
+                if work > MOVE_WORK {
+                    break 'roots;
                 }
             }
         }
         let Some((_, r, a, b)) = best else { break };
         counts[r][a] -= 1;
         counts[r][b] += 1;
-        for o in 0..orbits {
+        changed(&supports[r][a], &supports[r][b], &mut union);
+        for &o in &union {
             load[o] += (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
+        }
+        if work > MOVE_WORK {
+            break;
         }
     }
 }
 
 /// Moves pieces to shallower trees of the same root while the busiest resource orbit gets
-/// no busier: at equal load, shallow trees fill and drain their pipelines sooner.
+/// no busier: at equal load, shallow trees fill and drain their pipelines sooner. A move is
+/// looked at on the orbits it changes (the others stay within the maximum); within
+/// [`MOVE_WORK`].
 pub(crate) fn shorten(
     packing: &Packing,
     usages: &[Vec<Vec<f64>>],
     bandwidth: &[f64],
     counts: &mut [Vec<usize>],
 ) {
-    let orbits = bandwidth.len();
+    let supports = supports(usages);
     let depth_of: Vec<Vec<usize>> = packing
         .roots
         .iter()
@@ -135,15 +236,10 @@ pub(crate) fn shorten(
                 .collect()
         })
         .collect();
-    let mut load = vec![0.0; orbits];
-    for (r, root) in packing.roots.iter().enumerate() {
-        for t in 0..root.trees.len() {
-            for o in 0..orbits {
-                load[o] += counts[r][t] as f64 * usages[r][t][o] / bandwidth[o];
-            }
-        }
-    }
+    let mut load = loads(packing, usages, bandwidth, counts);
     let max = load.iter().copied().fold(0.0, f64::max);
+    let mut work = 0usize;
+    let mut union = Vec::new();
     for _ in 0..MAX_MOVES {
         let mut moved = false;
         'search: for (r, root) in packing.roots.iter().enumerate() {
@@ -153,14 +249,19 @@ pub(crate) fn shorten(
                     .collect();
                 shallower.sort_by_key(|&b| (depth_of[r][b], b));
                 for b in shallower {
-                    let fits = (0..orbits).all(|o| {
+                    changed(&supports[r][a], &supports[r][b], &mut union);
+                    work += union.len() + 1;
+                    if work > MOVE_WORK {
+                        return;
+                    }
+                    let fits = union.iter().all(|&o| {
                         load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o]
                             <= max * (1.0 + 1e-9)
                     });
                     if fits {
                         counts[r][a] -= 1;
                         counts[r][b] += 1;
-                        for o in 0..orbits {
+                        for &o in &union {
                             load[o] += (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
                         }
                         moved = true;
@@ -253,4 +354,86 @@ pub fn best_pipelined(options: &[ChunkOption], slices: impl Fn(usize) -> f64) ->
             _ => Some(o),
         })
         .expect("at least one chunk count")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::load;
+    use crate::trees::packing::{pack, Orbits};
+
+    /// [`improve_counts`] as first written: every move scored on every orbit.
+    fn improve_counts_densely(
+        packing: &Packing,
+        usages: &[Vec<Vec<f64>>],
+        bandwidth: &[f64],
+        counts: &mut [Vec<usize>],
+    ) {
+        let orbits = bandwidth.len();
+        let mut load = loads(packing, usages, bandwidth, counts);
+        let score = |load: &[f64]| {
+            let max = load.iter().copied().fold(0.0, f64::max);
+            (max, load.iter().map(|x| x * x).sum::<f64>())
+        };
+        let better = |x: (f64, f64), y: (f64, f64)| {
+            x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
+        };
+        for _ in 0..MAX_MOVES {
+            let current = score(&load);
+            let hot = (0..orbits)
+                .max_by(|&x, &y| load[x].total_cmp(&load[y]))
+                .unwrap_or(0);
+            let mut best: Option<((f64, f64), usize, usize, usize)> = None;
+            for (r, root) in packing.roots.iter().enumerate() {
+                for a in (0..root.trees.len()).filter(|&a| counts[r][a] > 0) {
+                    for b in (0..root.trees.len())
+                        .filter(|&b| b != a && usages[r][b][hot] <= usages[r][a][hot])
+                    {
+                        let moved: Vec<f64> = (0..orbits)
+                            .map(|o| load[o] + (usages[r][b][o] - usages[r][a][o]) / bandwidth[o])
+                            .collect();
+                        let s = score(&moved);
+                        if better(s, current) && best.is_none_or(|(bs, ..)| better(s, bs)) {
+                            best = Some((s, r, a, b));
+                        }
+                    }
+                }
+            }
+            let Some((_, r, a, b)) = best else { break };
+            counts[r][a] -= 1;
+            counts[r][b] += 1;
+            for o in 0..orbits {
+                load[o] += (usages[r][b][o] - usages[r][a][o]) / bandwidth[o];
+            }
+        }
+    }
+
+    #[test]
+    fn moves_scored_on_the_orbits_they_change_are_the_moves_scored_on_all() {
+        for spec in ["amd8", "torus-2d:4x8", "random:24:1", "dgx1", "mesh-2d:4x4"] {
+            let t = load(spec).unwrap();
+            let index = t.index();
+            let group = t.translations();
+            let roots = group.representatives();
+            let far = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+            let mut packing = pack(&t, &index, &group, &roots, None, far).unwrap();
+            crate::trees::add_symmetric_images(&t, &index, &mut packing);
+            let orbits = Orbits::new(&t, &index, &group).unwrap();
+            let usages = orbits.usages_of(&packing, &index);
+            let mut moved_somewhere = false;
+            for chunks in 1..=8 {
+                let start = piece_counts(&packing, chunks);
+                let mut sparse = start.clone();
+                improve_counts(&packing, &usages, &orbits.bandwidth, &mut sparse);
+                let mut dense = start.clone();
+                improve_counts_densely(&packing, &usages, &orbits.bandwidth, &mut dense);
+                assert_eq!(sparse, dense, "{spec} at {chunks} pieces");
+                moved_somewhere |= sparse != start;
+            }
+            assert!(
+                moved_somewhere || spec != "amd8",
+                "{spec}: no move to compare"
+            );
+        }
+    }
 }

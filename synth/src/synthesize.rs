@@ -323,11 +323,17 @@ impl<'a> Plan<'a> {
                 .collect();
             found.algorithms.extend(twins);
         }
-        found.algorithms = found
-            .algorithms
-            .into_iter()
-            .map(|a| self.finish(a, topology, limits.extra_memory, limits.deadline))
-            .collect::<Result<_>>()?;
+        // An algorithm the checker rejects is an internal error of the engine or
+        // construction that made it: it is left out with a note, and the others go on.
+        let mut kept = Vec::with_capacity(found.algorithms.len());
+        for a in std::mem::take(&mut found.algorithms) {
+            match self.finish(a, topology, limits.extra_memory, limits.deadline) {
+                Ok(a) => kept.push(a),
+                Err(e) if e.is::<crate::engine::TimeLimitReached>() => return Err(e),
+                Err(e) => found.notes.push(format!("{e:#}; left out")),
+            }
+        }
+        found.algorithms = kept;
         Ok(found)
     }
 }

@@ -429,6 +429,11 @@ pub fn best_shortcuts(index: &TopologyIndex, nodes: &[Vec<usize>], chunks: usize
             .into_iter()
             .flat_map(|(local, ring)| local.into_iter().chain(ring))
             .collect();
+        // A shortcut needs a link to another GPU of the next node (a fat-tree network, not
+        // rails alone).
+        if !(sends.iter()).all(|s| index.link_of.contains_key(&(s.src, s.dst))) {
+            break;
+        }
         let (load, cap) = busiest(index, caps, &sends);
         // Strictly less load per capacity than the best so far.
         if (load as u128) * (best.1 .1 as u128) < (best.1 .0 as u128) * (cap as u128) {
@@ -443,6 +448,27 @@ mod tests {
     use super::*;
     use crate::check::check;
     use crate::topology::load;
+
+    #[test]
+    fn rails_alone_take_no_shortcuts() {
+        // Four DGX-H100s on a rail network: no link from a GPU to another local index of the
+        // next node, so the rail ring takes none (it took some, and failed the checker).
+        let t = crate::topology::load_nodes(
+            "dgx-h100",
+            Some(4),
+            Some(crate::topology::multinode::Network::Rail),
+        )
+        .unwrap();
+        let index = t.index();
+        let nodes = rails(&t, &index).expect("rail-ring shape");
+        for chunks in [1, 8, 32] {
+            assert_eq!(best_shortcuts(&index, &nodes, chunks), 0, "{chunks} pieces");
+        }
+        let fat = crate::topology::load_nodes("dgx-h100", Some(4), None).unwrap();
+        let fat_index = fat.index();
+        let fat_nodes = rails(&fat, &fat_index).unwrap();
+        assert!((1..=32).any(|c| best_shortcuts(&fat_index, &fat_nodes, c) > 0));
+    }
 
     #[test]
     fn piece_counts_fill_one_and_two_channels_within_the_cap() {

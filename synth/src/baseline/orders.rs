@@ -354,17 +354,30 @@ fn search_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
 /// so its baselines are searched where a renumbered cluster looks as built (4 x DGX-H100 on
 /// rails, renumbered: one ring at 50.0 GB/s at 1 GB before, the built-in's 398.3 now). As
 /// numbered where there is no such numbering.
+/// The numberings of the last [`REMEMBERED`] fabrics are kept: the tuner asks for the trees
+/// of every size.
 fn node_major(topo: &Topology) -> (Topology, Vec<usize>) {
-    let identity = || (topo.clone(), (0..topo.ranks).collect());
-    let Some((numbered, to)) = crate::topology::canonical::canonical(topo, None) else {
-        return identity();
-    };
-    let mut back = vec![0; to.len()];
-    for (r, &t) in to.iter().enumerate() {
-        back[t] = r;
+    if let Some(found) = NODE_MAJOR.find(|t| same_fabric(t, topo)) {
+        return found;
     }
-    (numbered, back)
+    let found = match crate::topology::canonical::canonical(topo, None) {
+        Some((numbered, to)) => {
+            let mut back = vec![0; to.len()];
+            for (r, &t) in to.iter().enumerate() {
+                back[t] = r;
+            }
+            (numbered, back)
+        }
+        None => (topo.clone(), (0..topo.ranks).collect()),
+    };
+    let mut key = topo.clone();
+    key.name.clear();
+    NODE_MAJOR.keep(key, found.clone(), |t| same_fabric(t, topo));
+    found
 }
+
+/// The fabrics (named "") and numberings [`node_major`] found last.
+static NODE_MAJOR: Remembered<Topology, (Topology, Vec<usize>)> = Remembered::new(REMEMBERED);
 
 /// A relayed ring over every rank and its reverse ([`relay::relayed_order`]).
 fn relayed_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {

@@ -354,6 +354,7 @@ fn search_rings(topo: &Topology) -> Result<Vec<Vec<usize>>> {
 /// so its baselines are searched where a renumbered cluster looks as built (4 x DGX-H100 on
 /// rails, renumbered: one ring at 50.0 GB/s at 1 GB before, the built-in's 398.3 now). As
 /// numbered where there is no such numbering.
+///
 /// The numberings of the last [`REMEMBERED`] fabrics are kept: the tuner asks for the trees
 /// of every size.
 fn node_major(topo: &Topology) -> (Topology, Vec<usize>) {

@@ -421,7 +421,11 @@ fn shared_rounding<'a>(
 ) -> impl Fn(usize) -> rounding::ChunkOption + 'a {
     let orbits = Orbits::new(topology, index, &packing.group).expect("checked by optimum");
     let usages = orbits.usages_of(packing, index);
-    move |chunks| rounding::chunk_option(packing, &usages, &orbits.bandwidth, chunks)
+    let supports = rounding::supports(&usages);
+    move |chunks| {
+        let uses = (&usages[..], &supports[..]);
+        rounding::chunk_option(packing, uses, &orbits.bandwidth, chunks)
+    }
 }
 
 /// `algorithm` in the step groups chosen for it ([`crate::layout::groups::step_groups`]).

@@ -266,7 +266,8 @@ mod tests {
         crate::trees::add_symmetric_images(&topo, &index, &mut packing);
         let orbits = Orbits::new(&topo, &index, &group).unwrap();
         let usages = orbits.usages_of(&packing, &index);
-        let shared = &rounding::chunk_option(&packing, &usages, &orbits.bandwidth, 1);
+        let uses = (&usages[..], &rounding::supports(&usages)[..]);
+        let shared = &rounding::chunk_option(&packing, uses, &orbits.bandwidth, 1);
         let rounding::PieceCounts::Orbit(start) = &shared.counts else {
             panic!("orbit counts")
         };

@@ -64,8 +64,13 @@ pub(crate) const MAX_MOVES: usize = 400;
 /// without symmetry has 64 roots and thousands of trees in their pools).
 pub(crate) const MOVE_WORK: usize = 400_000_000;
 
-/// Per representative root and tree of its pool, the resource orbits it uses.
-fn supports(usages: &[Vec<Vec<f64>>]) -> Vec<Vec<Vec<usize>>> {
+/// Per representative root and tree of its pool, what one unit of it puts on each resource
+/// orbit, and the orbits it uses ([`supports`]).
+pub type PoolUse<'a> = (&'a [Vec<Vec<f64>>], &'a [Vec<Vec<usize>>]);
+
+/// Per representative root and tree of its pool, the resource orbits it uses (what
+/// [`chunk_option`]'s local searches look at).
+pub(crate) fn supports(usages: &[Vec<Vec<f64>>]) -> Vec<Vec<Vec<usize>>> {
     (usages.iter())
         .map(|root| {
             (root.iter())
@@ -124,26 +129,29 @@ fn loads(
     load
 }
 
+/// The busiest orbit's load and the sum of squared loads: what [`improve_counts`] lowers.
+fn score(load: &[f64]) -> (f64, f64) {
+    let max = load.iter().copied().fold(0.0, f64::max);
+    (max, load.iter().map(|x| x * x).sum::<f64>())
+}
+
+/// Whether score `x` is better than `y`: a lower maximum, else a lower sum of squares.
+fn better(x: (f64, f64), y: (f64, f64)) -> bool {
+    x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
+}
+
 /// Improves integer piece counts by moving one piece at a time from one tree of a root to
 /// another tree of the same root's pool while the busiest resource orbit gets less loaded
 /// (ties: a smaller sum of squared loads). Deterministic: the first best move wins. A move
 /// is looked at on the orbits it changes; within [`MOVE_WORK`].
 pub(crate) fn improve_counts(
     packing: &Packing,
-    usages: &[Vec<Vec<f64>>],
+    (usages, supports): PoolUse,
     bandwidth: &[f64],
     counts: &mut [Vec<usize>],
 ) {
     let orbits = bandwidth.len();
-    let supports = supports(usages);
     let mut load = loads(packing, usages, bandwidth, counts);
-    let score = |load: &[f64]| {
-        let max = load.iter().copied().fold(0.0, f64::max);
-        (max, load.iter().map(|x| x * x).sum::<f64>())
-    };
-    let better = |x: (f64, f64), y: (f64, f64)| {
-        x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
-    };
     // `better` with room for the rounding of a sum of squares updated on the changed orbits
     // only; the exact score decides where this passes.
     let maybe_better = |x: (f64, f64), y: (f64, f64)| {
@@ -221,11 +229,10 @@ pub(crate) fn improve_counts(
 /// [`MOVE_WORK`].
 pub(crate) fn shorten(
     packing: &Packing,
-    usages: &[Vec<Vec<f64>>],
+    (usages, supports): PoolUse,
     bandwidth: &[f64],
     counts: &mut [Vec<usize>],
 ) {
-    let supports = supports(usages);
     let depth_of: Vec<Vec<usize>> = packing
         .roots
         .iter()
@@ -310,16 +317,18 @@ pub struct ChunkOption {
     pub rate: f64,
 }
 
-/// The packing's weights rounded to piece counts at `chunks` pieces per root.
+/// The packing's weights rounded to piece counts at `chunks` pieces per root (`uses`: the
+/// pool's usages and their [`supports`]).
 pub fn chunk_option(
     packing: &Packing,
-    usages: &[Vec<Vec<f64>>],
+    uses: PoolUse,
     bandwidth: &[f64],
     chunks: usize,
 ) -> ChunkOption {
+    let usages = uses.0;
     let mut counts = piece_counts(packing, chunks);
-    improve_counts(packing, usages, bandwidth, &mut counts);
-    shorten(packing, usages, bandwidth, &mut counts);
+    improve_counts(packing, uses, bandwidth, &mut counts);
+    shorten(packing, uses, bandwidth, &mut counts);
     let t = realized_time(packing, usages, bandwidth, &counts, chunks);
     ChunkOption {
         chunks,
@@ -371,13 +380,6 @@ mod tests {
     ) {
         let orbits = bandwidth.len();
         let mut load = loads(packing, usages, bandwidth, counts);
-        let score = |load: &[f64]| {
-            let max = load.iter().copied().fold(0.0, f64::max);
-            (max, load.iter().map(|x| x * x).sum::<f64>())
-        };
-        let better = |x: (f64, f64), y: (f64, f64)| {
-            x.0 < y.0 * (1.0 - 1e-12) || (x.0 <= y.0 * (1.0 + 1e-12) && x.1 < y.1 * (1.0 - 1e-12))
-        };
         for _ in 0..MAX_MOVES {
             let current = score(&load);
             let hot = (0..orbits)
@@ -424,7 +426,8 @@ mod tests {
             for chunks in 1..=8 {
                 let start = piece_counts(&packing, chunks);
                 let mut sparse = start.clone();
-                improve_counts(&packing, &usages, &orbits.bandwidth, &mut sparse);
+                let uses = (&usages[..], &supports(&usages)[..]);
+                improve_counts(&packing, uses, &orbits.bandwidth, &mut sparse);
                 let mut dense = start.clone();
                 improve_counts_densely(&packing, &usages, &orbits.bandwidth, &mut dense);
                 assert_eq!(sparse, dense, "{spec} at {chunks} pieces");

@@ -232,6 +232,13 @@ pub struct Origin {
     /// (`lower::address_channel_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub address_channels: bool,
+    /// Lowered with the sends of its reducing steps paced (named `-ps`): each waits for the
+    /// rank's last send of the reducing step before, so that contributions that are ready
+    /// from the start (a leaf's own data) do not run ahead and share a port or NIC with the
+    /// messages the next steps wait for; the run then keeps to the schedule's steps
+    /// (`lower::paced_twin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paced_sends: bool,
 }
 
 impl Origin {
@@ -243,6 +250,7 @@ impl Origin {
             two_step_receives: false,
             local_reductions: false,
             address_channels: false,
+            paced_sends: false,
         }
     }
 }
@@ -279,7 +287,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr][-ps]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -302,6 +310,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if parts.origin.local_reductions {
         tail.push_str("-lr");
+    }
+    if parts.origin.paced_sends {
+        tail.push_str("-ps");
     }
     fit(&head, &tail, MAX_NAME)
 }
@@ -352,6 +363,7 @@ mod tests {
                 two_step_receives: false,
                 local_reductions: false,
                 address_channels: false,
+                paced_sends: false,
             },
             steps: 3,
             rounds: 7,
@@ -433,13 +445,14 @@ mod tests {
                 two_step_receives: true,
                 local_reductions: true,
                 address_channels: true,
+                paced_sends: true,
             },
             steps: 121,
             rounds: 4600,
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12-ac-2r-lr"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-ac-2r-lr-ps"), "{n}");
         assert!(n.starts_with("allreduce-torus3d-4x4x4-gre"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }

@@ -303,8 +303,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     simulate_held(&mut race, held, sims, &progress, &mut lowered, &mut stalls)?;
     let mut files = files;
     let bar = race.bar().last().copied();
-    let twins = local_reduction_twins(&synthesis.algorithms, &stalls.unstalled, bar);
-    for twin in twins {
+    let twins = late_twins(&synthesis.algorithms, &stalls.unstalled, bar, &topo);
+    for (twin, original) in twins {
         let index = synthesis.algorithms.len();
         files.extend(write_algorithms(std::slice::from_ref(&twin), &args.out)?);
         let bound = |v: &crate::lower::Verified| -> Result<Held> {
@@ -331,10 +331,9 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             }
             Err(e) if unexpressible(&e) => {
                 dropped.push(format!(
-                    "{}: no XML written (the {} runtime cannot load its local reductions; {} is rated): {e:#}",
+                    "{}: no XML written (the {} runtime cannot load this lowering; {original} is rated): {e:#}",
                     twin.name,
                     lowering.flavor().name(),
-                    twin.name.trim_end_matches("-lr"),
                 ));
                 lowered.push((Vec::new(), None));
             }
@@ -449,16 +448,20 @@ fn search_algorithms(
     Ok(synthesis)
 }
 
-/// The twins with local reductions ([`crate::lower::local_reduction_twin`]) worth lowering
-/// and simulating after `algorithms`: those of algorithms that, with connections that never
-/// fill (`unstalled`), come within [`TWIN_REACH`] of what the simulation reached at the
-/// largest compared size (`bar`): freed receives may take them past it. Named `NAME-lr`
-/// where the rendered name is taken.
-fn local_reduction_twins(
+/// The twins worth lowering and simulating after `algorithms`, each with its algorithm's
+/// name: with local reductions ([`crate::lower::local_reduction_twin`]), those of algorithms
+/// that, with connections that never fill (`unstalled`), come within [`TWIN_REACH`] of what
+/// the simulation reached at the largest compared size (`bar`): freed receives may take them
+/// past it; with paced sends ([`crate::lower::paced_twin`]), those of algorithms whose
+/// schedule (its steps and rounds on `topology`) comes within [`TWIN_REACH`] of the bar: the
+/// pacing keeps the run to that schedule. Named `NAME-lr` or `NAME-ps` where the rendered
+/// name is taken.
+fn late_twins(
     algorithms: &[Algorithm],
     unstalled: &[Option<f64>],
     bar: Option<f64>,
-) -> Vec<Algorithm> {
+    topology: &Topology,
+) -> Vec<(Algorithm, String)> {
     let Some(bar) = bar else {
         return Vec::new();
     };
@@ -466,21 +469,36 @@ fn local_reduction_twins(
         algorithms.iter().map(|a| a.name.clone()).collect();
     let mut twins = Vec::new();
     for (a, unstalled) in algorithms.iter().zip(unstalled) {
-        if !unstalled.is_some_and(|u| u > bar * (1.0 - TWIN_REACH)) {
-            continue;
-        }
-        let Some(mut twin) = crate::lower::local_reduction_twin(a) else {
-            continue;
-        };
-        if names.contains(&twin.name) {
-            let most = crate::origin::MAX_NAME - "-lr".len();
-            twin.name = format!("{}-lr", crate::origin::shortened(&a.name, most));
-        }
-        if names.insert(twin.name.clone()) {
-            twins.push(twin);
+        let local = unstalled
+            .is_some_and(|u| u > bar * (1.0 - TWIN_REACH))
+            .then(|| crate::lower::local_reduction_twin(a))
+            .flatten()
+            .map(|t| (t, "-lr"));
+        let paced = (scheduled_busbw(a, topology) > bar * (1.0 - TWIN_REACH))
+            .then(|| crate::lower::paced_twin(a))
+            .flatten()
+            .map(|t| (t, "-ps"));
+        for (mut twin, suffix) in local.into_iter().chain(paced) {
+            if names.contains(&twin.name) {
+                let most = crate::origin::MAX_NAME - suffix.len();
+                twin.name = format!("{}{suffix}", crate::origin::shortened(&a.name, most));
+            }
+            if names.insert(twin.name.clone()) {
+                twins.push((twin, a.name.clone()));
+            }
         }
     }
     twins
+}
+
+/// The busbw (GB/s) that `algorithm`'s steps and rounds promise on `topology` at the largest
+/// compared size ([`Algorithm::estimated_time_us`]).
+fn scheduled_busbw(algorithm: &Algorithm, topology: &Topology) -> f64 {
+    let size = COMPARE_BYTES as f64;
+    let time_us = algorithm.estimated_time_us(topology, size);
+    let factor = (algorithm.collective.kind.to_ir())
+        .map_or(1.0, |c| c.busbw_factor(algorithm.collective.ranks));
+    size / (time_us * 1e3) * factor
 }
 
 /// How much faster a program must simulate at 1 GB with connections that never fill than
@@ -524,7 +542,7 @@ struct SameProgram;
 /// flavour has no fused instructions and the twin lowers to another program
 /// ([`crate::lower::two_step_twin`]): all are lowered, verified and simulated, and the
 /// simulation picks per size (an equal figure keeps the earlier, the algorithm as found).
-/// Twins with local reductions come later, where they may win ([`local_reduction_twins`]).
+/// Twins with local reductions come later, where they may win ([`late_twins`]).
 fn with_early_twins(
     algorithms: Vec<Algorithm>,
     lowering: &super::lower_args::LowerArgs,
@@ -1031,7 +1049,7 @@ fn simulate_held(
 
 /// What the main command learns, while it simulates, of the algorithms whose reductions
 /// join messages: whether their twins with local reductions may win
-/// ([`local_reduction_twins`]).
+/// ([`late_twins`]).
 struct Stalls {
     /// Per algorithm: whether a step of it joins messages in one accumulator (it has a
     /// twin with local reductions).

@@ -213,5 +213,10 @@ fn sends_first(rc: &mut RankCode) {
         })
         .collect();
     keyed.sort_by_key(|(k, _)| *k);
+    // Each algorithm step starts where its first op now is (the sort keeps the steps in
+    // order).
+    rc.step_starts = (1..=starts.len())
+        .map(|stage| keyed.partition_point(|((s, _), _)| *s < stage))
+        .collect();
     rc.ops = keyed.into_iter().map(|(_, op)| op).collect();
 }

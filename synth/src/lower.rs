@@ -1299,10 +1299,10 @@ fn address_threadblocks(algorithm: &Algorithm, groups: &[usize]) -> (usize, bool
 /// local form frees the receives, and with them the senders, from waiting on each other's
 /// reductions, but makes a further pass through memory per message), so both are
 /// candidates that the simulation chooses between. `None` where no step reduces two
-/// messages into one accumulator, and for a twin.
+/// messages into one accumulator, and for a twin (a paced one included).
 pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     let origin = &algorithm.origin;
-    if origin.local_reductions || origin.two_step_receives {
+    if origin.local_reductions || origin.two_step_receives || origin.paced_sends {
         return None;
     }
     if !joins_messages(algorithm) {

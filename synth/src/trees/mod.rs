@@ -199,7 +199,6 @@ fn schedules_of(
             }
             grown::grown(
                 topology,
-                index,
                 &group,
                 &roots,
                 chunks.max(1),

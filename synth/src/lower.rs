@@ -1209,13 +1209,14 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
 
 /// The twins of `algorithm` that lower to other programs of the same schedule, in order:
 /// its two-step twin ([`two_step_twin`]), its twin with local reductions
-/// ([`local_reduction_twin`]), then its twin on address channels
-/// ([`address_channel_twin`]) followed by that twin's own two. The main command and
-/// catalogs simulate each beside its algorithm and pick per size.
+/// ([`local_reduction_twin`]), its twin with paced sends ([`paced_twin`]), then its twin on
+/// address channels ([`address_channel_twin`]) followed by that twin's own three. The main
+/// command and catalogs simulate each beside its algorithm and pick per size.
 pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
     let own = |a: &Algorithm| {
         (two_step_twin(a, options).into_iter())
             .chain(local_reduction_twin(a))
+            .chain(paced_twin(a))
             .collect::<Vec<_>>()
     };
     let mut all = own(algorithm);

@@ -61,10 +61,10 @@ struct Input {
 /// The last inputs of [`grown`] and what it found for them: an allreduce's reduce-scatter
 /// half, the allgather of the reversed fabric, grows no trees again where the reversal has
 /// the same links and constraints (2 x DGX-2: 3.4 s per growth).
-static GROWN: Remembered<Input, Option<(Algorithm, f64)>> = Remembered::new(4);
+static GROWN: Remembered<Input, Option<Grown>> = Remembered::new(4);
 
-/// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, and
-/// that rate (GB/s per root); `None` where the group does not map the fabric to itself, where
+/// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, that
+/// rate (GB/s per root), and the same at finer pieces ([`Grown`]); `None` where the group does not map the fabric to itself, where
 /// the pieces would be too many to grow, or where no edge fits an empty step. Errors at
 /// `deadline`. Grown on the links and constraints in sorted order, so that the schedule is a
 /// function of the input (kept or not) and not of the order the fabric lists them in.
@@ -75,7 +75,7 @@ pub(crate) fn grown(
     max_chunks: usize,
     optimum_gbps: f64,
     deadline: Instant,
-) -> Result<Option<(Algorithm, f64)>> {
+) -> Result<Option<Grown>> {
     let mut canonical = topology.clone();
     canonical
         .links
@@ -114,6 +114,19 @@ pub(crate) fn grown(
     Ok(found)
 }
 
+/// What [`grown`] found: the schedule at the fewest pieces per root with the best rate and
+/// that rate (GB/s per root), and, where those pieces span two or more runtime slices at the
+/// reference size ([`crate::layout::reference::slices`]), the same rate at the most pieces
+/// that are a multiple of them within the caps: its finer pieces pipeline better at large
+/// sizes (2 x DGX-H100 on rails: 2 pieces per root 494.6 GB/s at 1 GB, 16 pieces 497.3),
+/// and the simulation weighs both.
+#[derive(Clone)]
+pub(crate) struct Grown {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) rate: f64,
+    pub(crate) finer: Option<Algorithm>,
+}
+
 /// [`grown`] without the memory, on `topology` as it lists its links.
 fn grow_schedule(
     topology: &Topology,
@@ -123,41 +136,26 @@ fn grow_schedule(
     max_chunks: usize,
     optimum_gbps: f64,
     deadline: Instant,
-) -> Result<Option<(Algorithm, f64)>> {
+) -> Result<Option<Grown>> {
     let Some(orbits) = Orbits::new(topology, index, group) else {
         return Ok(None);
     };
     let caps = capacities(topology, index)?;
     let fabric = Fabric::new(topology, index, &orbits, caps);
+    let most = max_chunks
+        .min(MAX_CHUNKS)
+        .min(MAX_PIECES / roots.len().max(1));
     let mut best: Option<(usize, Vec<Vec<Edge>>, f64)> = None;
-    for chunks in 1..=max_chunks.min(MAX_CHUNKS) {
-        if roots.len() * chunks > MAX_PIECES {
-            break;
-        }
-        // No schedule of whole pieces takes fewer steps than the optimum allows.
-        let fewest = (chunks as f64 * caps.unit_gbps / optimum_gbps * (1.0 - 1e-9)).ceil();
-        let at_most = chunks as f64 * caps.unit_gbps / fewest.max(1.0);
+    for chunks in 1..=most {
+        let at_most = at_most(chunks, caps.unit_gbps, optimum_gbps);
         if best.as_ref().is_some_and(|b| at_most <= b.2 * (1.0 + 1e-9)) {
             continue;
         }
-        // The orbits' order breaks ties: each priority and rotation, until one takes the
-        // fewest.
-        let tries = [Priority::Order, Priority::Fewest]
-            .into_iter()
-            .flat_map(|p| (0..fabric.link_orbits.len()).map(move |r| (p, r)));
-        for (priority, rotation) in tries {
-            if fabric.work.get() > MAX_WORK {
-                break;
-            }
-            let Some(steps) = fabric.grow(roots, chunks, priority, rotation, deadline)? else {
-                continue;
-            };
-            let rate = chunks as f64 * caps.unit_gbps / steps.len() as f64;
+        if let Some((steps, rate)) =
+            fabric.fewest_steps(roots, chunks, (caps.unit_gbps, at_most), deadline)?
+        {
             if best.as_ref().is_none_or(|b| rate > b.2 * (1.0 + 1e-9)) {
                 best = Some((chunks, steps, rate));
-            }
-            if rate >= at_most * (1.0 - 1e-9) {
-                break;
             }
         }
         if best
@@ -170,6 +168,51 @@ fn grow_schedule(
     let Some((chunks, edges, rate)) = best else {
         return Ok(None);
     };
+    let algorithm = schedule_of(topology, (index, caps), group, roots, chunks, &edges)?;
+    // The same rate at finer pieces, where the fewest span several slices; none where the
+    // growth there falls short of it, runs out of work or reaches the deadline.
+    let fine = most / chunks * chunks;
+    let slices = crate::layout::reference::slices(topology, Kind::AllGather, chunks);
+    let finer = if fine > chunks && slices >= 2.0 {
+        let at_most = at_most(fine, caps.unit_gbps, optimum_gbps);
+        match fabric.fewest_steps(roots, fine, (caps.unit_gbps, at_most), deadline) {
+            Ok(Some((edges, r))) if r >= rate * (1.0 - 1e-9) => Some(schedule_of(
+                topology,
+                (index, caps),
+                group,
+                roots,
+                fine,
+                &edges,
+            )?),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    Ok(Some(Grown {
+        algorithm,
+        rate,
+        finer,
+    }))
+}
+
+/// The best rate (GB/s per root) whole pieces can reach at `chunks` per root: no schedule
+/// takes fewer steps than the optimum allows.
+fn at_most(chunks: usize, unit_gbps: f64, optimum_gbps: f64) -> f64 {
+    let fewest = (chunks as f64 * unit_gbps / optimum_gbps * (1.0 - 1e-9)).ceil();
+    chunks as f64 * unit_gbps / fewest.max(1.0)
+}
+
+/// The algorithm of the representatives' grown `edges` at `chunks` pieces per root: every
+/// root sends along the edges' images under `group`, one round per step.
+fn schedule_of(
+    topology: &Topology,
+    (index, caps): (&TopologyIndex, &crate::topology::Capacities),
+    group: &Translations,
+    roots: &[usize],
+    chunks: usize,
+    edges: &[Vec<Edge>],
+) -> Result<Algorithm> {
     let steps = edges
         .iter()
         .map(|taken| {
@@ -203,7 +246,7 @@ fn grow_schedule(
     )?;
     // One round per step, like a list schedule: a link's sends go one after another.
     algorithm.serial_links = true;
-    Ok(Some((algorithm, rate)))
+    Ok(algorithm)
 }
 
 /// Which piece an orbit serves first in a step.
@@ -247,6 +290,40 @@ struct Fabric {
 }
 
 impl Fabric {
+    /// The grown steps at `chunks` pieces per root with the fewest steps over the priorities
+    /// and rotations of the orbits' order (the order breaks ties), stopping at the first that
+    /// reaches `at_most` (GB/s per root at `unit_gbps` per capacity unit) or past
+    /// [`MAX_WORK`]; and their rate.
+    fn fewest_steps(
+        &self,
+        roots: &[usize],
+        chunks: usize,
+        (unit_gbps, at_most): (f64, f64),
+        deadline: Instant,
+    ) -> Result<Option<(Vec<Vec<Edge>>, f64)>> {
+        let mut best: Option<(Vec<Vec<Edge>>, f64)> = None;
+        let tries = [Priority::Order, Priority::Fewest]
+            .into_iter()
+            .flat_map(|p| (0..self.link_orbits.len()).map(move |r| (p, r)));
+        for (priority, rotation) in tries {
+            if self.work.get() > MAX_WORK {
+                break;
+            }
+            let Some(steps) = self.grow(roots, chunks, priority, rotation, deadline)? else {
+                continue;
+            };
+            let rate = chunks as f64 * unit_gbps / steps.len() as f64;
+            let reached = rate >= at_most * (1.0 - 1e-9);
+            if best.as_ref().is_none_or(|b| rate > b.1 * (1.0 + 1e-9)) {
+                best = Some((steps, rate));
+            }
+            if reached {
+                break;
+            }
+        }
+        Ok(best)
+    }
+
     fn new(
         topology: &Topology,
         index: &TopologyIndex,
@@ -494,8 +571,8 @@ mod tests {
         let optimum = *rate.numer() as f64 / *rate.denom() as f64;
         let far = Instant::now() + std::time::Duration::from_secs(3600);
         let grown_on = |t: &Topology| {
-            let (a, rate) = grown(t, &group, &roots, 13, optimum, far).unwrap().unwrap();
-            (a.chunks(), a.steps, rate)
+            let g = grown(t, &group, &roots, 13, optimum, far).unwrap().unwrap();
+            (g.algorithm.chunks(), g.algorithm.steps, g.rate)
         };
         let listed = grown_on(&t);
         assert_eq!(listed.0, 13);
@@ -512,5 +589,32 @@ mod tests {
         // the same trees.
         assert!(t.equals_its_reversal());
         assert_eq!(grown_on(&t.reversed()), listed);
+    }
+
+    #[test]
+    fn grown_trees_come_at_finer_pieces_where_the_fewest_span_several_slices() {
+        let grown_on = |name: &str, max_chunks: usize| -> Grown {
+            let t = load(name).unwrap();
+            let group = t.translations();
+            let roots = group.representatives();
+            let net = crate::flow::FlowNetwork::new(&t).unwrap();
+            let rate = crate::flow::allgather_rate(&net, &roots).unwrap().gbps;
+            let optimum = *rate.numer() as f64 / *rate.denom() as f64;
+            let far = Instant::now() + std::time::Duration::from_secs(3600);
+            grown(&t, &group, &roots, max_chunks, optimum, far)
+                .unwrap()
+                .unwrap()
+        };
+        // Two DGX-H100s: 2 pieces per root in 3 steps reach the optimum, each piece 16 of
+        // Simple's 2 MiB slices at 1 GB; 16 pieces reach it too, in 24 steps.
+        let g = grown_on("dgx-h100x2", 16);
+        assert_eq!((g.algorithm.chunks(), g.algorithm.steps.len()), (2, 3));
+        let finer = g.finer.expect("a multiple of 2 pieces within 16");
+        assert_eq!((finer.chunks(), finer.steps.len()), (16, 24));
+        assert!(finer.serial_links && finer.steps.iter().all(|s| s.rounds == 1));
+        // Within 3 pieces no multiple of 2 is left: none.
+        assert!(grown_on("dgx-h100x2", 3).finer.is_none());
+        // 13 pieces per root on two DGX-A100s: no multiple within 16.
+        assert!(grown_on("dgx-a100x2", 16).finer.is_none());
     }
 }

@@ -56,6 +56,9 @@ pub struct TreeResult {
     /// a better rate than the packing's piece counts (a 1024-rank torus at one piece per
     /// root).
     pub grown: Option<Algorithm>,
+    /// The grown trees at finer pieces, where those pipeline better at large sizes
+    /// ([`grown::Grown`]): the same rate in more steps, so kept beside the frontier.
+    pub grown_finer: Option<Algorithm>,
     /// With [`Depth::Both`], the schedules of the shallowest trees at the optimum
     /// ([`packing::shallower`]) that the first packing's do not have.
     pub shallow: Vec<Algorithm>,
@@ -85,6 +88,7 @@ impl TreeResult {
         std::iter::once(&self.algorithm)
             .chain(&self.listed)
             .chain(&self.grown)
+            .chain(&self.grown_finer)
             .chain(best_rate)
             .chain(&self.shallow)
     }
@@ -206,11 +210,12 @@ fn schedules_of(
                 limits.deadline,
             )
             .inspect(|g| {
-                if let Some((a, rate)) = g {
+                if let Some(g) = g {
                     progress.message(&format!(
-                        "grown trees: {} piece(s) per root in {} steps, {rate:.3} GB/s per root",
-                        a.chunks(),
-                        a.steps.len()
+                        "grown trees: {} piece(s) per root in {} steps, {:.3} GB/s per root",
+                        g.algorithm.chunks(),
+                        g.algorithm.steps.len(),
+                        g.rate
                     ));
                 }
             })
@@ -227,14 +232,14 @@ fn schedules_of(
     // leave a balance no better than the grown trees' on a fabric they fit).
     let balance_roots = grown
         .as_ref()
-        .is_none_or(|(_, rate)| *rate < optimum_gbps * (1.0 - 5e-3));
+        .is_none_or(|g| g.rate < optimum_gbps * (1.0 - 5e-3));
     // Where neither the counts within the cap nor the grown trees come within 0.1% of the
     // allgather packing, more pieces per root, up to the packing's exact denominator (amd8:
     // 38) or [`MAX_PIECES_PAST_CAP`].
     let capped = options.len();
     let grown_reaches = grown
         .as_ref()
-        .is_some_and(|(_, rate)| *rate >= packing.rate_gbps * (1.0 - 1e-3));
+        .is_some_and(|g| g.rate >= packing.rate_gbps * (1.0 - 1e-3));
     if coll.kind == Kind::AllGather && rounding_loses && !limits.max_chunks_given && !grown_reaches
     {
         progress.message("rounding the packing to more pieces");
@@ -263,13 +268,20 @@ fn schedules_of(
     let listed = listed_at(&choice);
     let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
     let best_rate = best_rate.map(|(a, c)| (a, listed_at(&c)));
-    let grown = grown.filter(|(_, rate)| *rate > scheduled_gbps * (1.0 + 1e-3));
-    let grown = grown.map(|(a, _)| staged(topology, index, a));
+    let grown = grown.filter(|g| g.rate > scheduled_gbps * (1.0 + 1e-3));
+    let (grown, grown_finer) = match grown {
+        Some(g) => (
+            Some(staged(topology, index, g.algorithm)),
+            g.finer.map(|a| staged(topology, index, a)),
+        ),
+        None => (None, None),
+    };
     Ok(TreeResult {
         algorithm,
         best_rate,
         listed,
         grown,
+        grown_finer,
         shallow: Vec::new(),
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
@@ -616,6 +628,8 @@ impl Engine for TreeEngine {
                 [depth].into_iter().chain(listed).collect(),
             ));
         }
+        // The grown trees at finer pieces: dominated in steps, faster at large sizes.
+        algorithms.extend(result.grown_finer);
         // The shallowest trees' schedules: fewer steps and rounds, yet not always faster,
         // so beside the first packing's frontier.
         algorithms.extend(crate::frontier::pareto_filter(result.shallow));

@@ -42,7 +42,7 @@ const MAX_PIECES: usize = 64;
 /// depend on the machine): a 1024-rank torus weighs about 4 million per try; a fabric of
 /// many link orbits and pieces stops trying further priorities, rotations and piece counts
 /// past it.
-const MAX_WORK: u64 = 200_000_000;
+pub(crate) const MAX_WORK: u64 = 200_000_000;
 
 /// What decides [`grown`]'s schedule: the links and switch constraints as sets (sorted, so
 /// that a fabric and its reversal with the same links both ways are one input), the group,
@@ -55,6 +55,7 @@ struct Input {
     group: Translations,
     roots: Vec<usize>,
     max_chunks: usize,
+    work: u64,
     optimum: u64,
 }
 
@@ -72,7 +73,7 @@ pub(crate) fn grown(
     topology: &Topology,
     group: &Translations,
     roots: &[usize],
-    max_chunks: usize,
+    (max_chunks, work): (usize, u64),
     optimum_gbps: f64,
     deadline: Instant,
 ) -> Result<Option<Grown>> {
@@ -95,6 +96,7 @@ pub(crate) fn grown(
         group: group.clone(),
         roots: roots.to_vec(),
         max_chunks,
+        work,
         optimum: optimum_gbps.to_bits(),
     };
     if let Some(found) = GROWN.find(|i| *i == input) {
@@ -106,7 +108,7 @@ pub(crate) fn grown(
         &index,
         group,
         roots,
-        max_chunks,
+        (max_chunks, work),
         optimum_gbps,
         deadline,
     )?;
@@ -133,7 +135,7 @@ fn grow_schedule(
     index: &TopologyIndex,
     group: &Translations,
     roots: &[usize],
-    max_chunks: usize,
+    (max_chunks, work): (usize, u64),
     optimum_gbps: f64,
     deadline: Instant,
 ) -> Result<Option<Grown>> {
@@ -141,7 +143,10 @@ fn grow_schedule(
         return Ok(None);
     };
     let caps = capacities(topology, index)?;
-    let fabric = Fabric::new(topology, index, &orbits, caps);
+    let fabric = Fabric {
+        limit: work.min(MAX_WORK),
+        ..Fabric::new(topology, index, &orbits, caps)
+    };
     let most = max_chunks
         .min(MAX_CHUNKS)
         .min(MAX_PIECES / roots.len().max(1));
@@ -285,15 +290,17 @@ struct Fabric {
     load_of: Vec<Vec<(usize, u32)>>,
     /// Capacity per step of each orbit's members, in pieces.
     capacity: Vec<u32>,
-    /// Candidate edges weighed so far ([`MAX_WORK`]).
+    /// Candidate edges weighed so far (past `limit`, no further try starts).
     work: std::cell::Cell<u64>,
+    /// Most candidate edges weighed over all tries ([`MAX_WORK`] or less).
+    limit: u64,
 }
 
 impl Fabric {
     /// The grown steps at `chunks` pieces per root with the fewest steps over the priorities
     /// and rotations of the orbits' order (the order breaks ties), stopping at the first that
     /// reaches `at_most` (GB/s per root at `unit_gbps` per capacity unit) or past
-    /// [`MAX_WORK`]; and their rate.
+    /// its work limit; and their rate.
     fn fewest_steps(
         &self,
         roots: &[usize],
@@ -306,7 +313,7 @@ impl Fabric {
             .into_iter()
             .flat_map(|p| (0..self.link_orbits.len()).map(move |r| (p, r)));
         for (priority, rotation) in tries {
-            if self.work.get() > MAX_WORK {
+            if self.work.get() > self.limit {
                 break;
             }
             let Some(steps) = self.grow(roots, chunks, priority, rotation, deadline)? else {
@@ -365,6 +372,7 @@ impl Fabric {
             load_of,
             capacity,
             work: std::cell::Cell::new(0),
+            limit: MAX_WORK,
         }
     }
 
@@ -432,7 +440,7 @@ impl Fabric {
                 }
                 taken.push((p, v, l));
             }
-            if self.work.get() > 2 * MAX_WORK {
+            if self.work.get() > 2 * self.limit {
                 // Past the work bound within one try: not a candidate.
                 return Ok(None);
             }
@@ -571,7 +579,9 @@ mod tests {
         let optimum = *rate.numer() as f64 / *rate.denom() as f64;
         let far = Instant::now() + std::time::Duration::from_secs(3600);
         let grown_on = |t: &Topology| {
-            let g = grown(t, &group, &roots, 13, optimum, far).unwrap().unwrap();
+            let g = grown(t, &group, &roots, (13, MAX_WORK), optimum, far)
+                .unwrap()
+                .unwrap();
             (g.algorithm.chunks(), g.algorithm.steps, g.rate)
         };
         let listed = grown_on(&t);
@@ -601,7 +611,7 @@ mod tests {
             let rate = crate::flow::allgather_rate(&net, &roots).unwrap().gbps;
             let optimum = *rate.numer() as f64 / *rate.denom() as f64;
             let far = Instant::now() + std::time::Duration::from_secs(3600);
-            grown(&t, &group, &roots, max_chunks, optimum, far)
+            grown(&t, &group, &roots, (max_chunks, MAX_WORK), optimum, far)
                 .unwrap()
                 .unwrap()
         };

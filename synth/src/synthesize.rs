@@ -1421,3 +1421,64 @@ fn unfit_serial_pair(x: &Algorithm, y: &Algorithm) -> bool {
         || crate::load::busiest_link_transfers(&[x, y])
             > runtime::limits::Limits::PORTABLE.link_transfers() / 2
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Send, Step};
+
+    #[test]
+    fn a_rejected_algorithm_is_left_out_with_a_note_and_the_others_go_on() {
+        let topology = crate::topology::load("ring:4").unwrap();
+        let base = Collective::new(Kind::AllGather, 4, 0, 1).unwrap();
+        let plan = Plan::new(&topology, &base, Method::Trees, None, false).unwrap();
+        // The ring allgather: in step t every rank passes on the piece it got t steps before.
+        let step = |t: usize| Step {
+            rounds: 1,
+            reduce: false,
+            sends: (0..4)
+                .map(|r| Send {
+                    chunk: (r + 4 - t) % 4,
+                    src: r,
+                    dst: (r + 1) % 4,
+                })
+                .collect(),
+        };
+        let ring = Algorithm::plain(
+            "allgather-ring",
+            "ring:4",
+            base.clone(),
+            vec![step(0), step(1), step(2)],
+        );
+        // Its last step missing: no rank ends with every piece.
+        let short = Algorithm::plain(
+            "allgather-short",
+            "ring:4",
+            base.clone(),
+            vec![step(0), step(1)],
+        );
+        let found = Found {
+            algorithms: vec![short, ring.clone()],
+            complete: true,
+            cuts: Vec::new(),
+            notes: Vec::new(),
+        };
+        let limits = Limits {
+            max_steps: 16,
+            max_chunks: 8,
+            max_chunks_given: false,
+            deadline: Instant::now() + Duration::from_secs(3600),
+            extra_memory: None,
+            work_limit: None,
+        };
+        let finished = plan.finished(found, &limits, &topology).unwrap();
+        assert_eq!(finished.algorithms.len(), 1);
+        assert_eq!(finished.algorithms[0].steps, ring.steps);
+        assert_eq!(finished.notes.len(), 1, "{:?}", finished.notes);
+        assert!(
+            finished.notes[0].ends_with("; left out"),
+            "{}",
+            finished.notes[0]
+        );
+    }
+}

@@ -1463,14 +1463,7 @@ mod tests {
             cuts: Vec::new(),
             notes: Vec::new(),
         };
-        let limits = Limits {
-            max_steps: 16,
-            max_chunks: 8,
-            max_chunks_given: false,
-            deadline: Instant::now() + Duration::from_secs(3600),
-            extra_memory: None,
-            work_limit: None,
-        };
+        let limits = Limits::new(16, 8, Instant::now() + Duration::from_secs(3600));
         let finished = plan.finished(found, &limits, &topology).unwrap();
         assert_eq!(finished.algorithms.len(), 1);
         assert_eq!(finished.algorithms[0].steps, ring.steps);

@@ -114,6 +114,28 @@ impl Topology {
         }
     }
 
+    /// The same fabric with its links, each constraint's ranks and the constraints in sorted
+    /// order: what is computed on it depends on the fabric, not on the order it lists them
+    /// in (and a fabric equal to its reversal gives its reversal's, [`Topology::reversed`]).
+    pub fn in_sorted_order(&self) -> Topology {
+        let mut sorted = self.clone();
+        sorted
+            .links
+            .sort_by_key(|l| (l.src, l.dst, l.bandwidth.to_bits(), l.alpha.to_bits()));
+        for s in &mut sorted.switches {
+            s.srcs.sort_unstable();
+            s.dsts.sort_unstable();
+        }
+        sorted.switches.sort_by(|a, b| {
+            (&a.srcs, &a.dsts, a.bandwidth.to_bits()).cmp(&(
+                &b.srcs,
+                &b.dsts,
+                b.bandwidth.to_bits(),
+            ))
+        });
+        sorted
+    }
+
     /// Whether [`Topology::reversed`] has the same links and switch constraints (in any
     /// order): a fabric whose every link has its twin the other way round, alike.
     pub fn equals_its_reversal(&self) -> bool {

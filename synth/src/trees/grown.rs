@@ -25,7 +25,7 @@ use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::origin::Family;
 use crate::remembered::Remembered;
-use crate::topology::{SwitchConstraint, Topology, TopologyIndex, Translations};
+use crate::topology::{Topology, TopologyIndex, Translations};
 use anyhow::{bail, Result};
 use std::time::Instant;
 
@@ -65,10 +65,12 @@ struct Input {
 static GROWN: Remembered<Input, Option<Grown>> = Remembered::new(4);
 
 /// The grown schedule at the pieces per root (up to `max_chunks`) with the best rate, that
-/// rate (GB/s per root), and the same at finer pieces ([`Grown`]); `None` where the group does not map the fabric to itself, where
-/// the pieces would be too many to grow, or where no edge fits an empty step. Errors at
-/// `deadline`. Grown on the links and constraints in sorted order, so that the schedule is a
-/// function of the input (kept or not) and not of the order the fabric lists them in.
+/// rate (GB/s per root), and the same at finer pieces ([`Grown`]); `None` where the group
+/// does not map the fabric to itself, where the pieces would be too many to grow, or where
+/// no edge fits an empty step. Errors at `deadline`. Grown on the fabric in sorted order
+/// ([`Topology::in_sorted_order`]), so that the schedule is a function of the input (kept
+/// or not) and not of the order the fabric lists its links in; at most `work` candidate
+/// edges weighed ([`MAX_WORK`] at most).
 pub(crate) fn grown(
     topology: &Topology,
     group: &Translations,
@@ -77,22 +79,15 @@ pub(crate) fn grown(
     optimum_gbps: f64,
     deadline: Instant,
 ) -> Result<Option<Grown>> {
-    let mut canonical = topology.clone();
-    canonical
-        .links
-        .sort_by_key(|l| (l.src, l.dst, l.bandwidth.to_bits()));
-    for s in &mut canonical.switches {
-        s.srcs.sort_unstable();
-        s.dsts.sort_unstable();
-    }
-    let key = |s: &SwitchConstraint| (s.srcs.clone(), s.dsts.clone(), s.bandwidth.to_bits());
-    canonical.switches.sort_by_key(key);
+    let canonical = topology.in_sorted_order();
     let input = Input {
         ranks: topology.ranks,
         links: (canonical.links.iter())
             .map(|l| (l.src, l.dst, l.bandwidth.to_bits()))
             .collect(),
-        switches: canonical.switches.iter().map(key).collect(),
+        switches: (canonical.switches.iter())
+            .map(|s| (s.srcs.clone(), s.dsts.clone(), s.bandwidth.to_bits()))
+            .collect(),
         group: group.clone(),
         roots: roots.to_vec(),
         max_chunks,

@@ -56,14 +56,12 @@ pub fn pack_integer(
     if !topology.switches.is_empty() || roots.is_empty() {
         return None;
     }
-    // Built on the links in sorted order, so that the packing is a function of the input
+    // Built on the fabric in sorted order, so that the packing is a function of the input
     // (whether it was kept or not) and not of the order the fabric lists its links in.
-    let mut links = topology.links.clone();
-    links.sort_by_key(|l| (l.src, l.dst));
+    let canonical = topology.in_sorted_order();
     let input = Input {
         ranks: topology.ranks,
-        links: links
-            .iter()
+        links: (canonical.links.iter())
             .map(|l| (l.src, l.dst, l.bandwidth.to_bits()))
             .collect(),
         group: group.clone(),
@@ -73,10 +71,6 @@ pub fn pack_integer(
     if let Some(found) = PACKINGS.find(|i| *i == input) {
         return found;
     }
-    let canonical = Topology {
-        links,
-        ..topology.clone()
-    };
     let found = construct(&canonical, &canonical.index(), group, roots, optimum);
     PACKINGS.keep(input.clone(), found.clone(), |i| *i == input);
     found

@@ -1410,7 +1410,9 @@ fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Res
     };
     // More XML elements on a rank than the runtimes' parser holds: coarser messages (twice
     // the chunks each, on one piece channel so that consecutive chunks share a message)
-    // until one fits, else the first reason.
+    // until one fits, else the first reason; not on while coarser messages leave as many
+    // elements (steps that are not messages: a local-reduction twin's copies).
+    let mut elements = elements_past_limit(&error).unwrap_or(usize::MAX);
     let mut factor = 2;
     while factor <= limits::MAX_COUNT {
         let counts = algorithm.message_chunks_or_one();
@@ -1436,8 +1438,13 @@ fn lower_fitted(algorithm: &Algorithm, options: &LowerOptions, fit: bool) -> Res
             .and_then(|()| lower_split(&coarser, &narrowed, fit))
         {
             Ok(program) => return Ok(program),
-            Err(e) if too_many_elements(&e) => factor *= 2,
-            Err(_) => break,
+            Err(e) => match elements_past_limit(&e) {
+                Some(fewer) if fewer < elements => {
+                    elements = fewer;
+                    factor *= 2;
+                }
+                _ => break,
+            },
         }
     }
     Err(error)
@@ -1494,9 +1501,15 @@ fn within_elements(algorithm: &Algorithm, options: &LowerOptions) -> Result<()> 
 /// Whether `e` is the writer's refusal of a rank with more XML elements than the parser
 /// holds.
 fn too_many_elements(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<LowerError>()
-        .and_then(LowerError::write_problem)
-        .is_some_and(|p| matches!(p, runtime::xml::WriteProblem::TooManyElements { .. }))
+    elements_past_limit(e).is_some()
+}
+
+/// The XML elements of the rank that [`too_many_elements`] refused.
+fn elements_past_limit(e: &anyhow::Error) -> Option<usize> {
+    match e.downcast_ref::<LowerError>()?.write_problem()? {
+        runtime::xml::WriteProblem::TooManyElements { elements, .. } => Some(*elements),
+        _ => None,
+    }
 }
 
 /// [`lower_verified`] with the algorithm's messages: splits of connections, then fewer step

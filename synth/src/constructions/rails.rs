@@ -266,15 +266,17 @@ pub fn piece_counts(nodes: usize, limits: &crate::engine::Limits, dual_half: boo
     counts
 }
 
-/// The rail-ring allgather of `nodes` (from [`rails`]) with `chunks` pieces per rank:
+/// The rail-ring allgather of `rails` (from [`rails`]) with `chunks` pieces per rank:
 /// 2M − 1 steps (per ring step the in-node forwarding, then the ring send but after the
 /// last), in one declared step group (one group per step where a connection's transfers
 /// pass one channel's). With `shortcuts` = k > 0, each ring send also takes its last k
 /// pieces straight to k other GPUs of the next node (the q-th to local index i + 1 + q),
 /// which the rail receiver then does not forward to them: where the NVSwitch ports bind
 /// rather than the NICs (dgx-a100x2), the NICs' spare capacity carries part of the relay
-/// ([`best_shortcuts`]). `None` when the fabric's bandwidths have no integer capacities
-/// (rounds cannot be counted).
+/// ([`best_shortcuts`]). Relayed along trees, piece by piece instead
+/// ([`message_by_message`]; laid out for a reversal, `dual`: [`position_major`]), without
+/// shortcuts. `None` when the fabric's bandwidths have no integer capacities (rounds
+/// cannot be counted).
 pub fn rail_allgather(
     topology: &Topology,
     index: &TopologyIndex,
@@ -345,7 +347,8 @@ pub const PIECES_PER_MESSAGE: usize = 4;
 /// messages keep each relay done before the next message is in, and the last one's is
 /// short; reversed (reduce-scatter) the same holds for its head, the first messages'
 /// in-node reduction. 64/M messages per rank, as many as fit one channel; `None` where none
-/// fit or the fabric's bandwidths have no integer capacities.
+/// fit or the fabric's bandwidths have no integer capacities. Relayed along trees:
+/// [`relayed_coalesced`].
 pub fn rail_allgather_coalesced(
     topology: &Topology,
     index: &TopologyIndex,
@@ -834,10 +837,11 @@ type RingStep = (Vec<Vec<Send>>, Vec<Send>);
 
 /// The shortcut count k (see [`rail_allgather`]) whose whole schedule loads its busiest
 /// link or switch constraint least, relative to capacity (the bottleneck of a pipelined
-/// run); 0 where no shortcut helps, as where the NICs bind. At most one per other GPU of
-/// a node and per piece.
+/// run); 0 where no shortcut helps, as where the NICs bind, and where pieces are relayed
+/// along trees (that schedule takes none). At most one per other GPU of a node and per
+/// piece.
 pub fn best_shortcuts(index: &TopologyIndex, rails: &Rails, chunks: usize) -> usize {
-    let Some(caps) = index.capacities.as_ref() else {
+    let Some(caps) = index.capacities.as_ref().filter(|_| rails.direct()) else {
         return 0;
     };
     let most = (rails.nodes[0].len() - 1).min(chunks);

@@ -232,11 +232,11 @@ pub struct Origin {
     /// (`lower::address_channel_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub address_channels: bool,
-    /// Lowered with the sends of its reducing steps paced (named `-ps`): each waits for the
-    /// rank's last send of the reducing step before, so that contributions that are ready
-    /// from the start (a leaf's own data) do not run ahead and share a port or NIC with the
-    /// messages the next steps wait for; the run then keeps to the schedule's steps
-    /// (`lower::paced_twin`).
+    /// Lowered with the sends of its reducing steps (of an allgather: of every step) paced
+    /// (named `-ps`): each waits for the rank's last send of the paced step before, so that
+    /// data that is ready from the start (a leaf's own contribution, a root's own piece)
+    /// does not run ahead and share a port or NIC with the messages the next steps wait
+    /// for; the run then keeps to the schedule's steps (`lower::paced_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paced_sends: bool,
 }

@@ -90,9 +90,14 @@ fn json_output_follows_the_convention() {
     assert_eq!(doc["bounds"]["rounds_per_chunk"], "7/6");
     assert_eq!(doc["complete"], true);
     assert!(doc["seconds"].as_f64().is_some());
-    // SMT's frontier (2 algorithms), then tree packing's beside it.
+    // SMT's frontier (2 algorithms), then tree packing's beside it, then the listed
+    // schedule's twin with paced sends.
     let algorithms = doc["algorithms"].as_array().unwrap();
-    assert_eq!(algorithms.len(), 5);
+    assert_eq!(algorithms.len(), 6);
+    assert!(algorithms[5]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("-ps.json"));
     assert_eq!(doc["engines"], serde_json::json!(["smt", "trees"]));
     assert_eq!(
         (
@@ -1180,9 +1185,10 @@ fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // Five algorithms (SMT's two, tree packing's three): a JSON file and two XML files each.
-    assert!(stderr.contains("wrote 15 files to out"), "{stderr}");
-    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 15);
+    // Six algorithms (SMT's two, tree packing's three, the listed schedule's paced twin):
+    // a JSON file and two XML files each.
+    assert!(stderr.contains("wrote 18 files to out"), "{stderr}");
+    assert_eq!(std::fs::read_dir(dir.join("out")).unwrap().count(), 18);
     assert!(!dir.join("results").exists());
     // The repository ignores that folder.
     let gitignore = include_str!("../../.gitignore");

@@ -1314,8 +1314,8 @@ pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     Some(twin_named(twin, &algorithm.name, "-lr"))
 }
 
-/// The twin of `algorithm` with its sends paced: named `-ps`
-/// ([`crate::origin::Origin::paced_sends`]). A schedule list-scheduled one round per step
+/// The twin of `algorithm` with the sends of its reducing steps (of an allgather: of every
+/// step, [`pacing`]) paced: named `-ps` ([`crate::origin::Origin::paced_sends`]). A schedule list-scheduled one round per step
 /// ([`Algorithm::serial_links`]) and reversed into a reduction sends a leaf's own
 /// contribution whenever its threadblock gets to it; those sends, ready from the start,
 /// share a port or NIC with the partial sums that the next steps wait for (2 x DGX-A100 on
@@ -1329,34 +1329,34 @@ pub fn paced_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     if origin.paced_sends || origin.local_reductions || !algorithm.serial_links {
         return None;
     }
-    let mut twin = algorithm.clone();
-    twin.origin.paced_sends = true;
-    let paced = paced_steps(&twin);
-    let sending = (algorithm.steps.iter().zip(&paced))
-        .filter(|(s, &paced)| paced && !s.sends.is_empty())
+    let sending = (algorithm.steps.iter().zip(pacing(algorithm)))
+        .filter(|(s, paced)| *paced && !s.sends.is_empty())
         .count();
     if sending < 2 {
         return None;
     }
+    let mut twin = algorithm.clone();
+    twin.origin.paced_sends = true;
     Some(twin_named(twin, &algorithm.name, "-ps"))
 }
 
 /// Per step of `algorithm`, whether its sends are paced: each waits for its rank's last send
-/// of the paced step before ([`crate::origin::Origin::paced_sends`]: the reducing steps, or
-/// every step where none reduces). An allreduce's allgather half is not paced: on 2 x
-/// DGX-A100 on rails the grown allreduce paced in both halves simulated at 98.8% of the
-/// optimum, against 99.5% paced in its reduce-scatter half only (two nodes of 8-GPU rings
-/// gained from both: 94.8% -> 99.96%; which wins is the fabric's).
+/// of the paced step before ([`crate::origin::Origin::paced_sends`]; none where unset).
 fn paced_steps(algorithm: &Algorithm) -> Vec<bool> {
     if !algorithm.origin.paced_sends {
         return Vec::new();
     }
+    pacing(algorithm).collect()
+}
+
+/// Per step of `algorithm`, whether its twin with paced sends paces it: the reducing steps,
+/// or every step where none reduces. An allreduce's allgather half is not paced: on 2 x
+/// DGX-A100 on rails the grown allreduce paced in both halves simulated at 98.8% of the
+/// optimum, against 99.5% paced in its reduce-scatter half only (two nodes of 8-GPU rings
+/// gained from both: 94.8% -> 99.96%; which wins is the fabric's).
+fn pacing(algorithm: &Algorithm) -> impl Iterator<Item = bool> + '_ {
     let reduces = algorithm.steps.iter().any(|s| s.reduce);
-    algorithm
-        .steps
-        .iter()
-        .map(|s| s.reduce || !reduces)
-        .collect()
+    algorithm.steps.iter().map(move |s| s.reduce || !reduces)
 }
 
 /// Whether a reducing step of `algorithm` joins several messages in one accumulator (what

@@ -31,7 +31,7 @@
 //! sending NIC stalled (dgx-a100x8: 94.5% of the optimum at 1 GB, 98.9% split).
 
 use super::{Construction, Context};
-use crate::algorithm::{Algorithm, Send};
+use crate::algorithm::{Algorithm, Send, Step};
 use crate::collective::Kind;
 use crate::load::{busiest, plain_step};
 use crate::origin::{Family, RailForm};
@@ -55,7 +55,18 @@ impl Rails {
     /// Whether the relay sends straight from the GPU holding a piece to every other GPU of
     /// its node (linked all to all).
     fn direct(&self) -> bool {
-        self.relay.iter().flatten().all(|tree| tree.len() <= 1)
+        self.depth() <= 1
+    }
+
+    /// Levels of the deepest relay tree.
+    fn depth(&self) -> usize {
+        self.relay.iter().flatten().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// Which of `trees` relays piece `piece` of `chunks` (each tree an equal block of the
+    /// pieces in order).
+    fn tree_of(piece: usize, chunks: usize, trees: usize) -> usize {
+        piece * trees / chunks
     }
 }
 
@@ -358,15 +369,15 @@ pub fn rail_allgather_coalesced(
     let Some(caps) = index.capacities.as_ref() else {
         return Ok(None);
     };
-    if !rails.direct() {
-        return relayed_coalesced(topology, index, rails, dual);
-    }
     let m = rails.nodes.len();
     let per_rank = CHANNEL_TRANSFERS / m;
     if per_rank < 2 {
         return Ok(None);
     }
     let chunks = per_rank * PIECES_PER_MESSAGE;
+    if !rails.direct() {
+        return relayed_coalesced(topology, (index, caps), rails, per_rank, dual).map(Some);
+    }
     // In-node transfers per connection: `per_rank` messages per ring step but the last, its
     // tail's, less those saved by doubling the first step's (where needed).
     let before_tail = (m - 1) * per_rank;
@@ -408,40 +419,42 @@ pub fn rail_allgather_coalesced(
             push(ring, PIECES_PER_MESSAGE);
         }
     }
-    let mut algorithm = finish(
-        topology,
-        0,
-        Kind::AllGather,
-        chunks,
-        Family::Rails {
-            form: RailForm::Coalesced,
-        },
-        steps,
-    )?;
     // One declared stage, as the rail ring (see there).
-    algorithm.step_groups = Some(vec![0; algorithm.steps.len()]);
+    let groups = vec![0; steps.len()];
+    coalesced(topology, chunks, steps, groups, counts).map(Some)
+}
+
+/// The coalesced rail ring of `chunks` pieces per rank in `steps`, with their channel
+/// `groups` and most pieces per message (`counts`).
+fn coalesced(
+    topology: &Topology,
+    chunks: usize,
+    steps: Vec<Step>,
+    groups: Vec<usize>,
+    counts: Vec<usize>,
+) -> Result<Algorithm> {
+    let family = Family::Rails {
+        form: RailForm::Coalesced,
+    };
+    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, family, steps)?;
+    algorithm.step_groups = Some(groups);
     algorithm.message_chunks = Some(counts);
-    Ok(Some(algorithm))
+    Ok(algorithm)
 }
 
 /// The rail ring relayed along trees ([`message_by_message`]) in pieces a quarter of its
-/// messages, 64/M messages per rank and ring step, but the last ring step's, which go in
-/// the shrinking sizes of [`tail_messages`] within what is left of one channel's transfers
-/// on the NIC connection. `None` where fewer than two messages fit.
+/// messages, `per_rank` (64/M) messages per rank and ring step, but the last ring step's,
+/// which go in the shrinking sizes of [`tail_messages`] within what is left of one
+/// channel's transfers on the NIC connection; laid out for a reversal (`dual`,
+/// [`position_major`]), every ring step in those sizes.
 fn relayed_coalesced(
     topology: &Topology,
-    index: &TopologyIndex,
+    (index, caps): (&TopologyIndex, &Capacities),
     rails: &Rails,
+    per_rank: usize,
     dual: bool,
-) -> Result<Option<Algorithm>> {
-    let Some(caps) = index.capacities.as_ref() else {
-        return Ok(None);
-    };
+) -> Result<Algorithm> {
     let m = rails.nodes.len();
-    let per_rank = CHANNEL_TRANSFERS / m;
-    if per_rank < 2 {
-        return Ok(None);
-    }
     let chunks = per_rank * PIECES_PER_MESSAGE;
     let most = CHANNEL_TRANSFERS - (m - 2) * per_rank;
     let tail = tail_messages(
@@ -460,13 +473,7 @@ fn relayed_coalesced(
     let steps = (relayed.sends.into_iter())
         .map(|sends| plain_step(index, caps, sends))
         .collect();
-    let family = Family::Rails {
-        form: RailForm::Coalesced,
-    };
-    let mut algorithm = finish(topology, 0, Kind::AllGather, chunks, family, steps)?;
-    algorithm.step_groups = Some(relayed.groups);
-    algorithm.message_chunks = Some(relayed.counts);
-    Ok(Some(algorithm))
+    coalesced(topology, chunks, steps, relayed.groups, relayed.counts)
 }
 
 /// How long the in-node relay of a piece takes against its ring send over the NIC, as a
@@ -576,13 +583,7 @@ fn push_in_messages(
 fn rail_sends(rails: &Rails, chunks: usize, shortcuts: usize) -> Vec<RingStep> {
     let nodes = &rails.nodes;
     let (m, g) = (nodes.len(), nodes[0].len());
-    let depth = rails
-        .relay
-        .iter()
-        .flatten()
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
+    let depth = rails.depth();
     let pieces = |rank: usize| (0..chunks).map(move |p| rank * chunks + p);
     // The shortcut piece of `from` that the GPU of local index j got straight from the
     // previous node while the GPU of local index i is the rail receiver.
@@ -600,14 +601,13 @@ fn rail_sends(rails: &Rails, chunks: usize, shortcuts: usize) -> Vec<RingStep> {
                 let from = nodes[(a + m - s) % m][i];
                 let trees = &rails.relay[i];
                 for (t, tree) in trees.iter().enumerate() {
-                    // The tree's block of the pieces.
-                    let block = (t * chunks / trees.len())..((t + 1) * chunks / trees.len());
+                    let relays = |p: usize| Rails::tree_of(p, chunks, trees.len()) == t;
                     for (level, edges) in tree.iter().enumerate() {
                         for &(u, j) in edges {
                             let skip = if s > 0 { shortcut(i, j) } else { None };
                             local[level].extend(
                                 pieces(from)
-                                    .filter(|&chunk| block.contains(&(chunk - from * chunks)))
+                                    .filter(|&chunk| relays(chunk - from * chunks))
                                     .filter(|&chunk| Some(chunk - from * chunks) != skip)
                                     .map(|chunk| Send {
                                         chunk,
@@ -646,19 +646,14 @@ fn rail_sends(rails: &Rails, chunks: usize, shortcuts: usize) -> Vec<RingStep> {
 /// came in a message of ring step s cross the NIC one per tick right after it arrived,
 /// and its relay goes one level further per tick after those. A threadblock then sends in
 /// the order its pieces arrive: by levels (every first hop of a ring step, then every
-/// second), a second hop waits behind first hops of pieces still crossing the NIC.
-/// Reversed into a reduce-scatter, a GPU takes its node's contributions to a piece, ready
-/// from the start, before the NIC's partial sum (taken first, it held up the senders of
-/// those contributions, and with them the reductions feeding the NIC). Each tick is a
-/// step, for an allgather up to three: the ring sends, the relays of the GPUs' own pieces
-/// and those of pieces that crossed a NIC, the last in a channel group of their own, so
-/// that a link relays the own pieces, ready from the start, beside the NIC's pieces rather
-/// than in one threadblock with them, each waiting behind the other (2 x DGX-1, 128 pieces:
-/// 99.1% of the optimum at 1 GB against 94.5%). Not for a reversal (`dual`): there the own
-/// pieces' relays become the reductions of a GPU's own result, which would then take half
-/// of each link from the start, where the reductions feeding the NIC need it (95.9%
-/// against 98.2% in one step per tick). Returns the steps, the most pieces per message in
-/// each, and their groups.
+/// second), a second hop waits behind first hops of pieces still crossing the NIC. Each
+/// tick is up to three steps: the ring sends, the relays of the GPUs' own pieces and those
+/// of pieces that crossed a NIC, the last in a channel group of their own, so that a link
+/// relays the own pieces, ready from the start, beside the NIC's pieces rather than in one
+/// threadblock with them, each waiting behind the other (2 x DGX-1, 128 pieces: 99.5% of
+/// the optimum at 1 GB against 94.5%). Not for a reversal: there the own pieces' relays
+/// become the reductions of a GPU's own result, which would then take half of each link
+/// from the start, where the reductions feeding the NIC need it ([`position_major`]).
 fn message_by_message(rails: &Rails, chunks: usize, sizes: &[Vec<usize>]) -> RelayedSteps {
     let nodes = &rails.nodes;
     let (m, g) = (nodes.len(), nodes[0].len());
@@ -722,7 +717,7 @@ fn message_by_message(rails: &Rails, chunks: usize, sizes: &[Vec<usize>]) -> Rel
                             });
                         }
                         let trees = &rails.relay[i];
-                        let tree = &trees[p * trees.len() / chunks];
+                        let tree = &trees[Rails::tree_of(p, chunks, trees.len())];
                         for (level, edges) in tree.iter().enumerate() {
                             let (relay, count) = at_tick(&mut ticks, relayed + level, kind);
                             *count = (*count).max(size);
@@ -739,16 +734,9 @@ fn message_by_message(rails: &Rails, chunks: usize, sizes: &[Vec<usize>]) -> Rel
         sent = next_sent;
     }
     let mut steps = RelayedSteps::default();
-    let mut push = |sends: Vec<Send>, count: usize, group: usize| {
-        if !sends.is_empty() {
-            steps.sends.push(sends);
-            steps.counts.push(count.max(1));
-            steps.groups.push(group);
-        }
-    };
     for tick in ticks {
         for (kind, (sends, count)) in tick.into_iter().enumerate() {
-            push(sends, count, usize::from(kind == 2));
+            steps.push(sends, count, usize::from(kind == 2));
         }
     }
     steps
@@ -766,21 +754,8 @@ fn message_by_message(rails: &Rails, chunks: usize, sizes: &[Vec<usize>]) -> Rel
 fn position_major(rails: &Rails, chunks: usize, sizes: &[usize]) -> RelayedSteps {
     let nodes = &rails.nodes;
     let m = nodes.len();
-    let depth = rails
-        .relay
-        .iter()
-        .flatten()
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
+    let depth = rails.depth();
     let mut steps = RelayedSteps::default();
-    let mut push = |sends: Vec<Send>, count: usize| {
-        if !sends.is_empty() {
-            steps.sends.push(sends);
-            steps.counts.push(count);
-            steps.groups.push(0);
-        }
-    };
     let mut start = 0;
     for &size in sizes {
         let pieces = start..start + size;
@@ -799,14 +774,14 @@ fn position_major(rails: &Rails, chunks: usize, sizes: &[usize]) -> RelayedSteps
                         }));
                     }
                 }
-                push(ring, size);
+                steps.push(ring, size, 0);
             }
             for level in 0..depth {
                 let mut relay = Vec::new();
                 for (a, node) in nodes.iter().enumerate() {
                     for (i, trees) in rails.relay.iter().enumerate() {
                         for p in pieces.clone() {
-                            let tree = &trees[p * trees.len() / chunks];
+                            let tree = &trees[Rails::tree_of(p, chunks, trees.len())];
                             let edges = tree.get(level).map_or(&[][..], Vec::as_slice);
                             relay.extend(edges.iter().map(|&(u, j)| Send {
                                 chunk: from(a, i) * chunks + p,
@@ -816,7 +791,7 @@ fn position_major(rails: &Rails, chunks: usize, sizes: &[usize]) -> RelayedSteps
                         }
                     }
                 }
-                push(relay, size);
+                steps.push(relay, size, 0);
             }
         }
         start += size;
@@ -824,12 +799,25 @@ fn position_major(rails: &Rails, chunks: usize, sizes: &[usize]) -> RelayedSteps
     steps
 }
 
-/// The steps of [`message_by_message`]: sends, most pieces per message and channel group.
+/// The steps of [`message_by_message`] and [`position_major`]: sends, most pieces per
+/// message and channel group.
 #[derive(Default)]
 struct RelayedSteps {
     sends: Vec<Vec<Send>>,
     counts: Vec<usize>,
     groups: Vec<usize>,
+}
+
+impl RelayedSteps {
+    /// A step of `sends` (none where empty), messages of at most `count` pieces, in channel
+    /// group `group`.
+    fn push(&mut self, sends: Vec<Send>, count: usize, group: usize) {
+        if !sends.is_empty() {
+            self.sends.push(sends);
+            self.counts.push(count.max(1));
+            self.groups.push(group);
+        }
+    }
 }
 
 /// One ring step's sends: the in-node forwarding by relay level, then the ring sends.

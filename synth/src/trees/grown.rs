@@ -564,19 +564,25 @@ mod tests {
         assert_eq!(grown_steps("dgx-a100x2", 13), 15);
     }
 
+    /// The trees grown on `t` under `group` within `max_chunks` pieces per root, at the
+    /// exact optimum and the default work bound.
+    fn grown_with(t: &Topology, group: &Translations, max_chunks: usize) -> Grown {
+        let roots = group.representatives();
+        let net = crate::flow::FlowNetwork::new(t).unwrap();
+        let rate = crate::flow::allgather_rate(&net, &roots).unwrap().gbps;
+        let optimum = *rate.numer() as f64 / *rate.denom() as f64;
+        let far = Instant::now() + std::time::Duration::from_secs(3600);
+        grown(t, group, &roots, (max_chunks, MAX_WORK), optimum, far)
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
     fn the_grown_schedule_is_a_function_of_the_links_not_of_their_order() {
         let t = load("dgx-a100x2").unwrap();
         let group = t.translations();
-        let roots = group.representatives();
-        let net = crate::flow::FlowNetwork::new(&t).unwrap();
-        let rate = crate::flow::allgather_rate(&net, &roots).unwrap().gbps;
-        let optimum = *rate.numer() as f64 / *rate.denom() as f64;
-        let far = Instant::now() + std::time::Duration::from_secs(3600);
         let grown_on = |t: &Topology| {
-            let g = grown(t, &group, &roots, (13, MAX_WORK), optimum, far)
-                .unwrap()
-                .unwrap();
+            let g = grown_with(t, &group, 13);
             (g.algorithm.chunks(), g.algorithm.steps, g.rate)
         };
         let listed = grown_on(&t);
@@ -600,15 +606,7 @@ mod tests {
     fn grown_trees_come_at_finer_pieces_where_the_fewest_span_several_slices() {
         let grown_on = |name: &str, max_chunks: usize| -> Grown {
             let t = load(name).unwrap();
-            let group = t.translations();
-            let roots = group.representatives();
-            let net = crate::flow::FlowNetwork::new(&t).unwrap();
-            let rate = crate::flow::allgather_rate(&net, &roots).unwrap().gbps;
-            let optimum = *rate.numer() as f64 / *rate.denom() as f64;
-            let far = Instant::now() + std::time::Duration::from_secs(3600);
-            grown(&t, &group, &roots, (max_chunks, MAX_WORK), optimum, far)
-                .unwrap()
-                .unwrap()
+            grown_with(&t, &t.translations(), max_chunks)
         };
         // Two DGX-H100s: 2 pieces per root in 3 steps reach the optimum, each piece 16 of
         // Simple's 2 MiB slices at 1 GB; 16 pieces reach it too, in 24 steps.

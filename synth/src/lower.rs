@@ -15,6 +15,7 @@
 use crate::algorithm::{Algorithm, Send, Step as AlgoStep};
 use crate::collective::Kind;
 use crate::layout::groups::RESIDENT_THREADBLOCKS;
+use crate::origin::Pacing;
 use anyhow::{bail, Context, Result};
 use runtime::ir::{Buffer, Dep, Flavor, Gpu, Op, Program, Protocol, Slot, Step, Threadblock};
 use runtime::limits::{self, Limits};
@@ -1209,14 +1210,14 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
 
 /// The twins of `algorithm` that lower to other programs of the same schedule, in order:
 /// its two-step twin ([`two_step_twin`]), its twin with local reductions
-/// ([`local_reduction_twin`]), its twin with paced sends ([`paced_twin`]), then its twin on
+/// ([`local_reduction_twin`]), its twins with paced sends ([`paced_twins`]), then its twin on
 /// address channels ([`address_channel_twin`]) followed by that twin's own three. The main
 /// command and catalogs simulate each beside its algorithm and pick per size.
 pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
     let own = |a: &Algorithm| {
         (two_step_twin(a, options).into_iter())
             .chain(local_reduction_twin(a))
-            .chain(paced_twin(a))
+            .chain(paced_twins(a))
             .collect::<Vec<_>>()
     };
     let mut all = own(algorithm);
@@ -1303,7 +1304,7 @@ fn address_threadblocks(algorithm: &Algorithm, groups: &[usize]) -> (usize, bool
 /// messages into one accumulator, and for a twin (a paced one included).
 pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     let origin = &algorithm.origin;
-    if origin.local_reductions || origin.two_step_receives || origin.paced_sends {
+    if origin.local_reductions || origin.two_step_receives || !origin.pacing.is_unpaced() {
         return None;
     }
     if !joins_messages(algorithm) {
@@ -1314,49 +1315,64 @@ pub fn local_reduction_twin(algorithm: &Algorithm) -> Option<Algorithm> {
     Some(twin_named(twin, &algorithm.name, "-lr"))
 }
 
-/// The twin of `algorithm` with the sends of its reducing steps (of an allgather: of every
-/// step, [`pacing`]) paced: named `-ps` ([`crate::origin::Origin::paced_sends`]). A schedule list-scheduled one round per step
-/// ([`Algorithm::serial_links`]) and reversed into a reduction sends a leaf's own
-/// contribution whenever its threadblock gets to it; those sends, ready from the start,
-/// share a port or NIC with the partial sums that the next steps wait for (2 x DGX-A100 on
-/// rails: the grown reduce-scatter at 82% of the optimum, 99.6% paced). An allgather's own
-/// pieces, sent in later steps, likewise crowd the relays (two nodes of 8-GPU rings: the
-/// listed allgather 91.9%, paced 98.7%). Pacing does not win everywhere (the rail rings
-/// lose), so both are candidates that the simulation chooses between. `None` for a twin,
+/// The twins of `algorithm` with paced sends ([`crate::origin::Origin::pacing`], [`pacing`]):
+/// its reducing steps' sends paced (of an allgather: every step's), named `-ps`, and, where
+/// it has both reducing and copying steps (an allreduce), every step's, named `-pa`. A
+/// schedule list-scheduled one round per step ([`Algorithm::serial_links`]) and reversed
+/// into a reduction sends a leaf's own contribution whenever its threadblock gets to it;
+/// those sends, ready from the start, share a port or NIC with the partial sums that the
+/// next steps wait for (2 x DGX-A100 on rails: the grown reduce-scatter at 82% of the
+/// optimum, 99.6% paced). An allgather's own pieces, sent in later steps, likewise crowd
+/// the relays (two nodes of 8-GPU rings: the listed allgather 91.9%, paced 98.7%). Pacing
+/// does not win everywhere (the rail rings lose; an allreduce paced in both halves wins on
+/// two nodes of 8-GPU rings, 94.8% -> 99.96%, and loses on 2 x DGX-A100 on rails, 99.5% ->
+/// 98.8%), so each is a candidate that the simulation chooses between. None for a twin,
 /// for a schedule not timed for serial links, and where fewer than two paced steps send.
-pub fn paced_twin(algorithm: &Algorithm) -> Option<Algorithm> {
+pub fn paced_twins(algorithm: &Algorithm) -> Vec<Algorithm> {
     let origin = &algorithm.origin;
-    if origin.paced_sends || origin.local_reductions || !algorithm.serial_links {
-        return None;
+    if !origin.pacing.is_unpaced() || origin.local_reductions || !algorithm.serial_links {
+        return Vec::new();
     }
-    let sending = (algorithm.steps.iter().zip(pacing(algorithm)))
-        .filter(|(s, paced)| *paced && !s.sends.is_empty())
-        .count();
-    if sending < 2 {
-        return None;
+    let sending = |s: &&AlgoStep| !s.sends.is_empty();
+    let copies = algorithm.steps.iter().filter(sending).any(|s| !s.reduce);
+    let reduces = algorithm.steps.iter().filter(sending).any(|s| s.reduce);
+    let mut twins = Vec::new();
+    for kind in [Pacing::Reductions, Pacing::Every] {
+        if kind == Pacing::Every && !(copies && reduces) {
+            continue;
+        }
+        let mut twin = algorithm.clone();
+        twin.origin.pacing = kind;
+        let paced = (twin.steps.iter().zip(pacing(&twin)))
+            .filter(|(s, paced)| *paced && !s.sends.is_empty())
+            .count();
+        if paced >= 2 {
+            twins.push(twin_named(twin, &algorithm.name, kind.suffix()));
+        }
     }
-    let mut twin = algorithm.clone();
-    twin.origin.paced_sends = true;
-    Some(twin_named(twin, &algorithm.name, "-ps"))
+    twins
 }
 
 /// Per step of `algorithm`, whether its sends are paced: each waits for its rank's last send
-/// of the paced step before ([`crate::origin::Origin::paced_sends`]; none where unset).
+/// of the paced step before ([`crate::origin::Origin::pacing`]; none where unpaced).
 fn paced_steps(algorithm: &Algorithm) -> Vec<bool> {
-    if !algorithm.origin.paced_sends {
+    if algorithm.origin.pacing.is_unpaced() {
         return Vec::new();
     }
     pacing(algorithm).collect()
 }
 
-/// Per step of `algorithm`, whether its twin with paced sends paces it: the reducing steps,
-/// or every step where none reduces. An allreduce's allgather half is not paced: on 2 x
-/// DGX-A100 on rails the grown allreduce paced in both halves simulated at 98.8% of the
-/// optimum, against 99.5% paced in its reduce-scatter half only (two nodes of 8-GPU rings
-/// gained from both: 94.8% -> 99.96%; which wins is the fabric's).
+/// Per step of `algorithm`, whether its pacing ([`Pacing`]) paces it: with
+/// [`Pacing::Reductions`] the reducing steps, or every step where none reduces; with
+/// [`Pacing::Every`] every step; none unpaced.
 fn pacing(algorithm: &Algorithm) -> impl Iterator<Item = bool> + '_ {
     let reduces = algorithm.steps.iter().any(|s| s.reduce);
-    algorithm.steps.iter().map(move |s| s.reduce || !reduces)
+    let kind = algorithm.origin.pacing;
+    algorithm.steps.iter().map(move |s| match kind {
+        Pacing::Unpaced => false,
+        Pacing::Reductions => s.reduce || !reduces,
+        Pacing::Every => true,
+    })
 }
 
 /// Whether a reducing step of `algorithm` joins several messages in one accumulator (what
@@ -2481,13 +2497,15 @@ mod tests {
             vec![step(0), step(1)],
         );
         assert!(
-            paced_twin(&a).is_none(),
+            paced_twins(&a).is_empty(),
             "only schedules timed for serial links"
         );
         a.serial_links = true;
-        let twin = paced_twin(&a).expect("two reducing steps send");
+        let twins = paced_twins(&a);
+        assert_eq!(twins.len(), 1, "no copying step: no twin paced everywhere");
+        let twin = &twins[0];
         assert!(twin.name.ends_with("-ps"), "{}", twin.name);
-        assert!(paced_twin(&twin).is_none());
+        assert!(paced_twins(twin).is_empty());
         for flavor in [Flavor::Nccl, Flavor::Rccl] {
             let options = LowerOptions {
                 flavor,
@@ -2506,7 +2524,7 @@ mod tests {
                     .collect()
             };
             let plain = lower_verified(&a, &options).unwrap();
-            let paced = lower_verified(&twin, &options).unwrap();
+            let paced = lower_verified(twin, &options).unwrap();
             for rank in 0..3 {
                 assert!(second_send_deps(&plain, rank).is_empty(), "{flavor:?}");
                 let deps = second_send_deps(&paced, rank);
@@ -2537,8 +2555,9 @@ mod tests {
             vec![step(0), step(1)],
         );
         a.serial_links = true;
-        let twin = paced_twin(&a).expect("two steps send");
-        let paced = lower_verified(&twin, &LowerOptions::default()).unwrap();
+        let twins = paced_twins(&a);
+        assert_eq!(twins.len(), 1, "{twins:?}");
+        let paced = lower_verified(&twins[0], &LowerOptions::default()).unwrap();
         let plain = lower_verified(&a, &LowerOptions::default()).unwrap();
         for (program, waits) in [(&plain, false), (&paced, true)] {
             for rank in 0..3 {
@@ -2551,6 +2570,47 @@ mod tests {
                     (send.deps.iter()).any(|d| gpu.threadblocks[d.tb].send == Some((rank + 1) % 3));
                 assert_eq!(first, waits, "rank {rank}");
             }
+        }
+    }
+
+    #[test]
+    fn an_allreduce_is_paced_in_its_reductions_or_everywhere() {
+        // A direct allreduce on 3 ranks: two steps reduce each rank's address at its owner,
+        // two copy the sums back out.
+        let step = |k: usize, reduce: bool| AlgoStep {
+            rounds: 1,
+            reduce,
+            sends: (0..3)
+                .map(|r| {
+                    let other = (r + k + 1) % 3;
+                    let (src, dst, chunk) = if reduce {
+                        (r, other, other)
+                    } else {
+                        (other, r, other)
+                    };
+                    Send { chunk, src, dst }
+                })
+                .collect(),
+        };
+        let mut a = Algorithm::plain(
+            "allreduce-fc_3",
+            "fully-connected:3",
+            Collective::new(Kind::AllReduce, 3, 0, 1).unwrap(),
+            vec![step(0, true), step(1, true), step(0, false), step(1, false)],
+        );
+        a.serial_links = true;
+        let twins = paced_twins(&a);
+        let paced: Vec<(String, Vec<bool>)> = twins
+            .iter()
+            .map(|t| (t.name.clone(), paced_steps(t)))
+            .collect();
+        assert_eq!(paced.len(), 2, "{paced:?}");
+        assert!(paced[0].0.ends_with("-ps"), "{paced:?}");
+        assert_eq!(paced[0].1, [true, true, false, false]);
+        assert!(paced[1].0.ends_with("-pa"), "{paced:?}");
+        assert_eq!(paced[1].1, [true; 4]);
+        for twin in &twins {
+            lower_verified(twin, &LowerOptions::default()).unwrap();
         }
     }
 

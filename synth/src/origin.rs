@@ -232,13 +232,43 @@ pub struct Origin {
     /// (`lower::address_channel_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub address_channels: bool,
-    /// Lowered with the sends of its reducing steps (of an allgather: of every step) paced
-    /// (named `-ps`): each waits for the rank's last send of the paced step before, so that
-    /// data that is ready from the start (a leaf's own contribution, a root's own piece)
-    /// does not run ahead and share a port or NIC with the messages the next steps wait
-    /// for; the run then keeps to the schedule's steps (`lower::paced_twin`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub paced_sends: bool,
+    /// Which of its sends are paced (named `-ps` or `-pa`): each waits for the rank's last
+    /// send of the paced step before, so that data that is ready from the start (a leaf's
+    /// own contribution, a root's own piece) does not run ahead and share a port or NIC with
+    /// the messages the next steps wait for; the run then keeps to the schedule's steps
+    /// (`lower::paced_twins`).
+    #[serde(default, skip_serializing_if = "Pacing::is_unpaced")]
+    pub pacing: Pacing,
+}
+
+/// Which sends of a schedule its lowering paces ([`Origin::pacing`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pacing {
+    /// None: each send goes once its data is there.
+    #[default]
+    Unpaced,
+    /// The sends of its reducing steps, or of every step where none reduces (named `-ps`).
+    Reductions,
+    /// The sends of every step, of a schedule that has reducing and copying steps (an
+    /// allreduce: both halves; named `-pa`).
+    Every,
+}
+
+impl Pacing {
+    /// Whether no send is paced.
+    pub fn is_unpaced(&self) -> bool {
+        *self == Pacing::Unpaced
+    }
+
+    /// The name suffix of a twin paced this way (empty where unpaced).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Pacing::Unpaced => "",
+            Pacing::Reductions => "-ps",
+            Pacing::Every => "-pa",
+        }
+    }
 }
 
 impl Origin {
@@ -250,7 +280,7 @@ impl Origin {
             two_step_receives: false,
             local_reductions: false,
             address_channels: false,
-            paced_sends: false,
+            pacing: Pacing::Unpaced,
         }
     }
 }
@@ -287,7 +317,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr][-ps]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr][-ps|-pa]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -311,9 +341,7 @@ pub fn render(parts: NameParts) -> String {
     if parts.origin.local_reductions {
         tail.push_str("-lr");
     }
-    if parts.origin.paced_sends {
-        tail.push_str("-ps");
-    }
+    tail.push_str(parts.origin.pacing.suffix());
     fit(&head, &tail, MAX_NAME)
 }
 
@@ -363,7 +391,7 @@ mod tests {
                 two_step_receives: false,
                 local_reductions: false,
                 address_channels: false,
-                paced_sends: false,
+                pacing: Pacing::Unpaced,
             },
             steps: 3,
             rounds: 7,
@@ -446,7 +474,7 @@ mod tests {
                 // A paced twin is never lowered with local reductions.
                 local_reductions: false,
                 address_channels: true,
-                paced_sends: true,
+                pacing: Pacing::Reductions,
             },
             steps: 121,
             rounds: 4600,

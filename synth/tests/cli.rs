@@ -2105,7 +2105,7 @@ fn a_reversed_list_schedule_gets_its_twin_with_paced_sends() {
     assert!(!paced.is_empty(), "{files:?}");
     for twin in &paced {
         let json = std::fs::read_to_string(twin).unwrap();
-        assert!(json.contains("\"paced_sends\": true"), "{twin}");
+        assert!(json.contains("\"pacing\": \"reductions\""), "{twin}");
         assert!(json.contains("\"serial_links\": true"), "{twin}");
         assert_verifies(&twin.replace(".json", ".xml"));
         assert_verifies(&twin.replace(".json", ".inplace.xml"));

@@ -452,9 +452,9 @@ fn search_algorithms(
 /// name: with local reductions ([`crate::lower::local_reduction_twin`]), those of algorithms
 /// that, with connections that never fill (`unstalled`), come within [`TWIN_REACH`] of what
 /// the simulation reached at the largest compared size (`bar`): freed receives may take them
-/// past it; with paced sends ([`crate::lower::paced_twin`]), those of algorithms whose
+/// past it; with paced sends ([`crate::lower::paced_twins`]), those of algorithms whose
 /// schedule (its steps and rounds on `topology`) comes within [`TWIN_REACH`] of the bar: the
-/// pacing keeps the run to that schedule. Named `NAME-lr` or `NAME-ps` where the rendered
+/// pacing keeps the run to that schedule. Named `NAME-lr`, `NAME-ps` or `NAME-pa` where the rendered
 /// name is taken.
 fn late_twins(
     algorithms: &[Algorithm],
@@ -474,10 +474,16 @@ fn late_twins(
             .then(|| crate::lower::local_reduction_twin(a))
             .flatten()
             .map(|t| (t, "-lr"));
-        let paced = (scheduled_busbw(a, topology) > bar * (1.0 - TWIN_REACH))
-            .then(|| crate::lower::paced_twin(a))
-            .flatten()
-            .map(|t| (t, "-ps"));
+        let near = scheduled_busbw(a, topology) > bar * (1.0 - TWIN_REACH);
+        let paced_twins = if near {
+            crate::lower::paced_twins(a)
+        } else {
+            Vec::new()
+        };
+        let paced = paced_twins.into_iter().map(|t| {
+            let suffix = t.origin.pacing.suffix();
+            (t, suffix)
+        });
         for (mut twin, suffix) in local.into_iter().chain(paced) {
             if names.contains(&twin.name) {
                 let most = crate::origin::MAX_NAME - suffix.len();

@@ -397,14 +397,19 @@ fn depth_schedule(
     let best_shared = options[..capped].iter().map(|o| o.rate).fold(0.0, f64::max);
     if balance_roots && packing.group.order() > 1 && best_shared < packing.rate_gbps * (1.0 - 1e-3)
     {
-        for option in &mut options[..capped] {
+        // One budget of work for all the counts, shared out as it is left.
+        let mut budget = per_root::MAX_WORK;
+        for (k, option) in options[..capped].iter_mut().enumerate() {
             let chunks = option.chunks;
             let rounding::PieceCounts::Orbit(shared) = &option.counts else {
                 continue;
             };
-            if let Some((counts, time)) =
-                per_root::per_root_counts(topology, index, packing, chunks, shared)
-            {
+            let mut share = budget / (capped - k) as u64;
+            budget -= share;
+            let found =
+                per_root::per_root_counts(topology, index, packing, chunks, shared, &mut share);
+            budget += share;
+            if let Some((counts, time)) = found {
                 if 1.0 / time > option.rate {
                     *option = rounding::ChunkOption {
                         chunks,

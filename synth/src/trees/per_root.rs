@@ -28,25 +28,41 @@ const STEEPENING: f64 = 1.25;
 const MAX_STEEPNESS: f64 = 2000.0;
 
 /// Most resource uses the improving passes evaluate (a pool tree's links and constraints,
-/// once per tree tried): a count, not a time, so the result does not depend on the machine.
-/// A 1024-rank torus at one piece per root takes about 1.3 billion over its 32 passes; on a
-/// 256-rank hypercube at seven pieces a pass alone takes more.
-const MAX_WORK: u64 = 400_000_000;
+/// once per tree tried), over all the piece counts a caller tries: a count, not a time, so
+/// the result does not depend on the machine. A 1024-rank torus at one piece per root takes
+/// about 1.3 billion over its 32 passes; on a 256-rank hypercube at seven pieces a pass
+/// alone takes more; three nodes of mi250-16 (3,408 trees) took 400 million, 3.5 s, at
+/// each of eight piece counts.
+pub(crate) const MAX_WORK: u64 = 400_000_000;
 
 /// Piece counts per representative, group element and tree at `chunks` pieces per root,
 /// with the time they give (per unit of data per root, s/GB: the busiest link's or switch
 /// constraint's load over its bandwidth), or `None` where a tree's image is not over the
 /// fabric's links (the group does not map the fabric to itself). The search starts from a
 /// greedy choice root by root and, where they begin near it, from `shared` (counts every
-/// root of an orbit takes), and keeps the better end.
+/// root of an orbit takes), and keeps the better end; its improving passes stop past
+/// `budget` resource uses, which it takes what it used from.
 pub(crate) fn per_root_counts(
     topology: &Topology,
     index: &TopologyIndex,
     packing: &Packing,
     chunks: usize,
     shared: &[Vec<usize>],
+    budget: &mut u64,
 ) -> Option<(PieceCounts, f64)> {
-    let search = Search::new(topology, index, packing, chunks)?;
+    let search = Search::new(topology, index, packing, chunks, *budget)?;
+    let found = per_root_search(&search, packing, chunks, shared);
+    *budget = budget.saturating_sub(search.work.get());
+    found
+}
+
+/// [`per_root_counts`] in `search`.
+fn per_root_search(
+    search: &Search,
+    packing: &Packing,
+    chunks: usize,
+    shared: &[Vec<usize>],
+) -> Option<(PieceCounts, f64)> {
     let greedy = search.greedy();
     let start = |counts: &Counts| search.load_of(counts).into_iter().fold(0.0, f64::max);
     let shared: Counts = shared
@@ -81,8 +97,9 @@ struct Search<'a> {
     tree_links: Vec<Vec<Vec<usize>>>,
     /// The busiest load the packing's weights give at `chunks` pieces per root.
     scale: f64,
-    /// Resource uses evaluated so far ([`MAX_WORK`]).
+    /// Resource uses evaluated so far, and the most the passes may evaluate.
     work: std::cell::Cell<u64>,
+    max_work: u64,
 }
 
 impl<'a> Search<'a> {
@@ -91,6 +108,7 @@ impl<'a> Search<'a> {
         index: &'a TopologyIndex,
         packing: &'a Packing,
         chunks: usize,
+        max_work: u64,
     ) -> Option<Search<'a>> {
         let links = topology.links.len();
         let mut image = Vec::with_capacity(packing.group.order() * links);
@@ -130,6 +148,7 @@ impl<'a> Search<'a> {
             tree_links,
             scale: chunks as f64 / packing.rate_gbps,
             work: std::cell::Cell::new(0),
+            max_work,
         })
     }
 
@@ -202,7 +221,7 @@ impl<'a> Search<'a> {
     }
 
     /// `counts` improved one piece at a time while the penalty falls, the penalty steeper
-    /// each pass, with their busiest load; the passes stop early past [`MAX_WORK`].
+    /// each pass, with their busiest load; the passes stop early past its most work.
     fn improved(&self, mut counts: Counts) -> (Counts, f64) {
         let mut load = self.load_of(&counts);
         let mut steepness = STEEPNESS;
@@ -210,7 +229,7 @@ impl<'a> Search<'a> {
             let mut moved = false;
             for (r, per_element) in counts.iter_mut().enumerate() {
                 for (e, per_tree) in per_element.iter_mut().enumerate() {
-                    if self.work.get() > MAX_WORK {
+                    if self.work.get() > self.max_work {
                         break 'passes;
                     }
                     for t in 0..per_tree.len() {
@@ -257,6 +276,12 @@ mod tests {
     /// The busiest load at one piece per root over the packing's: per root, and shared by
     /// the orbit (the best single tree of the pool).
     fn at_one_piece(name: &str, size: &str) -> (f64, f64) {
+        let (per_root, shared, _) = at_one_piece_within(name, size, MAX_WORK);
+        (per_root, shared)
+    }
+
+    /// [`at_one_piece`] with the search's work within `budget`, and the budget left.
+    fn at_one_piece_within(name: &str, size: &str, mut budget: u64) -> (f64, f64, u64) {
         let topo = generate(name, parse_size(size).unwrap(), 25.0, 0.7).unwrap();
         let index = topo.index();
         let group = topo.translations();
@@ -271,7 +296,8 @@ mod tests {
         let rounding::PieceCounts::Orbit(start) = &shared.counts else {
             panic!("orbit counts")
         };
-        let (counts, time) = per_root_counts(&topo, &index, &packing, 1, start).unwrap();
+        let found = per_root_counts(&topo, &index, &packing, 1, start, &mut budget);
+        let (counts, time) = found.unwrap();
         // Every root sends its one piece along one tree.
         let PieceCounts::Root(counts) = counts else {
             panic!("per-root counts")
@@ -280,7 +306,8 @@ mod tests {
             .iter()
             .flatten()
             .all(|c| c.iter().sum::<usize>() == 1));
-        (time * packing.rate_gbps, packing.rate_gbps / shared.rate)
+        let shared = packing.rate_gbps / shared.rate;
+        (time * packing.rate_gbps, shared, budget)
     }
 
     #[test]
@@ -298,5 +325,15 @@ mod tests {
                 "{name}:{size}: {per_root} > {shared}"
             );
         }
+    }
+
+    #[test]
+    fn the_search_takes_its_work_from_the_budget_it_is_given() {
+        let (full, _, left) = at_one_piece_within("torus-2d", "8x8", MAX_WORK);
+        assert!(left < MAX_WORK, "the work done is taken from the budget");
+        // With nothing to spend, the search stops at once and is no better.
+        let (starved, _, none) = at_one_piece_within("torus-2d", "8x8", 0);
+        assert_eq!(none, 0);
+        assert!(starved >= full - 1e-9, "{starved} < {full}");
     }
 }

@@ -67,11 +67,9 @@ pub struct Algorithm {
     /// one chunk per message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_chunks: Option<Vec<usize>>,
-    /// Each link's transfers run one at a time in step order, also where a connection
-    /// carries more than one threadblock's 64 steps: the lowering then makes the first
-    /// transfer of each further channel wait for the last one of the channel before (else
-    /// those channels run side by side and share the link). Set by schedules timed for links
-    /// that carry one transfer at a time ([`crate::layout::retime`]).
+    /// Each link carries one transfer at a time in step order: set by schedules timed for
+    /// such links ([`crate::layout::retime`], list schedules, grown trees); their twins with
+    /// paced sends are tried (`lower::paced_twins`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub serial_links: bool,
     /// The place of each rank in the order the lowering breaks ties between ranks in (a

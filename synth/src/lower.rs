@@ -128,8 +128,8 @@ struct RankCode {
     scratch: usize,
     /// Scratch of addresses kept in blocks: the first slot of each block of addresses.
     blocks: FxHashMap<usize, usize>,
-    /// Sending threadblocks whose first step waits for the last step of another
-    /// ([`Algorithm::serial_links`]: a connection's further channels, in turn).
+    /// Sending threadblocks whose first step waits for the last step of another (a
+    /// connection's further channels, in turn: see [`Lowering::emit`]).
     after: FxHashMap<TbKey, TbKey>,
     /// Where each of the algorithm's steps starts in `ops`.
     step_starts: Vec<usize>,
@@ -913,7 +913,12 @@ impl<'a> Lowering<'a> {
             .ops
             .extend(recv_ops.into_iter().map(|s| (recv_key, s)));
         let send_key = TbKey::Send { peer: v, channel };
-        if self.algorithm.serial_links && channel >= self.channels.base {
+        // A connection past one threadblock's steps goes on in further channels, in turn:
+        // each further channel's first send waits for the last of the channel before, so
+        // the overflow never runs beside the transfers before it and shares the link with
+        // them (two 79-step rings on random:80:12: the reduce-scatter at 98.8% of the
+        // optimum side by side, NCCL's 99.9% in turn; mi250 x 2 on rails 97.7% -> 99.3%).
+        if channel >= self.channels.base {
             let before = TbKey::Send {
                 peer: v,
                 channel: channel - self.channels.base,
@@ -1841,7 +1846,7 @@ fn build_gpu(
         let writes: Vec<Slot> = written.iter().flat_map(span).collect();
         deps.clear();
         hazards.waits(&reads, &writes, &mut deps);
-        // A further channel of a serial link starts after the channel before it (where
+        // A connection's further channel starts after the channel before it (where
         // paired threadblocks put that channel's steps later, it starts when it may).
         if threadblocks[tb].steps.is_empty() {
             if let Some(&b) = after.get(&key).map(|before| &tb_of[before]) {
@@ -2222,14 +2227,14 @@ mod tests {
     }
 
     #[test]
-    fn serial_links_chain_the_channels_a_connection_overflows_into() {
+    fn a_connection_overflows_into_further_channels_in_turn() {
         // Four chunks over 0 → 1, two transfers per channel: channel 1 takes the last two.
-        let mut a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], None);
+        let a = line_of_four(Kind::Broadcast, [0, 1, 2, 3], None);
         let options = LowerOptions {
             max_transfers: 2,
             ..LowerOptions::default()
         };
-        // The first send of channel 1 waits for the last of channel 0 where links are serial.
+        // The first send of channel 1 waits for the last of channel 0.
         let first_deps = |a: &Algorithm| {
             let program = lower(a, &options).unwrap();
             let gpu = &program.gpus[0];
@@ -2246,8 +2251,6 @@ mod tests {
                 .iter()
                 .any(|d| d.tb == before && d.step == 1)
         };
-        assert!(!first_deps(&a));
-        a.serial_links = true;
         assert!(first_deps(&a));
         runtime::verify::verify(&lower(&a, &options).unwrap()).unwrap();
     }

@@ -61,7 +61,7 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 16, value_parser = limits::max_steps)]
     max_steps: usize,
     /// Cap on the number of chunks a search tries [default: 8; without it the rail ring,
-    /// which is no search, also tries up to 32 pieces per rank within two channels, and its
+    /// which is no search, also tries up to 64 pieces per rank within two channels, and its
     /// coalesced twin 4·64/nodes].
     #[arg(long, value_parser = limits::chunks)]
     max_chunks: Option<usize>,

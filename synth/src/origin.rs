@@ -237,7 +237,12 @@ pub struct Origin {
     /// own contribution, a root's own piece) does not run ahead and share a port or NIC with
     /// the messages the next steps wait for; the run then keeps to the schedule's steps
     /// (`lower::paced_twins`).
-    #[serde(default, skip_serializing_if = "Pacing::is_unpaced")]
+    #[serde(
+        default,
+        alias = "paced_sends",
+        deserialize_with = "Pacing::from_kind_or_flag",
+        skip_serializing_if = "Pacing::is_unpaced"
+    )]
     pub pacing: Pacing,
 }
 
@@ -259,6 +264,22 @@ impl Pacing {
     /// Whether no send is paced.
     pub fn is_unpaced(&self) -> bool {
         *self == Pacing::Unpaced
+    }
+
+    /// Reads a pacing, or the flag older algorithm files wrote (`"paced_sends": true`, the
+    /// reducing steps paced).
+    fn from_kind_or_flag<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Pacing, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum KindOrFlag {
+            Kind(Pacing),
+            Flag(bool),
+        }
+        Ok(match KindOrFlag::deserialize(d)? {
+            KindOrFlag::Kind(kind) => kind,
+            KindOrFlag::Flag(true) => Pacing::Reductions,
+            KindOrFlag::Flag(false) => Pacing::Unpaced,
+        })
     }
 
     /// The name suffix of a twin paced this way (empty where unpaced).
@@ -484,5 +505,30 @@ mod tests {
         assert!(n.ends_with("-s121-r4600-c16-g12-ac-2r-ps"), "{n}");
         assert!(n.starts_with("allreduce-torus3d-4x4x4-gre"), "{n}");
         assert!(!n.contains("--"), "{n}");
+    }
+
+    #[test]
+    fn pacing_reads_its_kind_and_the_older_flag() {
+        let read = |json: &str| serde_json::from_str::<Origin>(json).unwrap().pacing;
+        assert_eq!(read(r#"{"family": "listed"}"#), Pacing::Unpaced);
+        assert_eq!(
+            read(r#"{"family": "listed", "pacing": "every"}"#),
+            Pacing::Every
+        );
+        assert_eq!(
+            read(r#"{"family": "listed", "paced_sends": true}"#),
+            Pacing::Reductions
+        );
+        assert_eq!(
+            read(r#"{"family": "listed", "paced_sends": false}"#),
+            Pacing::Unpaced
+        );
+        let origin = Origin {
+            pacing: Pacing::Reductions,
+            ..Origin::of(Family::Listed)
+        };
+        let json = serde_json::to_string(&origin).unwrap();
+        assert!(json.contains(r#""pacing":"reductions""#), "{json}");
+        assert_eq!(read(&json), Pacing::Reductions);
     }
 }

@@ -2475,6 +2475,12 @@ mod tests {
         assert!(local_reduction_twin(&line_of_four(Kind::Reduce, [0, 1, 2, 3], None)).is_none());
     }
 
+    /// A direct schedule of `kind` in `steps` on three ranks linked all to all.
+    fn direct_on_three(kind: Kind, steps: Vec<AlgoStep>) -> Algorithm {
+        let coll = Collective::new(kind, 3, 0, 1).unwrap();
+        Algorithm::plain(format!("{kind}-fc_3"), "fully-connected:3", coll, steps)
+    }
+
     #[test]
     fn paced_sends_wait_for_the_ranks_send_of_the_step_before() {
         // A direct reduce-scatter on 3 ranks: in step k every rank sends its own
@@ -2493,12 +2499,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let mut a = Algorithm::plain(
-            "reducescatter-fc_3",
-            "fully-connected:3",
-            Collective::new(Kind::ReduceScatter, 3, 0, 1).unwrap(),
-            vec![step(0), step(1)],
-        );
+        let mut a = direct_on_three(Kind::ReduceScatter, vec![step(0), step(1)]);
         assert!(
             paced_twins(&a).is_empty(),
             "only schedules timed for serial links"
@@ -2551,12 +2552,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let mut a = Algorithm::plain(
-            "allgather-fc_3",
-            "fully-connected:3",
-            Collective::new(Kind::AllGather, 3, 0, 1).unwrap(),
-            vec![step(0), step(1)],
-        );
+        let mut a = direct_on_three(Kind::AllGather, vec![step(0), step(1)]);
         a.serial_links = true;
         let twins = paced_twins(&a);
         assert_eq!(twins.len(), 1, "{twins:?}");
@@ -2595,10 +2591,8 @@ mod tests {
                 })
                 .collect(),
         };
-        let mut a = Algorithm::plain(
-            "allreduce-fc_3",
-            "fully-connected:3",
-            Collective::new(Kind::AllReduce, 3, 0, 1).unwrap(),
+        let mut a = direct_on_three(
+            Kind::AllReduce,
             vec![step(0, true), step(1, true), step(0, false), step(1, false)],
         );
         a.serial_links = true;

@@ -274,12 +274,16 @@ impl Pacing {
         enum KindOrFlag {
             Kind(Pacing),
             Flag(bool),
+            Other(serde::de::IgnoredAny),
         }
-        Ok(match KindOrFlag::deserialize(d)? {
-            KindOrFlag::Kind(kind) => kind,
-            KindOrFlag::Flag(true) => Pacing::Reductions,
-            KindOrFlag::Flag(false) => Pacing::Unpaced,
-        })
+        match KindOrFlag::deserialize(d)? {
+            KindOrFlag::Kind(kind) => Ok(kind),
+            KindOrFlag::Flag(true) => Ok(Pacing::Reductions),
+            KindOrFlag::Flag(false) => Ok(Pacing::Unpaced),
+            KindOrFlag::Other(_) => Err(serde::de::Error::custom(
+                "origin.pacing: expected \"unpaced\", \"reductions\" or \"every\" (older files: \"paced_sends\": true or false)",
+            )),
+        }
     }
 
     /// The name suffix of a twin paced this way (empty where unpaced).
@@ -523,6 +527,9 @@ mod tests {
             read(r#"{"family": "listed", "paced_sends": false}"#),
             Pacing::Unpaced
         );
+        let bad = serde_json::from_str::<Origin>(r#"{"family": "listed", "pacing": "often"}"#);
+        let message = bad.unwrap_err().to_string();
+        assert!(message.starts_with("origin.pacing: expected"), "{message}");
         let origin = Origin {
             pacing: Pacing::Reductions,
             ..Origin::of(Family::Listed)

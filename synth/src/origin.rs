@@ -232,6 +232,11 @@ pub struct Origin {
     /// (`lower::address_channel_twin`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub address_channels: bool,
+    /// Scheduled on the fabric's rail view (named `-rv`): its links between nodes only
+    /// between ranks of one local index, so that each NIC talks to one peer per other node
+    /// ([`crate::topology::shape::rail_view`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rail_view: bool,
     /// Which of its sends are paced (named `-ps` or `-pa`): each waits for the rank's last
     /// send of the paced step before, so that data that is ready from the start (a leaf's
     /// own contribution, a root's own piece) does not run ahead and share a port or NIC with
@@ -305,6 +310,7 @@ impl Origin {
             two_step_receives: false,
             local_reductions: false,
             address_channels: false,
+            rail_view: false,
             pacing: Pacing::Unpaced,
         }
     }
@@ -342,7 +348,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-ac][-2r][-lr][-ps|-pa]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-ps|-pa]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -356,6 +362,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if let Some(k) = parts.origin.stages {
         tail.push_str(&format!("-g{k}"));
+    }
+    if parts.origin.rail_view {
+        tail.push_str("-rv");
     }
     if parts.origin.address_channels {
         tail.push_str("-ac");
@@ -416,6 +425,7 @@ mod tests {
                 two_step_receives: false,
                 local_reductions: false,
                 address_channels: false,
+                rail_view: false,
                 pacing: Pacing::Unpaced,
             },
             steps: 3,
@@ -499,6 +509,7 @@ mod tests {
                 // A paced twin is never lowered with local reductions.
                 local_reductions: false,
                 address_channels: true,
+                rail_view: false,
                 pacing: Pacing::Reductions,
             },
             steps: 121,
@@ -508,6 +519,28 @@ mod tests {
         assert!(n.len() <= MAX_NAME, "{n}");
         assert!(n.ends_with("-s121-r4600-c16-g12-ac-2r-ps"), "{n}");
         assert!(n.starts_with("allreduce-torus3d-4x4x4-gre"), "{n}");
+        assert!(!n.contains("--"), "{n}");
+        // On a rail view as well: the whole tag gives way.
+        let origin = Origin {
+            rail_view: true,
+            ..Origin::of(Family::Listed)
+        };
+        let n = render(NameParts {
+            kind: Kind::AllReduce,
+            topology: "torus3d-4x4x4x12345",
+            origin: &Origin {
+                stages: Some(12),
+                address_channels: true,
+                two_step_receives: true,
+                pacing: Pacing::Every,
+                ..origin
+            },
+            steps: 121,
+            rounds: 4600,
+            chunks: 16,
+        });
+        assert!(n.len() <= MAX_NAME, "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-rv-ac-2r-pa"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }
 

@@ -1182,6 +1182,11 @@ fn compose_pairs(
     let mut alike = Vec::new();
     for x in rs {
         for y in ag {
+            // Halves packed on the fabric's rail view pair with each other only: the view is
+            // tried beside the fabric, not mixed into every pair (two DGX-2s: 9 s more).
+            if x.origin.rail_view != y.origin.rail_view {
+                continue;
+            }
             let same = x.origin.family.pairs_with(&y.origin.family);
             // A half in messages of several chunks has pieces finer than its messages:
             // composed with another structure, that one would be refined to as many pieces
@@ -1359,6 +1364,10 @@ fn joined(
         serial_links: x.serial_links || y.serial_links,
         ..Algorithm::made(family, topology.name.clone(), collective, steps)
     };
+    if rs.origin.rail_view || ag.origin.rail_view {
+        algorithm.origin.rail_view = true;
+        algorithm = algorithm.renamed();
+    }
     // Where a half is laid out in step groups, each half keeps its groups and the phases get
     // channels of their own, so the allgather of one slice overlaps the reduce-scatter of
     // the next (dgx-a100x2: 321.4 GB/s at 1 GB against 231.7 in one group).

@@ -31,6 +31,39 @@ pub fn rails_join(index: &TopologyIndex, nodes: &[Vec<usize>]) -> bool {
     })
 }
 
+/// The fabric's rail view: its links between nodes kept only between ranks of one local
+/// index (rank i of a node to rank i of another), the rest as they are. `None` unless its
+/// M ≥ 2 nodes are equal, every rank has a rail link to its peer in every other node, and
+/// some link between nodes is not a rail (a fat tree, where every GPU reaches every GPU of
+/// the other nodes through its NIC). A schedule of the view runs on the fabric; there each
+/// NIC carries one connection per other node instead of one per remote GPU, so a message's
+/// slices cross it at the NIC's bandwidth, not a share of it. Meaningful in the node-major
+/// numbering the search runs in, where every node's ranks share one local order
+/// ([`super::canonical::node_major_numbering`]).
+pub fn rail_view(topology: &Topology, index: &TopologyIndex) -> Option<Topology> {
+    let nodes = equal_nodes(topology)?;
+    let mut local = vec![0; topology.ranks];
+    for node in &nodes {
+        for (i, &r) in node.iter().enumerate() {
+            local[r] = i;
+        }
+    }
+    let all_rails = (nodes.iter().enumerate()).all(|(a, from)| {
+        (nodes.iter().enumerate()).all(|(b, to)| {
+            a == b || (from.iter().zip(to)).all(|(&u, &v)| index.link_of.contains_key(&(u, v)))
+        })
+    });
+    let across = |l: &Link| topology.node_of[l.src] != topology.node_of[l.dst];
+    let rail = |l: &Link| !across(l) || local[l.src] == local[l.dst];
+    if !all_rails || topology.links.iter().all(rail) {
+        return None;
+    }
+    Some(Topology {
+        links: topology.links.iter().filter(|l| rail(l)).cloned().collect(),
+        ..topology.clone()
+    })
+}
+
 /// Whether every node's ranks are linked all to all.
 pub fn nodes_all_to_all(index: &TopologyIndex, nodes: &[Vec<usize>]) -> bool {
     let linked = |u: usize, v: usize| index.link_of.contains_key(&(u, v));
@@ -286,6 +319,36 @@ mod tests {
         let nodes = equal_nodes(&cluster).unwrap();
         assert_eq!(nodes.len(), 2);
         assert!(equal_nodes(&torus).is_none());
+    }
+
+    #[test]
+    fn the_rail_view_keeps_one_peer_per_node_for_each_rank() {
+        // Three DGX-A100s on a fat tree: every GPU to the 16 GPUs of the other nodes; the
+        // view keeps GPU i to GPU i, with every link within a node and every constraint.
+        let t = load("dgx-a100x3").unwrap();
+        let view = rail_view(&t, &t.index()).expect("a fat tree has a rail view");
+        let across = |t: &Topology| {
+            (t.links.iter())
+                .filter(|l| t.node_of[l.src] != t.node_of[l.dst])
+                .map(|l| (l.src, l.dst))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(across(&t).len(), 24 * 16);
+        let mut rails = across(&view);
+        rails.sort();
+        let expected: Vec<(usize, usize)> = (0..24)
+            .flat_map(|u| (0..24).map(move |v| (u, v)))
+            .filter(|&(u, v)| u / 8 != v / 8 && u % 8 == v % 8)
+            .collect();
+        assert_eq!(rails, expected);
+        let within = |t: &Topology| t.links.len() - across(t).len();
+        assert_eq!(within(&view), within(&t));
+        assert_eq!((&view.name, &view.switches), (&t.name, &t.switches));
+        // A rail network is its own view; one node and nodes of other sizes have none.
+        let rail = crate::topology::load("dgx-a100x3:rail").unwrap();
+        assert!(rail_view(&rail, &rail.index()).is_none());
+        let box_ = load("dgx-a100").unwrap();
+        assert!(rail_view(&box_, &box_.index()).is_none());
     }
 
     #[test]

@@ -79,6 +79,50 @@ pub struct TreeResult {
 }
 
 impl TreeResult {
+    /// The schedules the engine offers: of the two tree schedules, those not dominated in
+    /// (steps, rounds per chunk); the same at the best-rate piece count beside them (fewer
+    /// rounds per chunk, so they would dominate the pipelined ones that simulate faster);
+    /// the grown trees at finer pieces (dominated in steps, faster at large sizes); the
+    /// shallowest trees' schedules (fewer steps and rounds, yet not always faster).
+    fn candidates(self) -> Vec<Algorithm> {
+        let mut algorithms = crate::frontier::pareto_filter(
+            [self.algorithm]
+                .into_iter()
+                .chain(self.listed)
+                .chain(self.grown)
+                .collect(),
+        );
+        if let Some((depth, listed)) = self.best_rate {
+            algorithms.extend(crate::frontier::pareto_filter(
+                [depth].into_iter().chain(listed).collect(),
+            ));
+        }
+        algorithms.extend(self.grown_finer);
+        algorithms.extend(crate::frontier::pareto_filter(self.shallow));
+        algorithms
+    }
+
+    /// Marks every schedule it holds as scheduled on the fabric's rail view (named `-rv`).
+    fn on_the_rail_view(&mut self) {
+        let mark = |a: &mut Algorithm| {
+            a.origin.rail_view = true;
+            *a = a.clone().renamed();
+        };
+        mark(&mut self.algorithm);
+        let best_rate = self
+            .best_rate
+            .iter_mut()
+            .flat_map(|(a, l)| std::iter::once(a).chain(l));
+        (self
+            .listed
+            .iter_mut()
+            .chain(&mut self.grown)
+            .chain(&mut self.grown_finer))
+        .chain(best_rate)
+        .chain(&mut self.shallow)
+        .for_each(mark);
+    }
+
     /// Every schedule it holds.
     fn algorithms(&self) -> impl Iterator<Item = &Algorithm> {
         let best_rate = self
@@ -644,34 +688,18 @@ impl Engine for TreeEngine {
         }
         problem.progress.message(&summary);
         problem.progress.found(&result.algorithm);
-        // Of the two tree schedules, those not dominated in (steps, rounds per chunk); the
-        // same at the best-rate piece count beside them (fewer rounds per chunk, so they would
-        // dominate the pipelined ones that simulate faster); then the structured schedules
-        // that fit the problem.
-        let mut algorithms = crate::frontier::pareto_filter(
-            [result.algorithm]
-                .into_iter()
-                .chain(result.listed)
-                .chain(result.grown)
-                .collect(),
-        );
-        if let Some((depth, listed)) = result.best_rate {
-            algorithms.extend(crate::frontier::pareto_filter(
-                [depth].into_iter().chain(listed).collect(),
-            ));
-        }
-        // The grown trees at finer pieces: dominated in steps, faster at large sizes.
-        algorithms.extend(result.grown_finer);
-        // The shallowest trees' schedules: fewer steps and rounds, yet not always faster,
-        // so beside the first packing's frontier.
-        algorithms.extend(crate::frontier::pareto_filter(result.shallow));
+        let optimum_gbps = result.optimum_gbps;
+        let mut algorithms = result.candidates();
+        let on_rails =
+            rail_view_candidates(problem, &coll, limits, depth, optimum_gbps, &algorithms)?;
+        algorithms.extend(on_rails);
         let cx = Context {
             topology: problem.topology,
             index: problem.index,
             kind: coll.kind,
             root: coll.root,
             limits,
-            optimum_gbps: result.optimum_gbps,
+            optimum_gbps,
             for_dual: self.for_dual,
             half: self.half,
             progress: problem.progress,
@@ -694,6 +722,75 @@ impl Engine for TreeEngine {
             notes,
         })
     }
+}
+
+/// Whether some of `algorithms` put more connections on a switch constraint that links
+/// between nodes cross (a NIC's in or out side, a node's uplink) than the rail view has
+/// under it: each connection crosses at its share of the constraint, so over rails a 2 MiB
+/// slice would cross it faster. (Eight DGX-1s, four NDv2s, two DGX-A100s: the packing's
+/// schedules already keep to as many, and the view would cost CPU for nothing.)
+fn more_connections_than_rails(
+    algorithms: &[Algorithm],
+    topology: &Topology,
+    index: &TopologyIndex,
+    view: &TopologyIndex,
+) -> bool {
+    let across = |src: usize, dst: usize| topology.node_of[src] != topology.node_of[dst];
+    let mut on_view = vec![0usize; topology.switches.len()];
+    for (&(src, dst), &l) in &view.link_of {
+        if across(src, dst) {
+            view.governing[l].iter().for_each(|&j| on_view[j] += 1);
+        }
+    }
+    algorithms.iter().any(|a| {
+        let mut used = vec![std::collections::BTreeSet::new(); topology.switches.len()];
+        for s in a.steps.iter().flat_map(|s| &s.sends) {
+            if across(s.src, s.dst) {
+                let l = index.link_of[&(s.src, s.dst)];
+                index.governing[l].iter().for_each(|&j| {
+                    used[j].insert(l);
+                });
+            }
+        }
+        (used.iter().zip(&on_view)).any(|(links, &rails)| rails > 0 && links.len() > rails)
+    })
+}
+
+/// The tree schedules of the fabric's rail view ([`crate::topology::shape::rail_view`]),
+/// named `-rv`: on a fat tree, where the first packing's schedules `whole` put more
+/// connections on a NIC or uplink than the view ([`more_connections_than_rails`]) and the
+/// view keeps the exact optimum `optimum_gbps` (per root). On a fat tree each GPU's NIC is
+/// shared by connections to every GPU of the other nodes, and the runtime moves a message's
+/// 2 MiB slices at that share of the NIC, so a piece relayed on in the node waits several
+/// times longer at each NIC hop than over a rail (two nodes of random 8-GPU boxes:
+/// allgather 92.6% of the optimum packed on the fat tree, 99.6% over rails). Neither wins
+/// everywhere (there the fat tree's grown allreduce halves overlap at 121% of the two-phase
+/// optimum, over rails 99.8%), so both go on and the simulation decides.
+fn rail_view_candidates(
+    problem: &Problem,
+    coll: &Collective,
+    limits: &Limits,
+    depth: Depth,
+    optimum_gbps: f64,
+    whole: &[Algorithm],
+) -> Result<Vec<Algorithm>> {
+    let Some(view) = crate::topology::shape::rail_view(problem.topology, problem.index) else {
+        return Ok(Vec::new());
+    };
+    let index = view.index();
+    if !more_connections_than_rails(whole, problem.topology, problem.index, &index) {
+        return Ok(Vec::new());
+    }
+    let progress = problem.progress;
+    progress.message("computing the rail view's optimum");
+    let (_, _, on_rails) = optimum(&view, &index, coll, progress)?;
+    if (*on_rails.numer() as f64 / *on_rails.denom() as f64) < optimum_gbps * (1.0 - 1e-9) {
+        return Ok(Vec::new());
+    }
+    progress.message("packing trees on the rail view");
+    let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth)?;
+    result.on_the_rail_view();
+    Ok(result.candidates())
 }
 
 #[cfg(test)]
@@ -852,6 +949,76 @@ mod tests {
             families.contains(&&crate::origin::Family::Rings),
             "{families:?}"
         );
+    }
+
+    #[test]
+    fn on_a_fat_tree_the_trees_are_packed_over_rails() {
+        use crate::cutbound::CutBound;
+        use crate::lower::{lower_to_xml, LowerOptions};
+        use crate::simulate::{simulate, SimOptions};
+        use crate::topology::multinode::{compose, Network, NicFacts, NicPlacement};
+        // Two nodes of an irregular 8-GPU box (no automorphism), a 25 GB/s NIC per GPU on
+        // a fat tree. Packed on the fat tree, a NIC carries connections to the eight GPUs of
+        // the other node and the best tree schedule simulated at 80.6% of the optimum at
+        // 1 GB (its NICs busy to the end, the last slices relayed after); over rails 99.6%.
+        let nic = NicFacts {
+            bandwidth: 25.0,
+            alpha: 2.6,
+            placement: NicPlacement::PerGpu(1),
+        };
+        let node = load("random:8:3").unwrap();
+        let t = compose(&node, 2, &nic, Network::FatTree, "random8x2").unwrap();
+        let index = t.index();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let one = coll.clone();
+        let make = move |c: usize| crate::synthesize::resplit(&one, c);
+        let progress = crate::progress::Progress::hidden();
+        let limits = limits(false);
+        let problem = Problem {
+            topology: &t,
+            index: &index,
+            make: &make,
+            progress: &progress,
+            deadline: limits.deadline,
+        };
+        let engine = TreeEngine {
+            for_dual: false,
+            half: false,
+        };
+        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        let size = 1 << 30;
+        let mut best = 0.0f64;
+        for a in found.algorithms.iter().filter(|a| a.origin.rail_view) {
+            assert!(a.name.contains("-rv"), "{}", a.name);
+            // Between nodes, only rank i to rank i + 8 and back.
+            let sends = a.steps.iter().flat_map(|s| &s.sends);
+            assert!(sends
+                .filter(|s| t.node_of[s.src] != t.node_of[s.dst])
+                .all(|s| s.src % 8 == s.dst % 8));
+            let (program, _) = lower_to_xml(a, &LowerOptions::default()).unwrap();
+            best = best.max(
+                simulate(&program, &t, size, &SimOptions::default())
+                    .unwrap()
+                    .busbw,
+            );
+        }
+        let bound = CutBound::new(runtime::ir::Collective::AllGather, &t, 0).busbw_at(size);
+        assert!(best >= 0.99 * bound, "{best} of {bound}");
+        // Two DGX-A100s: the packing's trees already put one connection per GPU on each
+        // NIC, as many as over rails, so the view is not packed.
+        let t = load("dgx-a100x2").unwrap();
+        let index = t.index();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
+        let problem = Problem {
+            topology: &t,
+            index: &index,
+            make: &make,
+            progress: &progress,
+            deadline: limits.deadline,
+        };
+        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        assert!(found.algorithms.iter().all(|a| !a.origin.rail_view));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! 16 GiB, plots are written; and the simulator ranks DGX-1's SMT Pareto algorithms as their
 //! cost formula predicts.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use synth::catalog::{self, Manifest, Options};
 use synth::collective::{Collective, Kind};
@@ -15,10 +15,13 @@ use synth::topology::{self, Topology};
 
 const SIXTEEN_GIB: u64 = 16 << 30;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-catalog-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-catalog-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Checks the manifest and the files of a catalog written to `dir`.
@@ -132,7 +135,8 @@ fn check_catalog(manifest: &Manifest, dir: &Path, kinds: &[Kind]) {
 #[test]
 fn dgx1_allgather_allreduce_catalog() {
     let topo = topology::load("dgx1").unwrap();
-    let dir = temp_dir("dgx1");
+    let tmp = temp_dir("dgx1");
+    let dir = tmp.path();
     let kinds = [Kind::AllGather, Kind::AllReduce];
     // The least-steps search plus the two Pareto instances keep the test fast.
     let options = Options {
@@ -144,8 +148,8 @@ fn dgx1_allgather_allreduce_catalog() {
         instances: vec![1, 2],
         ..Options::default()
     };
-    let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
-    check_catalog(&manifest, &dir, &kinds);
+    let manifest = catalog::build(&topo, &kinds, dir, &options, &Progress::hidden()).unwrap();
+    check_catalog(&manifest, dir, &kinds);
     // Allgather: a bandwidth-optimal algorithm (R/C = 7/6: SMT's (3,7,6) or the rings'
     // (7,7,6), whichever simulates faster) serves the largest sizes, near the bound.
     let ag = &manifest.collectives[0];
@@ -156,7 +160,7 @@ fn dgx1_allgather_allreduce_catalog() {
     // Rebuilding into the same folder replaces the old files instead of adding to them.
     // (The SMT race may find another schedule with the same (S, R, C), so the ranges can
     // differ; what must hold is that only the new files are there.)
-    let again = catalog::build(&topo, &kinds[..1], &dir, &options, &Progress::hidden()).unwrap();
+    let again = catalog::build(&topo, &kinds[..1], dir, &options, &Progress::hidden()).unwrap();
     let mut expected: Vec<String> = again.collectives[0]
         .ranges
         .iter()
@@ -184,7 +188,8 @@ fn small_sizes_catalog_is_never_slower_than_nccls_choice() {
         ("dgx-a100x2", Kind::AllGather),
     ] {
         let topo = topology::load(fabric).unwrap();
-        let dir = temp_dir(&format!("small-{}", fabric.replace(':', "_")));
+        let tmp = temp_dir(&format!("small-{}", fabric.replace(':', "_")));
+        let dir = tmp.path();
         let kinds = [kind];
         let options = Options {
             search: Search::LeastSteps {
@@ -196,8 +201,8 @@ fn small_sizes_catalog_is_never_slower_than_nccls_choice() {
             sizes: runtime::cpu::parse_sizes("1K:64M:4").unwrap(),
             ..Options::default()
         };
-        let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
-        check_catalog(&manifest, &dir, &kinds);
+        let manifest = catalog::build(&topo, &kinds, dir, &options, &Progress::hidden()).unwrap();
+        check_catalog(&manifest, dir, &kinds);
         let c = &manifest.collectives[0];
         // NCCL's choice is known at every size, and named.
         assert!(c.baselines.iter().all(|b| b.nccl.is_some()), "{fabric}");
@@ -209,17 +214,12 @@ fn small_sizes_catalog_is_never_slower_than_nccls_choice() {
 #[test]
 fn dgx_a100_allgather_catalog() {
     let topo = topology::load("dgx-a100").unwrap();
-    let dir = temp_dir("dgx-a100");
+    let tmp = temp_dir("dgx-a100");
+    let dir = tmp.path();
     let kinds = [Kind::AllGather];
-    let manifest = catalog::build(
-        &topo,
-        &kinds,
-        &dir,
-        &Options::default(),
-        &Progress::hidden(),
-    )
-    .unwrap();
-    check_catalog(&manifest, &dir, &kinds);
+    let manifest =
+        catalog::build(&topo, &kinds, dir, &Options::default(), &Progress::hidden()).unwrap();
+    check_catalog(&manifest, dir, &kinds);
     let c = &manifest.collectives[0];
     let big = c.ranges.last().unwrap().points.last().unwrap();
     assert!(big.busbw > 0.97 * c.bound_busbw, "{} GB/s", big.busbw);
@@ -227,7 +227,8 @@ fn dgx_a100_allgather_catalog() {
 
 #[test]
 fn cli_catalog_json_and_errors() {
-    let dir = temp_dir("cli");
+    let tmp = temp_dir("cli");
+    let dir = tmp.path();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
         .args([
             "catalog",
@@ -238,7 +239,7 @@ fn cli_catalog_json_and_errors() {
             "--json",
         ])
         .arg("--out")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -258,7 +259,7 @@ fn cli_catalog_json_and_errors() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
             .args(&bad)
             .arg("--out")
-            .arg(&dir)
+            .arg(dir)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -344,9 +345,10 @@ fn dgx1_alltoall_catalog_has_the_p2p_baseline() {
         instances: vec![1, 2],
         ..Options::default()
     };
-    let dir = temp_dir("dgx1-alltoall");
-    let manifest = catalog::build(&topo, &kinds, &dir, &options, &Progress::hidden()).unwrap();
-    check_catalog(&manifest, &dir, &kinds);
+    let tmp = temp_dir("dgx1-alltoall");
+    let dir = tmp.path();
+    let manifest = catalog::build(&topo, &kinds, dir, &options, &Progress::hidden()).unwrap();
+    check_catalog(&manifest, dir, &kinds);
     let c = &manifest.collectives[0];
     for b in &c.baselines {
         assert!(b.ring.is_none() && b.tree.is_none());
@@ -367,8 +369,9 @@ fn dgx1_alltoall_catalog_has_the_p2p_baseline() {
         flavor: runtime::ir::Flavor::Legacy,
         ..options
     };
-    let dir = temp_dir("dgx1-alltoall-legacy");
-    let manifest = catalog::build(&topo, &kinds, &dir, &legacy, &Progress::hidden()).unwrap();
+    let tmp = temp_dir("dgx1-alltoall-legacy");
+    let dir = tmp.path();
+    let manifest = catalog::build(&topo, &kinds, dir, &legacy, &Progress::hidden()).unwrap();
     let c = &manifest.collectives[0];
     for r in &c.ranges {
         for file in std::iter::once(&r.file).chain(&r.file_inplace) {

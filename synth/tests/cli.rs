@@ -10,11 +10,13 @@ fn synth(args: &[&str]) -> Output {
         .expect("synth runs")
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-cli-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Asserts a failure with exit code 1, no panic, and exactly one stderr line containing `needle`.
@@ -36,7 +38,8 @@ fn fails_with(args: &[&str], needle: &str) {
 
 #[test]
 fn main_command_prints_table_and_writes_json() {
-    let dir = temp_dir("table");
+    let tmp = temp_dir("table");
+    let dir = tmp.path();
     let out = synth(&[
         "--topo",
         "dgx1",
@@ -56,7 +59,7 @@ fn main_command_prints_table_and_writes_json() {
         "{stdout}"
     );
     assert!(stdout.contains("3/2") && stdout.contains("7/6"), "{stdout}");
-    let files: Vec<_> = std::fs::read_dir(&dir)
+    let files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
@@ -72,7 +75,8 @@ fn main_command_prints_table_and_writes_json() {
 
 #[test]
 fn json_output_follows_the_convention() {
-    let dir = temp_dir("json");
+    let tmp = temp_dir("json");
+    let dir = tmp.path();
     let out = synth(&[
         "--topo",
         "dgx1",
@@ -136,7 +140,8 @@ fn unknown_collective() {
 
 #[test]
 fn malformed_toml_names_file_and_line() {
-    let dir = temp_dir("badtoml");
+    let tmp = temp_dir("badtoml");
+    let dir = tmp.path();
     let path = dir.join("bad.toml");
     std::fs::write(
         &path,
@@ -159,7 +164,8 @@ fn root_out_of_range() {
 
 #[test]
 fn disconnected_topology_names_chunk_and_rank() {
-    let dir = temp_dir("disconnected");
+    let tmp = temp_dir("disconnected");
+    let dir = tmp.path();
     let path = dir.join("split.toml");
     std::fs::write(&path, "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n").unwrap();
     fails_with(
@@ -189,7 +195,8 @@ fn unsat_instance() {
 
 #[test]
 fn time_limit_hit() {
-    let dir = temp_dir("timeout");
+    let tmp = temp_dir("timeout");
+    let dir = tmp.path();
     fails_with(
         &[
             "--topo",
@@ -215,7 +222,8 @@ fn time_limit_hit() {
 /// failure naming the phase the deadline stopped. The work behind each case takes from
 /// seconds to many minutes unbounded; 60 s is far above what the deadline checks need.
 fn stops_at_once(args: &[&str], phase: &str) {
-    let dir = temp_dir("expired");
+    let tmp = temp_dir("expired");
+    let dir = tmp.path();
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--time-limit", "1e-9", "--out", dir.to_str().unwrap()]);
     let started = std::time::Instant::now();
@@ -232,7 +240,8 @@ fn stops_at_once(args: &[&str], phase: &str) {
 
 #[test]
 fn the_time_limit_stops_every_phase() {
-    let dir = temp_dir("sketch64");
+    let tmp = temp_dir("sketch64");
+    let dir = tmp.path();
     let sketch = dir.join("c64.toml");
     std::fs::write(&sketch, "chunks = [64]\n").unwrap();
     let sketch = sketch.to_str().unwrap();
@@ -265,7 +274,8 @@ fn the_time_limit_stops_every_phase() {
 
 #[test]
 fn huge_sketch_chunk_counts_are_refused() {
-    let dir = temp_dir("sketch100000");
+    let tmp = temp_dir("sketch100000");
+    let dir = tmp.path();
     let sketch = dir.join("big.toml");
     std::fs::write(&sketch, "chunks = [100000]\n").unwrap();
     fails_with(
@@ -289,7 +299,8 @@ fn work_limit_is_reported_and_checked() {
         &["--topo", "dgx1", "--coll", "allgather", "--work-limit", "0"],
         "'0' for '--work-limit <WORK_LIMIT>'",
     );
-    let dir = temp_dir("work");
+    let tmp = temp_dir("work");
+    let dir = tmp.path();
     let sketch = dir.join("s.toml");
     std::fs::write(&sketch, "chunks = [1]\nsteps = 2\nsizes = [\"1KB\"]\n").unwrap();
     let out = synth(&[
@@ -342,9 +353,10 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 
 #[test]
 fn root_out_of_range_or_without_a_rooted_collective() {
-    let dir = temp_dir("root");
+    let tmp = temp_dir("root");
+    let dir = tmp.path();
     let custom = write(
-        &dir,
+        dir,
         "c.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [1]\n",
     );
@@ -391,29 +403,31 @@ fn root_out_of_range_or_without_a_rooted_collective() {
 
 #[test]
 fn absurd_nvlink_counts_in_nvidia_smi_output() {
-    let dir = temp_dir("nvsmi");
+    let tmp = temp_dir("nvsmi");
+    let dir = tmp.path();
     let file = write(
-        &dir,
+        dir,
         "topo.txt",
         "\tGPU0\tGPU1\n GPU0\t X \tNV4294967295\nGPU1\tNV4294967295\t X \n",
     );
     let line = format!("{file}:2: nvidia-smi topo -m: GPU0 column GPU1: cell 'NV4294967295'");
     fails_with(&["topo", "show", &file], &line);
-    let file = write(&dir, "topo2.txt", "  GPU0 GPU1\nGPU0 X NV65\nGPU1 NV65 X\n");
+    let file = write(dir, "topo2.txt", "  GPU0 GPU1\nGPU0 X NV65\nGPU1 NV65 X\n");
     fails_with(&["topo", "show", &file], "at most 64");
 }
 
 #[test]
 fn topologies_beyond_the_rank_and_link_limits() {
-    let dir = temp_dir("sizes");
+    let tmp = temp_dir("sizes");
+    let dir = tmp.path();
     let nodes = write(
-        &dir,
+        dir,
         "nodes.toml",
         "[multinode]\nnode = \"dgx-a100\"\nnodes = 100000\n",
     );
-    let ranks = write(&dir, "ranks.toml", "ranks = 9223372036854775807\n");
+    let ranks = write(dir, "ranks.toml", "ranks = 9223372036854775807\n");
     let node_of = write(
-        &dir,
+        dir,
         "node_of.toml",
         "ranks = 2\nnode_of = [0, 9223372036854775807]\n[[link]]\nsrc = 0\ndst = 1\n",
     );
@@ -423,12 +437,12 @@ fn topologies_beyond_the_rank_and_link_limits() {
     };
     let rows: Vec<String> = (0..2000).map(row).collect();
     let matrix = write(
-        &dir,
+        dir,
         "matrix.toml",
         &format!("matrix = [\n{}\n]\n", rows.join(",\n")),
     );
     let coll = write(
-        &dir,
+        dir,
         "coll.toml",
         "ranks = 9223372036854775807\n[[chunk]]\npre = [0]\npost = [1]\n",
     );
@@ -561,19 +575,20 @@ fn numeric_options_beyond_their_limits() {
 
 #[test]
 fn xml_sizes_beyond_the_limits() {
-    let dir = temp_dir("xml");
+    let tmp = temp_dir("xml");
+    let dir = tmp.path();
     let good = runtime::xml::write(
         &runtime::builders::direct_allgather(2),
         runtime::ir::Flavor::Nccl,
     )
     .unwrap();
     let huge = good.replacen("ngpus=\"2\"", "ngpus=\"2147483647\"", 1);
-    let huge = write(&dir, "huge.xml", &huge);
+    let huge = write(dir, "huge.xml", &huge);
     let needle = "attribute ngpus: ngpus=2147483647 must be between 1 and 4096";
     fails_with(&["verify", &huge], needle);
     fails_with(&["run", &huge, "--size", "1K"], needle);
     fails_with(&["simulate", &huge, "--topo", "ring:2"], needle);
-    let good = write(&dir, "good.xml", &good);
+    let good = write(dir, "good.xml", &good);
     fails_with(&["run", &good, "--size", "16G"], "(limit 4096 MiB)");
     fails_with(
         &["run", &good, "--iters", "100000000"],
@@ -584,8 +599,9 @@ fn xml_sizes_beyond_the_limits() {
 #[test]
 fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
     // Found by the fuzz target `collective_files`.
-    let dir = temp_dir("json-key");
-    let file = write(&dir, "c.json", r#"{"ranks": 3, "ch\nk": []}"#);
+    let tmp = temp_dir("json-key");
+    let dir = tmp.path();
+    let file = write(dir, "c.json", r#"{"ranks": 3, "ch\nk": []}"#);
     let e = format!(
         "{:#}",
         synth::collective::Collective::from_file(&file, 1).unwrap_err()
@@ -596,7 +612,8 @@ fn json_errors_quoting_a_key_with_a_line_break_stay_one_line() {
 
 #[test]
 fn extra_memory_option() {
-    let dir = temp_dir("extra-memory");
+    let tmp = temp_dir("extra-memory");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let line3 = [
         "--topo", "line:3", "--coll", "alltoall", "--steps", "2", "--rounds", "2", "--chunks", "1",
@@ -661,7 +678,8 @@ fn msccl_fixture() -> String {
 
 #[test]
 fn lower_reads_msccl_tools_algorithm_json() {
-    let dir = temp_dir("lower-msccl");
+    let tmp = temp_dir("lower-msccl");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let fixture = msccl_fixture();
     let out = synth(&[
@@ -719,7 +737,8 @@ fn lower_reads_msccl_tools_algorithm_json() {
 
 #[test]
 fn verify_simulate_and_lower_take_synths_algorithm_json() {
-    let dir = temp_dir("lower-own");
+    let tmp = temp_dir("lower-own");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let out = synth(&[
         "--topo",
@@ -764,7 +783,8 @@ fn verify_simulate_and_lower_take_synths_algorithm_json() {
 
 #[test]
 fn bad_algorithm_files_are_one_line_errors() {
-    let dir = temp_dir("lower-bad");
+    let tmp = temp_dir("lower-bad");
+    let dir = tmp.path();
     let fixture: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(msccl_fixture()).unwrap()).unwrap();
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
@@ -843,9 +863,10 @@ fn bad_algorithm_files_are_one_line_errors() {
 
 #[test]
 fn verify_and_lower_take_a_custom_algorithm_json() {
-    let dir = temp_dir("verify-custom");
+    let tmp = temp_dir("verify-custom");
+    let dir = tmp.path();
     let coll = write(
-        &dir,
+        dir,
         "one-way.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n[[chunk]]\npre = [3]\npost = [0]\n",
     );
@@ -914,7 +935,8 @@ fn catalog_checks_chunks_and_takes_the_legacy_flavor() {
         &["catalog", "--topo", "ring:4", "--max-chunks", "0"],
         "0 is not between 1 and 64",
     );
-    let dir = temp_dir("catalog-legacy");
+    let tmp = temp_dir("catalog-legacy");
+    let dir = tmp.path();
     let out = synth(&[
         "catalog",
         "--topo",
@@ -959,13 +981,14 @@ fn chunks_or_rounds_without_steps_are_an_error() {
 
 #[test]
 fn zero_repeats_iterations_and_sizes_are_errors() {
-    let dir = temp_dir("zeros");
+    let tmp = temp_dir("zeros");
+    let dir = tmp.path();
     let xml = runtime::xml::write(
         &runtime::builders::direct_allgather(2),
         runtime::ir::Flavor::Nccl,
     )
     .unwrap();
-    let xml = write(&dir, "ag.xml", &xml);
+    let xml = write(dir, "ag.xml", &xml);
     fails_with(&["bench", "--repeat", "0"], "0 is not between 1 and 10000");
     fails_with(
         &["run", &xml, "--iters", "0"],
@@ -988,13 +1011,14 @@ fn zero_repeats_iterations_and_sizes_are_errors() {
 
 #[test]
 fn a_kilobyte_is_1024_bytes_everywhere() {
-    let dir = temp_dir("kb");
+    let tmp = temp_dir("kb");
+    let dir = tmp.path();
     let xml = runtime::xml::write(
         &runtime::builders::direct_allgather(2),
         runtime::ir::Flavor::Nccl,
     )
     .unwrap();
-    let xml = write(&dir, "ag.xml", &xml);
+    let xml = write(dir, "ag.xml", &xml);
     for size in ["1K", "1KB", "1KiB", "1kb"] {
         let out = synth(&["run", &xml, "--size", size, "--iters", "1", "--json"]);
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -1016,8 +1040,9 @@ fn a_kilobyte_is_1024_bytes_everywhere() {
 
 #[test]
 fn verify_json_prints_a_document_on_a_parse_error() {
-    let dir = temp_dir("verify-json");
-    let bad = write(&dir, "bad.xml", "<algo\n");
+    let tmp = temp_dir("verify-json");
+    let dir = tmp.path();
+    let bad = write(dir, "bad.xml", "<algo\n");
     let out = synth(&["verify", &bad, "--json"]);
     assert_eq!(out.status.code(), Some(1));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON document");
@@ -1035,13 +1060,14 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
     use synth::algorithm::{name_uniquely, Algorithm, Send, Step};
     use synth::collective::{Collective, Kind};
     // A 4-rank fabric with mixed link speeds: 0-1 at 50 GB/s, every other pair at 25.
-    let dir = temp_dir("het4");
+    let tmp = temp_dir("het4");
+    let dir = tmp.path();
     let mut toml = String::from("name = \"het4\"\nranks = 4\nbandwidth = 25\n");
     for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
         let bw = if (a, b) == (0, 1) { 50 } else { 25 };
         toml += &format!("[[link]]\nsrc = {a}\ndst = {b}\nbandwidth = {bw}\n");
     }
-    let topo = synth::topology::load(&write(&dir, "het4.toml", &toml)).unwrap();
+    let topo = synth::topology::load(&write(dir, "het4.toml", &toml)).unwrap();
     // Two different allgathers with 2 steps, 2 rounds and 1 chunk, named as the MILP names
     // them: each rank sends its chunk one way in step 1 and the other two ways in step 2.
     let schedule = |first: usize| {
@@ -1123,14 +1149,15 @@ fn two_milp_answers_with_the_same_steps_rounds_and_chunks_get_two_names() {
 
 #[test]
 fn custom_collectives_are_named_after_their_files() {
-    let dir = temp_dir("custom-names");
+    let tmp = temp_dir("custom-names");
+    let dir = tmp.path();
     let one = write(
-        &dir,
+        dir,
         "one.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 3]\n",
     );
     let two = write(
-        &dir,
+        dir,
         "two.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2]\n",
     );
@@ -1177,10 +1204,11 @@ fn custom_collectives_are_named_after_their_files() {
 
 #[test]
 fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
-    let dir = temp_dir("default-out");
+    let tmp = temp_dir("default-out");
+    let dir = tmp.path();
     let out = Command::new(env!("CARGO_BIN_EXE_synth"))
         .args(["--topo", "dgx1", "--coll", "allgather"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1199,7 +1227,8 @@ fn the_main_command_writes_to_an_ignored_folder_and_says_where() {
 
 #[test]
 fn pareto_plot_and_schedule_drawings() {
-    let dir = temp_dir("draw");
+    let tmp = temp_dir("draw");
+    let dir = tmp.path();
     let plot = dir.join("pareto.svg");
     let out = synth(&[
         "--topo",
@@ -1253,7 +1282,7 @@ fn pareto_plot_and_schedule_drawings() {
     // Bad input: one line naming the file and the field.
     let mut bad = algo.clone();
     bad["steps"][0]["sends"][0]["dst"] = 99.into();
-    let bad = write(&dir, "bad.json", &bad.to_string());
+    let bad = write(dir, "bad.json", &bad.to_string());
     fails_with(
         &["draw", &bad],
         "bad.json: steps[0].sends[0]: rank 99 out of range",
@@ -1262,14 +1291,15 @@ fn pareto_plot_and_schedule_drawings() {
         &["draw", "/nonexistent/a.json"],
         "/nonexistent/a.json: cannot read",
     );
-    let junk = write(&dir, "junk.json", "{\"name\": 3}");
+    let junk = write(dir, "junk.json", "{\"name\": 3}");
     fails_with(&["draw", &junk], "junk.json:1:");
 }
 
 /// Alltoall has a column to beat: NCCL's point-to-point baseline.
 #[test]
 fn alltoall_is_compared_with_nccl_p2p() {
-    let dir = temp_dir("alltoall-p2p");
+    let tmp = temp_dir("alltoall-p2p");
+    let dir = tmp.path();
     let args = [
         "--topo", "dgx1", "--coll", "alltoall", "--steps", "3", "--rounds", "3", "--chunks", "1",
         "--out",
@@ -1331,7 +1361,8 @@ fn alltoall_is_compared_with_nccl_p2p() {
 /// scratch chunks wrapped to 0 for in-place alltoall with two instances.
 #[test]
 fn legacy_in_place_alltoall_gets_a_real_max_bytes() {
-    let dir = temp_dir("legacy-maxbytes");
+    let tmp = temp_dir("legacy-maxbytes");
+    let dir = tmp.path();
     let out = synth(&[
         "--topo",
         "dgx1",
@@ -1356,7 +1387,7 @@ fn legacy_in_place_alltoall_gets_a_real_max_bytes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "xml") {
             continue;
@@ -1449,7 +1480,8 @@ fn bench_scale_rates_an_allreduce_against_the_two_phase_optimum() {
 /// composed allreduce cannot beat and which is tighter than the allreduce cut bound.
 #[test]
 fn allreduce_states_the_two_phase_optimum() {
-    let dir = temp_dir("two-phase");
+    let tmp = temp_dir("two-phase");
+    let dir = tmp.path();
     let args = [
         "--topo",
         "dgx-a100x2",
@@ -1478,7 +1510,8 @@ fn allreduce_states_the_two_phase_optimum() {
 /// at 58.3 GB/s on dgx1 at 1 GB, below NCCL's ring (140.1); the shallow trees beat it.
 #[test]
 fn default_broadcast_on_one_box_beats_nccl_ring() {
-    let dir = temp_dir("broadcast-box");
+    let tmp = temp_dir("broadcast-box");
+    let dir = tmp.path();
     let out = synth(&[
         "--topo",
         "dgx1",
@@ -1525,13 +1558,14 @@ fn bench_zoo_runs_a_fabric_and_its_renumbered_twin() {
 /// the search would stop at once with its own error, and no file is written.
 #[test]
 fn arguments_are_checked_before_the_search() {
-    let dir = temp_dir("args-first");
+    let tmp = temp_dir("args-first");
+    let dir = tmp.path();
     let out = dir.join("out");
     let o = out.to_str().unwrap();
-    let file = write(&dir, "file.txt", "not a folder\n");
+    let file = write(dir, "file.txt", "not a folder\n");
     let under = format!("{file}/sub");
     let weird = write(
-        &dir,
+        dir,
         "weird.toml",
         "name = 'a\"<>&'\ngenerator = \"ring\"\nsize = 4\n",
     );
@@ -1615,10 +1649,11 @@ fn arguments_are_checked_before_the_search() {
 /// `synth lower` without `--out` writes to `out/`, like every other command.
 #[test]
 fn lower_writes_to_out_by_default() {
-    let dir = temp_dir("lower-default-out");
+    let tmp = temp_dir("lower-default-out");
+    let dir = tmp.path();
     let out = Command::new(env!("CARGO_BIN_EXE_synth"))
         .args(["lower", &msccl_fixture()])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(
@@ -1634,9 +1669,10 @@ fn lower_writes_to_out_by_default() {
 /// error alone, without the note that it is the built-in.
 #[test]
 fn a_custom_collective_with_the_wrong_ranks_gets_one_error() {
-    let dir = temp_dir("custom-ranks");
+    let tmp = temp_dir("custom-ranks");
+    let dir = tmp.path();
     let bcast = write(
-        &dir,
+        dir,
         "bcast.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [0, 1, 2, 3]\n",
     );
@@ -1652,13 +1688,14 @@ fn a_custom_collective_with_the_wrong_ranks_gets_one_error() {
 /// sizes simulate in the time of the smaller ones (they ran past the event limit).
 #[test]
 fn sizes_have_a_cap_and_huge_sizes_simulate_quickly() {
-    let dir = temp_dir("huge-sizes");
+    let tmp = temp_dir("huge-sizes");
+    let dir = tmp.path();
     let xml = runtime::xml::write(
         &runtime::builders::direct_allgather(2),
         runtime::ir::Flavor::Nccl,
     )
     .unwrap();
-    let xml = write(&dir, "ag.xml", &xml);
+    let xml = write(dir, "ag.xml", &xml);
     let needle = "is above the limit of 1024T (2^50 bytes)";
     fails_with(
         &["simulate", &xml, "--topo", "ring:2", "--sizes", "16777215T"],
@@ -1688,11 +1725,12 @@ fn sizes_have_a_cap_and_huge_sizes_simulate_quickly() {
 /// in `--json`.
 #[test]
 fn run_says_when_it_rounds_a_size() {
-    let dir = temp_dir("rounded");
+    let tmp = temp_dir("rounded");
+    let dir = tmp.path();
     let program = runtime::builders::direct_allgather(2);
     let chunks = program.nchunksperloop;
     let xml = runtime::xml::write(&program, runtime::ir::Flavor::Nccl).unwrap();
-    let xml = write(&dir, "ag.xml", &xml);
+    let xml = write(dir, "ag.xml", &xml);
     let out = synth(&["run", &xml, "--size", "3", "--iters", "1", "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -1716,8 +1754,8 @@ fn run_says_when_it_rounds_a_size() {
 /// MILP (what auto picks there) work with capacities rounded the safe way, and say so.
 #[test]
 fn irrational_bandwidths_are_bounded_and_solved() {
-    let dir = std::env::temp_dir().join(format!("synth-irrational-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir("irrational");
+    let dir = tmp.path();
     let topo = dir.join("irr.toml");
     let mut text = String::from("ranks = 4\n");
     for (i, b) in [
@@ -1774,8 +1812,8 @@ fn irrational_bandwidths_are_bounded_and_solved() {
 /// first model); that detection is off, the sketch's symmetries being in the model already.
 #[test]
 fn a_sketch_with_two_symmetries_solves_without_a_crash() {
-    let dir = std::env::temp_dir().join(format!("synth-two-symmetries-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir("two-symmetries");
+    let dir = tmp.path();
     let sketch = dir.join("s.toml");
     std::fs::write(
         &sketch,
@@ -1809,8 +1847,8 @@ fn a_sketch_with_two_symmetries_solves_without_a_crash() {
 /// line before any search.
 #[test]
 fn custom_collectives_are_written_for_the_runtime_that_loads_them() {
-    let dir = std::env::temp_dir().join(format!("synth-custom-flavor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir("custom-flavor");
+    let dir = tmp.path();
     let coll = dir.join("partial.toml");
     std::fs::write(
         &coll,
@@ -1851,7 +1889,8 @@ fn custom_collectives_are_written_for_the_runtime_that_loads_them() {
 /// `synth run` checks on the CPU executor; a malformed workload is one line naming its field.
 #[test]
 fn fuse_writes_the_best_schedule_that_runs_and_refuses_bad_workloads() {
-    let dir = temp_dir("fuse");
+    let tmp = temp_dir("fuse");
+    let dir = tmp.path();
     let workload = dir.join("fuse.toml");
     std::fs::write(
         &workload,
@@ -1892,13 +1931,14 @@ fn fuse_writes_the_best_schedule_that_runs_and_refuses_bad_workloads() {
 /// and bounded; one whose destination no contributor reaches is a one-line error.
 #[test]
 fn reductions_onto_several_ranks_run_from_the_command_line() {
-    let dir = temp_dir("halves");
+    let tmp = temp_dir("halves");
+    let dir = tmp.path();
     let mut text = String::from("ranks = 4\n");
     for (rank, post) in [(0, "[0, 1]"), (1, "[0, 1]"), (2, "[2, 3]"), (3, "[2, 3]")] {
         let address = rank / 2;
         text += &format!("[[chunk]]\npre = [{rank}]\npost = {post}\naddress = {address}\n");
     }
-    let halves = write(&dir, "halves.toml", &text);
+    let halves = write(dir, "halves.toml", &text);
     let out_dir = dir.join("out");
     let out = synth(&[
         "--topo",
@@ -1953,9 +1993,9 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
         String::from_utf8_lossy(&bounds.stderr)
     );
     assert!(stdout.contains("at least 1 steps"), "{stdout}");
-    let split = write(&dir, "split.toml", "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n");
+    let split = write(dir, "split.toml", "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n");
     let across = write(
-        &dir,
+        dir,
         "across.toml",
         "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2]\naddress = 0\n[[chunk]]\npre = [1]\npost = [1, 2]\naddress = 0\n",
     );
@@ -1972,7 +2012,8 @@ fn reductions_onto_several_ranks_run_from_the_command_line() {
 /// chosen at 1 GB.
 #[test]
 fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
-    let dir = temp_dir("two-step-twins");
+    let tmp = temp_dir("two-step-twins");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let out = synth(&[
         "--topo",
@@ -2024,7 +2065,6 @@ fn rccl_fabrics_choose_between_two_step_and_staged_receives_by_simulation() {
         busbw.unwrap() >= 0.99 * bound.unwrap(),
         "{busbw:?} of {bound:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The main command's `--json` document for `args`, its files written to `dir`.
@@ -2070,8 +2110,9 @@ fn assert_verifies(xml: &str) {
 /// since they exist, an `-lr` twin before.
 #[test]
 fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
-    let dir = temp_dir("local-twins");
-    let doc = main_command_json(&["--topo", "dgx-h100x2", "--coll", "reducescatter"], &dir);
+    let tmp = temp_dir("local-twins");
+    let dir = tmp.path();
+    let doc = main_command_json(&["--topo", "dgx-h100x2", "--coll", "reducescatter"], dir);
     let files = written_files(&doc);
     let local: Vec<&String> = files.iter().filter(|f| f.ends_with("-lr.json")).collect();
     assert!(!local.is_empty(), "{files:?}");
@@ -2087,7 +2128,6 @@ fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
         "{chosen}"
     );
     assert!(busbw >= 0.985 * bound, "{busbw} of {bound}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 27: a schedule timed for serial links and reversed into a reduction (dgx-h100x2's
@@ -2098,8 +2138,9 @@ fn a_stalled_reduction_gets_its_twin_with_local_reductions() {
 /// optimum.
 #[test]
 fn a_reversed_list_schedule_gets_its_twin_with_paced_sends() {
-    let dir = temp_dir("paced-twins");
-    let doc = main_command_json(&["--topo", "dgx-h100x2", "--coll", "reducescatter"], &dir);
+    let tmp = temp_dir("paced-twins");
+    let dir = tmp.path();
+    let doc = main_command_json(&["--topo", "dgx-h100x2", "--coll", "reducescatter"], dir);
     let files = written_files(&doc);
     let paced: Vec<&String> = files.iter().filter(|f| f.ends_with("-ps.json")).collect();
     assert!(!paced.is_empty(), "{files:?}");
@@ -2113,7 +2154,6 @@ fn a_reversed_list_schedule_gets_its_twin_with_paced_sends() {
     let (chosen, busbw, bound) = chosen_at_1gb(&doc);
     assert!(chosen.ends_with("-ps"), "{chosen}");
     assert!(busbw >= 0.99 * bound, "{busbw} of {bound}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 27: where one threadblock holds the messages of several trees, a receive whose
@@ -2123,8 +2163,9 @@ fn a_reversed_list_schedule_gets_its_twin_with_paced_sends() {
 /// verifies, runs the same trees at 99% of the optimum at 4 GB, and is chosen at 1 GB.
 #[test]
 fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
-    let dir = temp_dir("address-twins");
-    let doc = main_command_json(&["--topo", "mi250", "--coll", "reducescatter"], &dir);
+    let tmp = temp_dir("address-twins");
+    let dir = tmp.path();
+    let doc = main_command_json(&["--topo", "mi250", "--coll", "reducescatter"], dir);
     let files = written_files(&doc);
     let twin = files
         .iter()
@@ -2160,7 +2201,6 @@ fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
     let (chosen, busbw, bound) = chosen_at_1gb(&doc);
     assert!(chosen.contains("-ac"), "{chosen}");
     assert!(busbw >= 0.95 * bound, "{busbw} of {bound}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 27: a two-step twin whose algorithm's own lowering already took the fit pass
@@ -2169,7 +2209,8 @@ fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
 /// another program than its algorithm's.
 #[test]
 fn a_two_step_twin_that_is_its_algorithms_program_is_not_simulated_again() {
-    let dir = temp_dir("same-twin");
+    let tmp = temp_dir("same-twin");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let out = synth(&[
         "--topo",
@@ -2232,5 +2273,4 @@ fn a_two_step_twin_that_is_its_algorithms_program_is_not_simulated_again() {
             "{name}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

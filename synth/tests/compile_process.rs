@@ -2,15 +2,18 @@
 //! does not outlive it, and its private folder is removed when it ends, times out or synth
 //! is interrupted.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// A fresh folder for one test (the programs and the TMPDIR that synth's folders go to).
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-compile-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("tmp")).unwrap();
+/// A fresh folder for one test (the programs and the TMPDIR that synth's folders go to),
+/// removed when the returned guard drops (also when the test fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("synth-compile-{name}-"))
+        .tempdir()
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("tmp")).unwrap();
     dir
 }
 
@@ -68,18 +71,19 @@ with MSCCLProgram('p', fully_connected(2), AllGather(2, 1, False), 1):
 
 #[test]
 fn a_program_past_the_time_limit_is_stopped_and_cleaned_up() {
-    let dir = scratch("loop");
+    let tmp = scratch("loop");
+    let dir = tmp.path();
     let prog = dir.join("spin.py");
     std::fs::write(&prog, "while True:\n    pass\n").unwrap();
-    let out = compile(&dir, &[prog.to_str().unwrap(), "--time-limit", "1"])
+    let out = compile(dir, &[prog.to_str().unwrap(), "--time-limit", "1"])
         .output()
         .unwrap();
     let err = stderr(&out);
     assert!(!out.status.success());
     assert!(err.contains("time limit of 1 s"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
-    let bad = compile(&dir, &[prog.to_str().unwrap(), "--time-limit", "0"])
+    assert!(leftovers(dir).is_empty(), "{:?}", leftovers(dir));
+    let bad = compile(dir, &[prog.to_str().unwrap(), "--time-limit", "0"])
         .output()
         .unwrap();
     assert!(stderr(&bad).contains("--time-limit"), "{}", stderr(&bad));
@@ -87,7 +91,8 @@ fn a_program_past_the_time_limit_is_stopped_and_cleaned_up() {
 
 #[test]
 fn what_a_program_forks_does_not_outlive_it() {
-    let dir = scratch("fork");
+    let tmp = scratch("fork");
+    let dir = tmp.path();
     let pid_file = dir.join("orphan.pid");
     let prog = dir.join("forks.py");
     let text = format!(
@@ -98,7 +103,7 @@ fn what_a_program_forks_does_not_outlive_it() {
     );
     std::fs::write(&prog, text).unwrap();
     let started = Instant::now();
-    let out = compile(&dir, &[prog.to_str().unwrap(), "--stdout"])
+    let out = compile(dir, &[prog.to_str().unwrap(), "--stdout"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
@@ -111,12 +116,13 @@ fn what_a_program_forks_does_not_outlive_it() {
         .parse()
         .unwrap();
     assert!(ends(orphan), "the forked sleep {orphan} still runs");
-    assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
+    assert!(leftovers(dir).is_empty(), "{:?}", leftovers(dir));
 }
 
 #[test]
 fn an_interrupted_compile_kills_the_program_and_removes_its_folder() {
-    let dir = scratch("signal");
+    let tmp = scratch("signal");
+    let dir = tmp.path();
     let pid_file = dir.join("program.pid");
     let prog = dir.join("spin.py");
     let text = format!(
@@ -124,7 +130,7 @@ fn an_interrupted_compile_kills_the_program_and_removes_its_folder() {
         pid_file.display().to_string()
     );
     std::fs::write(&prog, text).unwrap();
-    let mut child = compile(&dir, &[prog.to_str().unwrap(), "--time-limit", "600"])
+    let mut child = compile(dir, &[prog.to_str().unwrap(), "--time-limit", "600"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -142,7 +148,7 @@ fn an_interrupted_compile_kills_the_program_and_removes_its_folder() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(
-        !leftovers(&dir).is_empty(),
+        !leftovers(dir).is_empty(),
         "synth's folder exists while it runs"
     );
     Command::new("kill")
@@ -152,5 +158,5 @@ fn an_interrupted_compile_kills_the_program_and_removes_its_folder() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(ends(program), "the program {program} still runs");
-    assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
+    assert!(leftovers(dir).is_empty(), "{:?}", leftovers(dir));
 }

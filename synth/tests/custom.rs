@@ -557,9 +557,14 @@ fn reductions_onto_several_ranks_are_checked() {
 #[test]
 fn impossible_reductions_onto_several_ranks_are_refused() {
     // Ranks 0-1 and 2-3 are not joined: rank 2 cannot receive rank 0's contribution.
-    let path = std::env::temp_dir().join(format!("synth-split-{}.toml", std::process::id()));
+    let file = tempfile::Builder::new()
+        .prefix("synth-split-")
+        .suffix(".toml")
+        .tempfile()
+        .unwrap();
+    let path = file.path();
     std::fs::write(
-        &path,
+        path,
         "name = \"split\"\nranks = 4\nbandwidth = 25\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 2\ndst = 3\n",
     )
     .unwrap();

@@ -2,7 +2,7 @@
 //! passes the lint, `env.sh` holds the runtime's settings, `deploy.json` the sizes NCCL
 //! serves; the README recipe names every setting the lint checks.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn synth(args: &[&str]) -> Output {
@@ -15,11 +15,13 @@ fn synth(args: &[&str]) -> Output {
         .expect("synth runs")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-deploy-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-deploy-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
@@ -43,7 +45,8 @@ fn every_deployed_file_verifies_and_passes_the_lint() {
         ),
         ("legacy", vec!["NCCL_ALGO=MSCCL,RING,TREE"]),
     ] {
-        let dir = temp_dir(flavor);
+        let tmp = temp_dir(flavor);
+        let dir = tmp.path();
         let (cat, dep) = (dir.join("catalog"), dir.join("deploy"));
         let out = synth(&[
             "catalog",
@@ -105,7 +108,8 @@ fn every_deployed_file_verifies_and_passes_the_lint() {
 
 #[test]
 fn environment_that_turns_msccl_off_fails_the_lint() {
-    let dir = temp_dir("env");
+    let tmp = temp_dir("env");
+    let dir = tmp.path();
     let out = Command::new(env!("CARGO_BIN_EXE_synth"))
         .args([
             "catalog",

@@ -264,13 +264,16 @@ fn a_renumbered_twin_gets_the_same_direct_greedy_figures() {
 #[test]
 fn the_main_command_writes_and_runs_a_direct_schedule() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let out = std::env::temp_dir().join(format!("synth-direct-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let tmp = tempfile::Builder::new()
+        .prefix("synth-direct-")
+        .tempdir()
+        .unwrap();
+    let out = tmp.path();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_synth"))
         .args(["--topo", "line:4", "--coll"])
         .arg(format!("{root}/../examples/custom/halves.toml"))
         .args(["--method", "smt", "--json", "--out"])
-        .arg(&out)
+        .arg(out)
         .output()
         .unwrap();
     assert!(
@@ -281,7 +284,7 @@ fn the_main_command_writes_and_runs_a_direct_schedule() {
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let text = json.to_string();
     assert!(text.contains("direct-smt-s1-r1-c1"), "{text}");
-    let xml = std::fs::read_dir(&out)
+    let xml = std::fs::read_dir(out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| {
@@ -304,5 +307,4 @@ fn the_main_command_writes_and_runs_a_direct_schedule() {
     let rows = report["rows"].as_array().expect("rows");
     assert!(!rows.is_empty(), "{report}");
     assert!(rows.iter().all(|r| r["wrong"] == 0), "{report}");
-    let _ = std::fs::remove_dir_all(&out);
 }

@@ -47,11 +47,13 @@ fn compile(name: &str, args: &[&str], flavor: Flavor) -> Program {
         .expect("the example compiles and verifies")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-dsl-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-dsl-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 const EXAMPLES: [(&str, &[&str]); 6] = [
@@ -221,7 +223,8 @@ fn assert_close(a: &[f64], b: &[f64], tolerance: f64, what: &str) {
 /// lowered algorithm.
 #[test]
 fn synthesized_algorithms_round_trip_through_the_dsl() {
-    let dir = temp_dir("roundtrip");
+    let tmp = temp_dir("roundtrip");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let out = synth_bin(&[
         "--topo",
@@ -238,7 +241,7 @@ fn synthesized_algorithms_round_trip_through_the_dsl() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_none_or(|e| e != "py") {
             continue;
@@ -268,7 +271,8 @@ fn synthesized_algorithms_round_trip_through_the_dsl() {
 /// The hand-written DGX-1 allgather is the least-steps SMT optimum (2 steps, 2 rounds).
 #[test]
 fn dgx1_allgather_example_equals_the_smt_optimum() {
-    let dir = temp_dir("smt");
+    let tmp = temp_dir("smt");
+    let dir = tmp.path();
     let d = dir.to_str().unwrap();
     let out = synth_bin(&[
         "--topo",
@@ -300,7 +304,8 @@ fn dgx1_allgather_example_equals_the_smt_optimum() {
 #[test]
 fn bad_programs_give_one_line_errors_with_file_and_line() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/dsl_bad");
-    let out_dir = temp_dir("bad");
+    let tmp = temp_dir("bad");
+    let out_dir = tmp.path();
     let mut count = 0;
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

@@ -16,6 +16,15 @@ use std::process::Command;
 use synth::dsl::frontend::{run_script, DEFAULT_TIME_LIMIT};
 use synth::dsl::trace::{replay, Overrides};
 
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-dsl-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
 fn program(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/dsl_api")
@@ -135,11 +144,11 @@ fn in_place_allgather_input_slot_is_the_senders() {
 
 #[test]
 fn two_programs_with_one_name_get_a_file_each() {
-    let dir = std::env::temp_dir().join(format!("synth-dsl-api-twice-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = scratch("api-twice");
+    let dir = tmp.path();
     let out = Command::new(env!("CARGO_BIN_EXE_synth"))
         .args(["compile", &program("same_name_twice.py"), "--out"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -157,7 +166,6 @@ fn two_programs_with_one_name_get_a_file_each() {
         second.step_count(),
         "two different programs"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Busbw (GB/s) of `xml` simulated on `topo` at `size`, and the allreduce bound there.
@@ -189,8 +197,8 @@ fn simulated(xml: &Path, topo: &str, size: &str) -> (f64, f64) {
 /// each copy into 16 channels reached 0.56 of the pinned channels at 1 GB).
 #[test]
 fn two_level_allreduce_auto_channels_reach_the_bound_and_match_manual() {
-    let dir = std::env::temp_dir().join(format!("synth-dsl-two-level-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = scratch("two-level");
+    let dir = tmp.path();
     for instances in ["1", "2", "4"] {
         let mut xml = Vec::new();
         for schedule in ["auto", "manual"] {
@@ -234,7 +242,6 @@ fn two_level_allreduce_auto_channels_reach_the_bound_and_match_manual() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Copies of manual-threadblock programs whose transfers move several chunks are at least as
@@ -245,8 +252,8 @@ fn two_level_allreduce_auto_channels_reach_the_bound_and_match_manual() {
 /// transfer into one message per chunk gave 231 GB/s at 1 GB against 297 for one instance.
 #[test]
 fn manual_copies_keep_transfers_whole_and_lose_no_bandwidth() {
-    let dir = std::env::temp_dir().join(format!("synth-dsl-manual-copies-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = scratch("manual-copies");
+    let dir = tmp.path();
     let cases: [(&str, &[&str], &str); 2] = [
         (
             "allreduce_halving_doubling.py",
@@ -303,7 +310,6 @@ fn manual_copies_keep_transfers_whole_and_lose_no_bandwidth() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Automatic threadblocks: a local copy that needs no message (an input chunk into the
@@ -314,8 +320,8 @@ fn manual_copies_keep_transfers_whole_and_lose_no_bandwidth() {
 /// against 24.99 for each now.
 #[test]
 fn local_copies_run_beside_the_transfers() {
-    let dir = std::env::temp_dir().join(format!("synth-dsl-local-tb-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = scratch("local-tb");
+    let dir = tmp.path();
     let mut xml = Vec::new();
     for instances in ["1", "2", "4"] {
         let out_dir = dir.join(instances);
@@ -355,5 +361,4 @@ fn local_copies_run_beside_the_transfers() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

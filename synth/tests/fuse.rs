@@ -296,8 +296,11 @@ fn dsl_ring_with_adam_between_the_halves_equals_plain() {
         assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs {b}");
     }
 
-    let dir = std::env::temp_dir().join(format!("synth-fuse-dsl-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix("synth-fuse-dsl-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path();
     let synth = env!("CARGO_BIN_EXE_synth");
     let out = Command::new(synth)
         .args(["compile", script, "--out", dir.to_str().unwrap(), "--", "4"])
@@ -324,7 +327,6 @@ fn dsl_ring_with_adam_between_the_halves_equals_plain() {
         !rows.is_empty() && rows.iter().all(|r| r["wrong"] == 0),
         "{stdout}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 32, DSL in place: an in-place allreduce with SGD on the reduced chunk before the

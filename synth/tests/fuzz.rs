@@ -187,11 +187,13 @@ fn files(dir: &str, ext: &str) -> Vec<String> {
     out
 }
 
-/// A scratch file for one target.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-fuzz-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A scratch folder for one target's files, removed when the returned guard drops (also when
+/// the target fails).
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("synth-fuzz-")
+        .tempdir()
+        .unwrap()
 }
 
 const NVSMI: &str = "\t\u{1b}[4mGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\u{1b}[0m\n\
@@ -206,7 +208,8 @@ fn topology_toml() {
     let mut seeds = files("topologies", ".toml");
     seeds.push("[multinode]\nnode = \"dgx-a100\"\nnodes = 2\nnetwork = \"rail\"\n".into());
     seeds.push("ranks = 4\nnode_of = [0, 0, 1, 1]\n[[link]]\nsrc = 0\ndst = 3\n".into());
-    let path = scratch("topology.toml");
+    let tmp = scratch();
+    let path = tmp.path().join("topology.toml");
     fuzz(seeds, |text| {
         std::fs::write(&path, text).unwrap();
         one_line(text, topology::load(path.to_str().unwrap()))
@@ -215,7 +218,8 @@ fn topology_toml() {
 
 #[test]
 fn nccl_topology_dump() {
-    let path = scratch("system.xml");
+    let tmp = scratch();
+    let path = tmp.path().join("system.xml");
     fuzz(files("synth/tests/data/nccl-topo", ".xml"), |text| {
         std::fs::write(&path, text).unwrap();
         one_line(text, topology::load(path.to_str().unwrap()))?;
@@ -228,7 +232,8 @@ fn nccl_topology_dump() {
 
 #[test]
 fn nvidia_smi_topo_m() {
-    let path = scratch("nvsmi.txt");
+    let tmp = scratch();
+    let path = tmp.path().join("nvsmi.txt");
     fuzz(vec![NVSMI.to_string()], |text| {
         one_line(text, parse_nvsmi(text, "fuzz", &NvsmiOptions::default()))?;
         std::fs::write(&path, text).unwrap();
@@ -247,7 +252,11 @@ fn sketch_toml() {
 fn collective_files() {
     let toml = "ranks = 4\n[[chunk]]\npre = [0]\npost = [1, 2, 3]\n[[chunk]]\npre = [1]\npost = [0]\naddress = 3\n";
     let json = r#"{"ranks": 3, "chunk": [{"pre": [0], "post": [1, 2]}, {"pre": [2], "post": [0], "address": 5}]}"#;
-    let (t, j) = (scratch("collective.toml"), scratch("collective.json"));
+    let tmp = scratch();
+    let (t, j) = (
+        tmp.path().join("collective.toml"),
+        tmp.path().join("collective.json"),
+    );
     fuzz(vec![toml.into(), json.into()], |text| {
         for path in [&t, &j] {
             std::fs::write(path, text).unwrap();
@@ -307,7 +316,8 @@ fn program_json() {
 fn algorithm_json() {
     let seeds = files("results/multinode/dgx-a100x2", ".json");
     let topo = topology::load("dgx-a100x2").unwrap();
-    let path = scratch("algorithm.json");
+    let tmp = scratch();
+    let path = tmp.path().join("algorithm.json");
     fuzz(seeds, |text| {
         std::fs::write(&path, text).unwrap();
         let read = Algorithm::read(path.to_str().unwrap());
@@ -328,7 +338,8 @@ fn algorithm_files_for_lower() {
             .into_iter()
             .take(1),
     );
-    let path = scratch("lower.json");
+    let tmp = scratch();
+    let path = tmp.path().join("lower.json");
     fuzz(seeds, |text| {
         std::fs::write(&path, text).unwrap();
         let read = synth::algo_file::read_algorithm(path.to_str().unwrap(), None);
@@ -500,7 +511,8 @@ fn compile_traces(
 fn dsl_programs() {
     let examples = dsl_examples();
     assert!(!examples.is_empty());
-    let path = scratch("program.py");
+    let tmp = scratch();
+    let path = tmp.path().join("program.py");
     let runner = || {
         TestRunner::new(Config {
             cases: (cases() / 20).max(8),
@@ -527,15 +539,16 @@ fn dsl_programs() {
 /// too), mutated.
 #[test]
 fn dsl_traces() {
+    let tmp = scratch();
     let mut seeds = Vec::new();
     for (i, (text, args)) in dsl_examples().into_iter().enumerate() {
-        let program = scratch(&format!("seed-{i}.py"));
+        let program = tmp.path().join(format!("seed-{i}.py"));
         std::fs::write(&program, &text).unwrap();
         let traced = synth::dsl::frontend::run_script(program.to_str().unwrap(), &args, 60.0)
             .expect("the examples run");
         seeds.push(serde_json::to_string(&traced).unwrap());
     }
-    let path = scratch("trace.json");
+    let path = tmp.path().join("trace.json");
     fuzz(seeds, |text| {
         std::fs::write(&path, text).unwrap();
         let traced = synth::dsl::trace::read(path.to_str().unwrap());

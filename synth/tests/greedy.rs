@@ -1,7 +1,7 @@
 //! `--method greedy` through the binary: checked, lowered algorithms; the same seed gives
 //! the same files; bad combinations fail with one line.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn synth(args: &[&str]) -> Output {
@@ -11,11 +11,13 @@ fn synth(args: &[&str]) -> Output {
         .expect("synth runs")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-greedy-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-greedy-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// The algorithm JSON files in `dir`, by name, with their contents.
@@ -47,7 +49,8 @@ fn run_json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn alltoall_on_a_torus_same_seed_same_files() {
-    let (a, b) = (temp_dir("seed-a"), temp_dir("seed-b"));
+    let (tmp_a, tmp_b) = (temp_dir("seed-a"), temp_dir("seed-b"));
+    let (a, b) = (tmp_a.path(), tmp_b.path());
     let args = |dir: &Path| -> Vec<String> {
         [
             "--topo",
@@ -67,7 +70,7 @@ fn alltoall_on_a_torus_same_seed_same_files() {
         .map(String::from)
         .to_vec()
     };
-    let first = args(&a);
+    let first = args(a);
     let doc = run_json(&first.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(doc["method"], "greedy");
     assert_eq!(doc["complete"], true);
@@ -77,9 +80,9 @@ fn alltoall_on_a_torus_same_seed_same_files() {
     assert!(algos
         .iter()
         .all(|x| x["xml"].as_array().unwrap().len() == 2));
-    let second = args(&b);
+    let second = args(b);
     run_json(&second.iter().map(String::as_str).collect::<Vec<_>>());
-    let (x, y) = (algorithms(&a), algorithms(&b));
+    let (x, y) = (algorithms(a), algorithms(b));
     assert!(!x.is_empty());
     assert_eq!(x, y, "the same seed must give the same algorithms");
 }
@@ -95,7 +98,8 @@ fn every_collective_through_the_binary() {
         "gather",
         "scatter",
     ] {
-        let dir = temp_dir(coll);
+        let tmp = temp_dir(coll);
+        let dir = tmp.path();
         let doc = run_json(&[
             "--topo",
             "ring:4",
@@ -199,7 +203,8 @@ fn in_place_alltoall_with_more_than_64_local_copies_lowers() {
 /// and the best at 1 GB is the tree packing's.
 #[test]
 fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
-    let dir = temp_dir("auto-portfolio");
+    let tmp = temp_dir("auto-portfolio");
+    let dir = tmp.path();
     let doc = run_json(&[
         "--topo",
         "torus-2d:4x4",
@@ -248,7 +253,8 @@ fn auto_runs_trees_and_greedy_and_compares_every_size_with_nccl() {
 /// found is still rated and written.
 #[test]
 fn the_time_limit_stops_tree_scheduling() {
-    let dir = temp_dir("tree-deadline");
+    let tmp = temp_dir("tree-deadline");
+    let dir = tmp.path();
     let doc = run_json(&[
         "--topo",
         "torus-2d:8x8",

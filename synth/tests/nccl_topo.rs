@@ -5,7 +5,7 @@
 //! The dumps in `tests/data/nccl-topo/` are condensed by hand after public dumps (NVIDIA/nccl
 //! issues #1505 and #1182, nccl-tests #256): the same elements, attributes and nesting.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn synth(args: &[&str]) -> Output {
@@ -23,11 +23,13 @@ fn data(name: &str) -> String {
         .to_string()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-nccl-topo-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-nccl-topo-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// `synth bounds --json` of `coll` on `topo` (extra arguments after), without the name.
@@ -104,7 +106,8 @@ fn pcie_only_dump_is_bound_by_pcie() {
 
 #[test]
 fn import_writes_toml_that_reads_back() {
-    let dir = temp_dir("import");
+    let tmp = temp_dir("import");
+    let dir = tmp.path();
     let out_path = dir.join("my-cluster.toml");
     let out = synth(&[
         "topo",
@@ -177,7 +180,8 @@ fn fails_with(args: &[&str], needles: &[&str]) {
 
 #[test]
 fn malformed_dumps_fail_with_line_and_element() {
-    let dir = temp_dir("bad");
+    let tmp = temp_dir("bad");
+    let dir = tmp.path();
     let good = std::fs::read_to_string(data("dgx-h100.xml")).unwrap();
     let cases = [
         (
@@ -265,7 +269,8 @@ fn malformed_dumps_fail_with_line_and_element() {
 
 #[test]
 fn nvsmi_nic_rows_join_nodes() {
-    let dir = temp_dir("nvsmi");
+    let tmp = temp_dir("nvsmi");
+    let dir = tmp.path();
     let mut text = String::from(
         "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\tNIC2\tNIC3\tCPU Affinity\n",
     );

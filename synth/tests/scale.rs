@@ -13,6 +13,15 @@ use synth::synthesize::{synthesize_with, Method, Request, Search, Synthesis};
 use synth::topology::{self, Topology};
 use synth::trees::{synthesize_trees, Depth};
 
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-scale-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
 fn busbw_bound(spec: &str, coll: runtime::ir::Collective) -> CutBound {
     CutBound::new(coll, &topology::load(spec).unwrap(), 0)
 }
@@ -428,12 +437,12 @@ fn best_at_1gb(topology: &Topology, result: &Synthesis, bound: &CutBound) -> f64
 #[test]
 fn a_composed_cluster_gets_what_its_renumbered_copy_gets() {
     use synth::topology::toml_format::random_permutation;
-    let dir = std::env::temp_dir().join(format!("synth-scale-mi250x3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("mi250x3");
+    let dir = tmp.path();
     let path = dir.join("mi250x3.toml");
     std::fs::write(&path, "[multinode]\nnode = \"mi250\"\nnodes = 3\n").unwrap();
     let topology = topology::load(path.to_str().unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).ok();
+    drop(tmp);
     let twin = topology.relabeled(&random_permutation(topology.ranks, 7));
     let bound = CutBound::new(runtime::ir::Collective::ReduceScatter, &topology, 0);
     let plain = best_at_1gb(&topology, &auto(&topology, Kind::ReduceScatter), &bound);
@@ -455,13 +464,13 @@ fn a_composed_cluster_gets_what_its_renumbered_copy_gets() {
 /// 99% of the exact optimum.
 #[test]
 fn two_oversubscribed_nodes_with_equal_uplink_constraints_pack_trees() {
-    let dir = std::env::temp_dir().join(format!("synth-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("os2");
+    let dir = tmp.path();
     let path = dir.join("dgx-h100x2-os2.toml");
     let text = "[multinode]\nnode = \"dgx-h100\"\nnodes = 2\noversubscription = 2\n";
     std::fs::write(&path, text).unwrap();
     let topology = topology::load(path.to_str().unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).ok();
+    drop(tmp);
     let (a, b) = (&topology.switches, &topology.switches);
     assert!(
         a.iter().enumerate().any(|(i, s)| b[i + 1..]

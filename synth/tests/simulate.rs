@@ -11,6 +11,15 @@ use synth::topology::{self, Link, SwitchConstraint, Topology};
 
 const GB: u64 = 1 << 30;
 
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-{name}-"))
+        .tempdir()
+        .unwrap()
+}
+
 /// Whole chunks and no launch latency: a time is the transfers' alone.
 fn whole() -> SimOptions {
     SimOptions {
@@ -502,8 +511,8 @@ fn cli_simulate_prints_table_and_json() {
     let topo = topology::load("dgx-a100").unwrap();
     let p = baseline::ring(Collective::AllReduce, &topo, &BaselineOptions::default()).unwrap();
     let xml = runtime::xml::write(&p, runtime::ir::Flavor::Nccl).unwrap();
-    let dir = std::env::temp_dir().join(format!("synth-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("sim");
+    let dir = tmp.path();
     let file = dir.join("ring.xml");
     std::fs::write(&file, xml).unwrap();
     let f = file.to_str().unwrap();
@@ -551,7 +560,6 @@ fn cli_simulate_prints_table_and_json() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("missing.xml") && !e.contains('\n'), "{e}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// NCCL's point-to-point alltoall, gather and scatter: they verify, and they simulate at
@@ -669,8 +677,8 @@ fn sizes_simulated_together_equal_one_by_one() {
 /// share no link, a ring relayed through the hub (before, no ring column at all).
 #[test]
 fn cli_simulate_compares_with_rings_over_every_link_and_relayed_rings() {
-    let dir = std::env::temp_dir().join(format!("synth-sim-rings-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("sim-rings");
+    let dir = tmp.path();
     for (name, low, high) in [("torus-2d:8x8", 98.0, 100.0), ("star:5", 10.0, 25.0)] {
         let topo = topology::load(name).unwrap();
         let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
@@ -707,8 +715,8 @@ fn cli_simulate_compares_with_rings_over_every_link_and_relayed_rings() {
 /// value out of range is a one-line error naming the file and the field, exit 1.
 #[test]
 fn cli_model_file_errors_name_the_file_and_field() {
-    let dir = std::env::temp_dir().join(format!("synth-model-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("model");
+    let dir = tmp.path();
     let topo = topology::load("ring:4").unwrap();
     let p = baseline::ring(Collective::AllGather, &topo, &BaselineOptions::default()).unwrap();
     let xml = dir.join("ring.xml");
@@ -775,7 +783,6 @@ fn cli_model_file_errors_name_the_file_and_field() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The bound a simulation is skipped on ([`simulate_sizes_unless`]) is never above the

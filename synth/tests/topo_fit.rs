@@ -20,11 +20,13 @@ fn data(path: &str) -> PathBuf {
         .join(path)
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-topo-fit-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn temp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-topo-fit-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// nccl-tests text of `test` on `hosts` x `per_host` ranks from the ring model with `alpha`
@@ -73,7 +75,8 @@ fn close(got: f64, want: f64, what: &str) {
 
 #[test]
 fn recovers_known_costs_and_writes_them() {
-    let dir = temp_dir("known");
+    let tmp = temp_dir("known");
+    let dir = tmp.path();
     let topo = dir.join("cluster.toml");
     let xml = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-topo/dgx-a100.xml");
     let out = synth(&[
@@ -92,23 +95,23 @@ fn recovers_known_costs_and_writes_them() {
     );
     // Inside a node: 1.3 µs per hop, 230 GB/s of bus bandwidth (the model says 300).
     let ag = write(
-        &dir,
+        dir,
         "all_gather_perf.txt",
         &table(Test::AllGather, "all_gather_perf", 1, 8, 1.3, 230.0),
     );
     let ar = write(
-        &dir,
+        dir,
         "all_reduce_perf.txt",
         &table(Test::AllReduce, "all_reduce_perf", 1, 8, 1.3, 230.0),
     );
     let sr = write(
-        &dir,
+        dir,
         "sendrecv_perf.txt",
         &table(Test::SendRecv, "sendrecv_perf", 1, 2, 1.3, 230.0),
     );
     // Across two nodes: 4.5 µs per hop, 180 GB/s of the node's 8 x 25 GB/s NICs.
     let net = write(
-        &dir,
+        dir,
         "all_reduce_perf-2n.txt",
         &table(Test::AllReduce, "all_reduce_perf", 2, 8, 4.5, 180.0),
     );
@@ -200,7 +203,8 @@ fn recovers_known_costs_and_writes_them() {
 
 #[test]
 fn pcie_class_scales_every_pcie_link() {
-    let dir = temp_dir("pcie");
+    let tmp = temp_dir("pcie");
+    let dir = tmp.path();
     let topo = dir.join("box.toml");
     let xml = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-topo/pcie-l40s.xml");
     let out = synth(&[
@@ -217,7 +221,7 @@ fn pcie_class_scales_every_pcie_link() {
     );
     // The model's allgather bound is 24 GB/s; measured 20.
     let ag = write(
-        &dir,
+        dir,
         "all_gather_perf.txt",
         &table(Test::AllGather, "all_gather_perf", 1, 8, 3.0, 20.0),
     );
@@ -290,7 +294,8 @@ fn real_tables_fit_within_five_percent() {
 
 #[test]
 fn bad_tables_fail_with_one_line() {
-    let dir = temp_dir("bad");
+    let tmp = temp_dir("bad");
+    let dir = tmp.path();
     let topo = dir.join("node.toml");
     let xml = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nccl-topo/dgx-h100.xml");
     assert!(synth(&[
@@ -325,7 +330,7 @@ fn bad_tables_fail_with_one_line() {
         ),
     ];
     for (name, text, needle) in cases {
-        let p = write(&dir, name, &text);
+        let p = write(dir, name, &text);
         let out = synth(&["topo", "fit", &p, "--topo", topo.to_str().unwrap()]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{name}: {err}");

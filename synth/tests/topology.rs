@@ -1,6 +1,5 @@
 //! Topology loading and analysis: built-ins, hand-written TOML, nvidia-smi import, errors.
 
-use std::path::PathBuf;
 use synth::topology::{builtin_names, load, parse_nvsmi, NvsmiOptions, Topology};
 
 const DGX1_MATRIX: [[u32; 8]; 8] = [
@@ -14,12 +13,13 @@ const DGX1_MATRIX: [[u32; 8]; 8] = [
     [0, 0, 0, 1, 1, 2, 2, 0],
 ];
 
-/// A fresh scratch directory for this test.
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("synth-topology-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder for one test, removed when the returned guard drops (also when
+/// the test fails).
+fn scratch(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("synth-topology-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
@@ -200,9 +200,10 @@ fn generator_sizes() {
 
 #[test]
 fn hand_written_toml_with_every_feature() {
-    let dir = scratch("features");
+    let tmp = scratch("features");
+    let dir = tmp.path();
     let features = write(
-        &dir,
+        dir,
         "features.toml",
         r#"
 name = "hand"
@@ -262,7 +263,7 @@ bandwidth = 15
     assert_eq!(c.unit_gbps, 5.0);
 
     let generator = write(
-        &dir,
+        dir,
         "gen.toml",
         "generator = \"torus-2d\"\nsize = \"2x3\"\nbandwidth = 50\n[[link]]\nsrc = 0\ndst = 4\n",
     );
@@ -272,12 +273,12 @@ bandwidth = 15
     assert_eq!(g.diameter(), Some(2));
 
     write(
-        &dir,
+        dir,
         "node.toml",
         "name = \"quad\"\ngenerator = \"ring\"\nsize = 4\n[nic]\nbandwidth = 12.5\nper_node = 2\n",
     );
     let multi = write(
-        &dir,
+        dir,
         "multi.toml",
         "name = \"quads\"\n[multinode]\nnode = \"node.toml\"\nnodes = 3\nnic_alpha = 3.0\nnetwork = \"rail\"\n",
     );
@@ -291,7 +292,7 @@ bandwidth = 15
     assert_eq!((n0.srcs.clone(), n0.bandwidth), (vec![2, 3], 12.5));
 
     let builtin_node = write(
-        &dir,
+        dir,
         "amd.toml",
         "[multinode]\nnode = \"amd4\"\nnodes = 2\nnic_bandwidth = 25\nnics_per_gpu = 2\n",
     );
@@ -335,8 +336,9 @@ fn nvidia_smi_import() {
     assert_multiplicities(&t, 25.0);
     assert_eq!(t.automorphism_count(100), (4, true));
 
-    let dir = scratch("nvsmi");
-    let path = write(&dir, "topo.txt", DGX1_TOPO_M);
+    let tmp = scratch("nvsmi");
+    let dir = tmp.path();
+    let path = write(dir, "topo.txt", DGX1_TOPO_M);
     let detected = load(&path).unwrap();
     assert_eq!(detected.name, "topo");
     assert_multiplicities(&detected, 25.0);
@@ -346,7 +348,7 @@ fn nvidia_smi_import() {
     assert_multiplicities(&faster, 50.0);
 
     let broken = DGX1_TOPO_M.replace("GPU3\tNV1\tNV2\tNV2", "GPU3\tNV1\tNV2\tNVx");
-    let bad = write(&dir, "bad.txt", &broken);
+    let bad = write(dir, "bad.txt", &broken);
     let e = load(&bad).unwrap_err().to_string();
     assert!(e.contains("bad.txt:5:") && e.contains("NVx"), "{e}");
 }
@@ -371,18 +373,19 @@ fn bad_inputs_give_one_line_errors() {
     let e = load("amd4x2").unwrap_err().to_string();
     assert!(e.contains("no NIC facts"), "{e}");
 
-    let dir = scratch("errors");
-    let e = error_of(&dir, "malformed.toml", "ranks = 4\nbandwidth = \n");
+    let tmp = scratch("errors");
+    let dir = tmp.path();
+    let e = error_of(dir, "malformed.toml", "ranks = 4\nbandwidth = \n");
     assert!(
         e.contains("malformed.toml:2:") && e.contains("bandwidth"),
         "{e}"
     );
 
-    let e = error_of(&dir, "wrongtype.toml", "ranks = 4\nalpha = \"fast\"\n");
+    let e = error_of(dir, "wrongtype.toml", "ranks = 4\nalpha = \"fast\"\n");
     assert!(e.contains("wrongtype.toml:2: alpha:"), "{e}");
 
     let e = error_of(
-        &dir,
+        dir,
         "range.toml",
         "ranks = 4\n\n[[link]]\nsrc = 0\ndst = 9\n",
     );
@@ -391,14 +394,14 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
 
-    let e = error_of(&dir, "self.toml", "ranks = 4\n[[link]]\nsrc = 2\ndst = 2\n");
+    let e = error_of(dir, "self.toml", "ranks = 4\n[[link]]\nsrc = 2\ndst = 2\n");
     assert!(
         e.contains("self.toml:4: link[0].dst: self link 2 -> 2"),
         "{e}"
     );
 
     let e = error_of(
-        &dir,
+        dir,
         "zero.toml",
         "ranks = 4\n[[link]]\nsrc = 0\ndst = 1\nbandwidth = 0\n",
     );
@@ -407,14 +410,14 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
 
-    let e = error_of(&dir, "negdefault.toml", "ranks = 2\nbandwidth = -3\n");
+    let e = error_of(dir, "negdefault.toml", "ranks = 2\nbandwidth = -3\n");
     assert!(
         e.contains("negdefault.toml:2: bandwidth: bandwidth -3 GB/s is not between"),
         "{e}"
     );
 
     let e = error_of(
-        &dir,
+        dir,
         "dup.toml",
         "ranks = 4\n[[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 1\ndst = 0\n",
     );
@@ -425,7 +428,7 @@ fn bad_inputs_give_one_line_errors() {
     assert!(e.contains("already defined by link[0]"), "{e}");
 
     let e = error_of(
-        &dir,
+        dir,
         "dupmatrix.toml",
         "matrix = [[0, 1], [1, 0]]\n[[link]]\nsrc = 0\ndst = 1\n",
     );
@@ -434,11 +437,11 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
 
-    let e = error_of(&dir, "unknown.toml", "ranks = 4\ncolour = \"red\"\n");
+    let e = error_of(dir, "unknown.toml", "ranks = 4\ncolour = \"red\"\n");
     assert!(e.contains("unknown.toml:2: colour: unknown field"), "{e}");
 
     let e = error_of(
-        &dir,
+        dir,
         "unknownlink.toml",
         "ranks = 4\n[[link]]\nsrc = 0\ndst = 1\nweight = 3\n",
     );
@@ -447,27 +450,23 @@ fn bad_inputs_give_one_line_errors() {
         "{e}"
     );
 
-    let e = error_of(
-        &dir,
-        "rows.toml",
-        "matrix = [\n  [0, 1],\n  [1, 0, 0],\n]\n",
-    );
+    let e = error_of(dir, "rows.toml", "matrix = [\n  [0, 1],\n  [1, 0, 0],\n]\n");
     assert!(e.contains("rows.toml:3: matrix[1]: has 3 entries"), "{e}");
 
-    let e = error_of(&dir, "noranks.toml", "bandwidth = 3\n");
+    let e = error_of(dir, "noranks.toml", "bandwidth = 3\n");
     assert!(e.contains("ranks") && e.contains("missing"), "{e}");
 
     // A quoted value with a line break (found by the fuzz target) stays on one line.
-    let e = error_of(&dir, "gen-nl.toml", "generator = \"l\\ne\"\n");
+    let e = error_of(dir, "gen-nl.toml", "generator = \"l\\ne\"\n");
     assert!(e.contains("unknown generator 'l\\ne'"), "{e}");
-    let e = error_of(&dir, "gen.toml", "generator = \"dragonfly\"\n");
+    let e = error_of(dir, "gen.toml", "generator = \"dragonfly\"\n");
     assert!(
         e.contains("gen.toml:1: generator: unknown generator 'dragonfly'"),
         "{e}"
     );
 
     let e = error_of(
-        &dir,
+        dir,
         "net.toml",
         "[multinode]\nnode = \"dgx-a100\"\nnodes = 2\nnetwork = \"mesh\"\n",
     );
@@ -477,7 +476,7 @@ fn bad_inputs_give_one_line_errors() {
     );
 
     let e = error_of(
-        &dir,
+        dir,
         "node.toml",
         "[multinode]\nnode = \"missing.toml\"\nnodes = 2\n",
     );
@@ -487,7 +486,7 @@ fn bad_inputs_give_one_line_errors() {
     );
 
     let e = error_of(
-        &dir,
+        dir,
         "switch.toml",
         "ranks = 3\n[[link]]\nsrc = 0\ndst = 1\n[[switch]]\nsrcs = [2]\ndsts = [0]\nbandwidth = 1\n",
     );
@@ -504,8 +503,8 @@ fn bad_inputs_give_one_line_errors() {
 /// Absurd bandwidths and latencies are refused with the documented range, naming the field.
 #[test]
 fn absurd_bandwidths_and_alphas_are_refused() {
-    let dir = std::env::temp_dir().join(format!("synth-topo-absurd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("absurd");
+    let dir = tmp.path();
     let cases = [
         (
             "tiny.toml",
@@ -539,13 +538,13 @@ fn absurd_bandwidths_and_alphas_are_refused() {
         ),
     ];
     for (name, text, needle) in cases {
-        let e = error_of(&dir, name, text);
+        let e = error_of(dir, name, text);
         assert!(e.contains(needle), "{e}");
         assert!(e.contains("not between"), "{e}");
     }
     // The range's ends are accepted.
     let path = write(
-        &dir,
+        dir,
         "ends.toml",
         "ranks = 2\nbandwidth = 0.001\nalpha = 1e6\n[[link]]\nsrc = 0\ndst = 1\nbandwidth = 1e6\n",
     );
@@ -555,11 +554,11 @@ fn absurd_bandwidths_and_alphas_are_refused() {
 /// Two `[[switch]]` constraints of one name are refused, naming the name.
 #[test]
 fn duplicate_switch_names_are_refused() {
-    let dir = std::env::temp_dir().join(format!("synth-topo-dupsw-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = scratch("dupsw");
+    let dir = tmp.path();
     let sw = "[[switch]]\nname = \"pcie\"\nsrcs = [0]\ndsts = [1]\nbandwidth = 1\n";
     let text = format!("generator = \"ring\"\nsize = 4\n{sw}{sw}");
-    let e = error_of(&dir, "dupsw.toml", &text);
+    let e = error_of(dir, "dupsw.toml", &text);
     assert!(
         e.contains(
             "dupsw.toml:8: switch[1].name: a switch constraint named 'pcie' is already defined"
@@ -568,7 +567,7 @@ fn duplicate_switch_names_are_refused() {
     );
     // A name an NVSwitch port already has.
     let text = "ranks = 2\nnvswitch = { bandwidth = 100 }\n[[switch]]\nname = \"nvswitch-out-0\"\nsrcs = [0]\ndsts = [1]\nbandwidth = 1\n";
-    let e = error_of(&dir, "dupnv.toml", text);
+    let e = error_of(dir, "dupnv.toml", text);
     assert!(e.contains("'nvswitch-out-0' is already defined"), "{e}");
 }
 

@@ -6,7 +6,7 @@ use crate::progress::Progress;
 use crate::smt::Limits;
 use crate::synthesize::{synthesize, Request, Search};
 use crate::topology;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::io::Write;
@@ -146,7 +146,8 @@ const SCALE_FABRICS: [&str; 10] = [
 /// where it is slower).
 fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     let exe = std::env::current_exe()?;
-    let dir = std::env::temp_dir().join(format!("synth-bench-scale-{}", std::process::id()));
+    let scratch = scratch_dir("scale")?;
+    let dir = scratch.path();
     let fabrics: Vec<String> = match &args.fabrics {
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
         None => SCALE_FABRICS.iter().map(|s| s.to_string()).collect(),
@@ -162,7 +163,7 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
     }
     for fabric in &fabrics {
-        let child = run_main_command(&exe, fabric, coll, args.time_limit, &dir)?;
+        let child = run_main_command(&exe, fabric, coll, args.time_limit, dir)?;
         if !child.status.success() {
             let err = String::from_utf8_lossy(&child.stderr);
             let line = err.lines().last().unwrap_or("failed").to_string();
@@ -178,11 +179,24 @@ fn scale(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         }
         rows.push(json!({"fabric": fabric, "result": doc}));
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     }
     Ok(())
+}
+
+/// The scratch folder of one bench case, `synth-bench-CASE-PID` in the temporary directory;
+/// it is removed when the returned guard drops, also on an error or a panic.
+pub(super) fn scratch_dir(case: &str) -> Result<tempfile::TempDir> {
+    let name = format!("synth-bench-{case}-{}", std::process::id());
+    // A folder of this name can only be left by a killed run whose process id this one reuses.
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(&name));
+    tempfile::Builder::new()
+        .prefix(&name)
+        .rand_bytes(0)
+        .tempdir()
+        .with_context(|| format!("creating {}", std::env::temp_dir().join(&name).display()))
 }
 
 /// Runs the main command (`exe`) on `fabric` with `--json`, collective `coll` and

@@ -121,7 +121,8 @@ pub fn small(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .collect::<Result<_>>()?;
     let sim = args.model.sim_options()?;
     let sizes = runtime::cpu::parse_sizes(SMALL_SIZES).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = std::env::temp_dir().join(format!("synth-bench-small-{}", std::process::id()));
+    let scratch = super::bench_cmd::scratch_dir("small")?;
+    let dir = scratch.path();
     if !json {
         writeln!(out, "| fabric | collective | size | synth's best | protocol | busbw | NCCL's choice | busbw | NCCL time / synth time | catalog serves |")?;
         writeln!(out, "|---|---|---|---|---|---|---|---|---|---|")?;
@@ -174,7 +175,7 @@ pub fn small(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             rows.extend(new);
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     }

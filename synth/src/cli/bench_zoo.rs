@@ -4,8 +4,8 @@
 //! child process per run: wall and CPU time, peak memory, busbw at 1 GB against the exact
 //! optimum and NCCL, and how far the renumbered twin lands from its original.
 
-use super::bench_cmd::{nccl_best, optimum_key, run_main_command, BenchArgs};
-use anyhow::{bail, Context, Result};
+use super::bench_cmd::{nccl_best, optimum_key, run_main_command, scratch_dir, BenchArgs};
+use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -46,8 +46,8 @@ pub fn zoo(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         .map(str::trim)
         .collect();
     let exe = std::env::current_exe()?;
-    let dir = std::env::temp_dir().join(format!("synth-bench-zoo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let scratch = scratch_dir("zoo")?;
+    let dir = scratch.path();
     // A bad collective is one error up front, not a table of failed rows.
     for coll in &colls {
         super::synth_cmd::load_collective(coll, &crate::topology::load("ring:4")?, None)?;
@@ -64,15 +64,15 @@ pub fn zoo(args: &BenchArgs, json: bool, out: &mut dyn Write) -> Result<()> {
         std::fs::write(&twin, format!("relabel = {RELABEL_SEED}\n{text}"))?;
         let ranks = crate::topology::load(&plain.to_string_lossy())?.ranks;
         for coll in &colls {
-            let a = run_one(&exe, &plain, coll, args.time_limit, &dir)?;
-            let b = run_one(&exe, &twin, coll, args.time_limit, &dir)?;
+            let a = run_one(&exe, &plain, coll, args.time_limit, dir)?;
+            let b = run_one(&exe, &twin, coll, args.time_limit, dir)?;
             if !json {
                 writeln!(out, "{}", row(label, coll, ranks, &a, &b))?;
             }
             rows.push(json!({"fabric": label, "toml": text, "collective": coll, "result": a, "renumbered": b}));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
     }

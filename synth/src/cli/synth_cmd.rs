@@ -1355,7 +1355,11 @@ mod tests {
             serial_links: false,
             rank_order: None,
         };
-        let dir = std::env::temp_dir().join(format!("synth-write-{}", std::process::id()));
+        let tmp = tempfile::Builder::new()
+            .prefix("synth-write-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().join("out");
         let e = write_algorithms(&[a(1), a(2)], &dir).unwrap_err();
         assert!(e.to_string().contains("two algorithms are named"), "{e}");
         assert!(!dir.join("allgather-x-s1-r1-c1.json").exists());

@@ -657,12 +657,16 @@ mod tests {
         assert!(found.algorithms.is_empty());
     }
 
-    /// Writes `text` as a TOML topology file named after `name` and returns its path.
-    fn toml(name: &str, text: &str) -> String {
-        let path =
-            std::env::temp_dir().join(format!("synth-greedy-{name}-{}.toml", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        path.to_string_lossy().into_owned()
+    /// Writes `text` as a TOML topology file named after `name`; the file is removed when the
+    /// returned guard drops.
+    fn toml(name: &str, text: &str) -> tempfile::NamedTempFile {
+        let file = tempfile::Builder::new()
+            .prefix(&format!("synth-greedy-{name}-"))
+            .suffix(".toml")
+            .tempfile()
+            .unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file
     }
 
     /// One greedy run of `model` on `spec` with restart salt `salt`.
@@ -686,8 +690,9 @@ mod tests {
 
     #[test]
     fn the_delay_model_takes_two_fast_hops_over_one_slow_link() {
-        let spec = toml("triangle", TRIANGLE);
-        let topology = topology::load(&spec).unwrap();
+        let file = toml("triangle", TRIANGLE);
+        let spec = file.path().to_str().unwrap();
+        let topology = topology::load(spec).unwrap();
         let slow = topology
             .links
             .iter()
@@ -696,17 +701,17 @@ mod tests {
         let coll = Collective::new(Kind::Broadcast, 3, 0, 1).unwrap();
         for salt in 0..4 {
             // Hops: rank 2 is one hop away, over the slow link.
-            let hops = run_model(&spec, &coll, Model::Hops, salt);
+            let hops = run_model(spec, &coll, Model::Hops, salt);
             assert!(hops.steps.iter().flatten().any(|&(_, l)| l == slow));
             // Delays: 0 -> 1 -> 2 arrives after 8 epochs, the direct link after 32.
-            let timed = run_model(&spec, &coll, Model::Delays, salt);
+            let timed = run_model(spec, &coll, Model::Delays, salt);
             assert!(!timed.steps.iter().flatten().any(|&(_, l)| l == slow));
             assert_eq!(timed.makespan, 8);
             assert_eq!(timed.busy_epochs(), 2);
         }
         // The engine keeps the hop model's one-step broadcast and adds the faster relay.
         let found = search(
-            &spec,
+            spec,
             coll,
             Search::LeastSteps {
                 chunks: 1,
@@ -719,49 +724,48 @@ mod tests {
         assert_eq!(found.algorithms[0].num_steps(), 1);
         assert!(names[1].contains("-greedy-alpha"), "{names:?}");
         assert_eq!(found.algorithms[1].num_steps(), 2);
-        let _ = std::fs::remove_file(&spec);
     }
 
     #[test]
     fn the_delay_model_starts_the_chunk_bound_for_the_slow_link_first() {
         // 0 - 1 - 2 at 0.7 µs and 1 - 3 at 2.8 µs: a scatter from 0 sends every chunk over
         // 0 -> 1, one per epoch. Rank 3 is 20 epochs away, rank 2 eight.
-        let spec = toml(
+        let file = toml(
             "fork",
             "name = \"fork\"\nranks = 4\nbandwidth = 25\nalpha = 0.7\n\
              [[link]]\nsrc = 0\ndst = 1\n[[link]]\nsrc = 1\ndst = 2\n\
              [[link]]\nsrc = 1\ndst = 3\nalpha = 2.8\n",
         );
+        let spec = file.path().to_str().unwrap();
         let coll = Collective::new(Kind::Scatter, 4, 0, 1).unwrap();
         let first = |s: &Schedule| coll.chunks[s.steps[0][0].0 as usize].post[0];
         let mut hop_firsts = Vec::new();
         for salt in 0..8 {
-            let timed = run_model(&spec, &coll, Model::Delays, salt);
+            let timed = run_model(spec, &coll, Model::Delays, salt);
             assert_eq!(first(&timed), 3, "salt {salt}");
-            hop_firsts.push(first(&run_model(&spec, &coll, Model::Hops, salt)));
+            hop_firsts.push(first(&run_model(spec, &coll, Model::Hops, salt)));
         }
         // In hops ranks 2 and 3 are both two away: the tie-break decides.
         assert!(hop_firsts.contains(&2), "{hop_firsts:?}");
-        let _ = std::fs::remove_file(&spec);
     }
 
     #[test]
     fn uniform_alpha_gives_exactly_the_hop_schedules() {
         // The built-in 4x4 torus (0.7 µs links) and the same torus at 2.6 µs.
-        let spec = toml(
+        let file = toml(
             "torus",
             "name = \"torus-2d:4x4\"\ngenerator = \"torus-2d\"\nsize = \"4x4\"\n\
              bandwidth = 25\nalpha = 2.6\n",
         );
+        let spec = file.path().to_str().unwrap();
         for kind in [Kind::AllGather, Kind::AllToAll] {
             let coll = || Collective::new(kind, 16, 0, 1).unwrap();
             let a = search("torus-2d:4x4", coll(), Search::Pareto, 5).algorithms;
-            let b = search(&spec, coll(), Search::Pareto, 5).algorithms;
+            let b = search(spec, coll(), Search::Pareto, 5).algorithms;
             assert!(!a.is_empty());
             assert_eq!(a, b, "{kind}");
             assert!(a.iter().all(|x| !x.name.contains("-greedy-alpha")));
         }
-        let _ = std::fs::remove_file(&spec);
     }
 
     #[test]

@@ -727,9 +727,14 @@ impl Engine for TreeEngine {
         problem.progress.found(&result.algorithm);
         let optimum_gbps = result.optimum_gbps;
         let mut algorithms = result.candidates();
-        let on_rails =
-            rail_view_candidates(problem, &coll, limits, depth, optimum_gbps, &algorithms)?;
-        algorithms.extend(on_rails);
+        // The rail view's trees while the search has time left; a failure there is a note.
+        let mut view_note = None;
+        if std::time::Instant::now() < limits.deadline {
+            match rail_view_candidates(problem, &coll, limits, depth, optimum_gbps, &algorithms) {
+                Ok(on_rails) => algorithms.extend(on_rails),
+                Err(e) => view_note = Some(format!("no trees on the rail view: {e:#}")),
+            }
+        }
         let cx = Context {
             topology: problem.topology,
             index: problem.index,
@@ -750,8 +755,9 @@ impl Engine for TreeEngine {
                 "time limit reached: of the structured schedules only NCCL's rings are built",
             );
         }
-        let (structured, notes) = constructions::candidates(&cx, out_of_time);
+        let (structured, mut notes) = constructions::candidates(&cx, out_of_time);
         algorithms.extend(structured);
+        notes.extend(view_note);
         Ok(Found {
             algorithms,
             complete,

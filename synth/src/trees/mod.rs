@@ -788,8 +788,8 @@ fn more_connections_than_rails(
     algorithms.iter().any(|a| {
         let mut used = vec![std::collections::BTreeSet::new(); topology.switches.len()];
         for s in a.steps.iter().flat_map(|s| &s.sends) {
-            if across(s.src, s.dst) {
-                let l = index.link_of[&(s.src, s.dst)];
+            let link = index.link_of.get(&(s.src, s.dst));
+            if let Some(&l) = link.filter(|_| across(s.src, s.dst)) {
                 index.governing[l].iter().for_each(|&j| {
                     used[j].insert(l);
                 });

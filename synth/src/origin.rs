@@ -1,5 +1,5 @@
 //! Where an algorithm comes from: its typed provenance ([`Family`], [`Origin`]) and the one
-//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-2r]`).
+//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-ps|-pa]`).
 //!
 //! Code that decides anything about an algorithm (which allreduce halves pair, which are
 //! renumbered into messages) reads its [`Origin`], never its name: the name is for people

@@ -59,8 +59,12 @@ pub fn rail_view(topology: &Topology, index: &TopologyIndex) -> Option<Topology>
         return None;
     }
     Some(Topology {
+        name: topology.name.clone(),
+        ranks: topology.ranks,
+        node_of: topology.node_of.clone(),
         links: topology.links.iter().filter(|l| rail(l)).cloned().collect(),
-        ..topology.clone()
+        switches: topology.switches.clone(),
+        runtime: topology.runtime,
     })
 }
 

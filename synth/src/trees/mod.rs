@@ -865,6 +865,27 @@ mod tests {
         synthesize_trees(t, &t.index(), &coll, &limits, &progress, Depth::Both).unwrap()
     }
 
+    /// The tree engine's allgather search on `t` (as the main command runs it, standing
+    /// alone) under `limits`.
+    fn search_allgather(t: &Topology, limits: &Limits) -> Found {
+        let index = t.index();
+        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
+        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
+        let progress = crate::progress::Progress::hidden();
+        let problem = Problem {
+            topology: t,
+            index: &index,
+            make: &make,
+            progress: &progress,
+            deadline: limits.deadline,
+        };
+        let engine = TreeEngine {
+            for_dual: false,
+            half: false,
+        };
+        engine.search(&problem, Search::Pareto, limits).unwrap()
+    }
+
     #[test]
     fn the_rounding_goes_past_the_default_piece_cap_to_the_packings_denominator() {
         // amd8: every pair linked by 40 or 48 GB/s; the optimum relays 3 of every 38 pieces
@@ -971,24 +992,9 @@ mod tests {
     #[test]
     fn a_search_out_of_time_still_offers_nccls_rings() {
         let t = load("hypercube:16").unwrap();
-        let index = t.index();
-        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
-        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
-        let progress = crate::progress::Progress::hidden();
         let mut limits = limits(false);
         limits.deadline = std::time::Instant::now();
-        let problem = Problem {
-            topology: &t,
-            index: &index,
-            make: &make,
-            progress: &progress,
-            deadline: limits.deadline,
-        };
-        let engine = TreeEngine {
-            for_dual: false,
-            half: false,
-        };
-        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        let found = search_allgather(&t, &limits);
         assert!(!found.complete);
         let families: Vec<&crate::origin::Family> =
             found.algorithms.iter().map(|a| &a.origin.family).collect();
@@ -1015,24 +1021,7 @@ mod tests {
         };
         let node = load("random:8:3").unwrap();
         let t = compose(&node, 2, &nic, Network::FatTree, "random8x2").unwrap();
-        let index = t.index();
-        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
-        let one = coll.clone();
-        let make = move |c: usize| crate::synthesize::resplit(&one, c);
-        let progress = crate::progress::Progress::hidden();
-        let limits = limits(false);
-        let problem = Problem {
-            topology: &t,
-            index: &index,
-            make: &make,
-            progress: &progress,
-            deadline: limits.deadline,
-        };
-        let engine = TreeEngine {
-            for_dual: false,
-            half: false,
-        };
-        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        let found = search_allgather(&t, &limits(false));
         let size = 1 << 30;
         let mut best = 0.0f64;
         for a in found.algorithms.iter().filter(|a| a.origin.rail_view) {
@@ -1054,17 +1043,7 @@ mod tests {
         // Two DGX-A100s: the packing's trees already put one connection per GPU on each
         // NIC, as many as over rails, so the view is not packed.
         let t = load("dgx-a100x2").unwrap();
-        let index = t.index();
-        let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
-        let make = move |c: usize| crate::synthesize::resplit(&coll, c);
-        let problem = Problem {
-            topology: &t,
-            index: &index,
-            make: &make,
-            progress: &progress,
-            deadline: limits.deadline,
-        };
-        let found = engine.search(&problem, Search::Pareto, &limits).unwrap();
+        let found = search_allgather(&t, &limits(false));
         assert!(found.algorithms.iter().all(|a| !a.origin.rail_view));
     }
 

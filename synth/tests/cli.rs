@@ -2274,3 +2274,42 @@ fn a_two_step_twin_that_is_its_algorithms_program_is_not_simulated_again() {
         );
     }
 }
+
+/// A connection that needs several threadblocks (more transfers than the runtimes' 64 steps)
+/// keeps its link in turn across the slices the runtime replays the program for: on two
+/// nodes of a random 12-GPU fabric, a 25 GB/s NIC per two GPUs, the best reduce-scatter is
+/// list-scheduled at 10 pieces. While a connection's first channel started the next slice
+/// as its last still sent this one, beside it on the link, the main command reached 91.8%
+/// of the optimum at 1 GB; in turn, 98.2%.
+#[test]
+fn a_connection_over_several_channels_keeps_its_turn_across_slices() {
+    let tmp = temp_dir("r12x2");
+    let dir = tmp.path();
+    let node = "generator = \"random\"\nsize = \"12:5\"\n[nic]\nbandwidth = 25\nalpha = 2.6\nper_node = 6\n";
+    write(dir, "node.toml", node);
+    let topo = write(
+        dir,
+        "r12x2.toml",
+        "[multinode]\nnode = \"node.toml\"\nnodes = 2\n",
+    );
+    let out_dir = dir.join("out");
+    let args = [
+        "--topo",
+        &topo,
+        "--coll",
+        "reducescatter",
+        "--json",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    let out = synth(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = &doc["at_1gb"];
+    let (best, bound) = (at["busbw"].as_f64().unwrap(), at["bound"].as_f64().unwrap());
+    assert!(best >= 0.97 * bound, "{at}");
+}

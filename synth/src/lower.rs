@@ -479,8 +479,8 @@ fn lower_grouped_noting(
         lowering.lower_step(step_index, step, counts[step_index])?;
     }
     // Not where threadblocks are paired, which may put a channel's receives before its
-    // sends.
-    if pairing.is_none() {
+    // sends, nor for the twin that lets slices overlap.
+    if pairing.is_none() && !algorithm.origin.overlapping_slices {
         lowering.lead_with_the_last_channels();
     }
     let compacts = lowering.compacts;
@@ -1295,15 +1295,22 @@ pub fn two_step_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Al
 
 /// The twins of `algorithm` that lower to other programs of the same schedule, in order:
 /// its two-step twin ([`two_step_twin`]), its twin with local reductions
-/// ([`local_reduction_twin`]), its twins with paced sends ([`paced_twins`]), then its twin on
-/// address channels ([`address_channel_twin`]) followed by that twin's own three. The main
-/// command and catalogs simulate each beside its algorithm and pick per size.
+/// ([`local_reduction_twin`]), its twins with paced sends ([`paced_twins`]), its twin with
+/// overlapping slices ([`overlapping_slices_twin`]) followed by that twin's paced twins,
+/// then its twin on address channels ([`address_channel_twin`]) followed by that twin's own.
+/// The main command and catalogs simulate each beside its algorithm and pick per size.
 pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
     let own = |a: &Algorithm| {
-        (two_step_twin(a, options).into_iter())
+        let mut own: Vec<Algorithm> = (two_step_twin(a, options).into_iter())
             .chain(local_reduction_twin(a))
             .chain(paced_twins(a))
-            .collect::<Vec<_>>()
+            .collect();
+        if let Some(overlapping) = overlapping_slices_twin(a, options) {
+            let paced = paced_twins(&overlapping);
+            own.push(overlapping);
+            own.extend(paced);
+        }
+        own
     };
     let mut all = own(algorithm);
     if let Some(spread) = address_channel_twin(algorithm, options) {
@@ -1312,6 +1319,56 @@ pub fn twins(algorithm: &Algorithm, options: &LowerOptions) -> Vec<Algorithm> {
         all.extend(after);
     }
     all
+}
+
+/// Whether `program` (lowered by [`lower`]) has a connection that keeps its turn across
+/// slices ([`Lowering::lead_with_the_last_channels`]): a sending threadblock whose first step
+/// waits for a step before the last of another that sends to the same peer. Its twin with
+/// overlapping slices ([`overlapping_slices_twin`]) lowers to another program; where none
+/// does, to the same.
+pub fn keeps_turns_across_slices(program: &Program) -> bool {
+    program.gpus.iter().any(|gpu| {
+        let tbs = &gpu.threadblocks;
+        tbs.iter().any(|tb| {
+            let Some(peer) = tb.send else {
+                return false;
+            };
+            let first = tb.steps.first().map_or(&[][..], |s| &s.deps[..]);
+            first.iter().any(|d| {
+                tbs.get(d.tb)
+                    .is_some_and(|o| o.send == Some(peer) && d.step + 1 < o.steps.len())
+            })
+        })
+    })
+}
+
+/// The twin of `algorithm` whose connections split over several channels let the slices
+/// overlap: named `-os` ([`crate::origin::Origin::overlapping_slices`]). The runtime replays
+/// the program once per slice, each threadblock on its own; by default a split connection
+/// keeps its turn across slices ([`Lowering::lead_with_the_last_channels`]), which keeps the
+/// transfers a slice waits for at the link's whole rate (two random:12:5 nodes, a NIC per
+/// two GPUs: the listed allgather 91.7% -> 98.5% of the optimum) but leaves the link idle
+/// where the next slice could have filled the end of this one (four 4-GPU boxes on a ring:
+/// the grown allreduce paced in both halves, 99.4% overlapping, 98.8% in turn). Neither
+/// wins everywhere, so both are candidates that the simulation chooses between. `None` for
+/// such a twin, and where no connection carries more than [`SPLIT_FREE`] transfers per
+/// channel (counted as the lowering plans its splits; a twin past it whose lowering splits
+/// nothing lowers to the same program).
+pub fn overlapping_slices_twin(algorithm: &Algorithm, options: &LowerOptions) -> Option<Algorithm> {
+    if algorithm.origin.overlapping_slices {
+        return None;
+    }
+    let groups = step_groups_of(algorithm).ok()?;
+    let spread = lanes(algorithm, options, algorithm.collective.addresses());
+    let per_group = spread * options.instances.max(1);
+    let groups = squeeze(&groups, MAX_CHANNELS / per_group.max(1));
+    let busiest = busiest_connection(algorithm, options, &groups).ok()?;
+    if busiest.div_ceil(spread.max(1)) <= SPLIT_FREE {
+        return None;
+    }
+    let mut twin = algorithm.clone();
+    twin.origin.overlapping_slices = true;
+    Some(twin_named(twin, &algorithm.name, "-os"))
 }
 
 /// The twin of `algorithm` with every address on channels of its own: named `-ac`
@@ -1734,6 +1791,11 @@ fn lower_verified_grouped(
 /// Steps per threadblock the lowering plans for: the executor's and RCCL's limit (the
 /// legacy runtime allows more).
 const STEPS: usize = Limits::PORTABLE.max_steps;
+
+/// Transfers per channel that no connection splits at: the lowering may split a connection
+/// of fewer than [`STEPS`] transfers where their dependencies' nops pass the step limit, down
+/// to [`TRANSFER_LIMITS`]' 32 before it halves channels.
+const SPLIT_FREE: usize = 32;
 
 /// The transfers of the busiest connection (link and step group) of `algorithm` with step
 /// `s` in group `groups[s]`, counting a message of several chunks once.
@@ -2352,6 +2414,45 @@ mod tests {
         assert!(waits(last, 1, Dep { tb: first, step: 1 }));
         assert!(!waits(last, 0, Dep { tb: first, step: 1 }));
         runtime::verify::verify(&program).unwrap();
+    }
+
+    #[test]
+    fn a_split_connections_twin_lets_the_slices_overlap() {
+        // 40 pieces over each link, 16 transfers per channel: three channels. By default
+        // the first transfer goes on the last channel and the first channel waits for it;
+        // the twin keeps it on the first channel, which then waits for nothing.
+        let a = direct_allgather(2, 40);
+        let options = LowerOptions {
+            max_transfers: 16,
+            ..LowerOptions::default()
+        };
+        let twin = overlapping_slices_twin(&a, &LowerOptions::default()).expect("a twin");
+        assert!(twin.origin.overlapping_slices && twin.name.ends_with("-os"));
+        assert!(overlapping_slices_twin(&twin, &options).is_none());
+        let first_channel = |a: &Algorithm| {
+            let program = lower(a, &options).unwrap();
+            runtime::verify::verify(&program).unwrap();
+            let gpu = &program.gpus[0];
+            let tb = |channel: usize| {
+                (gpu.threadblocks.iter())
+                    .position(|t| t.send == Some(1) && t.channel == channel)
+                    .unwrap()
+            };
+            let first = &gpu.threadblocks[tb(0)].steps;
+            (
+                first[0].src.offset,
+                first[0].deps.contains(&Dep { tb: tb(2), step: 0 }),
+            )
+        };
+        assert_eq!(first_channel(&a), (1, true));
+        assert_eq!(first_channel(&twin), (0, false));
+        assert!(keeps_turns_across_slices(&lower(&a, &options).unwrap()));
+        assert!(!keeps_turns_across_slices(&lower(&twin, &options).unwrap()));
+        assert!(!keeps_turns_across_slices(
+            &lower(&a, &LowerOptions::default()).unwrap()
+        ));
+        // Few transfers per connection: no twin.
+        assert!(overlapping_slices_twin(&direct_allgather(2, 8), &options).is_none());
     }
 
     #[test]

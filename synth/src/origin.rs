@@ -1,5 +1,5 @@
 //! Where an algorithm comes from: its typed provenance ([`Family`], [`Origin`]) and the one
-//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-ps|-pa]`).
+//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-os][-ps|-pa]`).
 //!
 //! Code that decides anything about an algorithm (which allreduce halves pair, which are
 //! renumbered into messages) reads its [`Origin`], never its name: the name is for people
@@ -237,6 +237,14 @@ pub struct Origin {
     /// ([`crate::topology::shape::rail_view`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rail_view: bool,
+    /// Lowered with a connection's channels free to overlap the slices the runtime replays
+    /// the program for (named `-os`): a connection split over several channels keeps its
+    /// first transfer on its first channel, which starts the next slice once it has sent its
+    /// part of this one, beside the last channel. Where that fills idle link time it runs
+    /// faster; where it slows the transfers the rest of the slice waits for, slower
+    /// (`lower::overlapping_slices_twin`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlapping_slices: bool,
     /// Which of its sends are paced (named `-ps` or `-pa`): each waits for the rank's last
     /// send of the paced step before, so that data that is ready from the start (a leaf's
     /// own contribution, a root's own piece) does not run ahead and share a port or NIC with
@@ -311,6 +319,7 @@ impl Origin {
             local_reductions: false,
             address_channels: false,
             rail_view: false,
+            overlapping_slices: false,
             pacing: Pacing::Unpaced,
         }
     }
@@ -348,7 +357,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-ps|-pa]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-os][-ps|-pa]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -374,6 +383,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if parts.origin.local_reductions {
         tail.push_str("-lr");
+    }
+    if parts.origin.overlapping_slices {
+        tail.push_str("-os");
     }
     tail.push_str(parts.origin.pacing.suffix());
     fit(&head, &tail, MAX_NAME)
@@ -426,6 +438,7 @@ mod tests {
                 local_reductions: false,
                 address_channels: false,
                 rail_view: false,
+                overlapping_slices: false,
                 pacing: Pacing::Unpaced,
             },
             steps: 3,
@@ -510,6 +523,7 @@ mod tests {
                 local_reductions: false,
                 address_channels: true,
                 rail_view: false,
+                overlapping_slices: false,
                 pacing: Pacing::Reductions,
             },
             steps: 121,
@@ -532,6 +546,7 @@ mod tests {
                 stages: Some(12),
                 address_channels: true,
                 two_step_receives: true,
+                overlapping_slices: true,
                 pacing: Pacing::Every,
                 ..origin
             },
@@ -540,7 +555,7 @@ mod tests {
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12-rv-ac-2r-pa"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-rv-ac-2r-os-pa"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }
 

@@ -208,6 +208,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
             .map(|a| !a.origin.two_step_receives && crate::lower::joins_messages(a))
             .collect(),
         unstalled: vec![None; synthesis.algorithms.len()],
+        own: vec![None; synthesis.algorithms.len()],
+        turns: vec![false; synthesis.algorithms.len()],
     };
     // What the algorithm before says of its two-step twin, kept while the twin is lowered.
     let mut before = TwinOf::Nothing;
@@ -303,7 +305,8 @@ pub fn run(args: &SynthArgs, json: bool, out: &mut dyn Write) -> Result<()> {
     simulate_held(&mut race, held, sims, &progress, &mut lowered, &mut stalls)?;
     let mut files = files;
     let bar = race.bar().last().copied();
-    let twins = late_twins(&synthesis.algorithms, &stalls.unstalled, bar, &topo);
+    let options = lowering.options(false)?;
+    let twins = late_twins(&synthesis.algorithms, &stalls, bar, &topo, &options);
     for (twin, original) in twins {
         let index = synthesis.algorithms.len();
         files.extend(write_algorithms(std::slice::from_ref(&twin), &args.out)?);
@@ -454,13 +457,19 @@ fn search_algorithms(
 /// the simulation reached at the largest compared size (`bar`): freed receives may take them
 /// past it; with paced sends ([`crate::lower::paced_twins`]), those of algorithms whose
 /// schedule (its steps and rounds on `topology`) comes within [`TWIN_REACH`] of the bar: the
-/// pacing keeps the run to that schedule. Named `NAME-lr`, `NAME-ps` or `NAME-pa` where the rendered
-/// name is taken.
+/// pacing keeps the run to that schedule; with overlapping slices
+/// ([`crate::lower::overlapping_slices_twin`]), and that twin's paced twins, those of
+/// algorithms whose program keeps a connection's turn across slices ([`several_slices`]) and
+/// whose schedule comes within [`TWIN_REACH`] of the bar or own figure within
+/// [`OVERLAP_REACH`]. Named `NAME-lr`,
+/// `NAME-ps`, `NAME-pa`, `NAME-os`, `NAME-os-ps` or `NAME-os-pa` where the rendered name is
+/// taken.
 fn late_twins(
     algorithms: &[Algorithm],
-    unstalled: &[Option<f64>],
+    stalls: &Stalls,
     bar: Option<f64>,
     topology: &Topology,
+    options: &crate::lower::LowerOptions,
 ) -> Vec<(Algorithm, String)> {
     let Some(bar) = bar else {
         return Vec::new();
@@ -468,9 +477,12 @@ fn late_twins(
     let mut names: std::collections::HashSet<String> =
         algorithms.iter().map(|a| a.name.clone()).collect();
     let mut twins = Vec::new();
-    for (a, unstalled) in algorithms.iter().zip(unstalled) {
-        let local = unstalled
-            .is_some_and(|u| u > bar * (1.0 - TWIN_REACH))
+    let reaches = |figure: &Option<f64>| figure.is_some_and(|f| f > bar * (1.0 - TWIN_REACH));
+    let figures = (stalls.unstalled.iter())
+        .zip(&stalls.own)
+        .zip(&stalls.turns);
+    for (a, ((unstalled, own), &turns)) in algorithms.iter().zip(figures) {
+        let local = reaches(unstalled)
             .then(|| crate::lower::local_reduction_twin(a))
             .flatten()
             .map(|t| (t, "-lr"));
@@ -480,10 +492,24 @@ fn late_twins(
         } else {
             Vec::new()
         };
-        let paced = paced_twins.into_iter().map(|t| {
-            let suffix = t.origin.pacing.suffix();
-            (t, suffix)
-        });
+        let overlaps = turns && (near || own.is_some_and(|f| f > bar * (1.0 - OVERLAP_REACH)));
+        let overlapping = overlaps
+            .then(|| crate::lower::overlapping_slices_twin(a, options))
+            .flatten();
+        let overlapping_paced = overlapping.iter().flat_map(crate::lower::paced_twins);
+        let paced = (paced_twins.into_iter())
+            .chain(overlapping.clone())
+            .chain(overlapping_paced)
+            .map(|t| {
+                let overlapping = if t.origin.overlapping_slices {
+                    "-os"
+                } else {
+                    ""
+                };
+                let suffix = format!("{overlapping}{}", t.origin.pacing.suffix());
+                (t, suffix)
+            });
+        let local = local.map(|(t, suffix)| (t, suffix.to_string()));
         for (mut twin, suffix) in local.into_iter().chain(paced) {
             if names.contains(&twin.name) {
                 let most = crate::origin::MAX_NAME - suffix.len();
@@ -506,6 +532,13 @@ fn scheduled_busbw(algorithm: &Algorithm, topology: &Topology) -> f64 {
         .map_or(1.0, |c| c.busbw_factor(algorithm.collective.ranks));
     size / (time_us * 1e3) * factor
 }
+
+/// How far below the best figure at 1 GB an algorithm's own figure may be for its twin with
+/// overlapping slices to be tried (with that twin's paced twins): what the twin wins back is
+/// small (four 4-GPU boxes on a ring: the grown allreduce 0.6% below the best in turn, its
+/// paced twin overlapping the best), and on a 128-rank torus the twins of every schedule
+/// within 5% cost half the search's time again.
+const OVERLAP_REACH: f64 = 0.01;
 
 /// How much faster a program must simulate at 1 GB with connections that never fill than
 /// with the runtime's for its twin with local reductions to be tried.
@@ -1036,6 +1069,13 @@ fn simulate_held(
         let entered =
             race.enter_bounded(&compared(topo, sim), h.index, &h.program, Some(&h.bounds))?;
         let own = entered.own.last().cloned().flatten().map(|p| p.busbw);
+        if let Some(figure) = stalls.own.get_mut(h.index) {
+            *figure = own;
+        }
+        if let Some(turns) = stalls.turns.get_mut(h.index) {
+            *turns = several_slices(&h.program, sim)
+                && crate::lower::keeps_turns_across_slices(&h.program);
+        }
         if let Some(own) =
             own.filter(|_| stalls.joined.get(h.index) == Some(&true) && above_the_bar)
         {
@@ -1053,6 +1093,19 @@ fn simulate_held(
     Ok(())
 }
 
+/// Whether `program`'s largest message takes more than one Simple slice at
+/// [`COMPARE_BYTES`]: how a split connection takes its turns across the slices then counts
+/// (a 128-rank torus allreduce at 4 pieces sends 2 MiB messages at 1 GB, one slice: its
+/// twin with overlapping slices simulates the same; 3 x mi250's coalesced rail rings send
+/// 8 chunks of 0.5 MiB as one message, and their twin differs).
+fn several_slices(program: &runtime::ir::Program, sim: &SimOptions) -> bool {
+    let chunks = program.nchunksperloop.max(1) as u64;
+    let elements = crate::simulate::elements_for(COMPARE_BYTES, program.nchunksperloop);
+    let chunk_bytes = elements / chunks * crate::simulate::ELEMENT_BYTES;
+    let count = program.steps().map(|(_, s)| s.count).max().unwrap_or(1) as u64;
+    chunk_bytes * count > sim.model.slice_bytes.get(runtime::ir::Protocol::Simple)
+}
+
 /// What the main command learns, while it simulates, of the algorithms whose reductions
 /// join messages: whether their twins with local reductions may win
 /// ([`late_twins`]).
@@ -1064,6 +1117,13 @@ struct Stalls {
     /// fill ([`unstalled_busbw`]), where it was above the bar and that figure is more than
     /// [`STALL_MARGIN`] above its own.
     unstalled: Vec<Option<f64>>,
+    /// Per algorithm: its own busbw at the largest compared size, where it was simulated
+    /// that far.
+    own: Vec<Option<f64>>,
+    /// Per algorithm: whether a connection of its program keeps its turn across slices and
+    /// its chunks take several slices at the largest compared size (its twin with
+    /// overlapping slices may simulate otherwise).
+    turns: Vec<bool>,
 }
 
 /// `program`'s busbw at [`COMPARE_BYTES`] (Simple) where no connection ever holds its

@@ -534,10 +534,9 @@ fn scheduled_busbw(algorithm: &Algorithm, topology: &Topology) -> f64 {
 }
 
 /// How far below the best figure at 1 GB an algorithm's own figure may be for its twin with
-/// overlapping slices to be tried (with that twin's paced twins): what the twin wins back is
-/// small (four 4-GPU boxes on a ring: the grown allreduce 0.6% below the best in turn, its
-/// paced twin overlapping the best), and on a 128-rank torus the twins of every schedule
-/// within 5% cost half the search's time again.
+/// overlapping slices to be tried (with that twin's paced twins), where its schedule does
+/// not already come within [`TWIN_REACH`]: what the twin wins back is small (3 x mi250's
+/// rail rings: 0.1-0.4%).
 const OVERLAP_REACH: f64 = 0.01;
 
 /// How much faster a program must simulate at 1 GB with connections that never fill than
@@ -1106,9 +1105,9 @@ fn several_slices(program: &runtime::ir::Program, sim: &SimOptions) -> bool {
     chunk_bytes * count > sim.model.slice_bytes.get(runtime::ir::Protocol::Simple)
 }
 
-/// What the main command learns, while it simulates, of the algorithms whose reductions
-/// join messages: whether their twins with local reductions may win
-/// ([`late_twins`]).
+/// What the main command learns, while it simulates, that decides which late twins it tries
+/// ([`late_twins`]): whether an algorithm's twin with local reductions may win, its own
+/// figure, and whether its twin with overlapping slices may simulate otherwise.
 struct Stalls {
     /// Per algorithm: whether a step of it joins messages in one accumulator (it has a
     /// twin with local reductions).

@@ -566,21 +566,15 @@ impl Channels {
     }
 
     /// The channel of the next transfer of `address` from `u` to `v` in step `step`, and
-    /// the connection it goes on (sender, receiver, base channel).
-    fn next(
-        &mut self,
-        u: usize,
-        v: usize,
-        address: usize,
-        step: usize,
-    ) -> (usize, (usize, usize, usize)) {
+    /// its connection's base channel.
+    fn next(&mut self, u: usize, v: usize, address: usize, step: usize) -> (usize, usize) {
         let base = self.base_of(address, step);
         let count = self.carried.entry((u, v, base)).or_insert(0);
         let extra = count.checked_div(self.max_transfers).unwrap_or(0);
         *count += 1;
         let channel = base + extra * self.base;
         self.used = self.used.max(channel + 1);
-        (channel, (u, v, base))
+        (channel, base)
     }
 }
 
@@ -934,7 +928,7 @@ impl<'a> Lowering<'a> {
         recv_ops: Vec<Step>,
         send_ops: Vec<Step>,
     ) {
-        let (channel, connection) = self.channels.next(u, v, address, step_index);
+        let (channel, base) = self.channels.next(u, v, address, step_index);
         let recv_key = TbKey::Recv { peer: u, channel };
         let recv_at = self.code[v].ops.len();
         self.code[v]
@@ -959,7 +953,7 @@ impl<'a> Lowering<'a> {
             .extend(send_ops.into_iter().map(|s| (send_key, s)));
         if self.channels.max_transfers > 0 {
             self.transfers.push(Transfer {
-                connection,
+                connection: (u, v, base),
                 sends: send_at..self.code[u].ops.len(),
                 receives: recv_at..self.code[v].ops.len(),
             });

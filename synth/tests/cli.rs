@@ -2292,26 +2292,9 @@ fn a_connection_over_several_channels_keeps_its_turn_across_slices() {
         "r12x2.toml",
         "[multinode]\nnode = \"node.toml\"\nnodes = 2\n",
     );
-    let out_dir = dir.join("out");
-    let args = [
-        "--topo",
-        &topo,
-        "--coll",
-        "reducescatter",
-        "--json",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ];
-    let out = synth(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let at = &doc["at_1gb"];
-    let (best, bound) = (at["busbw"].as_f64().unwrap(), at["bound"].as_f64().unwrap());
-    assert!(best >= 0.97 * bound, "{at}");
+    let doc = main_command_json(&["--topo", &topo, "--coll", "reducescatter"], dir);
+    let (_, best, bound) = chosen_at_1gb(&doc);
+    assert!(best >= 0.97 * bound, "{}", doc["at_1gb"]);
 }
 
 /// Where the next slice fills idle link time at the end of this one, the twin that lets a
@@ -2342,29 +2325,9 @@ fn the_overlapping_slices_twin_is_picked_where_it_wins() {
         link(4 * b + 2, next + 3, 25);
     }
     let topo = write(dir, "boxring16.toml", &text);
-    let out_dir = dir.join("out");
-    let args = [
-        "--topo",
-        &topo,
-        "--coll",
-        "allreduce",
-        "--json",
-        "--out",
-        out_dir.to_str().unwrap(),
-    ];
-    let out = synth(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let at = &doc["at_1gb"];
-    let best = &at["sizes"].as_array().unwrap().last().unwrap()["algorithm"];
-    assert!(best.as_str().unwrap().contains("-os"), "{at}");
-    let (busbw, two_phase) = (
-        at["busbw"].as_f64().unwrap(),
-        at["two_phase"].as_f64().unwrap(),
-    );
-    assert!(busbw >= 0.9935 * two_phase, "{at}");
+    let doc = main_command_json(&["--topo", &topo, "--coll", "allreduce"], dir);
+    let (best, busbw, _) = chosen_at_1gb(&doc);
+    let two_phase = doc["at_1gb"]["two_phase"].as_f64().unwrap();
+    assert!(best.contains("-os"), "{}", doc["at_1gb"]);
+    assert!(busbw >= 0.9935 * two_phase, "{}", doc["at_1gb"]);
 }

@@ -75,6 +75,81 @@ impl Translations {
         reps
     }
 
+    /// The subgroup in which at most `limits[j]` (at least one) elements map switch
+    /// constraint `j` of `topology` to itself: the group itself where it already is one, else
+    /// grown from the identity by taking each element in turn whose addition keeps it one.
+    /// Trees grown under a group put, in one step, an edge's image through a constraint for
+    /// every element fixing it (two GPUs behind one NIC, a node's oversubscribed uplink).
+    pub fn within_switch_limits(&self, topology: &Topology, limits: &[u32]) -> Translations {
+        let n = self.elements[0].len();
+        // Per constraint held to fewer elements than fix it: which elements fix it.
+        let crowded: Vec<(Vec<bool>, usize)> = (topology.switches.iter().zip(limits))
+            .filter_map(|(s, &limit)| {
+                let fixes = self.fixing(s, n);
+                let limit = limit.max(1) as usize;
+                (fixes.iter().filter(|&&f| f).count() > limit).then_some((fixes, limit))
+            })
+            .collect();
+        if crowded.is_empty() {
+            return self.clone();
+        }
+        // An element of a group acting freely is known by its image of rank 0.
+        let mut by_image = vec![usize::MAX; n];
+        for (i, g) in self.elements.iter().enumerate() {
+            by_image[g[0] as usize] = i;
+        }
+        let product =
+            |a: usize, b: usize| by_image[self.elements[a][self.elements[b][0] as usize] as usize];
+        let mut members = vec![true];
+        members.resize(self.order(), false);
+        let mut generators: Vec<usize> = Vec::new();
+        for g in 1..self.order() {
+            if members[g] {
+                continue;
+            }
+            generators.push(g);
+            let mut grown = vec![false; self.order()];
+            grown[0] = true;
+            let mut queue = vec![0];
+            while let Some(a) = queue.pop() {
+                for &x in &generators {
+                    let p = product(x, a);
+                    if !grown[p] {
+                        grown[p] = true;
+                        queue.push(p);
+                    }
+                }
+            }
+            let fits = crowded.iter().all(|(fixes, limit)| {
+                (grown.iter().zip(fixes)).filter(|(&m, &f)| m && f).count() <= *limit
+            });
+            if fits {
+                members = grown;
+            } else {
+                generators.pop();
+            }
+        }
+        Translations {
+            elements: (self.elements.iter().zip(&members))
+                .filter(|(_, &m)| m)
+                .map(|(g, _)| g.clone())
+                .collect(),
+        }
+    }
+
+    /// Per element, whether it maps the constraint's senders and receivers to themselves.
+    fn fixing(&self, s: &super::SwitchConstraint, n: usize) -> Vec<bool> {
+        let (mut src, mut dst) = (vec![false; n], vec![false; n]);
+        s.srcs.iter().for_each(|&r| src[r] = true);
+        s.dsts.iter().for_each(|&r| dst[r] = true);
+        (self.elements.iter())
+            .map(|g| {
+                s.srcs.iter().all(|&r| src[g[r] as usize])
+                    && s.dsts.iter().all(|&r| dst[g[r] as usize])
+            })
+            .collect()
+    }
+
     /// Each rank's orbit, named by its smallest rank.
     fn orbit_names(&self) -> Vec<usize> {
         let n = self.elements[0].len();
@@ -501,5 +576,55 @@ mod shift_tests {
         let shift: Vec<usize> = (0..16).map(|r| (r + 8) % 16).collect();
         assert!(t.is_automorphism(&shift));
         assert!(t.is_automorphism(&rot));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod subgroup_tests {
+    use crate::topology::toml_format::{parse, Source};
+    use crate::topology::Topology;
+
+    /// Four 2x2x2 tori on rails, each NIC (25 GB/s, one capacity unit) shared by two GPUs.
+    pub(crate) fn tori_sharing_nics() -> Topology {
+        let src = Source {
+            label: "shared.toml".into(),
+            text: "[multinode]\nnode = \"torus-3d:2x2x2\"\nnodes = 4\nnetwork = \"rail\"\n\
+                   nic_bandwidth = 25\nnics_per_node = 4\n",
+            dir: None,
+            stem: "shared".into(),
+        };
+        parse(&src, None, 0).unwrap().topology
+    }
+
+    #[test]
+    fn a_nic_shared_by_two_gpus_narrows_the_group_to_elements_that_move_it() {
+        let t = tori_sharing_nics();
+        let group = t.translations();
+        assert_eq!(group.order(), 32);
+        let caps = t.index().capacities.clone().unwrap();
+        assert!(caps.switches.iter().all(|&c| c == 1));
+        // The element swapping the two GPUs of every NIC fixes each NIC's constraints.
+        let n = t.ranks;
+        let fixes_some = |g: &Vec<u32>| {
+            let s = super::Translations {
+                elements: vec![g.clone()],
+            };
+            t.switches.iter().any(|sw| s.fixing(sw, n)[0])
+        };
+        assert!(group.elements[1..].iter().any(fixes_some));
+        let narrowed = group.within_switch_limits(&t, &caps.switches);
+        assert_eq!(narrowed.order(), 16);
+        assert!(narrowed.elements[1..].iter().all(|g| !fixes_some(g)));
+        assert_eq!(narrowed.representatives().len(), 2);
+        // Closed under products and acting freely: a group.
+        for a in &narrowed.elements {
+            for b in &narrowed.elements {
+                let ab: Vec<u32> = b.iter().map(|&x| a[x as usize]).collect();
+                assert!(narrowed.elements.contains(&ab));
+            }
+        }
+        // Where every constraint holds two edges, the group stays whole.
+        let two = vec![2; t.switches.len()];
+        assert_eq!(group.within_switch_limits(&t, &two), group);
     }
 }

@@ -80,18 +80,28 @@ pub struct TreeResult {
 
 impl TreeResult {
     /// The schedules the engine offers: of the two tree schedules, those not dominated in
-    /// (steps, rounds per chunk); the same at the best-rate piece count beside them (fewer
-    /// rounds per chunk, so they would dominate the pipelined ones that simulate faster);
-    /// the grown trees at finer pieces (dominated in steps, faster at large sizes); the
-    /// shallowest trees' schedules (fewer steps and rounds, yet not always faster).
+    /// (steps, rounds per chunk); the grown trees where those do not dominate them (never
+    /// the reverse: a grown step puts an edge through a NIC from each of the GPUs sharing it,
+    /// which the runtime runs side by side, so four 2x2x2 tori with a NIC per two GPUs
+    /// simulate the list schedule's 44 steps faster at 1 GB than the grown trees' 36); the
+    /// same at the best-rate piece count beside them (fewer rounds per chunk, so they would
+    /// dominate the pipelined ones that simulate faster); the grown trees at finer pieces
+    /// (dominated in steps, faster at large sizes); the shallowest trees' schedules (fewer
+    /// steps and rounds, yet not always faster).
     fn candidates(self) -> Vec<Algorithm> {
         let mut algorithms = crate::frontier::pareto_filter(
-            [self.algorithm]
-                .into_iter()
-                .chain(self.listed)
-                .chain(self.grown)
-                .collect(),
+            [self.algorithm].into_iter().chain(self.listed).collect(),
         );
+        let dominated = |g: &Algorithm| {
+            algorithms.iter().any(|a| {
+                let (s, r) = (a.num_steps(), a.rounds_per_chunk());
+                (s, r) != (g.num_steps(), g.rounds_per_chunk())
+                    && s <= g.num_steps()
+                    && r <= g.rounds_per_chunk()
+            })
+        };
+        let grown: Vec<Algorithm> = self.grown.into_iter().filter(|g| !dominated(g)).collect();
+        algorithms.extend(grown);
         if let Some((depth, listed)) = self.best_rate {
             algorithms.extend(crate::frontier::pareto_filter(
                 [depth].into_iter().chain(listed).collect(),
@@ -325,14 +335,17 @@ fn schedules_of(
     let listed = listed_at(&choice);
     let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
     let best_rate = best_rate.map(|(a, c)| (a, listed_at(&c)));
+    // The rate the depth and list schedules reach in their rounds (below the rounding's
+    // where a step cannot fill every link: 3 x 25/30 GB/s per root on four 2x2x2 tori with a
+    // NIC per two GPUs, whose rounding gives 2.778).
+    let unit = schedule::capacities(topology, index)?.unit_gbps;
+    let rate = |a: &Algorithm| a.chunks() as f64 * unit / a.rounds().max(1) as f64;
+    let stepped = (std::iter::once(&algorithm).chain(&listed))
+        .map(rate)
+        .fold(0.0, f64::max);
     let (grown, bar) = if rounding_loses {
-        (grown, scheduled_gbps)
+        (grown, scheduled_gbps.min(stepped))
     } else {
-        let unit = schedule::capacities(topology, index)?.unit_gbps;
-        let rate = |a: &Algorithm| a.chunks() as f64 * unit / a.rounds().max(1) as f64;
-        let stepped = (std::iter::once(&algorithm).chain(&listed))
-            .map(rate)
-            .fold(0.0, f64::max);
         let loses = stepped < optimum_gbps * (1.0 - 1e-3);
         let (grown, late) = if grows && loses {
             grow(LATE_GROWTH_WORK)
@@ -843,6 +856,7 @@ fn rail_view_candidates(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::origin::Family;
     use crate::topology::load;
 
     fn limits(max_chunks_given: bool) -> Limits {
@@ -863,6 +877,22 @@ mod tests {
         let progress = crate::progress::Progress::hidden();
         let limits = limits(max_chunks_given);
         synthesize_trees(t, &t.index(), &coll, &limits, &progress, Depth::Both).unwrap()
+    }
+
+    #[test]
+    fn grown_trees_do_not_push_the_list_schedules_out() {
+        // Four 2x2x2 tori with a NIC per two GPUs: the grown trees (18 steps, 9 rounds per
+        // piece) dominate the list schedules in steps and rounds, yet the lists simulate
+        // faster at 1 GB (the NIC's two GPUs send side by side); both are offered.
+        let t = crate::topology::translations::subgroup_tests::tori_sharing_nics();
+        let candidates = allgather_trees(&t, false).candidates();
+        let grown = (candidates.iter())
+            .find(|a| a.origin.family == Family::Grown)
+            .expect("grown trees");
+        assert_eq!(grown.num_steps(), 18);
+        assert!(candidates.iter().any(|a| a.origin.family == Family::Listed
+            && a.num_steps() > grown.num_steps()
+            && a.rounds_per_chunk() > grown.rounds_per_chunk()));
     }
 
     /// The tree engine's allgather search on `t` (as the main command runs it, standing

@@ -1,5 +1,5 @@
 //! Where an algorithm comes from: its typed provenance ([`Family`], [`Origin`]) and the one
-//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-os][-ps|-pa]`).
+//! renderer of algorithm names built from it (`COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-sv][-ac][-2r][-lr][-os][-ps|-pa]`).
 //!
 //! Code that decides anything about an algorithm (which allreduce halves pair, which are
 //! renumbered into messages) reads its [`Origin`], never its name: the name is for people
@@ -237,6 +237,12 @@ pub struct Origin {
     /// ([`crate::topology::shape::rail_view`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rail_view: bool,
+    /// Scheduled on the fabric's split view (named `-sv`): each switch constraint that
+    /// several ranks share on both sides (a NIC two GPUs share) split into equal shares, one
+    /// per rank, as the runtime shares it when those ranks send side by side
+    /// ([`crate::topology::shape::split_view`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split_view: bool,
     /// Lowered with a connection's channels free to overlap the slices the runtime replays
     /// the program for (named `-os`): a connection split over several channels keeps its
     /// first transfer on its first channel, which starts the next slice once it has sent its
@@ -319,6 +325,7 @@ impl Origin {
             local_reductions: false,
             address_channels: false,
             rail_view: false,
+            split_view: false,
             overlapping_slices: false,
             pacing: Pacing::Unpaced,
         }
@@ -357,7 +364,7 @@ pub struct NameParts<'a> {
     pub chunks: usize,
 }
 
-/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-ac][-2r][-lr][-os][-ps|-pa]`, cut to [`MAX_NAME`] by
+/// The one name renderer: `COLL-TOPO[-TAG]-sS-rR-cC[-chC][-gK][-rv][-sv][-ac][-2r][-lr][-os][-ps|-pa]`, cut to [`MAX_NAME`] by
 /// dropping the end of the tag (so steps, rounds, chunks and stages stay).
 pub fn render(parts: NameParts) -> String {
     let mut head = format!("{}-{}-", parts.kind, topology_label(parts.topology));
@@ -374,6 +381,9 @@ pub fn render(parts: NameParts) -> String {
     }
     if parts.origin.rail_view {
         tail.push_str("-rv");
+    }
+    if parts.origin.split_view {
+        tail.push_str("-sv");
     }
     if parts.origin.address_channels {
         tail.push_str("-ac");
@@ -438,6 +448,7 @@ mod tests {
                 local_reductions: false,
                 address_channels: false,
                 rail_view: false,
+                split_view: false,
                 overlapping_slices: false,
                 pacing: Pacing::Unpaced,
             },
@@ -523,6 +534,7 @@ mod tests {
                 local_reductions: false,
                 address_channels: true,
                 rail_view: false,
+                split_view: false,
                 overlapping_slices: false,
                 pacing: Pacing::Reductions,
             },
@@ -537,6 +549,7 @@ mod tests {
         // On a rail view as well: the whole tag gives way.
         let origin = Origin {
             rail_view: true,
+            split_view: true,
             ..Origin::of(Family::Listed)
         };
         let n = render(NameParts {
@@ -555,7 +568,7 @@ mod tests {
             chunks: 16,
         });
         assert!(n.len() <= MAX_NAME, "{n}");
-        assert!(n.ends_with("-s121-r4600-c16-g12-rv-ac-2r-os-pa"), "{n}");
+        assert!(n.ends_with("-s121-r4600-c16-g12-rv-sv-ac-2r-os-pa"), "{n}");
         assert!(!n.contains("--"), "{n}");
     }
 

@@ -1182,9 +1182,12 @@ fn compose_pairs(
     let mut alike = Vec::new();
     for x in rs {
         for y in ag {
-            // Halves packed on the fabric's rail view pair with each other only: the view is
-            // tried beside the fabric, not mixed into every pair (two DGX-2s: 9 s more).
-            if x.origin.rail_view != y.origin.rail_view {
+            // Halves packed on the fabric's rail view (or split view) pair with each other
+            // only: the view is tried beside the fabric, not mixed into every pair (two
+            // DGX-2s: 9 s more).
+            if (x.origin.rail_view, x.origin.split_view)
+                != (y.origin.rail_view, y.origin.split_view)
+            {
                 continue;
             }
             let same = x.origin.family.pairs_with(&y.origin.family);
@@ -1364,8 +1367,9 @@ fn joined(
         serial_links: x.serial_links || y.serial_links,
         ..Algorithm::made(family, topology.name.clone(), collective, steps)
     };
-    if rs.origin.rail_view || ag.origin.rail_view {
-        algorithm.origin.rail_view = true;
+    if rs.origin.rail_view || ag.origin.rail_view || rs.origin.split_view || ag.origin.split_view {
+        algorithm.origin.rail_view = rs.origin.rail_view || ag.origin.rail_view;
+        algorithm.origin.split_view = rs.origin.split_view || ag.origin.split_view;
         algorithm = algorithm.renamed();
     }
     // Where a half is laid out in step groups, each half keeps its groups and the phases get

@@ -1,7 +1,7 @@
 //! Shape recognisers: the structures of a fabric that constructions and baselines build
 //! on (its nodes, rails between identical nodes, a square 2-D torus), found once here.
 
-use super::{Link, Topology, TopologyIndex};
+use super::{Link, SwitchConstraint, Topology, TopologyIndex};
 
 /// The ranks of each node in rank order (every node of `topology.nodes()`, empty ones
 /// included).
@@ -65,6 +65,53 @@ pub fn rail_view(topology: &Topology, index: &TopologyIndex) -> Option<Topology>
         links: topology.links.iter().filter(|l| rail(l)).cloned().collect(),
         switches: topology.switches.clone(),
         runtime: topology.runtime,
+    })
+}
+
+/// The fabric's split view: every switch constraint with several ranks on both sides (a NIC
+/// that two GPUs share, a node's uplink) split into equal shares, one per rank of its
+/// smaller side (its senders where the sides are alike); the rest as it is. `None` where no
+/// constraint is shared so. A schedule of the view runs on the fabric, where the ranks that
+/// share a constraint send side by side, each at its share, as the view's steps assume (on
+/// the fabric itself a step gives the whole NIC to one of its GPUs, which the runtime does
+/// not keep to once the slices drift).
+pub fn split_view(topology: &Topology) -> Option<Topology> {
+    let shared = |s: &SwitchConstraint| s.srcs.len() > 1 && s.dsts.len() > 1;
+    if !topology.switches.iter().any(shared) {
+        return None;
+    }
+    let mut switches = Vec::new();
+    for s in &topology.switches {
+        if !shared(s) {
+            switches.push(s.clone());
+            continue;
+        }
+        let by_senders = s.srcs.len() <= s.dsts.len();
+        let mut side = if by_senders {
+            s.srcs.clone()
+        } else {
+            s.dsts.clone()
+        };
+        side.sort_unstable();
+        side.dedup();
+        let share = s.bandwidth / side.len() as f64;
+        for &r in &side {
+            let (srcs, dsts) = if by_senders {
+                (vec![r], s.dsts.clone())
+            } else {
+                (s.srcs.clone(), vec![r])
+            };
+            switches.push(SwitchConstraint {
+                name: format!("{}-share-{r}", s.name),
+                srcs,
+                dsts,
+                bandwidth: share,
+            });
+        }
+    }
+    Some(Topology {
+        switches,
+        ..topology.clone()
     })
 }
 
@@ -353,6 +400,30 @@ mod tests {
         assert!(rail_view(&rail, &rail.index()).is_none());
         let box_ = load("dgx-a100").unwrap();
         assert!(rail_view(&box_, &box_.index()).is_none());
+    }
+
+    #[test]
+    fn the_split_view_gives_each_gpu_its_share_of_a_shared_nic() {
+        // Four 2x2x2 tori on rails, a 25 GB/s NIC per two GPUs: each NIC's out constraint
+        // (two senders, six receivers) becomes one per sender, its in constraint one per
+        // receiver, 12.5 GB/s each; the links stay.
+        let t = crate::topology::translations::subgroup_tests::tori_sharing_nics();
+        let view = split_view(&t).expect("shared NICs");
+        assert_eq!(view.links, t.links);
+        assert_eq!(view.switches.len(), 2 * t.switches.len());
+        for s in &view.switches {
+            assert!(s.srcs.len() == 1 || s.dsts.len() == 1, "{s:?}");
+            assert_eq!(s.bandwidth, 12.5);
+        }
+        let out: Vec<_> = (view.switches.iter())
+            .filter(|s| s.name.starts_with("n0-nic0-out"))
+            .map(|s| (s.srcs.clone(), s.dsts.clone()))
+            .collect();
+        let remote = vec![8, 9, 16, 17, 24, 25];
+        assert_eq!(out, [(vec![0], remote.clone()), (vec![1], remote)]);
+        // A NIC per GPU: nothing to split.
+        let own = load("dgx-a100x2").unwrap();
+        assert!(split_view(&own).is_none());
     }
 
     #[test]

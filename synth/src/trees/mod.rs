@@ -877,35 +877,53 @@ fn split_view_candidates(
     depth: Depth,
     packing_gbps: f64,
 ) -> Result<Vec<Algorithm>> {
-    let Some(view) = crate::topology::shape::split_view(problem.topology) else {
+    let Some(split) = crate::topology::shape::split_view(problem.topology) else {
         return Ok(Vec::new());
     };
-    let index = view.index();
-    let progress = problem.progress;
-    progress.message("computing the split view's optimum");
-    let (_, _, on_view) = optimum(&view, &index, coll, progress)?;
-    if (*on_view.numer() as f64 / *on_view.denom() as f64) < packing_gbps * (1.0 - 1e-6) {
-        return Ok(Vec::new());
-    }
-    progress.message("packing trees on the split view");
-    let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth)?;
-    progress.message(&format!(
-        "trees on the split view: packing {:.3} GB/s per root, scheduled {:.3} ({} symmetries)",
-        result.packing_gbps, result.scheduled_gbps, result.symmetry
-    ));
-    result.on_a_view(|o| o.split_view = true);
-    // Each step's rounds in the fabric's own capacities (the view's unit is a share).
+    // On a fat tree also the split view of its rail view: each GPU its share of the NIC and
+    // one peer per other node (three 2x4 tori with a NIC per two GPUs).
+    let on_rails = crate::topology::shape::rail_view(problem.topology, problem.index)
+        .and_then(|rails| crate::topology::shape::split_view(&rails));
     let Some(caps) = problem.index.capacities.as_ref() else {
         bail!("`{}` has no capacities", problem.topology.name);
     };
-    Ok((result.candidates().into_iter())
-        .map(|mut a| {
+    let progress = problem.progress;
+    let mut algorithms = Vec::new();
+    for (view, rails) in std::iter::once((split, false)).chain(on_rails.map(|v| (v, true))) {
+        let index = view.index();
+        let name = if rails {
+            "split rail view"
+        } else {
+            "split view"
+        };
+        progress.message(&format!("computing the {name}'s optimum"));
+        let (_, _, on_view) = optimum(&view, &index, coll, progress)?;
+        let on_view = *on_view.numer() as f64 / *on_view.denom() as f64;
+        if on_view < packing_gbps * (1.0 - 1e-6) {
+            progress.message(&format!(
+                "the {name}'s optimum {on_view:.3} GB/s per root is below the packing's {packing_gbps:.3}: not used"
+            ));
+            continue;
+        }
+        progress.message(&format!("packing trees on the {name}"));
+        let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth)?;
+        progress.message(&format!(
+            "trees on the {name}: packing {:.3} GB/s per root, scheduled {:.3} ({} symmetries)",
+            result.packing_gbps, result.scheduled_gbps, result.symmetry
+        ));
+        result.on_a_view(|o| {
+            o.split_view = true;
+            o.rail_view = rails;
+        });
+        // Each step's rounds in the fabric's own capacities (the view's unit is a share).
+        algorithms.extend(result.candidates().into_iter().map(|mut a| {
             for step in &mut a.steps {
                 step.rounds = crate::load::rounds_needed(problem.index, caps, &step.sends);
             }
             a.renamed()
-        })
-        .collect())
+        }));
+    }
+    Ok(algorithms)
 }
 
 #[cfg(test)]

@@ -92,16 +92,12 @@ impl TreeResult {
         let mut algorithms = crate::frontier::pareto_filter(
             [self.algorithm].into_iter().chain(self.listed).collect(),
         );
-        let dominated = |g: &Algorithm| {
-            algorithms.iter().any(|a| {
-                let (s, r) = (a.num_steps(), a.rounds_per_chunk());
-                (s, r) != (g.num_steps(), g.rounds_per_chunk())
-                    && s <= g.num_steps()
-                    && r <= g.rounds_per_chunk()
-            })
-        };
-        let grown: Vec<Algorithm> = self.grown.into_iter().filter(|g| !dominated(g)).collect();
-        algorithms.extend(grown);
+        crate::frontier::extend_undominated(&mut algorithms, self.grown, |k, g| {
+            let (s, r) = (k.num_steps(), k.rounds_per_chunk());
+            (s, r) != (g.num_steps(), g.rounds_per_chunk())
+                && s <= g.num_steps()
+                && r <= g.rounds_per_chunk()
+        });
         if let Some((depth, listed)) = self.best_rate {
             algorithms.extend(crate::frontier::pareto_filter(
                 [depth].into_iter().chain(listed).collect(),

@@ -170,18 +170,33 @@ impl<'a> Search<'a> {
     /// exponential of the load over the packing's busiest, so that the links and
     /// constraints near the top decide.
     fn cost(&self, load: &[f64], r: usize, t: usize, e: usize, steepness: f64) -> f64 {
-        let penalty = |x: f64| (steepness * (x / self.scale - 1.0)).exp();
         let mut c = 0.0;
-        self.each_use(r, t, e, &mut |x| {
-            c += penalty(load[x] + self.weight[x]) - penalty(load[x])
-        });
+        self.each_use(r, t, e, &mut |x| c += self.growth(load, x, steepness));
         c
     }
 
-    /// The tree whose image under `e` adds the least penalty (the first of equals).
+    /// The growth of resource `x`'s penalty if one more piece used it.
+    fn growth(&self, load: &[f64], x: usize, steepness: f64) -> f64 {
+        let penalty = |v: f64| (steepness * (v / self.scale - 1.0)).exp();
+        penalty(load[x] + self.weight[x]) - penalty(load[x])
+    }
+
+    /// The tree whose image under `e` adds the least penalty (the first of equals). Each
+    /// resource's growth is computed once per call (the trees share their links), the same
+    /// to the bit as [`Search::cost`]'s.
     fn cheapest(&self, load: &[f64], r: usize, e: usize, steepness: f64) -> usize {
+        let mut growth = vec![f64::NAN; load.len()];
         (0..self.tree_links[r].len())
-            .map(|t| (self.cost(load, r, t, e, steepness), t))
+            .map(|t| {
+                let mut c = 0.0;
+                self.each_use(r, t, e, &mut |x| {
+                    if growth[x].is_nan() {
+                        growth[x] = self.growth(load, x, steepness);
+                    }
+                    c += growth[x];
+                });
+                (c, t)
+            })
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
             .map_or(0, |(_, t)| t)
     }

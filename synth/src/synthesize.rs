@@ -1367,9 +1367,11 @@ fn joined(
         serial_links: x.serial_links || y.serial_links,
         ..Algorithm::made(family, topology.name.clone(), collective, steps)
     };
-    if rs.origin.rail_view || ag.origin.rail_view || rs.origin.split_view || ag.origin.split_view {
-        algorithm.origin.rail_view = rs.origin.rail_view || ag.origin.rail_view;
-        algorithm.origin.split_view = rs.origin.split_view || ag.origin.split_view;
+    let rail_view = rs.origin.rail_view || ag.origin.rail_view;
+    let split_view = rs.origin.split_view || ag.origin.split_view;
+    if rail_view || split_view {
+        algorithm.origin.rail_view = rail_view;
+        algorithm.origin.split_view = split_view;
         algorithm = algorithm.renamed();
     }
     // Where a half is laid out in step groups, each half keeps its groups and the phases get

@@ -93,7 +93,9 @@ impl Translations {
         if crowded.is_empty() {
             return self.clone();
         }
-        // An element of a group acting freely is known by its image of rank 0.
+        // An element of a group acting freely is known by its image of rank 0, so a subgroup
+        // is closed over element indices (`generated` composes whole permutations, n times
+        // the work per product, for every element tried).
         let mut by_image = vec![usize::MAX; n];
         for (i, g) in self.elements.iter().enumerate() {
             by_image[g[0] as usize] = i;

@@ -183,7 +183,8 @@ impl<'a> Search<'a> {
 
     /// The tree whose image under `e` adds the least penalty (the first of equals). Each
     /// resource's growth is computed once per call (the trees share their links), the same
-    /// to the bit as [`Search::cost`]'s.
+    /// to the bit as [`Search::cost`]'s; summed here, in the hot loop, without a second
+    /// dynamic closure per use.
     fn cheapest(&self, load: &[f64], r: usize, e: usize, steepness: f64) -> usize {
         let mut growth = vec![f64::NAN; load.len()];
         (0..self.tree_links[r].len())

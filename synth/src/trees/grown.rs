@@ -32,8 +32,9 @@ use std::time::Instant;
 /// A piece's arrival step at a rank it has not reached.
 const NOT_YET: u32 = u32::MAX;
 
-/// Most pieces per root tried.
-const MAX_CHUNKS: usize = 16;
+/// Most pieces per root tried (also the finest list schedule's, `listed_finer` in
+/// [`super`]).
+pub(crate) const MAX_CHUNKS: usize = 16;
 
 /// Most pieces grown together (representatives × pieces per root).
 const MAX_PIECES: usize = 64;

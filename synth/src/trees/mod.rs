@@ -59,6 +59,10 @@ pub struct TreeResult {
     /// The grown trees at finer pieces, where those pipeline better at large sizes
     /// ([`grown::Grown`]): the same rate in more steps, so kept beside the frontier.
     pub grown_finer: Option<Algorithm>,
+    /// The list schedule at finer pieces, where the list schedule takes more rounds per
+    /// piece than the optimum: fewer rounds per piece in more steps, so kept beside the
+    /// frontier.
+    pub listed_finer: Option<Algorithm>,
     /// With [`Depth::Both`], the schedules of the shallowest trees at the optimum
     /// ([`packing::shallower`]) that the first packing's do not have.
     pub shallow: Vec<Algorithm>,
@@ -104,6 +108,7 @@ impl TreeResult {
             ));
         }
         algorithms.extend(self.grown_finer);
+        algorithms.extend(self.listed_finer);
         algorithms.extend(crate::frontier::pareto_filter(self.shallow));
         algorithms
     }
@@ -124,7 +129,8 @@ impl TreeResult {
             .listed
             .iter_mut()
             .chain(&mut self.grown)
-            .chain(&mut self.grown_finer))
+            .chain(&mut self.grown_finer)
+            .chain(&mut self.listed_finer))
         .chain(best_rate)
         .chain(&mut self.shallow)
         .for_each(mark);
@@ -140,6 +146,7 @@ impl TreeResult {
             .chain(&self.listed)
             .chain(&self.grown)
             .chain(&self.grown_finer)
+            .chain(&self.listed_finer)
             .chain(best_rate)
             .chain(&self.shallow)
     }
@@ -340,6 +347,30 @@ fn schedules_of(
     let stepped = (std::iter::once(&algorithm).chain(&listed))
         .map(rate)
         .fold(0.0, f64::max);
+    // Where no schedule reaches the optimum in its rounds and the list schedule's
+    // pieces span two or more slices at 1 GB, the same trees at the most pieces that are a multiple
+    // of its count, list-scheduled: the extra rounds spread over more pieces (four 4-GPU
+    // cliques on a ring: one piece per root in 7 rounds where the optimum takes 6, sixteen in
+    // 97), and finer pieces pipeline better at large sizes, like the grown trees'.
+    let best_listed = (best_rate.iter()).flat_map(|(_, l)| l);
+    let reached = best_listed.map(rate).fold(stepped, f64::max);
+    let listed_finer = match &listed {
+        Some(a) if reached < optimum_gbps * (1.0 - 1e-3) => {
+            let mut most = expressible_chunks(topology).min(grown::MAX_CHUNKS);
+            if limits.max_chunks_given {
+                most = most.min(limits.max_chunks);
+            }
+            let fine = most / choice.chunks * choice.chunks;
+            let slices = crate::layout::reference::slices(topology, Kind::AllGather, choice.chunks);
+            let option = (fine > choice.chunks && slices >= 2.0)
+                .then(|| round(fine))
+                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && fits(o));
+            option
+                .and_then(|o| listed_at(&o))
+                .filter(|f| rate(f) > rate(a) * (1.0 + 1e-3))
+        }
+        _ => None,
+    };
     let (grown, bar) = if rounding_loses {
         (grown, scheduled_gbps.min(stepped))
     } else {
@@ -366,6 +397,7 @@ fn schedules_of(
         listed,
         grown,
         grown_finer,
+        listed_finer,
         shallow: Vec::new(),
         optimum_gbps,
         packing_gbps: packing.rate_gbps,
@@ -962,6 +994,49 @@ mod tests {
         assert!(candidates.iter().any(|a| a.origin.family == Family::Listed
             && a.num_steps() > grown.num_steps()
             && a.rounds_per_chunk() > grown.rounds_per_chunk()));
+    }
+
+    /// `groups` cliques of four ranks (25 GB/s links), each clique's last rank linked to the
+    /// next clique's first: the inter-clique links are the bottleneck, and one piece per
+    /// root list-schedules in 7 rounds where the optimum takes 6.
+    fn ring_of_cliques(groups: usize) -> Topology {
+        let mut text = format!("ranks = {}\n", 4 * groups);
+        let mut link = |a: usize, b: usize| text += &format!("[[link]]\nsrc = {a}\ndst = {b}\n");
+        for g in 0..groups {
+            for (a, b) in [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)] {
+                link(4 * g + a, 4 * g + b);
+            }
+            link(4 * g + 3, 4 * ((g + 1) % groups));
+        }
+        let src = crate::topology::toml_format::Source {
+            label: "cliques.toml".into(),
+            text: &text,
+            dir: None,
+            stem: "cliques".into(),
+        };
+        crate::topology::toml_format::parse(&src, None, 0)
+            .unwrap()
+            .topology
+    }
+
+    #[test]
+    fn a_list_schedule_that_loses_rounds_gets_a_finer_twin() {
+        // Four 4-GPU cliques on a ring: one piece per root reaches the optimum (6 rounds per
+        // piece), but its list schedule takes 7; sixteen pieces per root spread the extra
+        // round (97, 6.06 per piece).
+        let t = ring_of_cliques(4);
+        let trees = allgather_trees(&t, false);
+        let listed = trees.listed.as_ref().expect("a list schedule");
+        assert_eq!((listed.chunks(), listed.rounds()), (1, 7));
+        let finer = trees.listed_finer.as_ref().expect("a finer list schedule");
+        assert_eq!((finer.chunks(), finer.rounds()), (16, 97));
+        crate::check::check(finer, &t).unwrap();
+        assert!(trees.candidates().iter().any(|a| a.chunks() == 16));
+        // A given piece cap bounds it: 8 pieces in 49 rounds.
+        let capped = allgather_trees(&t, true)
+            .listed_finer
+            .expect("within the cap");
+        assert_eq!((capped.chunks(), capped.rounds()), (8, 49));
     }
 
     #[test]

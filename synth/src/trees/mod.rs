@@ -325,12 +325,14 @@ fn schedules_of(
         balance_roots,
     )?;
     progress.message("list-scheduling the trees");
-    let mut listed_at = |choice: &rounding::ChunkOption| {
+    // Whether the deadline stopped a list schedule.
+    let listed_late = std::cell::Cell::new(false);
+    let listed_at = |choice: &rounding::ChunkOption| {
         let listed = listed_candidate(topology, index, &packing, coll.kind, choice, limits);
         match listed {
             Ok(a) => Some(a),
             Err(e) => {
-                out_of_time |= e.is::<listed::OutOfTime>();
+                listed_late.set(listed_late.get() | e.is::<listed::OutOfTime>());
                 progress.message(&format!("no list-scheduled candidate: {e:#}"));
                 None
             }
@@ -347,15 +349,32 @@ fn schedules_of(
     let stepped = (std::iter::once(&algorithm).chain(&listed))
         .map(rate)
         .fold(0.0, f64::max);
-    // Where no schedule reaches the optimum in its rounds and the list schedule's
-    // pieces span two or more slices at 1 GB, the same trees at the most pieces that are a multiple
-    // of its count, list-scheduled: the extra rounds spread over more pieces (four 4-GPU
-    // cliques on a ring: one piece per root in 7 rounds where the optimum takes 6, sixteen in
-    // 97), and finer pieces pipeline better at large sizes, like the grown trees'.
+    let (grown, bar) = if rounding_loses {
+        (grown, scheduled_gbps.min(stepped))
+    } else {
+        let loses = stepped < optimum_gbps * (1.0 - 1e-3);
+        let (grown, late) = if grows && loses {
+            grow(LATE_GROWTH_WORK)
+        } else {
+            (None, false)
+        };
+        out_of_time |= late;
+        (grown, stepped)
+    };
+    let grown = grown.filter(|g| g.rate > bar * (1.0 + 1e-3));
+    // Where no schedule reaches the optimum in its rounds (the grown trees included) and the
+    // list schedule's pieces span two or more slices at 1 GB, the same trees at the most
+    // pieces that are a multiple of its count, list-scheduled: the extra rounds spread over
+    // more pieces (four 4-GPU cliques on a ring: one piece per root in 7 rounds where the
+    // optimum takes 6, sixteen in 97), and finer pieces pipeline better at large sizes, like
+    // the grown trees'.
+    let grown_at_optimum = grown
+        .as_ref()
+        .is_some_and(|g| g.rate >= optimum_gbps * (1.0 - 1e-3));
     let best_listed = (best_rate.iter()).flat_map(|(_, l)| l);
     let reached = best_listed.map(rate).fold(stepped, f64::max);
     let listed_finer = match &listed {
-        Some(a) if reached < optimum_gbps * (1.0 - 1e-3) => {
+        Some(a) if reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum => {
             let mut most = expressible_chunks(topology).min(grown::MAX_CHUNKS);
             if limits.max_chunks_given {
                 most = most.min(limits.max_chunks);
@@ -371,19 +390,7 @@ fn schedules_of(
         }
         _ => None,
     };
-    let (grown, bar) = if rounding_loses {
-        (grown, scheduled_gbps.min(stepped))
-    } else {
-        let loses = stepped < optimum_gbps * (1.0 - 1e-3);
-        let (grown, late) = if grows && loses {
-            grow(LATE_GROWTH_WORK)
-        } else {
-            (None, false)
-        };
-        out_of_time |= late;
-        (grown, stepped)
-    };
-    let grown = grown.filter(|g| g.rate > bar * (1.0 + 1e-3));
+    out_of_time |= listed_late.get();
     let (grown, grown_finer) = match grown {
         Some(g) => (
             Some(staged(topology, index, g.algorithm)),

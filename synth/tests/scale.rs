@@ -207,6 +207,7 @@ fn tree_packing_reaches_the_optimum_rate() {
             &limits,
             &progress,
             Depth::Both,
+            1,
         )
         .unwrap();
         assert!(
@@ -303,6 +304,7 @@ fn a_1024_rank_torus_allgather_has_a_program_the_xml_parser_loads() {
         &tree_limits(),
         &progress,
         Depth::Both,
+        1,
     )
     .unwrap();
     let grown = r.grown.expect("grown trees on the renumbered torus");
@@ -886,6 +888,7 @@ fn listed_whole_trees_reach_the_optimum_on_a_rectangular_torus() {
             &limits,
             &progress,
             Depth::Both,
+            1,
         )
         .unwrap();
         assert!((r.scheduled_gbps - r.optimum_gbps).abs() <= 1e-9 * r.optimum_gbps);

@@ -176,6 +176,7 @@ mod tests {
             &limits,
             &progress,
             crate::trees::Depth::Both,
+            1,
         )
         .unwrap();
         assert_eq!(r.algorithm.step_groups, Some(vec![0, 1]));

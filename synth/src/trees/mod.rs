@@ -165,7 +165,9 @@ pub enum Depth {
 }
 
 /// Packs trees for `coll` (allgather or broadcast, any C) on `topology`: with `depth`, from
-/// which packings at the optimum (column generation's only; whole trees are kept as built).
+/// which packings at the optimum (column generation's only; whole trees are kept as built);
+/// `phases` of them make one program (2: an allreduce's halves), which the XML must hold.
+#[allow(clippy::too_many_arguments)]
 pub fn synthesize_trees(
     topology: &Topology,
     index: &TopologyIndex,
@@ -173,6 +175,7 @@ pub fn synthesize_trees(
     limits: &Limits,
     progress: &crate::progress::Progress,
     depth: Depth,
+    phases: usize,
 ) -> Result<TreeResult> {
     let (group, roots, optimum) = optimum(topology, index, coll, progress)?;
     let optimum_gbps = *optimum.numer() as f64 / *optimum.denom() as f64;
@@ -209,13 +212,21 @@ pub fn synthesize_trees(
         limits,
         progress,
         packing,
-        optimum_gbps,
+        (optimum_gbps, phases),
     )?;
     // Neither packing's trees win everywhere (eight DGX-1s: the shallow allgather is faster
     // at 1 GB, the reduce-scatter of the first packing): both go on, the simulation decides.
     if let Some(p) = shallow {
         progress.message("scheduling the shallowest trees");
-        let other = schedules_of(topology, index, coll, limits, progress, p, optimum_gbps)?;
+        let other = schedules_of(
+            topology,
+            index,
+            coll,
+            limits,
+            progress,
+            p,
+            (optimum_gbps, phases),
+        )?;
         let new: Vec<Algorithm> = (other.algorithms())
             .filter(|a| {
                 !(result.algorithms()).any(|k| k.steps == a.steps && k.step_groups == a.step_groups)
@@ -228,7 +239,8 @@ pub fn synthesize_trees(
     Ok(result)
 }
 
-/// The schedules of `packing` (at the exact optimum `optimum_gbps` per root) for `coll`.
+/// The schedules of `packing` (at the exact optimum `optimum_gbps` per root) for `coll`, in
+/// programs of `phases` such layouts.
 fn schedules_of(
     topology: &Topology,
     index: &TopologyIndex,
@@ -236,7 +248,7 @@ fn schedules_of(
     limits: &Limits,
     progress: &crate::progress::Progress,
     mut packing: packing::Packing,
-    optimum_gbps: f64,
+    (optimum_gbps, phases): (f64, usize),
 ) -> Result<TreeResult> {
     let group = packing.group.clone();
     let roots: Vec<usize> = packing.roots.iter().map(|r| r.root).collect();
@@ -249,8 +261,9 @@ fn schedules_of(
     // Only counts whose every rank's steps fit the XML parser (one piece per root always
     // stays): a rank that relays for many roots sends far more than the average that
     // `expressible_chunks` assumes.
-    let fits =
-        |o: &rounding::ChunkOption| o.chunks == 1 || fits_the_xml(topology, &packing, coll.kind, o);
+    let fits = |o: &rounding::ChunkOption| {
+        o.chunks == 1 || fits_the_xml(topology, &packing, coll.kind, o, 1)
+    };
     let mut options: Vec<rounding::ChunkOption> = (1..=cap).map(&round).filter(fits).collect();
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);
     // Grown under a group that maps the fabric to itself: first where the packing's pieces
@@ -340,6 +353,8 @@ fn schedules_of(
     };
     let listed = listed_at(&choice);
     let scheduled_gbps = best_rate.as_ref().map_or(choice.rate, |(_, c)| c.rate);
+    // The piece count of the best-rate layout, where it is not the pipelined one.
+    let best_count = best_rate.as_ref().map(|(_, c)| c.chunks);
     let best_rate = best_rate.map(|(a, c)| (a, listed_at(&c)));
     // The rate the depth and list schedules reach in their rounds (below the rounding's
     // where a step cannot fill every link: 3 x 25/30 GB/s per root on four 2x2x2 tori with a
@@ -364,26 +379,34 @@ fn schedules_of(
     let grown = grown.filter(|g| g.rate > bar * (1.0 + 1e-3));
     // Where no schedule reaches the optimum in its rounds (the grown trees included) and the
     // list schedule's pieces span two or more slices at 1 GB, the same trees at the most
-    // pieces that are a multiple of its count, list-scheduled: the extra rounds spread over
-    // more pieces (four 4-GPU cliques on a ring: one piece per root in 7 rounds where the
-    // optimum takes 6, sixteen in 97), and finer pieces pipeline better at large sizes, like
-    // the grown trees'.
+    // pieces that are a multiple of its count (of the best-rate count where that one is
+    // laid out too), list-scheduled: the extra rounds spread over more pieces (four 4-GPU
+    // cliques on a ring: one piece per root in 7 rounds where the optimum takes 6, sixteen in
+    // 97), and finer pieces pipeline better at large sizes, like the grown trees'.
     let grown_at_optimum = grown
         .as_ref()
         .is_some_and(|g| g.rate >= optimum_gbps * (1.0 - 1e-3));
-    let best_listed = (best_rate.iter()).flat_map(|(_, l)| l);
-    let reached = best_listed.map(rate).fold(stepped, f64::max);
-    let listed_finer = match &listed {
-        Some(a) if reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum => {
-            let mut most = expressible_chunks(topology).min(grown::MAX_CHUNKS);
-            if limits.max_chunks_given {
-                most = most.min(limits.max_chunks);
-            }
-            let fine = most / choice.chunks * choice.chunks;
-            let slices = crate::layout::reference::slices(topology, Kind::AllGather, choice.chunks);
-            let option = (fine > choice.chunks && slices >= 2.0)
+    let best_listed = best_rate.as_ref().and_then(|(_, l)| l.as_ref());
+    let reached = best_listed.map_or(stepped, |l| stepped.max(rate(l)));
+    // Within the parser's limit in a program of `phases` such layouts.
+    let mut most = (expressible_chunks(topology) / phases).min(grown::MAX_CHUNKS);
+    if limits.max_chunks_given {
+        most = most.min(limits.max_chunks);
+    }
+    // The best-rate count where a multiple of it fits, else the pipelined one.
+    let best = best_count.zip(best_listed);
+    let base = (best.into_iter())
+        .chain(std::iter::once(choice.chunks).zip(listed.as_ref()))
+        .find(|&(count, _)| most / count > 1);
+    let listed_finer = match base {
+        Some((base, a)) if reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum => {
+            let fine = most / base * base;
+            let slices = crate::layout::reference::slices(topology, Kind::AllGather, base);
+            let composed =
+                |o: &rounding::ChunkOption| fits_the_xml(topology, &packing, coll.kind, o, phases);
+            let option = (slices >= 2.0)
                 .then(|| round(fine))
-                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && fits(o));
+                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && composed(o));
             option
                 .and_then(|o| listed_at(&o))
                 .filter(|f| rate(f) > rate(a) * (1.0 + 1e-3))
@@ -517,7 +540,9 @@ fn depth_schedule(
                     counts,
                     rate: 1.0 / time,
                 };
-                if balanced.rate > option.rate && fits_the_xml(topology, packing, kind, &balanced) {
+                if balanced.rate > option.rate
+                    && fits_the_xml(topology, packing, kind, &balanced, 1)
+                {
                     *option = balanced;
                 }
             }
@@ -638,8 +663,9 @@ fn expressible_chunks(topology: &Topology) -> usize {
 /// budget: RCCL's most.
 const THREADBLOCK_ROOM: usize = 64;
 
-/// Whether the trees of `packing` at the piece counts of `option` give every rank at most
-/// as many sends and receives as the XML parser holds steps beside the `algo` element, the
+/// Whether the trees of `packing` at the piece counts of `option`, laid out `phases` times
+/// (2: both halves of an allreduce composed of them), give every rank at most as many sends
+/// and receives as the XML parser holds steps beside the `algo` element, the
 /// ranks' `gpu` elements and [`THREADBLOCK_ROOM`] threadblocks (each send and each receive
 /// is at most one step; a hub of random:90:4 relays for many roots: at 7 pieces per root its
 /// list schedule needed 6446 elements of the parser's 4095, and was left out).
@@ -648,6 +674,7 @@ fn fits_the_xml(
     packing: &packing::Packing,
     kind: Kind,
     option: &rounding::ChunkOption,
+    phases: usize,
 ) -> bool {
     let room =
         runtime::limits::MAX_RANK_ELEMENTS.saturating_sub(1 + topology.ranks + THREADBLOCK_ROOM);
@@ -662,7 +689,7 @@ fn fits_the_xml(
             }
         }
     }
-    steps.iter().all(|&s| s <= room)
+    steps.iter().all(|&s| s * phases <= room)
 }
 
 /// Most steps of a list-scheduled tree algorithm.
@@ -755,6 +782,7 @@ impl Engine for TreeEngine {
         } else {
             Depth::Both
         };
+        let phases = if self.half { 2 } else { 1 };
         let result = synthesize_trees(
             problem.topology,
             problem.index,
@@ -762,6 +790,7 @@ impl Engine for TreeEngine {
             limits,
             problem.progress,
             depth,
+            phases,
         )?;
         let mut complete =
             result.packing_gbps >= result.optimum_gbps * (1.0 - 1e-6) && !result.out_of_time;
@@ -780,13 +809,14 @@ impl Engine for TreeEngine {
         // The views' trees while the search has time left; a failure there is a note.
         let mut view_notes = Vec::new();
         if std::time::Instant::now() < limits.deadline {
-            match rail_view_candidates(problem, &coll, limits, depth, optimum_gbps, &algorithms) {
+            let shape = (depth, phases);
+            match rail_view_candidates(problem, &coll, limits, shape, optimum_gbps, &algorithms) {
                 Ok(on_rails) => algorithms.extend(on_rails),
                 Err(e) => view_notes.push(format!("no trees on the rail view: {e:#}")),
             }
         }
         if std::time::Instant::now() < limits.deadline {
-            match split_view_candidates(problem, &coll, limits, depth, packing_gbps) {
+            match split_view_candidates(problem, &coll, limits, (depth, phases), packing_gbps) {
                 Ok(split) => algorithms.extend(split),
                 Err(e) => view_notes.push(format!("no trees on the split view: {e:#}")),
             }
@@ -869,7 +899,7 @@ fn rail_view_candidates(
     problem: &Problem,
     coll: &Collective,
     limits: &Limits,
-    depth: Depth,
+    (depth, phases): (Depth, usize),
     optimum_gbps: f64,
     whole: &[Algorithm],
 ) -> Result<Vec<Algorithm>> {
@@ -887,7 +917,7 @@ fn rail_view_candidates(
         return Ok(Vec::new());
     }
     progress.message("packing trees on the rail view");
-    let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth)?;
+    let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth, phases)?;
     progress.message(&format!(
         "trees on the rail view: packing {:.3} GB/s per root, scheduled {:.3} ({} symmetries)",
         result.packing_gbps, result.scheduled_gbps, result.symmetry
@@ -909,7 +939,7 @@ fn split_view_candidates(
     problem: &Problem,
     coll: &Collective,
     limits: &Limits,
-    depth: Depth,
+    (depth, phases): (Depth, usize),
     packing_gbps: f64,
 ) -> Result<Vec<Algorithm>> {
     let Some(split) = crate::topology::shape::split_view(problem.topology) else {
@@ -941,7 +971,7 @@ fn split_view_candidates(
             continue;
         }
         progress.message(&format!("packing trees on the {name}"));
-        let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth)?;
+        let mut result = synthesize_trees(&view, &index, coll, limits, progress, depth, phases)?;
         progress.message(&format!(
             "trees on the {name}: packing {:.3} GB/s per root, scheduled {:.3} ({} symmetries)",
             result.packing_gbps, result.scheduled_gbps, result.symmetry
@@ -984,7 +1014,7 @@ mod tests {
         let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
         let progress = crate::progress::Progress::hidden();
         let limits = limits(max_chunks_given);
-        synthesize_trees(t, &t.index(), &coll, &limits, &progress, Depth::Both).unwrap()
+        synthesize_trees(t, &t.index(), &coll, &limits, &progress, Depth::Both, 1).unwrap()
     }
 
     #[test]
@@ -1015,15 +1045,7 @@ mod tests {
             }
             link(4 * g + 3, 4 * ((g + 1) % groups));
         }
-        let src = crate::topology::toml_format::Source {
-            label: "cliques.toml".into(),
-            text: &text,
-            dir: None,
-            stem: "cliques".into(),
-        };
-        crate::topology::toml_format::parse(&src, None, 0)
-            .unwrap()
-            .topology
+        parsed(&text)
     }
 
     #[test]
@@ -1044,6 +1066,48 @@ mod tests {
             .listed_finer
             .expect("within the cap");
         assert_eq!((capped.chunks(), capped.rounds()), (8, 49));
+    }
+
+    #[test]
+    fn the_finer_list_schedule_keeps_the_best_rate_count() {
+        // Two 8-GPU cliques, four of their ranks paired across: the optimum takes 15 rounds
+        // per 7 pieces; 4 pieces per root are laid out for pipelining, 7 at the best rate
+        // (16 rounds listed), and the finer list schedule takes a multiple of 7 (14 pieces in
+        // 31 rounds), which keeps the rate, where 16 pieces could not.
+        let mut text = String::from("ranks = 16\n");
+        for a in 0..8 {
+            for b in a + 1..8 {
+                text += &format!("[[link]]\nsrc = {a}\ndst = {b}\n");
+                text += &format!("[[link]]\nsrc = {}\ndst = {}\n", a + 8, b + 8);
+            }
+        }
+        for a in 0..4 {
+            text += &format!("[[link]]\nsrc = {a}\ndst = {}\n", a + 8);
+        }
+        let t = parsed(&text);
+        let trees = allgather_trees(&t, false);
+        let (_, best) = trees.best_rate.as_ref().expect("a best-rate layout");
+        let best = best.as_ref().expect("listed");
+        assert_eq!(
+            (trees.algorithm.chunks(), best.chunks(), best.rounds()),
+            (4, 7, 16)
+        );
+        let finer = trees.listed_finer.as_ref().expect("a finer list schedule");
+        assert_eq!((finer.chunks(), finer.rounds()), (14, 31));
+        crate::check::check(finer, &t).unwrap();
+    }
+
+    /// The topology of TOML `text`.
+    fn parsed(text: &str) -> Topology {
+        let src = crate::topology::toml_format::Source {
+            label: "test.toml".into(),
+            text,
+            dir: None,
+            stem: "test".into(),
+        };
+        crate::topology::toml_format::parse(&src, None, 0)
+            .unwrap()
+            .topology
     }
 
     #[test]
@@ -1135,7 +1199,8 @@ mod tests {
         let t = crate::topology::load_nodes("dgx1", Some(2), None).unwrap();
         let coll = Collective::new(Kind::AllGather, t.ranks, 0, 1).unwrap();
         let progress = crate::progress::Progress::hidden();
-        let at = |depth| synthesize_trees(&t, &t.index(), &coll, &limits(false), &progress, depth);
+        let at =
+            |depth| synthesize_trees(&t, &t.index(), &coll, &limits(false), &progress, depth, 1);
         let first = at(Depth::First).unwrap();
         assert!(first.shallow.is_empty());
         let both = at(Depth::Both).unwrap();

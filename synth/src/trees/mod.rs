@@ -258,11 +258,12 @@ fn schedules_of(
     progress.message(&format!("rounding the packing ({pool} trees) to pieces"));
     let round = shared_rounding(topology, index, &packing);
     let cap = expressible_chunks(topology).min(limits.max_chunks).max(1);
-    // Only counts whose every rank's steps fit the XML parser (one piece per root always
-    // stays): a rank that relays for many roots sends far more than the average that
-    // `expressible_chunks` assumes.
+    // Only counts whose every rank's steps fit the XML parser, in a program of `phases` such
+    // layouts (one piece per root always stays): a rank that relays for many roots sends far
+    // more than the average that `expressible_chunks` assumes (random:96:13's allreduce
+    // composed of 7 pieces per root did not load).
     let fits = |o: &rounding::ChunkOption| {
-        o.chunks == 1 || fits_the_xml(topology, &packing, coll.kind, o, 1)
+        o.chunks == 1 || fits_the_xml(topology, &packing, coll.kind, o, phases)
     };
     let mut options: Vec<rounding::ChunkOption> = (1..=cap).map(&round).filter(fits).collect();
     let best_shared = options.iter().map(|o| o.rate).fold(0.0, f64::max);

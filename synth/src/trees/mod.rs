@@ -59,9 +59,8 @@ pub struct TreeResult {
     /// The grown trees at finer pieces, where those pipeline better at large sizes
     /// ([`grown::Grown`]): the same rate in more steps, so kept beside the frontier.
     pub grown_finer: Option<Algorithm>,
-    /// The list schedule at finer pieces, where the list schedule takes more rounds per
-    /// piece than the optimum: fewer rounds per piece in more steps, so kept beside the
-    /// frontier.
+    /// The list schedule at finer pieces, where no schedule of the trees takes the
+    /// optimum's rounds: fewer rounds per piece in more steps, so kept beside the frontier.
     pub listed_finer: Option<Algorithm>,
     /// With [`Depth::Both`], the schedules of the shallowest trees at the optimum
     /// ([`packing::shallower`]) that the first packing's do not have.
@@ -403,11 +402,9 @@ fn schedules_of(
         Some((base, a)) if reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum => {
             let fine = most / base * base;
             let slices = crate::layout::reference::slices(topology, Kind::AllGather, base);
-            let composed =
-                |o: &rounding::ChunkOption| fits_the_xml(topology, &packing, coll.kind, o, phases);
             let option = (slices >= 2.0)
                 .then(|| round(fine))
-                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && composed(o));
+                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && fits(o));
             option
                 .and_then(|o| listed_at(&o))
                 .filter(|f| rate(f) > rate(a) * (1.0 + 1e-3))

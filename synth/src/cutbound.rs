@@ -4,7 +4,13 @@
 //! exact optimum from maximum flow ([`crate::flow`]): allgather and broadcast (and their
 //! reversed duals) reach it with packed trees; for allreduce it is the smallest cut between
 //! two ranks, which every set of ranks must cross with the whole buffer in both directions.
-//! The other collectives use the cut table below.
+//! Where a switch constraint serves several senders and several receivers (a NIC shared by
+//! GPUs), cuts can be out of reach: allgather and reduce-scatter then ask the tree-packing
+//! LP ([`crate::trees::packing`]), whose packing either reaches the term (which makes it the
+//! exact optimum) or stops below it, where the LP's prices bound every schedule at what the
+//! packing reaches (3 x mesh-2d:2x4 with a NIC per four GPUs: 68.75 GB/s of busbw by the
+//! cuts, 62.5 by the packing: two corner GPUs of a NIC must each take most of their data
+//! through it). The other collectives use the cut table below.
 //!
 //! For a set X of ranks, some bytes must enter X and some must leave it whatever the
 //! algorithm (as a fraction of the nccl-tests size S, k = |X|, n ranks, ρ the root):
@@ -97,10 +103,9 @@ fn flow_term(coll: Collective, topology: &Topology, root: usize) -> Option<(f64,
     if !(per_byte.is_finite() && per_byte > 0.0) {
         return None;
     }
-    let how = if exact { "optimum" } else { "bound" };
     Some((
         per_byte,
-        format!("max-flow {how}; binding cut: {}", rate.describe_cut()),
+        format!("max-flow; binding cut: {}", rate.describe_cut()),
         exact,
     ))
 }
@@ -115,6 +120,45 @@ fn transfers_term(coll: Collective, topology: &Topology) -> Option<f64> {
     let need = transfers_needed(coll, topology.ranks)?;
     let total = joint_capacity(topology);
     (total > 0.0 && need > 0.0).then(|| need / (total * 1e3))
+}
+
+/// Seconds the tree-packing LP of [`packing_term`] may run; stopped early, its prices still
+/// give a bound, only a looser one.
+const PACKING_SECONDS: u64 = 20;
+
+/// The tree-packing term (µs per byte of nccl-tests size) of allgather, and of reduce-scatter
+/// on the reversed fabric, where the cuts alone may not be reachable (a NIC shared by GPUs
+/// whose other links are few): the fractional packing of spanning trees at the rate of
+/// `per_byte` (the cuts' term), else the upper bound its LP's prices give
+/// ([`crate::trees::packing::Packing::bound_gbps`]). With it, whether the term is the exact
+/// optimum: the packing reaches it. `None` for other collectives or where the LP fails.
+fn packing_term(coll: Collective, topology: &Topology, per_byte: f64) -> Option<(f64, bool)> {
+    use crate::topology::Translations;
+    use crate::trees::packing::{pack, Orbits};
+    let topology = match coll {
+        Collective::AllGather => topology.clone(),
+        Collective::ReduceScatter => topology.reversed(),
+        _ => return None,
+    };
+    let n = topology.ranks as f64;
+    if !(per_byte.is_finite() && per_byte > 0.0) {
+        return None;
+    }
+    let rate_at = |per_byte: f64| 1.0 / (n * per_byte * 1e3);
+    let index = topology.index();
+    let mut group = topology.translations();
+    if Orbits::new(&topology, &index, &group).is_none() {
+        group = Translations::trivial(topology.ranks);
+    }
+    let roots = group.representatives();
+    let target = rate_at(per_byte);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(PACKING_SECONDS);
+    let packing = pack(&topology, &index, &group, &roots, Some(target), deadline).ok()?;
+    if packing.rate_gbps >= target * (1.0 - 1e-9) {
+        return Some((per_byte, true));
+    }
+    let bound = packing.bound_gbps.min(target);
+    Some((rate_at(bound), packing.rate_gbps >= bound * (1.0 - 1e-6)))
 }
 
 /// The bytes, as a multiple of the nccl-tests size, that the ranks must receive in all:
@@ -253,6 +297,17 @@ impl CutBound {
                 "the bytes every rank must receive, over all links together".into()
             };
             exact = false;
+        }
+        if !exact {
+            if let Some((v, reached)) = packing_term(coll, topology, worst) {
+                if v > worst * (1.0 + 1e-9) {
+                    worst = v;
+                    binding = "tree packing: every schedule streams along spanning trees, and \
+                               the packing LP's prices bound them all"
+                        .into();
+                }
+                exact = reached;
+            }
         }
         CutBound {
             us_per_byte: worst,

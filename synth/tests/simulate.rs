@@ -287,6 +287,30 @@ fn dgx_a100x2_allgather_bound_is_325() {
 }
 
 #[test]
+fn a_nic_shared_by_a_line_of_gpus_bounds_at_its_tree_packing() {
+    // Two nodes of three GPUs in a line (25 GB/s links), one 25 GB/s NIC per node. An end GPU
+    // must receive 5x GB/s (x per root) through one link and the NIC, so 5x - 25 through
+    // the NIC, which the node's two ends share: 2(5x - 25) <= 25, x <= 7.5, busbw 5x = 37.5.
+    // The cuts (all links together) allow 41.7.
+    let dir = scratch("line-nic");
+    let path = dir.path().join("line3x2.toml");
+    let text = "[multinode]\nnode = \"line:3\"\nnodes = 2\nnic_bandwidth = 25\nnics_per_node = 1\n";
+    std::fs::write(&path, text).unwrap();
+    let topo = topology::load(path.to_str().unwrap()).unwrap();
+    for coll in [Collective::AllGather, Collective::ReduceScatter] {
+        let b = CutBound::new(coll, &topo, 0);
+        assert!((b.busbw() - 37.5).abs() < 1e-6, "{coll:?}: {}", b.busbw());
+        assert!(
+            b.exact && b.binding.contains("tree packing"),
+            "{}",
+            b.binding
+        );
+    }
+    let halves = cutbound::two_phase_allreduce_busbw(&topo, None);
+    assert!((halves - 37.5).abs() < 1e-6, "{halves}");
+}
+
+#[test]
 fn baselines_never_beat_the_bound() {
     // star:5 and line:4 have no Hamiltonian cycle: their rings are relayed.
     for name in [

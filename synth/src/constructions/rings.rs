@@ -92,6 +92,7 @@ pub fn ring_packing(
         roots,
         rate_gbps: 0.0,
         group: Translations::trivial(topology.ranks),
+        bound_gbps: f64::INFINITY,
         rounds: 0,
     })
 }

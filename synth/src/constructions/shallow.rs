@@ -73,6 +73,7 @@ impl Construction for ShallowTrees {
             }],
             rate_gbps: cx.optimum_gbps,
             group: Translations::trivial(topology.ranks),
+            bound_gbps: f64::INFINITY,
             rounds: 0,
         };
         let counts = vec![vec![1; chunks]];

@@ -138,6 +138,7 @@ fn construct(
             .collect(),
         rate_gbps: *optimum.numer() as f64 / *optimum.denom() as f64,
         group: group.clone(),
+        bound_gbps: f64::INFINITY,
         rounds: 0,
     })
 }

@@ -10,7 +10,9 @@
 //! make the cheapest tree of each root (a minimum-cost arborescence) the column to add, until
 //! no tree is cheaper than its root's current ones, the target rate is reached, or the
 //! iteration cap or deadline stops it. Every tree is over real links, so the packing is
-//! always feasible; its rate is reported as found.
+//! always feasible; its rate is reported as found. The last LP's prices also bound the rate
+//! of every packing from above ([`Packing::bound_gbps`], by weak duality), which certifies
+//! the packing's optimum where the fabric's cuts are not reachable.
 
 use super::arborescence::{min_arborescence, Edge};
 use crate::topology::{SwitchConstraint, Topology, TopologyIndex, Translations};
@@ -52,6 +54,10 @@ pub struct Packing {
     pub group: Translations,
     /// LP rounds run (column generation, then [`shallower`]'s).
     pub rounds: usize,
+    /// An upper bound on the rate of every packing of these roots' trees (so of every
+    /// allgather on the fabric), from the last LP's prices ([`dual_bound`]); infinite where
+    /// none was computed.
+    pub bound_gbps: f64,
 }
 
 /// Resource orbits: every link and switch constraint mapped to its orbit under the group.
@@ -255,11 +261,14 @@ pub fn pack(
                 let total: f64 = r.trees.iter().map(|t| t.1).sum();
                 r.trees.iter_mut().for_each(|t| t.1 /= total);
             }
+            let bound_gbps = dual_bound(topology, index, &orbits, &prices, group, roots)
+                .unwrap_or(f64::INFINITY);
             return Ok(Packing {
                 roots: per_root,
                 rate_gbps: rate,
                 group: group.clone(),
                 rounds,
+                bound_gbps,
             });
         }
     }
@@ -318,6 +327,7 @@ pub fn shallower(
         rate_gbps: packing.rate_gbps,
         group: packing.group.clone(),
         rounds: packing.rounds + rounds,
+        bound_gbps: packing.bound_gbps,
     })
 }
 
@@ -526,6 +536,26 @@ fn solve_master(
     Ok((t, weights, prices))
 }
 
+/// The price of each link under orbit `prices`: its own orbit's and those of the switch
+/// constraints governing it, each times the orbit's factor (what [`Orbits::usage_of`] puts
+/// on the orbit's row per use).
+fn link_prices(
+    topology: &Topology,
+    index: &TopologyIndex,
+    orbits: &Orbits,
+    prices: &[f64],
+) -> Vec<f64> {
+    (0..topology.links.len())
+        .map(|i| {
+            let mut cost = prices[orbits.link[i]] * orbits.factor[orbits.link[i]];
+            for &j in &index.governing[i] {
+                cost += prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]];
+            }
+            cost
+        })
+        .collect()
+}
+
 /// The cheapest spanning tree of `root` under orbit prices, shallow trees first among equals.
 fn cheapest_tree(
     topology: &Topology,
@@ -536,24 +566,17 @@ fn cheapest_tree(
 ) -> Option<Tree> {
     let scale = prices.iter().copied().fold(0.0, f64::max).max(1e-12);
     let dist = &index.distances[root];
-    let edges: Vec<Edge> = topology
-        .links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let mut cost = prices[orbits.link[i]] * orbits.factor[orbits.link[i]];
-            for &j in &index.governing[i] {
-                cost += prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]];
-            }
+    let costs = link_prices(topology, index, orbits, prices);
+    let edges: Vec<Edge> = (topology.links.iter().zip(costs))
+        .map(|(l, cost)| {
             // Tie-break towards shallow trees: among equally priced edges, prefer tails near
             // the root (on symmetric fabrics which rank relays does not change any load).
             let tail = dist[l.src].unwrap_or(topology.ranks) as f64;
             let forward = matches!((dist[l.src], dist[l.dst]), (Some(a), Some(b)) if b == a + 1);
-            cost += scale * 1e-7 * (tail + if forward { 0.0 } else { 1.0 });
             Edge {
                 from: l.src,
                 to: l.dst,
-                cost,
+                cost: cost + scale * 1e-7 * (tail + if forward { 0.0 } else { 1.0 }),
             }
         })
         .collect();
@@ -563,6 +586,58 @@ fn cheapest_tree(
         tree[edges[i].to] = Some(edges[i].from);
     }
     Some(tree)
+}
+
+/// An upper bound (GB/s per root) on the rate of every fractional packing of spanning trees
+/// for all ranks as roots, by weak duality: give every link and switch constraint the price
+/// of its orbit in `prices` (times the orbit's factor; any prices y ≥ 0 do), and any packing
+/// takes at least the time `Σ_r cheapest tree of r / Σ_e y_e·bandwidth_e`. Every allgather
+/// streams each root's data along such trees (a rank's first copy of each byte names its
+/// parent), so the bound holds for every schedule. The cheapest trees are exact minimum
+/// arborescences and a root's orbit under `group` shares its cost, so the bound does not
+/// depend on the LP solver's tolerances. `None` where it cannot be formed.
+fn dual_bound(
+    topology: &Topology,
+    index: &TopologyIndex,
+    orbits: &Orbits,
+    prices: &[f64],
+    group: &Translations,
+    roots: &[usize],
+) -> Option<f64> {
+    let costs = link_prices(topology, index, orbits, prices);
+    if costs.iter().any(|c| !(c.is_finite() && *c >= 0.0)) {
+        return None;
+    }
+    let edges: Vec<Edge> = (topology.links.iter().zip(&costs))
+        .map(|(l, &cost)| Edge {
+            from: l.src,
+            to: l.dst,
+            cost,
+        })
+        .collect();
+    let mut covered = vec![false; topology.ranks];
+    let mut cheapest_total = 0.0;
+    for &root in roots {
+        let mut orbit_size = 0.0;
+        for g in &group.elements {
+            let image = g[root] as usize;
+            if !std::mem::replace(&mut covered[image], true) {
+                orbit_size += 1.0;
+            }
+        }
+        let chosen = min_arborescence(topology.ranks, root, &edges)?;
+        let cost: f64 = chosen.iter().map(|&i| edges[i].cost).sum();
+        cheapest_total += orbit_size * cost;
+    }
+    if covered.iter().any(|&c| !c) {
+        return None;
+    }
+    let link_part = (topology.links.iter().enumerate())
+        .map(|(i, l)| prices[orbits.link[i]] * orbits.factor[orbits.link[i]] * l.bandwidth);
+    let switch_part = (topology.switches.iter().enumerate())
+        .map(|(j, s)| prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]] * s.bandwidth);
+    let priced_capacity: f64 = link_part.chain(switch_part).sum();
+    (cheapest_total > 0.0 && priced_capacity.is_finite()).then(|| priced_capacity / cheapest_total)
 }
 
 #[cfg(test)]
@@ -619,5 +694,35 @@ mod tests {
         assert!(shallow_depth < deep - 1.0, "{shallow_depth} against {deep}");
         assert!(deepest(&shallow) < deepest(&first));
         assert_eq!(deepest(&shallow), Some(3));
+    }
+
+    #[test]
+    fn the_lp_prices_bound_every_packing_even_when_stopped_early() {
+        // Two nodes of three GPUs in a line, one NIC per node. An end GPU has one 25 GB/s
+        // link, so of the 5x GB/s it receives (x per root) 5x - 25 come through the NIC, which
+        // the node's two ends share: 2(5x - 25) <= 25, x <= 7.5. The cuts allow 25/3 GB/s.
+        let src = crate::topology::toml_format::Source {
+            label: "line.toml".into(),
+            text: "[multinode]\nnode = \"line:3\"\nnodes = 2\nnic_bandwidth = 25\n\
+                   nics_per_node = 1\n",
+            dir: None,
+            stem: "line".into(),
+        };
+        let t = crate::topology::toml_format::parse(&src, None, 0)
+            .unwrap()
+            .topology;
+        let index = t.index();
+        let group = t.translations();
+        let roots = group.representatives();
+        let far = Instant::now() + std::time::Duration::from_secs(3600);
+        let full = pack(&t, &index, &group, &roots, None, far).unwrap();
+        assert!((full.rate_gbps - 7.5).abs() < 1e-6, "{}", full.rate_gbps);
+        assert!((full.bound_gbps - 7.5).abs() < 1e-6, "{}", full.bound_gbps);
+        // Out of time after the first LP (breadth-first trees only): a lower rate, and a
+        // bound that still holds.
+        let early = pack(&t, &index, &group, &roots, None, Instant::now()).unwrap();
+        assert_eq!(early.rounds, 1);
+        assert!(early.rate_gbps <= 7.5 + 1e-9, "{}", early.rate_gbps);
+        assert!(early.bound_gbps >= 7.5 - 1e-9, "{}", early.bound_gbps);
     }
 }

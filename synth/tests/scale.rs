@@ -71,7 +71,9 @@ fn exact_allgather_optima_of_the_benchmark_fabrics() {
 /// Issue 27: a switch constraint shared by several senders and several receivers (a
 /// shared hub, a NIC of two GPUs) lets a flow pass it once and fan out to many ranks, a
 /// copy the fabric carries once per receiver: the flow figure is then only a bound, and
-/// the bytes all links must carry together bound tighter.
+/// the bytes all links must carry together bound tighter. The tree-packing LP reaches that
+/// figure for allgather and reduce-scatter, which makes it their exact optimum; broadcast
+/// has no such check, so its figure stays a bound.
 #[test]
 fn a_shared_switch_bounds_by_what_all_links_carry() {
     use runtime::ir::Collective::{AllGather, Broadcast, ReduceScatter};
@@ -86,7 +88,7 @@ fn a_shared_switch_bounds_by_what_all_links_carry() {
         ("dgx2x2", AllGather, 156.25),
     ] {
         let b = busbw_bound(spec, coll);
-        assert!(!b.exact, "{spec} {coll:?}: a shared switch");
+        assert_eq!(b.exact, coll != Broadcast, "{spec} {coll:?}: {}", b.binding);
         assert!(
             (b.busbw() - busbw).abs() < 0.01,
             "{spec} {coll:?}: bound {} vs {busbw}",

@@ -32,8 +32,8 @@ use std::time::Instant;
 /// A piece's arrival step at a rank it has not reached.
 const NOT_YET: u32 = u32::MAX;
 
-/// Most pieces per root tried (also the finest list schedule's, `listed_finer` in
-/// [`super`]).
+/// Most pieces per root tried (also the first cap of the finer list schedules,
+/// `FINER_CHUNKS` in [`super`]).
 pub(crate) const MAX_CHUNKS: usize = 16;
 
 /// Most pieces grown together (representatives × pieces per root).

@@ -59,9 +59,10 @@ pub struct TreeResult {
     /// The grown trees at finer pieces, where those pipeline better at large sizes
     /// ([`grown::Grown`]): the same rate in more steps, so kept beside the frontier.
     pub grown_finer: Option<Algorithm>,
-    /// The list schedule at finer pieces, where no schedule of the trees takes the
-    /// optimum's rounds: fewer rounds per piece in more steps, so kept beside the frontier.
-    pub listed_finer: Option<Algorithm>,
+    /// The list schedules at finer pieces (one per cap of [`FINER_CHUNKS`] that gives a
+    /// count of its own), where no schedule of the trees takes the optimum's rounds: fewer
+    /// rounds per piece in more steps, so kept beside the frontier.
+    pub listed_finer: Vec<Algorithm>,
     /// With [`Depth::Both`], the schedules of the shallowest trees at the optimum
     /// ([`packing::shallower`]) that the first packing's do not have.
     pub shallow: Vec<Algorithm>,
@@ -379,38 +380,43 @@ fn schedules_of(
     let grown = grown.filter(|g| g.rate > bar * (1.0 + 1e-3));
     // Where no schedule reaches the optimum in its rounds (the grown trees included) and the
     // list schedule's pieces span two or more slices at 1 GB, the same trees at the most
-    // pieces that are a multiple of its count (of the best-rate count where that one is
-    // laid out too), list-scheduled: the extra rounds spread over more pieces (four 4-GPU
-    // cliques on a ring: one piece per root in 7 rounds where the optimum takes 6, sixteen in
-    // 97), and finer pieces pipeline better at large sizes, like the grown trees'.
+    // pieces within each cap of [`FINER_CHUNKS`] that are a multiple of its count (of the
+    // best-rate count where that one is laid out too), list-scheduled: the extra rounds
+    // spread over more pieces (four 4-GPU cliques on a ring: one piece per root in 7 rounds
+    // where the optimum takes 6, sixteen in 97), and finer pieces pipeline better at large
+    // sizes, like the grown trees'.
     let grown_at_optimum = grown
         .as_ref()
         .is_some_and(|g| g.rate >= optimum_gbps * (1.0 - 1e-3));
     let best_listed = best_rate.as_ref().and_then(|(_, l)| l.as_ref());
     let reached = best_listed.map_or(stepped, |l| stepped.max(rate(l)));
-    // Within the parser's limit in a program of `phases` such layouts.
-    let mut most = (expressible_chunks(topology) / phases).min(grown::MAX_CHUNKS);
-    if limits.max_chunks_given {
-        most = most.min(limits.max_chunks);
-    }
-    // The best-rate count where a multiple of it fits, else the pipelined one.
-    let best = best_count.zip(best_listed);
-    let base = (best.into_iter())
-        .chain(std::iter::once(choice.chunks).zip(listed.as_ref()))
-        .find(|&(count, _)| most / count > 1);
-    let listed_finer = match base {
-        Some((base, a)) if reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum => {
-            let fine = most / base * base;
-            let slices = crate::layout::reference::slices(topology, Kind::AllGather, base);
-            let option = (slices >= 2.0)
-                .then(|| round(fine))
-                .filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && fits(o));
+    // Per piece cap, the most pieces that are a multiple of the list schedule's count (the
+    // best-rate count's where a multiple of that fits), within the parser's limit in a
+    // program of `phases` such layouts and a given `--max-chunks`.
+    let mut listed_finer: Vec<Algorithm> = Vec::new();
+    let slow = reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum;
+    for cap in FINER_CHUNKS.into_iter().filter(|_| slow) {
+        let mut most = (expressible_chunks(topology) / phases).min(cap);
+        if limits.max_chunks_given {
+            most = most.min(limits.max_chunks);
+        }
+        let best = best_count.zip(best_listed);
+        let base = (best.into_iter())
+            .chain(std::iter::once(choice.chunks).zip(listed.as_ref()))
+            .find(|&(count, _)| most / count > 1);
+        let Some((base, a)) = base else { continue };
+        let fine = most / base * base;
+        let slices = crate::layout::reference::slices(topology, Kind::AllGather, base);
+        if slices < 2.0 || listed_finer.iter().any(|f| f.chunks() == fine) {
+            continue;
+        }
+        let option = Some(round(fine)).filter(|o| o.rate >= choice.rate * (1.0 - 1e-9) && fits(o));
+        listed_finer.extend(
             option
                 .and_then(|o| listed_at(&o))
-                .filter(|f| rate(f) > rate(a) * (1.0 + 1e-3))
-        }
-        _ => None,
-    };
+                .filter(|f| rate(f) > rate(a) * (1.0 + 1e-3)),
+        );
+    }
     out_of_time |= listed_late.get();
     let (grown, grown_finer) = match grown {
         Some(g) => (
@@ -692,6 +698,14 @@ fn fits_the_xml(
 
 /// Most steps of a list-scheduled tree algorithm.
 const MAX_LISTED_STEPS: usize = 1 << 14;
+
+/// The piece caps of the finer list schedules ([`TreeResult::listed_finer`]): the grown
+/// trees' cap, and twice it where the list schedule's count has no other multiple below
+/// it (3 x DGX-1 with a NIC per two GPUs: 15 pieces per root list-scheduled in 63 rounds
+/// where the optimum takes 60, 30 in 123) or more pieces spread its extra rounds further
+/// (four 4-GPU cliques on a ring: 7 rounds per piece where the optimum takes 6, sixteen in
+/// 97, 32 in 193). Neither count wins everywhere, so each is a candidate.
+const FINER_CHUNKS: [usize; 2] = [grown::MAX_CHUNKS, 2 * grown::MAX_CHUNKS];
 
 /// Automorphisms fixing a root tried per root to vary its trees.
 const STABILIZER_IMAGES: usize = 48;
@@ -1055,15 +1069,21 @@ mod tests {
         let trees = allgather_trees(&t, false);
         let listed = trees.listed.as_ref().expect("a list schedule");
         assert_eq!((listed.chunks(), listed.rounds()), (1, 7));
-        let finer = trees.listed_finer.as_ref().expect("a finer list schedule");
-        assert_eq!((finer.chunks(), finer.rounds()), (16, 97));
-        crate::check::check(finer, &t).unwrap();
-        assert!(trees.candidates().iter().any(|a| a.chunks() == 16));
-        // A given piece cap bounds it: 8 pieces in 49 rounds.
-        let capped = allgather_trees(&t, true)
-            .listed_finer
-            .expect("within the cap");
-        assert_eq!((capped.chunks(), capped.rounds()), (8, 49));
+        let finer: Vec<(usize, u32)> = (trees.listed_finer.iter())
+            .map(|f| (f.chunks(), f.rounds()))
+            .collect();
+        assert_eq!(finer, [(16, 97), (32, 193)]);
+        for f in &trees.listed_finer {
+            crate::check::check(f, &t).unwrap();
+        }
+        let candidates = trees.candidates();
+        assert!([16, 32]
+            .iter()
+            .all(|&c| candidates.iter().any(|a| a.chunks() == c)));
+        // A given piece cap bounds them: 8 pieces in 49 rounds.
+        let capped = allgather_trees(&t, true).listed_finer;
+        let capped: Vec<(usize, u32)> = capped.iter().map(|f| (f.chunks(), f.rounds())).collect();
+        assert_eq!(capped, [(8, 49)]);
     }
 
     #[test]
@@ -1090,7 +1110,7 @@ mod tests {
             (trees.algorithm.chunks(), best.chunks(), best.rounds()),
             (4, 7, 16)
         );
-        let finer = trees.listed_finer.as_ref().expect("a finer list schedule");
+        let finer = trees.listed_finer.first().expect("a finer list schedule");
         assert_eq!((finer.chunks(), finer.rounds()), (14, 31));
         crate::check::check(finer, &t).unwrap();
     }

@@ -2198,9 +2198,12 @@ fn trees_that_wait_behind_each_other_get_channels_of_their_own() {
     let (shared, _) = at_4gb(&plain);
     assert!(own >= 0.985 * bound, "{own} of {bound}");
     assert!(shared < 0.9 * bound, "{shared} of {bound}");
+    // At 1 GB the twin (96.0% of the bound) was chosen until the 32-piece finer list
+    // schedule of session 38 (96.8%); never the trees on shared channels.
     let (chosen, busbw, bound) = chosen_at_1gb(&doc);
-    assert!(chosen.contains("-ac"), "{chosen}");
-    assert!(busbw >= 0.95 * bound, "{busbw} of {bound}");
+    let plain_name = Path::new(&plain).file_stem().unwrap().to_str().unwrap();
+    assert_ne!(chosen, plain_name);
+    assert!(busbw >= 0.96 * bound, "{chosen}: {busbw} of {bound}");
 }
 
 /// Issue 27: a two-step twin whose algorithm's own lowering already took the fit pass

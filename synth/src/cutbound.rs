@@ -133,8 +133,7 @@ const PACKING_SECONDS: u64 = 20;
 /// ([`crate::trees::packing::Packing::bound_gbps`]). With it, whether the term is the exact
 /// optimum: the packing reaches it. `None` for other collectives or where the LP fails.
 fn packing_term(coll: Collective, topology: &Topology, per_byte: f64) -> Option<(f64, bool)> {
-    use crate::topology::Translations;
-    use crate::trees::packing::{pack, Orbits};
+    use crate::trees::packing::{pack, packing_group};
     let topology = match coll {
         Collective::AllGather => topology.clone(),
         Collective::ReduceScatter => topology.reversed(),
@@ -146,10 +145,7 @@ fn packing_term(coll: Collective, topology: &Topology, per_byte: f64) -> Option<
     }
     let rate_at = |per_byte: f64| 1.0 / (n * per_byte * 1e3);
     let index = topology.index();
-    let mut group = topology.translations();
-    if Orbits::new(&topology, &index, &group).is_none() {
-        group = Translations::trivial(topology.ranks);
-    }
+    let group = packing_group(&topology, &index);
     let roots = group.representatives();
     let target = rate_at(per_byte);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(PACKING_SECONDS);

@@ -979,15 +979,9 @@ mod tests {
     fn an_odd_number_of_nodes_on_a_rail_network_gets_a_ring_per_nic() {
         // Three DGX-A100s whose GPU i reaches only GPU i of the other nodes: the rings cross
         // each node boundary on one rail, shifted by one rail per node.
-        let src = crate::topology::toml_format::Source {
-            label: "rail3.toml".into(),
-            text: "[multinode]\nnode = \"dgx-a100\"\nnodes = 3\nnetwork = \"rail\"\n",
-            dir: None,
-            stem: "rail3".into(),
-        };
-        let topo = crate::topology::toml_format::parse(&src, None, 0)
-            .unwrap()
-            .topology;
+        let topo = crate::topology::toml_format::parsed_text(
+            "[multinode]\nnode = \"dgx-a100\"\nnodes = 3\nnetwork = \"rail\"\n",
+        );
         let rings = ring_orders(&topo, None).unwrap();
         assert_eq!(rings.len(), 8);
         check_rings(&topo, &rings);

@@ -711,15 +711,7 @@ mod tests {
 
     fn cluster(spec: &str) -> Topology {
         if spec.contains('\n') {
-            let src = crate::topology::toml_format::Source {
-                label: "t.toml".into(),
-                text: spec,
-                dir: None,
-                stem: "t".into(),
-            };
-            crate::topology::toml_format::parse(&src, None, 0)
-                .unwrap()
-                .topology
+            crate::topology::toml_format::parsed_text(spec)
         } else {
             load(spec)
         }

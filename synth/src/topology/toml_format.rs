@@ -546,6 +546,18 @@ struct LinkDefaults {
 /// built it (for error messages).
 type BaseFabric = (Topology, &'static str);
 
+/// The topology of TOML `text` written inline by a test (it panics on a bad one).
+#[cfg(test)]
+pub(crate) fn parsed_text(text: &str) -> Topology {
+    let src = Source {
+        label: "test.toml".into(),
+        text,
+        dir: None,
+        stem: "test".into(),
+    };
+    parse(&src, None, 0).unwrap().topology
+}
+
 /// Parses a topology TOML. `size` overrides the generator size (`ring:12`); `depth` bounds
 /// multi-node nesting.
 pub(crate) fn parse(src: &Source, size: Option<GenSize>, depth: usize) -> Result<Loaded> {

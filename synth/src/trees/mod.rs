@@ -395,12 +395,12 @@ fn schedules_of(
     // program of `phases` such layouts and a given `--max-chunks`.
     let mut listed_finer: Vec<Algorithm> = Vec::new();
     let slow = reached < optimum_gbps * (1.0 - 1e-3) && !grown_at_optimum;
+    let best = best_count.zip(best_listed);
     for cap in FINER_CHUNKS.into_iter().filter(|_| slow) {
         let mut most = (expressible_chunks(topology) / phases).min(cap);
         if limits.max_chunks_given {
             most = most.min(limits.max_chunks);
         }
-        let best = best_count.zip(best_listed);
         let base = (best.into_iter())
             .chain(std::iter::once(choice.chunks).zip(listed.as_ref()))
             .find(|&(count, _)| most / count > 1);
@@ -479,10 +479,7 @@ fn optimum(
     let (group, roots, optimum) = match coll.kind {
         Kind::AllGather => {
             progress.message("finding the fabric's translations");
-            let mut group = topology.translations();
-            if Orbits::new(topology, index, &group).is_none() {
-                group = Translations::trivial(topology.ranks);
-            }
+            let group = packing::packing_group(topology, index);
             let roots = group.representatives();
             progress.message("computing the exact bandwidth optimum");
             let rate = allgather_rate(&net, &roots)?;
@@ -1115,18 +1112,7 @@ mod tests {
         crate::check::check(finer, &t).unwrap();
     }
 
-    /// The topology of TOML `text`.
-    fn parsed(text: &str) -> Topology {
-        let src = crate::topology::toml_format::Source {
-            label: "test.toml".into(),
-            text,
-            dir: None,
-            stem: "test".into(),
-        };
-        crate::topology::toml_format::parse(&src, None, 0)
-            .unwrap()
-            .topology
-    }
+    use crate::topology::toml_format::parsed_text as parsed;
 
     #[test]
     fn gpus_sharing_a_nic_get_trees_grown_on_the_split_view() {

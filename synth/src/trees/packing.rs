@@ -170,6 +170,17 @@ impl Orbits {
     }
 }
 
+/// The group to pack `topology`'s trees under: its translations where they map every link
+/// and switch constraint to one ([`Orbits::new`]), else the identity alone.
+pub(crate) fn packing_group(topology: &Topology, index: &TopologyIndex) -> Translations {
+    let group = topology.translations();
+    if Orbits::new(topology, index, &group).is_some() {
+        group
+    } else {
+        Translations::trivial(topology.ranks)
+    }
+}
+
 /// A breadth-first (shortest-path) spanning tree of `root`, or `None` if a rank is unreachable.
 fn bfs_tree(topology: &Topology, index: &TopologyIndex, root: usize) -> Option<Tree> {
     let mut parent: Tree = vec![None; topology.ranks];
@@ -451,13 +462,7 @@ fn shallow_tree(
     prices: &[f64],
     root: usize,
 ) -> Option<Tree> {
-    let price = |l: usize| {
-        let mut cost = prices[orbits.link[l]] * orbits.factor[orbits.link[l]];
-        for &j in &index.governing[l] {
-            cost += prices[orbits.switch[j]] * orbits.factor[orbits.switch[j]];
-        }
-        cost
-    };
+    let price = link_prices(topology, index, orbits, prices);
     let n = topology.ranks;
     let mut tree: Tree = vec![None; n];
     let mut depth = vec![u32::MAX; n];
@@ -468,7 +473,7 @@ fn shallow_tree(
         for &l in &index.out_links[last] {
             let v = topology.links[l].dst;
             if depth[v] == u32::MAX {
-                let c = price(l) + f64::from(depth[last] + 1);
+                let c = price[l] + f64::from(depth[last] + 1);
                 if c < best[v].0 {
                     best[v] = (c, last);
                 }
@@ -701,16 +706,9 @@ mod tests {
         // Two nodes of three GPUs in a line, one NIC per node. An end GPU has one 25 GB/s
         // link, so of the 5x GB/s it receives (x per root) 5x - 25 come through the NIC, which
         // the node's two ends share: 2(5x - 25) <= 25, x <= 7.5. The cuts allow 25/3 GB/s.
-        let src = crate::topology::toml_format::Source {
-            label: "line.toml".into(),
-            text: "[multinode]\nnode = \"line:3\"\nnodes = 2\nnic_bandwidth = 25\n\
-                   nics_per_node = 1\n",
-            dir: None,
-            stem: "line".into(),
-        };
-        let t = crate::topology::toml_format::parse(&src, None, 0)
-            .unwrap()
-            .topology;
+        let t = crate::topology::toml_format::parsed_text(
+            "[multinode]\nnode = \"line:3\"\nnodes = 2\nnic_bandwidth = 25\nnics_per_node = 1\n",
+        );
         let index = t.index();
         let group = t.translations();
         let roots = group.representatives();
